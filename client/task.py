@@ -1,0 +1,64 @@
+"""What a client knows about itself: its partition, data, model and device.
+
+Built from the run-config and the node config once per process and cached, so a Ray
+actor serving many simulated clients loads the dataset once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord
+
+from common.config import run_config_value
+from common.data import DatasetInfo, dataset_info
+from common.models import build_model
+from common.scenarios import ClientData, ScenarioConfig, build_partition, client_data
+from common.training import get_device
+from common.validation import check_int
+
+
+@dataclass(frozen=True, eq=False)
+class ClientTask:
+    """One client's fixed setup for a run."""
+
+    partition_id: int
+    data: ClientData
+    info: DatasetInfo
+    model_name: str
+    device: torch.device
+    seed: int
+
+    def model(self, arrays: ArrayRecord) -> torch.nn.Module:
+        """A fresh model holding ``arrays`` (the cluster model the server sent)."""
+        model = build_model(self.model_name, self.info.input_shape, self.info.num_classes, self.seed)
+        model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+        return model
+
+    def round_seed(self, server_round: int) -> int:
+        """A seed for this client's local shuffling in ``server_round``, from the run's seed."""
+        return int(np.random.SeedSequence([self.seed, server_round, self.partition_id]).generate_state(1)[0])
+
+
+def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:
+    """The cached task for this node (raises ``ValueError`` naming a bad key)."""
+    scenario = ScenarioConfig.from_run_config(run_config)
+    pid = check_int(node_config.get("partition-id"), "partition-id", "the node config",
+                    low=0, high=scenario.num_clients - 1)
+    return _task(scenario, str(run_config_value(run_config, "data-dir", "")), pid,
+                 str(run_config_value(run_config, "model", "dnn")),
+                 str(run_config_value(run_config, "device", "auto")))
+
+
+@lru_cache(maxsize=8)
+def _task(scenario: ScenarioConfig, data_dir: str, pid: int, model: str, device: str) -> ClientTask:
+    partition = build_partition(scenario, data_dir)
+    return ClientTask(
+        partition_id=pid, data=client_data(partition, pid), info=dataset_info(scenario.dataset),
+        model_name=model, device=get_device(device), seed=scenario.seed,
+    )

@@ -1,0 +1,105 @@
+"""Run-wide parameters read from Flower's run-config, validated once (no Flower here).
+
+Strategy-specific parameters live with each strategy; the scenario's in
+``common.scenarios.ScenarioConfig``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .validation import check_float, check_int, check_str
+
+OWNER = "the run config"
+
+
+def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
+    """``rc[key]`` or ``default``; run-config values arrive as TOML scalars."""
+    return rc[key] if key in rc else default
+
+
+@dataclass(frozen=True)
+class TrainingParams:
+    """The federated-training knobs every strategy shares.
+
+    Attributes are the run-config keys with ``-`` turned into ``_``.
+    """
+
+    rounds: int = 100
+    fraction: float = 0.2
+    local_epochs: int = 5
+    batch_size: int = 32
+    lr: float = 0.001
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    eval_every: int = 5
+    round_timeout: float = 600.0
+    node_wait_timeout: float = 300.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", OWNER, low=1))
+        object.__setattr__(
+            self, "fraction",
+            check_float(self.fraction, "fraction", OWNER, low=0.0, high=1.0, closed=(False, True)),
+        )
+        object.__setattr__(self, "local_epochs", check_int(self.local_epochs, "local-epochs", OWNER, low=1))
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch-size", OWNER, low=1))
+        object.__setattr__(self, "lr", check_float(self.lr, "lr", OWNER, low=0.0, closed=(False, True)))
+        object.__setattr__(
+            self, "momentum",
+            check_float(self.momentum, "momentum", OWNER, low=0.0, high=1.0, closed=(True, False)),
+        )
+        object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight-decay", OWNER, low=0.0))
+        object.__setattr__(self, "eval_every", check_int(self.eval_every, "eval-every", OWNER, low=1))
+        for name in ("round_timeout", "node_wait_timeout"):
+            value = check_float(getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, closed=(False, True))
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "seed", check_int(self.seed, "seed", OWNER, low=0))
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:
+        """Build from run-config keys (``local-epochs`` -> ``local_epochs``)."""
+        return cls(**{
+            f.name: run_config_value(rc, f.name.replace("_", "-"), f.default) for f in fields(cls)
+        })
+
+    def num_sampled(self, num_clients: int) -> int:
+        """Clients trained per round: ``ceil(fraction * num_clients)``, at least one."""
+        return max(1, min(num_clients, math.ceil(self.fraction * num_clients - 1e-9)))
+
+    def is_eval_round(self, server_round: int) -> bool:
+        """Evaluate every ``eval-every`` rounds and always in the last round."""
+        return server_round % self.eval_every == 0 or server_round == self.rounds
+
+
+@dataclass(frozen=True)
+class OutputParams:
+    """Where a run writes its results."""
+
+    results_dir: str = "results"
+    run_name: str = ""
+
+    def __post_init__(self) -> None:
+        check_str(self.results_dir, "results-dir", OWNER)
+        check_str(self.run_name, "run-name", OWNER)
+        if self.results_dir.strip() == "":
+            raise ValueError(
+                f"The 'results-dir' parameter of {OWNER} must be a non-empty path. Got '' instead."
+            )
+        if "/" in self.run_name or self.run_name in {".", ".."}:
+            raise ValueError(
+                f"The 'run-name' parameter of {OWNER} must be a plain folder name. "
+                f"Got {self.run_name!r} instead."
+            )
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> OutputParams:
+        """Build from the ``results-dir`` and ``run-name`` run-config keys."""
+        return cls(
+            results_dir=run_config_value(rc, "results-dir", cls.results_dir),
+            run_name=run_config_value(rc, "run-name", cls.run_name),
+        )

@@ -1,0 +1,222 @@
+"""The models umbel trains, each split into a feature extractor and a last linear layer.
+
+Every model is a :class:`Classifier` whose ``forward(x)`` is ``head(features(x))``:
+``features`` maps an input batch to feature vectors ``v`` of shape ``(batch, d)`` (the input of
+the last layer) and ``head`` is the last ``nn.Linear(d, num_outputs)``. CFLGT needs ``v`` for its
+class forces and FedClust uploads only ``head``'s weight and bias.
+
+- ``"dnn"``: the 2-layer DNN that CFLGT uses on FashionMNIST (Flatten, Linear(F, 200), ReLU).
+- ``"lenet5"``: LeNet-5 (FedClust; CFLGT on CIFAR-10/SVHN) for images at least 28x28.
+- ``"linear"``: a linear model on the flattened input (also the regression model).
+- ``"resnet18"``: torchvision's ResNet-18 adapted to small images (meant for GPUs).
+
+``num_classes == 0`` means regression: the head has a single output.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torchvision.models import resnet18
+
+from common.validation import check_choice, check_int
+
+MODELS: tuple[str, ...] = ("dnn", "lenet5", "linear", "resnet18")
+TASKS: tuple[str, ...] = ("classification", "regression")
+IMAGE_MODELS: tuple[str, ...] = ("lenet5", "resnet18")
+FLAT_MODELS: tuple[str, ...] = ("dnn", "linear")
+
+DNN_HIDDEN = 200
+LENET5_MIN_SIDE = 28
+RESNET_SMALL_IMAGE_MAX_SIDE = 64
+
+
+class Classifier(nn.Module):
+    """A model whose last layer is a separate linear ``head``.
+
+    Parameters
+    ----------
+    features : nn.Module
+        Maps an input batch ``(batch, *input_shape)`` to feature vectors ``(batch, d)``.
+    head : nn.Linear
+        The last layer, ``(batch, d) -> (batch, num_outputs)``.
+    """
+
+    def __init__(self, features: nn.Module, head: nn.Linear) -> None:
+        super().__init__()
+        self.features = features
+        self.head = head
+
+    @property
+    def feature_dim(self) -> int:
+        """``d``, the size of the feature vector entering ``head``."""
+        return self.head.in_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return the outputs ``(batch, num_outputs)`` for inputs ``(batch, *input_shape)``."""
+        return self.head(self.features(x))
+
+
+def check_model(name: str, input_shape: tuple[int, ...], task: str) -> None:
+    """Check that model ``name`` can be built for inputs of ``input_shape`` and ``task``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`MODELS`.
+    input_shape : tuple of int
+        The shape of one sample: ``(F,)`` for tabular data, ``(C, H, W)`` for images.
+    task : {"classification", "regression"}
+        Regression needs ``"linear"`` or ``"dnn"``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'model'`` for an unknown name or a model that cannot take these inputs
+        (``lenet5`` or ``resnet18`` on non-images, ``lenet5`` on images smaller than 28x28, an
+        image model for regression), ``'input_shape'`` for a shape that is not a non-empty
+        tuple of positive ints and ``'task'`` for an unknown task.
+    """
+    _check_model(name, input_shape, task, "check_model")
+
+
+def build_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0
+) -> Classifier:
+    """Build model ``name`` with weights drawn from ``seed``.
+
+    The global torch RNG is left as it was; one seed always gives the same ``state_dict``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`MODELS`.
+    input_shape : tuple of int
+        The shape of one sample, ``(F,)`` or ``(C, H, W)``.
+    num_classes : int
+        Number of classes ``C`` (head outputs); ``0`` means regression (one output).
+    seed : int, default=0
+        Seed of the initial weights.
+
+    Returns
+    -------
+    Classifier
+        On the CPU, in training mode.
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_model`, and naming ``'num_classes'`` or ``'seed'`` when negative.
+    """
+    num_classes = check_int(num_classes, "num_classes", "build_model", low=0)
+    seed = check_int(seed, "seed", "build_model", low=0)
+    task = "regression" if num_classes == 0 else "classification"
+    shape = _check_model(name, input_shape, task, "build_model")
+    outputs = max(num_classes, 1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if name == "dnn":
+            return _dnn(shape, outputs)
+        if name == "lenet5":
+            return _lenet5(shape, outputs)
+        if name == "linear":
+            return Classifier(nn.Flatten(), nn.Linear(_numel(shape), outputs))
+        return _resnet18(shape, outputs)
+
+
+def _check_model(
+    name: str, input_shape: Sequence[int], task: str, owner: str
+) -> tuple[int, ...]:
+    check_choice(name, "model", owner, MODELS)
+    check_choice(task, "task", owner, TASKS)
+    shape = _check_input_shape(input_shape, owner)
+    if task == "regression" and name not in FLAT_MODELS:
+        raise ValueError(
+            f"The 'model' parameter of {owner} must be one of {FLAT_MODELS} for "
+            f"task 'regression'. Got {name!r} instead."
+        )
+    if name in IMAGE_MODELS and len(shape) != 3:
+        raise ValueError(
+            f"The 'model' parameter of {owner} must be one of {FLAT_MODELS} for "
+            f"non-image inputs of shape {shape} (images are (C, H, W)). Got {name!r} instead."
+        )
+    if name == "lenet5" and min(shape[1:]) < LENET5_MIN_SIDE:
+        raise ValueError(
+            f"The 'model' parameter of {owner} must be a model other than 'lenet5' for "
+            f"images smaller than {LENET5_MIN_SIDE}x{LENET5_MIN_SIDE} (input_shape {shape}). "
+            f"Got {name!r} instead."
+        )
+    return shape
+
+
+def _dnn(shape: tuple[int, ...], outputs: int) -> Classifier:
+    features = nn.Sequential(nn.Flatten(), nn.Linear(_numel(shape), DNN_HIDDEN), nn.ReLU())
+    return Classifier(features, nn.Linear(DNN_HIDDEN, outputs))
+
+
+def _lenet5(shape: tuple[int, ...], outputs: int) -> Classifier:
+    channels, height, width = shape
+    # LeNet-5 was made for 32x32 inputs; 28x28 (MNIST-like) ones are padded up to that size.
+    padding = 2 if min(height, width) < 32 else 0
+
+    def after(side: int) -> int:
+        side = (side + 2 * padding - 4) // 2
+        return (side - 4) // 2
+
+    flat = 16 * after(height) * after(width)
+    features = nn.Sequential(
+        nn.Conv2d(channels, 6, kernel_size=5, padding=padding),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, kernel_size=5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(flat, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+    )
+    return Classifier(features, nn.Linear(84, outputs))
+
+
+def _resnet18(shape: tuple[int, ...], outputs: int) -> Classifier:
+    channels, height, width = shape
+    net = resnet18(weights=None)
+    small = max(height, width) <= RESNET_SMALL_IMAGE_MAX_SIDE
+    if small:
+        net.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    elif channels != 3:
+        net.conv1 = nn.Conv2d(channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    layers: list[nn.Module] = [net.conv1, net.bn1, net.relu]
+    if not small:
+        layers.append(net.maxpool)
+    layers += [net.layer1, net.layer2, net.layer3, net.layer4, net.avgpool, nn.Flatten()]
+    return Classifier(nn.Sequential(*layers), nn.Linear(net.fc.in_features, outputs))
+
+
+def _check_input_shape(input_shape: Sequence[int], owner: str) -> tuple[int, ...]:
+    ok = (
+        isinstance(input_shape, (tuple, list))
+        and len(input_shape) > 0
+        and all(
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0
+            for s in input_shape
+        )
+    )
+    if not ok:
+        raise ValueError(
+            f"The 'input_shape' parameter of {owner} must be a non-empty tuple of positive "
+            f"ints, (F,) or (C, H, W). Got {input_shape!r} instead."
+        )
+    return tuple(int(s) for s in input_shape)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    total = 1
+    for side in shape:
+        total *= side
+    return total

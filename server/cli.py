@@ -1,0 +1,189 @@
+"""``umbel run``: one experiment in Flower's Ray-backed local simulation, in one command.
+
+It maps its flags to run-config, validates everything (data included) before anything
+starts, sizes a private local SuperLink's simulation to the scenario's client count in a
+project-local ``FLWR_HOME``, runs ``flwr run`` with output streamed, stops the SuperLink it
+started (by PID, also on failure or Ctrl-C) and prints where the results are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``umbel`` console command."""
+    parser = argparse.ArgumentParser(prog="umbel", description="Clustered federated learning on Flower.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    defaults = load_defaults(PROJECT_ROOT)
+    run = commands.add_parser("run", help="run one experiment in Flower's local simulation",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for key, value in defaults.items():
+        run.add_argument(f"--{key}", type=_parser_for(value), default=value, metavar=type(value).__name__.upper(),
+                         help=f"run-config '{key}'")
+    run.add_argument("--client-cpus", type=int, default=1, help="CPU cores per simulated client (Ray)")
+    run.add_argument("--client-gpus", type=float, default=0.0,
+                     help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU")
+    run.add_argument("--flwr-home", type=Path, default=PROJECT_ROOT / ".flwr",
+                     help="Flower's home for this run (config, local SuperLink state)")
+    run.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
+    args = parser.parse_args(argv)
+    config = {key: getattr(args, key.replace("-", "_")) for key in defaults}
+    try:
+        folder, num_clients = prepare(config)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"umbel run: error: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"umbel run: configuration and data are valid ({num_clients} clients).")
+        return 0
+    code = simulate(config, num_clients, args.flwr_home.resolve(), args.client_cpus, args.client_gpus)
+    if code != 0 or not (folder / "summary.json").exists():
+        print(f"umbel run: the run failed (flwr exit code {code}); see the log above.", file=sys.stderr)
+        return code or 1
+    print(f"umbel run: results in {folder}")
+    return 0
+
+
+def load_defaults(root: Path) -> dict[str, Any]:
+    """The run-config defaults of ``[tool.flwr.app.config]`` in ``root/pyproject.toml``."""
+    path = root / "pyproject.toml"
+    if not path.exists():
+        raise SystemExit(f"umbel: {path} not found: 'umbel run' needs the source tree (pip install -e .).")
+    with path.open("rb") as fh:
+        return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
+
+
+def prepare(config: dict[str, Any]) -> tuple[Path, int]:
+    """Validate ``config`` (data included) and fix the absolute results folder in it.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        On any bad value or missing data, before anything has started.
+    """
+    from server.experiment import Experiment
+
+    experiment = Experiment.from_run_config(config)
+    experiment.partition()
+    folder = experiment.results_path()
+    config["results-dir"] = str(folder.parent)
+    config["run-name"] = folder.name
+    return folder, experiment.scenario.num_clients
+
+
+def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus: int, gpus: float) -> int:
+    """Run ``flwr run`` against a private local SuperLink; always stop that SuperLink."""
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    write_flower_config(flwr_home, num_clients, cpus, gpus)
+    config_file = flwr_home / "run-config.toml"
+    config_file.write_text(to_toml(config))
+    env = simulation_env(flwr_home, free_port())
+    stop_superlinks(flwr_home)
+    flwr = shutil.which("flwr") or str(Path(sys.executable).with_name("flwr"))
+    cmd = [flwr, "run", str(PROJECT_ROOT), "local", "--stream", "--run-config", str(config_file)]
+    try:
+        return subprocess.call(cmd, env=env, cwd=PROJECT_ROOT)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        stop_superlinks(flwr_home)
+
+
+def write_flower_config(flwr_home: Path, num_clients: int, cpus: int, gpus: float) -> None:
+    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection of ``num_clients`` nodes."""
+    (flwr_home / "config.toml").write_text(
+        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+        f"options.num-supernodes = {int(num_clients)}\n"
+        f"options.backend.client-resources.num-cpus = {int(cpus)}\n"
+        f"options.backend.client-resources.num-gpus = {float(gpus)}\n"
+    )
+
+
+def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
+    """The environment FLOWER.md names: no runtime installs, no telemetry, own home and port."""
+    return {
+        **os.environ,
+        "FLWR_HOME": str(flwr_home),
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def stop_superlinks(flwr_home: Path) -> list[int]:
+    """Stop every ``flower-superlink`` whose state lives in ``flwr_home``, children first."""
+    import psutil
+
+    marker = str(flwr_home / "local-superlink")
+    stopped = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if any("flower-superlink" in part for part in cmdline[:2]) and any(marker in part for part in cmdline):
+            tree = proc.children(recursive=True) + [proc]
+            for p in tree:
+                _signal(p, signal.SIGTERM)
+            _, alive = psutil.wait_procs(tree, timeout=10)
+            for p in alive:
+                _signal(p, signal.SIGKILL)
+            stopped.append(proc.pid)
+    return stopped
+
+
+def to_toml(config: Mapping[str, Any]) -> str:
+    """Run-config as a flat TOML document (``flwr run --run-config FILE``)."""
+    lines = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            text = repr(value)
+        else:
+            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines.append(f'"{key}" = {text}')
+    return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _parser_for(default: Any):
+    if isinstance(default, bool):
+        return lambda text: text.lower() in {"1", "true", "yes", "on"}
+    if isinstance(default, int):
+        return int
+    if isinstance(default, float):
+        return float
+    return str
+
+
+def _signal(proc: Any, sig: int) -> None:
+    import psutil
+
+    try:
+        proc.send_signal(sig)
+    except psutil.Error:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""What every run records in ``results/<run-name>/``.
+
+``metrics.jsonl`` (a line per round, written as the round ends), ``assignments.json`` (the
+client -> cluster history), ``summary.json`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from logging import INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.common import log
+
+from common.metrics import final_mean, first_round_reaching
+from strategies import ClusteredStrategy
+
+from . import plots
+
+FINAL_FRACTION = 0.1
+
+
+def progress_line(record: Mapping[str, Any], rounds: int) -> str:
+    """``round  12/100 | train    | acc 0.7812 | ARI 1.000 | clusters  5 |  1.83 s``."""
+    acc = "   -  " if record["accuracy"] is None else f"{record['accuracy']:.4f}"
+    ari = "  -  " if record["ari"] is None else f"{record['ari']:.3f}"
+    return (f"round {record['round']:>4}/{rounds} | {record['phase']:<8} | acc {acc} | ARI {ari} | "
+            f"clusters {record['num-clusters']:>3} | {record['round-seconds']:6.2f} s")
+
+
+class RunRecorder:
+    """Writes a run's files; ``on_round`` is the strategy's per-round callback.
+
+    Parameters
+    ----------
+    folder : Path
+        ``results/<run-name>``; created if missing.
+    run_config : mapping
+        The full run-config, stored in ``summary.json``.
+    """
+
+    def __init__(self, folder: Path, run_config: Mapping[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.run_config = dict(run_config)
+        self.started = time.time()
+        self._metrics = self.folder / "metrics.jsonl"
+        self._metrics.write_text("")
+        self._assignments: list[dict[str, Any]] = []
+
+    def on_round(self, strategy: ClusteredStrategy, record: dict[str, Any]) -> None:
+        """Append the round's record, log the progress line, note assignment changes."""
+        with self._metrics.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        log(INFO, "%s", progress_line(record, strategy.training.rounds))
+        current = {str(pid): k for pid, k in sorted(strategy.assignment.items())}
+        if not self._assignments or self._assignments[-1]["assignment"] != current:
+            self._assignments.append({"round": record["round"], "assignment": current})
+
+    def finish(self, strategy: ClusteredStrategy) -> dict[str, Any]:
+        """Write ``summary.json``, ``assignments.json`` and the plots; return the summary."""
+        history = strategy.history
+        evaluated = [r for r in history if r["accuracy"] is not None]
+        summary = summarise(history, FINAL_FRACTION)
+        summary.update({
+            "strategy": type(strategy).name,
+            "num-clients": len(strategy.clients),
+            "wall-seconds": round(time.time() - self.started, 3),
+            "config": self.run_config,
+        })
+        _write_json(self.folder / "summary.json", summary)
+        _write_json(self.folder / "assignments.json", {
+            "true-groups": {str(p): c.true_group for p, c in sorted(strategy.clients.items())},
+            "history": self._assignments,
+        })
+        rounds = [r["round"] for r in evaluated]
+        if evaluated:
+            plots.plot_accuracy(rounds, [r["accuracy"] for r in evaluated],
+                                [r["accuracy-std"] for r in evaluated], self.folder / "accuracy.png",
+                                title=f"{type(strategy).name}: mean local test accuracy")
+        plots.plot_clustering([r["round"] for r in history], [r["ari"] for r in history],
+                              [r["num-clusters"] for r in history], self.folder / "clustering.png",
+                              title=f"{type(strategy).name}: clustering")
+        matrix = getattr(strategy, "distance_matrix", None)
+        if matrix is not None:
+            pids = sorted(strategy.assignment)
+            plots.plot_distance_matrix(np.asarray(matrix), np.array([strategy.assignment[p] for p in pids]),
+                                       self.folder / "distances.png", title=f"{type(strategy).name}")
+        log(INFO, "final accuracy %s, final ARI %s; results in %s",
+            summary["final-accuracy"], summary["final-ari"], self.folder)
+        return summary
+
+
+def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, Any]:
+    """Headline numbers of a run from its per-round records.
+
+    ``final-accuracy`` is the mean over the last ``fraction`` of evaluated rounds (never
+    the best round); ``rounds-to-truth`` the first round whose ARI reached 1.0.
+    """
+    evaluated = [r for r in history if r["accuracy"] is not None]
+    accuracy = final_mean([r["accuracy"] for r in evaluated], fraction) if evaluated else None
+    last = history[-1] if history else {}
+    totals = {key: sum(r[key] for r in history) for key in (
+        "bytes-down-model", "bytes-up-model", "bytes-down-signal", "bytes-up-signal")}
+    return {
+        "rounds": len(history),
+        "final-accuracy": accuracy,
+        "final-accuracy-std": final_mean([r["accuracy-std"] for r in evaluated], fraction) if evaluated else None,
+        "final-ari": last.get("ari"),
+        "final-ami": last.get("ami"),
+        "final-num-clusters": last.get("num-clusters"),
+        "rounds-to-truth": first_round_reaching([r["round"] for r in history], [r["ari"] for r in history]),
+        **totals,
+        "failures": sum(r["failures"] for r in history),
+        "rejected": sum(r["rejected"] for r in history),
+        "clustering-seconds": round(sum(r["clustering-seconds"] for r in history), 6),
+        "training-seconds": round(sum(r["round-seconds"] for r in history), 3),
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Write atomically: a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

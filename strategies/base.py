@@ -1,0 +1,382 @@
+"""``ClusteredStrategy``: one model per cluster and a client -> cluster assignment.
+
+The base owns the mechanics every clustered algorithm shares: identity discovery, seeded
+client sampling, one message per client carrying its own cluster's model, reply checks,
+per-cluster aggregation weighted by ``num-examples``, evaluation of every client with its
+cluster's model, traffic and timing records, and the round loop (Flower's
+``Strategy.start`` carries a single model, so it is overridden). An algorithm only says
+how it collects its signal and assigns clusters, through the hooks ``init_clusters``,
+``before_round``, ``client_config``, ``after_train`` and ``phase``.
+
+Empty clusters are kept on purpose: a cluster without members (or without replies this
+round) keeps its model and shows as size 0.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from logging import INFO, WARNING
+from typing import Any, ClassVar
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from common import keys
+from common.aggregation import weighted_average
+from common.config import TrainingParams
+from common.metrics import clustering_scores, cluster_sizes, mean_std
+
+from .federation import ClientInfo, Exchange, Outbox, Traffic, discover_clients, packed, send
+from .replies import evaluate_reply_fault, train_reply_fault
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """Parameters of a strategy that has none of its own."""
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> NoParams:  # noqa: ARG003
+        return cls()
+
+
+RoundCallback = Callable[["ClusteredStrategy", dict[str, Any]], None]
+
+
+class ClusteredStrategy(Strategy):
+    """Base of every umbel strategy (FedAvg is K = 1, Local is K = N).
+
+    Parameters
+    ----------
+    training : TrainingParams
+        Rounds, fraction per round, local epochs, optimiser, evaluation cadence, seed.
+    params : dataclass, optional
+        The strategy's own parameters (``params_type``); defaults when omitted.
+
+    Attributes
+    ----------
+    models : list of ArrayRecord
+        The K cluster models.
+    assignment : dict of int to int
+        Partition id -> cluster index into ``models``.
+    clients : dict of int to ClientInfo
+        The federation, by partition id.
+    history : list of dict
+        One record per round (what ``metrics.jsonl`` holds).
+    """
+
+    name: ClassVar[str] = "clustered"
+    params_type: ClassVar[type] = NoParams
+
+    def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:
+        self.training = training if training is not None else TrainingParams()
+        self.params = params if params is not None else self.params_type()
+        self.rng = np.random.default_rng(self.training.seed)
+        self.clients: dict[int, ClientInfo] = {}
+        self.models: list[ArrayRecord] = []
+        self.assignment: dict[int, int] = {}
+        self.history: list[dict[str, Any]] = []
+        self.last_eval: dict[int, tuple[float, float]] = {}
+        self.grid: Grid | None = None
+        self.on_round: RoundCallback | None = None
+        self._outbox: Outbox | None = None
+        self._sent_cluster: dict[int, int] = {}
+        self._stats = _RoundStats()
+
+    @classmethod
+    def from_run_config(cls, training: TrainingParams, rc: Mapping[str, Any]) -> ClusteredStrategy:
+        """Build with this strategy's parameters read (and validated) from run-config."""
+        return cls(training, cls.params_type.from_run_config(rc))
+
+    # ----------------------------------------------------------------- algorithm hooks
+    def init_clusters(self, initial: ArrayRecord) -> None:
+        """Start state once the clients are known; default: everyone in one cluster."""
+        self.set_clusters([initial], {pid: 0 for pid in self.clients})
+
+    def before_round(self, server_round: int) -> None:
+        """Collect signals or re-cluster before the round's training (default: nothing)."""
+
+    def client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        """Extra train config for one client (default: none)."""
+        return {}
+
+    def after_train(self, server_round: int, exchange: Exchange) -> None:
+        """See the round's validated train replies after aggregation (default: nothing)."""
+
+    def phase(self, server_round: int) -> str:
+        """Name of what this round does, for the records."""
+        return "train"
+
+    # ----------------------------------------------------------------- cluster state
+    def set_clusters(self, models: list[ArrayRecord], assignment: Mapping[int, int]) -> None:
+        """Replace the cluster models and the assignment together.
+
+        Raises
+        ------
+        ValueError
+            If an assignment points outside ``models``.
+        """
+        bad = {pid: k for pid, k in assignment.items() if not 0 <= k < len(models)}
+        if bad:
+            raise ValueError(f"Assignments {bad} point outside the {len(models)} cluster models.")
+        self.models = list(models)
+        self.assignment = dict(assignment)
+
+    @property
+    def num_clusters(self) -> int:
+        """Number of non-empty clusters."""
+        return len(set(self.assignment.values()))
+
+    def sample(self, server_round: int) -> list[int]:  # noqa: ARG002
+        """This round's training clients, drawn with the strategy's own seeded generator."""
+        pool = sorted(pid for pid in self.clients if pid in self.assignment)
+        m = self.training.num_sampled(len(pool))
+        return sorted(int(p) for p in self.rng.choice(pool, size=m, replace=False))
+
+    @contextmanager
+    def clustering_timer(self) -> Iterator[None]:
+        """Count the enclosed server-side clustering work in ``clustering-seconds``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._stats.clustering_seconds += time.perf_counter() - start
+
+    # ----------------------------------------------------------------- messaging
+    def query(self, message_type: str, contents: Mapping[int, RecordDict], server_round: int) -> Exchange:
+        """Send one query per client (``query.<action>``) and collect the replies."""
+        outbox = Outbox(self._nodes(), message_type, f"{message_type}-{server_round}")
+        for pid, content in contents.items():
+            outbox.add(pid, content)
+        exchange = send(self._require_grid(), outbox, self.training.round_timeout)
+        self._account(exchange, server_round)
+        return exchange
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One train message per sampled client, each with its own cluster's model."""
+        outbox = Outbox(self._nodes(), MessageType.TRAIN, f"train-{server_round}")
+        self._sent_cluster = {}
+        for pid in self.sample(server_round):
+            k = self.assignment[pid]
+            cfg = {**dict(config), **self._train_config(server_round, pid, k)}
+            outbox.add(pid, RecordDict({keys.ARRAYS: self.models[k], keys.CONFIG: ConfigRecord(cfg)}))
+            self._sent_cluster[pid] = k
+        self._outbox = outbox
+        return outbox.messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Check each reply, then average inside each cluster weighted by ``num-examples``."""
+        exchange = self._collect(replies, server_round)
+        for pid in sorted(exchange.replies):
+            k = self._sent_cluster[pid]
+            fault = train_reply_fault(exchange.replies[pid], self.models[k], self.clients[pid].num_train)
+            if fault:
+                self._reject(exchange, pid, fault, server_round)
+        members: dict[int, list[RecordDict]] = {}
+        for pid, content in sorted(exchange.replies.items()):
+            members.setdefault(self._sent_cluster[pid], []).append(content)
+        for k, contents in sorted(members.items()):
+            self.models[k] = self.aggregate_cluster(k, contents)
+        self._stats.train_replies = len(exchange.replies)
+        self.after_train(server_round, exchange)
+        losses = [float(c[keys.METRICS][keys.TRAIN_LOSS]) for c in exchange.replies.values()]
+        metrics = {"replies": len(exchange.replies), "failures": len(exchange.failures)}
+        if losses:
+            metrics[keys.TRAIN_LOSS] = float(np.mean(losses))
+        return packed(self.models), MetricRecord(metrics)
+
+    def aggregate_cluster(self, cluster: int, contents: list[RecordDict]) -> ArrayRecord:  # noqa: ARG002
+        """New model of one cluster from its members' replies (FedAvg's weighted mean)."""
+        models = [{n: a.numpy() for n, a in c[keys.ARRAYS].items()} for c in contents]
+        weights = [float(c[keys.METRICS][keys.NUM_EXAMPLES]) for c in contents]
+        averaged = weighted_average(models, weights)
+        return ArrayRecord({name: Array(arr) for name, arr in averaged.items()})
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One evaluate message per assigned client, with its own cluster's model."""
+        outbox = Outbox(self._nodes(), MessageType.EVALUATE, f"evaluate-{server_round}")
+        for pid in sorted(self.assignment):
+            cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: self.assignment[pid]}
+            outbox.add(pid, RecordDict({
+                keys.ARRAYS: self.models[self.assignment[pid]], keys.CONFIG: ConfigRecord(cfg)}))
+        self._outbox = outbox
+        return outbox.messages
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Mean and std of the clients' local test accuracy (each with its cluster's model)."""
+        exchange = self._collect(replies, server_round)
+        self.last_eval = {}
+        for pid, content in sorted(exchange.replies.items()):
+            fault = evaluate_reply_fault(content, self.clients[pid].num_test)
+            if fault:
+                self._reject(exchange, pid, fault, server_round)
+                continue
+            m = content[keys.METRICS]
+            self.last_eval[pid] = (float(m[keys.ACCURACY]), float(m[keys.LOSS]))
+        if not self.last_eval:
+            return None
+        acc_mean, acc_std = mean_std([a for a, _ in self.last_eval.values()])
+        loss_mean, _ = mean_std([loss for _, loss in self.last_eval.values()])
+        return MetricRecord({keys.ACCURACY: acc_mean, "accuracy-std": acc_std, keys.LOSS: loss_mean})
+
+    def summary(self) -> None:
+        """Log the strategy, its parameters and the cluster state."""
+        sizes = cluster_sizes(self.assignment, len(self.models)) if self.models else []
+        log(INFO, "%s: %s, %d clients, %d cluster models, sizes %s", type(self).__name__,
+            self.params, len(self.clients), len(self.models), sizes)
+
+    # ----------------------------------------------------------------- the run
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int | None = None,
+        timeout: float | None = None,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        expected_clients: int = 1,
+    ) -> Result:
+        """Run the whole experiment: identities, clustering hooks, training, evaluation.
+
+        Same signature as Flower's ``Strategy.start``; ``num_rounds`` and ``timeout``
+        default to the training parameters, ``evaluate_fn`` is called with the packed
+        cluster models, and ``expected_clients`` is how many nodes to wait for.
+        """
+        if num_rounds is not None or timeout is not None:
+            self.training = _replace(self.training, rounds=num_rounds, round_timeout=timeout)
+        self.grid = grid
+        if not self.clients:
+            self.clients, _ = discover_clients(
+                grid, expected_clients, wait_timeout=self.training.node_wait_timeout,
+                reply_timeout=self.training.round_timeout)
+            if not self.clients:
+                raise RuntimeError("No client answered the identity query; nothing to train.")
+            self.init_clusters(initial_arrays)
+        self.summary()
+        result = Result()
+        for rnd in range(1, self.training.rounds + 1):
+            self._stats = _RoundStats(start=time.perf_counter())
+            self.before_round(rnd)
+            replies = grid.send_and_receive(
+                self.configure_train(rnd, initial_arrays, train_config or ConfigRecord(), grid),
+                timeout=self.training.round_timeout)
+            arrays, train_metrics = self.aggregate_train(rnd, replies)
+            result.arrays = arrays if arrays is not None else result.arrays
+            if train_metrics is not None:
+                result.train_metrics_clientapp[rnd] = train_metrics
+            eval_metrics = None
+            if self.training.is_eval_round(rnd):
+                replies = grid.send_and_receive(
+                    self.configure_evaluate(rnd, initial_arrays, evaluate_config or ConfigRecord(), grid),
+                    timeout=self.training.round_timeout)
+                eval_metrics = self.aggregate_evaluate(rnd, replies)
+                if eval_metrics is not None:
+                    result.evaluate_metrics_clientapp[rnd] = eval_metrics
+            if evaluate_fn is not None:
+                server_metrics = evaluate_fn(rnd, packed(self.models))
+                if server_metrics is not None:
+                    result.evaluate_metrics_serverapp[rnd] = server_metrics
+            self._record(rnd, eval_metrics)
+        return result
+
+    # ----------------------------------------------------------------- internals
+    def _train_config(self, server_round: int, pid: int, cluster: int) -> dict[str, Any]:
+        t = self.training
+        return {
+            keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: cluster, keys.LOCAL_EPOCHS: t.local_epochs,
+            keys.BATCH_SIZE: t.batch_size, keys.LR: t.lr, keys.MOMENTUM: t.momentum,
+            keys.WEIGHT_DECAY: t.weight_decay, **self.client_config(server_round, pid),
+        }
+
+    def _nodes(self) -> dict[int, int]:
+        return {pid: info.node_id for pid, info in self.clients.items()}
+
+    def _require_grid(self) -> Grid:
+        if self.grid is None:
+            raise RuntimeError("The strategy has no grid yet: call start() first.")
+        return self.grid
+
+    def _collect(self, replies: Iterable[Message], server_round: int) -> Exchange:
+        if self._outbox is None:
+            raise RuntimeError("Replies arrived for no configured round.")
+        exchange = self._outbox.collect(replies, self.training.round_timeout)
+        self._outbox = None
+        self._account(exchange, server_round)
+        return exchange
+
+    def _account(self, exchange: Exchange, server_round: int) -> None:
+        for pid, cause in sorted(exchange.failures.items()):
+            log(WARNING, "round %d %s: client %d failed: %s", server_round,
+                exchange.phase.split("-")[0], pid, cause)
+        self._stats.add(exchange)
+
+    def _reject(self, exchange: Exchange, pid: int, fault: str, server_round: int) -> None:
+        log(WARNING, "round %d %s: client %d reply rejected: %s", server_round,
+            exchange.phase.split("-")[0], pid, fault)
+        del exchange.replies[pid]
+        exchange.failures[pid] = f"rejected: {fault}"
+        self._stats.rejected += 1
+
+    def _record(self, server_round: int, eval_metrics: MetricRecord | None) -> None:
+        pids = sorted(self.assignment)
+        truth = np.array([self.clients[p].true_group for p in pids])
+        scores = clustering_scores(truth, np.array([self.assignment[p] for p in pids])) if pids else None
+        s = self._stats
+        record: dict[str, Any] = {
+            "round": server_round,
+            "phase": self.phase(server_round),
+            "accuracy": None if eval_metrics is None else float(eval_metrics[keys.ACCURACY]),
+            "accuracy-std": None if eval_metrics is None else float(eval_metrics["accuracy-std"]),
+            "loss": None if eval_metrics is None else float(eval_metrics[keys.LOSS]),
+            "ari": None if scores is None else scores[0],
+            "ami": None if scores is None else scores[1],
+            "num-clusters": self.num_clusters,
+            "cluster-sizes": cluster_sizes(self.assignment, len(self.models)),
+            "train-replies": s.train_replies,
+            "failures": s.failures,
+            "rejected": s.rejected,
+            "bytes-down-model": s.down.model, "bytes-up-model": s.up.model,
+            "bytes-down-signal": s.down.signal, "bytes-up-signal": s.up.signal,
+            "clustering-seconds": round(s.clustering_seconds, 6),
+            "round-seconds": round(time.perf_counter() - s.start, 4),
+        }
+        self.history.append(record)
+        if self.on_round is not None:
+            self.on_round(self, record)
+
+
+@dataclass
+class _RoundStats:
+    start: float = 0.0
+    train_replies: int = 0
+    failures: int = 0
+    rejected: int = 0
+    clustering_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.down = Traffic()
+        self.up = Traffic()
+
+    def add(self, exchange: Exchange) -> None:
+        self.failures += len(exchange.failures)
+        for mine, theirs in ((self.down, exchange.down), (self.up, exchange.up)):
+            mine.model += theirs.model
+            mine.signal += theirs.signal
+
+
+def _replace(training: TrainingParams, *, rounds: int | None, round_timeout: float | None) -> TrainingParams:
+    changes = {k: v for k, v in (("rounds", rounds), ("round_timeout", round_timeout)) if v is not None}
+    return replace(training, **changes)

@@ -1,0 +1,41 @@
+"""FedProx (Li et al., MLSys 2020): FedAvg whose clients add a proximal term.
+
+Each client minimises ``loss + mu/2 * ||w - w_global||^2`` during local training; the
+server side is FedAvg's. ``mu`` is the run-config key ``proximal-mu``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from common import keys
+from common.config import run_config_value
+from common.validation import check_float
+
+from .base import ClusteredStrategy
+
+
+@dataclass(frozen=True)
+class FedProxParams:
+    """``proximal_mu`` >= 0 (0 gives FedAvg)."""
+
+    proximal_mu: float = 0.01
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "proximal_mu", check_float(self.proximal_mu, "proximal-mu", "FedProx", low=0.0))
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> FedProxParams:
+        return cls(proximal_mu=run_config_value(rc, "proximal-mu", cls.proximal_mu))
+
+
+class FedProx(ClusteredStrategy):
+    """One cluster; the train config carries ``proximal-mu`` to every client."""
+
+    name = "fedprox"
+    params_type = FedProxParams
+
+    def client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        return {keys.PROXIMAL_MU: self.params.proximal_mu}

@@ -1,0 +1,78 @@
+"""A Grid that runs the real ClientApp in this process, for fast strategy tests.
+
+It stands in for Flower's simulation grid: node ids, message ids and reply attribution
+work as in Flower (replies point back with ``reply_to_message_id``; errors come back as
+error replies; a dropped message is simply missing), without Ray or a SuperLink.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.supercore.task_identity import TaskIdentity
+
+SERVER_NODE_ID = 1
+
+Fault = Callable[[Message, int], Message | None]
+
+
+class InProcessGrid:
+    """Nodes ``1000 + i`` hold partitions ``i`` (shuffled node order on purpose).
+
+    Parameters
+    ----------
+    client_app : ClientApp
+        The app every node runs.
+    run_config : mapping
+        The run-config every node sees.
+    num_nodes : int
+        How many nodes (partition ids ``0..num_nodes-1``).
+    faults : mapping of partition id to callable, optional
+        ``fault(reply, server_round)`` returns a replacement reply or ``None`` to drop it.
+    reverse_replies : bool
+        Return replies in reverse order (replies may arrive in any order).
+    """
+
+    def __init__(self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int,
+                 faults: Mapping[int, Fault] | None = None, reverse_replies: bool = False) -> None:
+        self.client_app = client_app
+        self.run_config = dict(run_config)
+        self.node_of = {pid: 1000 + (pid * 7919) % 100_003 for pid in range(num_nodes)}
+        self.pid_of = {node: pid for pid, node in self.node_of.items()}
+        self.states = {node: RecordDict() for node in self.pid_of}
+        self.faults = dict(faults or {})
+        self.reverse_replies = reverse_replies
+        self.sent: list[Message] = []
+        self._ids = itertools.count(1)
+        TaskIdentity.task_id = 1
+        TaskIdentity.run_id = 1
+        TaskIdentity.node_id = SERVER_NODE_ID
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.pid_of)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        replies = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = f"m{next(self._ids)}"
+            self.sent.append(msg)
+            node = msg.metadata.dst_node_id
+            context = Context(run_id=1, node_id=node, node_config={
+                "partition-id": self.pid_of[node], "num-partitions": len(self.pid_of)},
+                state=self.states[node], run_config=self.run_config)
+            try:
+                reply = self.client_app(msg, context)
+            except Exception as err:  # noqa: BLE001 - Flower turns any ClientApp exception into an error reply
+                reply = Message(Error(code=2, reason=f"{type(err).__name__}: {err}"), reply_to=msg)
+            fault = self.faults.get(self.pid_of[node])
+            if fault is not None:
+                server_round = int(msg.content["config"].get("server-round", 0)) if msg.has_content() and "config" in msg.content else 0
+                reply = fault(reply, server_round)
+                if reply is None:
+                    continue
+            replies.append(reply)
+        return replies[::-1] if self.reverse_replies else replies

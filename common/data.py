@@ -1,0 +1,397 @@
+"""Datasets: metadata, loading from local files, and model-ready scaling.
+
+Images are kept as raw ``uint8`` pixels in ``(n, C, H, W)`` layout so that scenarios can
+rotate them exactly; :func:`to_float` turns them into standardised ``float32``. Loaded
+datasets are cached per process and their arrays are read-only.
+
+Files are looked for in ``data-dir`` (run-config), then in system locations (Debian's
+``dataset-fashion-mnist`` package), then in ``~/.cache/umbel/<name>``; as a last resort
+torchvision downloads them there. When all fails a :class:`DataUnavailableError` says how
+to get them.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common.validation import check_choice, check_int, check_str
+
+DATASETS: tuple[str, ...] = ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression")
+
+_INFO: dict[str, tuple[str, int, tuple[int, ...]]] = {
+    "fashion-mnist": ("classification", 10, (1, 28, 28)),
+    "mnist": ("classification", 10, (1, 28, 28)),
+    "cifar10": ("classification", 10, (3, 32, 32)),
+    "svhn": ("classification", 10, (3, 32, 32)),
+    "digits": ("classification", 10, (1, 8, 8)),
+    "regression": ("regression", 0, (1,)),
+}
+
+# Per-channel mean and std of the [0, 1]-scaled training images (the usual published values).
+_NORMALISATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "fashion-mnist": ((0.2860,), (0.3530,)),
+    "mnist": ((0.1307,), (0.3081,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
+}
+
+_DEBIAN_FASHION = "/usr/share/datasets/fashion-mnist"  # where dataset-fashion-mnist installs
+SYSTEM_DIRS: dict[str, tuple[str, ...]] = {"fashion-mnist": (_DEBIAN_FASHION,)}
+CACHE_ROOT: Path = Path.home() / ".cache" / "umbel"
+
+_IDX_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+_TORCHVISION_FOLDER = {"fashion-mnist": "FashionMNIST", "mnist": "MNIST"}
+_CIFAR_FOLDER = "cifar-10-batches-py"
+_CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+_SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
+_OWNER = "load_dataset"
+
+
+class DataUnavailableError(FileNotFoundError):
+    """The dataset's files were found nowhere and could not be downloaded."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a model needs to know about a dataset.
+
+    Attributes
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    task : str
+        ``"classification"`` or ``"regression"``.
+    num_classes : int
+        Number of classes; 0 for regression.
+    input_shape : tuple of int
+        ``(C, H, W)`` for images, ``(F,)`` for tabular or regression inputs.
+    """
+
+    name: str
+    task: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """Train and test arrays of one dataset.
+
+    Attributes
+    ----------
+    info : DatasetInfo
+    x_train, x_test : ndarray
+        Images: ``uint8`` of shape ``(n, C, H, W)``; digits and regression: ``float32``.
+    y_train, y_test : ndarray of shape (n,)
+        ``int64`` labels, or ``float32`` targets for regression.
+    """
+
+    info: DatasetInfo
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """Return the metadata of dataset ``name`` without touching any file.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of :data:`DATASETS`.
+    """
+    check_choice(name, "dataset", "umbel", DATASETS)
+    task, num_classes, shape = _INFO[name]
+    return DatasetInfo(name=name, task=task, num_classes=num_classes, input_shape=shape)
+
+
+def load_dataset(name: str, data_dir: str = "", seed: int = 0) -> Dataset:
+    """Load dataset ``name`` (cached per process; arrays are read-only).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS` except ``"regression"``, which the ``linear-regression``
+        scenario generates.
+    data_dir : str, default=""
+        Directory searched first (also its ``<name>/`` and torchvision sub-folders).
+    seed : int, default=0
+        Seed of the train/test split of ``digits``; ignored by datasets with an official split.
+
+    Raises
+    ------
+    ValueError
+        If the name or seed is invalid, ``name`` is ``"regression"``, or a file is corrupt.
+    DataUnavailableError
+        If the files are nowhere to be found and cannot be downloaded.
+    """
+    info = dataset_info(name)
+    check_str(data_dir, "data-dir", _OWNER)
+    check_int(seed, "seed", _OWNER, low=0)
+    if info.task == "regression":
+        raise ValueError(
+            "The 'regression' dataset has no files: its data are generated by the "
+            "'linear-regression' scenario (build_partition with scenario='linear-regression')."
+        )
+    return _load_cached(name, data_dir, seed if name == "digits" else 0)
+
+
+def to_float(info: DatasetInfo, x: np.ndarray) -> np.ndarray:
+    """Return model-ready ``float32`` inputs.
+
+    Parameters
+    ----------
+    info : DatasetInfo
+    x : ndarray of shape (n, C, H, W) or (n, F)
+        ``uint8`` images are scaled to [0, 1] and standardised per channel with the dataset's
+        usual mean and std; float inputs are only cast to ``float32``.
+
+    Returns
+    -------
+    ndarray of the same shape, dtype float32
+    """
+    if x.dtype != np.uint8:
+        return np.asarray(x, dtype=np.float32)
+    mean, std = _NORMALISATION[info.name]
+    shape = (1, len(mean)) + (1,) * (x.ndim - 2)
+    scaled = x.astype(np.float32) / np.float32(255.0)
+    return (scaled - np.asarray(mean, np.float32).reshape(shape)) / np.asarray(
+        std, np.float32
+    ).reshape(shape)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(name: str, data_dir: str, seed: int) -> Dataset:
+    info = dataset_info(name)
+    if name == "digits":
+        arrays = _load_digits(seed)
+    else:
+        arrays = _load_files(name, data_dir)
+    for array in arrays:
+        array.setflags(write=False)
+    return Dataset(info, *arrays)
+
+
+load_dataset.cache_clear = _load_cached.cache_clear  # type: ignore[attr-defined]
+
+
+def _load_digits(seed: int) -> tuple[np.ndarray, ...]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    y = bunch.target.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(y), dtype=bool)
+    for label in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == label))
+        test[members[: int(round(len(members) / 6))]] = True
+    return x[~test], y[~test], x[test], y[test]
+
+
+def _load_files(name: str, data_dir: str) -> tuple[np.ndarray, ...]:
+    searched = _search_dirs(name, data_dir)
+    for folder in searched:
+        if _complete(name, folder):
+            return _read(name, folder)
+    target = CACHE_ROOT / name
+    try:
+        _download(name, target)
+    except Exception as exc:  # torchvision raises many kinds (URLError, RuntimeError, ...)
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        for folder in _layouts(name, target):
+            if _complete(name, folder):
+                return _read(name, folder)
+        reason = "the download finished but the expected files are not there"
+    raise DataUnavailableError(_missing_message(name, searched, target, reason))
+
+
+def _search_dirs(name: str, data_dir: str) -> list[Path]:
+    dirs: list[Path] = []
+    if data_dir:
+        dirs += _layouts(name, Path(data_dir).expanduser())
+    dirs += [Path(d) for d in SYSTEM_DIRS.get(name, ())]
+    dirs += _layouts(name, CACHE_ROOT / name)
+    return list(dict.fromkeys(dirs))
+
+
+def _layouts(name: str, root: Path) -> list[Path]:
+    if name == "cifar10":
+        return [root / _CIFAR_FOLDER, root / name / _CIFAR_FOLDER, root]
+    if name == "svhn":
+        return [root, root / name]
+    return [root, root / name, root / _TORCHVISION_FOLDER[name] / "raw"]
+
+
+def _required(name: str) -> tuple[str, ...]:
+    return {"cifar10": _CIFAR_FILES, "svhn": _SVHN_FILES}.get(name, _IDX_FILES)
+
+
+def _complete(name: str, folder: Path) -> bool:
+    if name in ("cifar10", "svhn"):
+        return all((folder / f).is_file() for f in _required(name))
+    return all(_idx_path(folder, f) is not None for f in _IDX_FILES)
+
+
+def _idx_path(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read(name: str, folder: Path) -> tuple[np.ndarray, ...]:
+    if name == "cifar10":
+        x_train, y_train = _read_cifar([folder / f for f in _CIFAR_FILES[:5]])
+        x_test, y_test = _read_cifar([folder / "test_batch"])
+    elif name == "svhn":
+        x_train, y_train = read_svhn(folder / "train_32x32.mat")
+        x_test, y_test = read_svhn(folder / "test_32x32.mat")
+    else:
+        paths = [_idx_path(folder, f) for f in _IDX_FILES]
+        x_train, y_train, x_test, y_test = (read_idx(p) for p in paths)  # type: ignore[arg-type]
+        x_train, x_test = x_train[:, None], x_test[:, None]
+    for x, y, split in ((x_train, y_train, "train"), (x_test, y_test, "test")):
+        _check_pair(name, folder, split, x, y)
+    return x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64)
+
+
+def _check_pair(name: str, folder: Path, split: str, x: np.ndarray, y: np.ndarray) -> None:
+    info = dataset_info(name)
+    if x.shape[1:] != info.input_shape or len(x) != len(y):
+        raise ValueError(
+            f"The {split} files of {name} in {folder} are inconsistent: images of shape "
+            f"{x.shape} with {len(y)} labels; expected images of shape (n, *{info.input_shape})"
+            " and n labels."
+        )
+    if len(y) and (y.min() < 0 or y.max() >= info.num_classes):
+        raise ValueError(
+            f"The {split} labels of {name} in {folder} must lie in [0, {info.num_classes - 1}]; "
+            f"found values in [{y.min()}, {y.max()}]."
+        )
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Parse an IDX file of unsigned bytes (plain or ``.gz``).
+
+    Returns
+    -------
+    ndarray of dtype uint8 and the shape stored in the header, e.g. (n, 28, 28) or (n,)
+
+    Raises
+    ------
+    ValueError
+        If the file is unreadable, has a bad magic number, or its size does not match its header.
+    """
+    path = Path(path)
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"Cannot read IDX file {path}: {exc}") from exc
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] == 0:
+        raise ValueError(
+            f"{path} is not an IDX file of unsigned bytes: bad magic number {raw[:4].hex()!r} "
+            "(expected 000008 followed by the number of dimensions)."
+        )
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"IDX file {path} is truncated inside its header.")
+    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    expected = int(np.prod(dims))
+    if len(raw) - header != expected:
+        raise ValueError(
+            f"IDX file {path} is truncated or corrupt: header {dims} needs {expected} bytes "
+            f"of data, found {len(raw) - header}."
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims).copy()
+
+
+def _read_cifar(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = [], []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                batch = pickle.load(handle, encoding="bytes")
+            data = np.asarray(batch[b"data"], dtype=np.uint8)
+            labels = np.asarray(batch[b"labels"], dtype=np.int64)
+            xs.append(data.reshape(len(data), 3, 32, 32))
+        except Exception as exc:  # unpickling a bad file can raise almost anything
+            raise ValueError(f"Cannot read CIFAR-10 batch {path}: {exc!r}") from exc
+        ys.append(labels)
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def read_svhn(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read an SVHN ``*_32x32.mat`` file.
+
+    Returns
+    -------
+    x : ndarray of shape (n, 3, 32, 32), uint8
+    y : ndarray of shape (n,), int64, with SVHN's label 10 mapped to digit 0
+
+    Raises
+    ------
+    ValueError
+        If the file is unreadable or lacks the ``X`` (32, 32, 3, n) and ``y`` arrays.
+    """
+    from scipy.io import loadmat
+
+    try:
+        mat = loadmat(str(path))
+        x = np.asarray(mat["X"], dtype=np.uint8).transpose(3, 2, 0, 1)
+        y = np.asarray(mat["y"], dtype=np.int64).reshape(-1)
+    except Exception as exc:  # scipy raises several kinds for malformed files
+        raise ValueError(f"Cannot read SVHN file {path}: {exc!r}") from exc
+    y[y == 10] = 0
+    return np.ascontiguousarray(x), y
+
+
+def _download(name: str, root: Path) -> None:
+    """Download ``name`` into ``root`` with torchvision (needs internet)."""
+    from torchvision import datasets
+
+    root.mkdir(parents=True, exist_ok=True)
+    if name == "svhn":
+        for split in ("train", "test"):
+            datasets.SVHN(str(root), split=split, download=True)
+        return
+    cls = {"fashion-mnist": datasets.FashionMNIST, "mnist": datasets.MNIST}.get(
+        name, datasets.CIFAR10
+    )
+    for train in (True, False):
+        cls(str(root), train=train, download=True)
+
+
+def _missing_message(name: str, searched: list[Path], target: Path, reason: str) -> str:
+    suffix = "" if name in ("cifar10", "svhn") else "[.gz]"
+    files = ", ".join(f + suffix for f in _required(name))
+    places = "\n  ".join(str(p) for p in searched)
+    fixes = []
+    if name == "fashion-mnist":
+        fixes.append(
+            "install the Debian package: `apt-get install dataset-fashion-mnist` "
+            f"(puts the files in {_DEBIAN_FASHION})"
+        )
+    fixes.append("set the 'data-dir' run-config parameter to a directory that holds the files")
+    fixes.append(f"run once with internet access so torchvision can download them into {target}")
+    return (
+        f"The {name} files ({files}) were not found in:\n  {places}\n"
+        f"and the torchvision download into {target} failed ({reason}).\n"
+        "To fix this, " + "; or ".join(fixes) + "."
+    )

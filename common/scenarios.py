@@ -1,0 +1,574 @@
+"""Heterogeneity scenarios: how a dataset is split into clients, with each client's true group.
+
+Every scenario is deterministic for ``seed`` (one ``numpy.random.default_rng(seed)``), gives
+clients disjoint train indices and disjoint test indices, and draws test data only from the
+dataset's official test set. See ``SCENARIOS.md`` and the papers cited per builder.
+
+Test split of the label-based scenarios (label-groups, label-skew, label-skew-dirichlet,
+dirichlet): a client receives, for each class c it holds, ``round(test_fraction * n_c)`` test
+samples (at least 1), where ``n_c`` is its train count of c. When the clients together ask for
+more test samples of a class than the test set has, every client's demand for that class is
+scaled down proportionally, keeping at least 1 per holder while the pool allows. The IID
+scenarios (rotation, label-swap, attack) give each client ``round(test_fraction *
+samples_per_client)`` IID test samples, capped at ``n_test // num_clients``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from common.data import DATASETS, Dataset, DatasetInfo, dataset_info, load_dataset, to_float
+from common.validation import check_choice, check_float, check_int, check_str, parse_float_list
+
+SCENARIOS: tuple[str, ...] = (
+    "label-groups",
+    "label-skew",
+    "label-skew-dirichlet",
+    "dirichlet",
+    "rotation",
+    "label-swap",
+    "attack",
+    "linear-regression",
+)
+_IID = ("rotation", "label-swap", "attack")
+_MIN_TRAIN = 10  # NIID-bench's minimum client size for Dirichlet partitions
+_MAX_DRAWS = 100
+_NOISE_STD = 0.2  # CFL-GP Sec. 5.1: n ~ N(0, 0.2^2)
+
+
+def _half_up(x: np.ndarray | float) -> np.ndarray:
+    return np.floor(np.asarray(x, dtype=np.float64) + 0.5).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """Validated scenario parameters (hashable; field ``a_b`` is run-config key ``a-b``).
+
+    Raises
+    ------
+    ValueError
+        On construction, if any field is out of range or the fields do not fit together.
+    """
+
+    scenario: str = "label-groups"
+    dataset: str = "fashion-mnist"
+    num_clients: int = 100
+    seed: int = 0
+    groups: int = 5
+    labels_per_group: int = 2
+    samples_per_label: int = 50
+    samples_per_client: int = 600
+    label_fraction: float = 0.2
+    dirichlet_alpha: float = 0.5
+    quantity_alpha: float = 1.0
+    angles: tuple[float, ...] = (0.0, 90.0, 180.0, 270.0)
+    attackers: int = 0
+    regression_phi: float = 20.0
+    test_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        scenario = check_choice(self.scenario, "scenario", "ScenarioConfig", SCENARIOS)
+        owner = f"scenario '{scenario}'"
+        dataset = check_choice(self.dataset, "dataset", owner, DATASETS)
+        if scenario == "linear-regression" and dataset != "regression":
+            raise ValueError(
+                f"The 'dataset' parameter of {owner} must be 'regression' (the scenario "
+                f"generates its own data). Got {dataset!r} instead."
+            )
+        if scenario != "linear-regression" and dataset == "regression":
+            images = ", ".join(repr(d) for d in DATASETS if d != "regression")
+            raise ValueError(
+                f"The 'dataset' parameter of {owner} must be one of {{{images}}}; the "
+                "'regression' data exist only in scenario 'linear-regression'. "
+                "Got 'regression' instead."
+            )
+        classes = dataset_info(dataset).num_classes
+        put = functools.partial(object.__setattr__, self)
+        n = check_int(self.num_clients, "num-clients", owner,
+                      low=3 if dataset == "regression" else 1)
+        put("num_clients", n)
+        put("seed", check_int(self.seed, "seed", owner, low=0))
+        put("labels_per_group", check_int(
+            self.labels_per_group, "labels-per-group", owner, low=1,
+            high=classes if scenario == "label-groups" else None))
+        for name in ("label_fraction", "test_fraction"):
+            put(name, check_float(getattr(self, name), name.replace("_", "-"), owner,
+                                  low=0.0, high=1.0, closed=(False, True)))
+        put("groups", check_int(self.groups, "groups", owner, low=1, high=self._max_groups(n)))
+        for name in ("samples_per_label", "samples_per_client"):
+            put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
+        for name in ("dirichlet_alpha", "quantity_alpha"):
+            put(name, check_float(getattr(self, name), name.replace("_", "-"), owner,
+                                  low=0.0, closed=(False, True)))
+        angles = _parse_angles(self.angles, owner)
+        if scenario == "rotation" and len(angles) > n:
+            raise ValueError(
+                f"The 'angles' parameter of {owner} must list at most num-clients={n} angles "
+                f"(one group of clients per angle). Got {len(angles)} angles instead."
+            )
+        put("angles", angles)
+        put("attackers", check_int(self.attackers, "attackers", owner, low=0, high=n))
+        put("regression_phi", check_float(self.regression_phi, "regression-phi", owner,
+                                          low=0.0, high=90.0, closed=(True, False)))
+
+    def _max_groups(self, num_clients: int) -> int | None:
+        classes = dataset_info(self.dataset).num_classes
+        if self.scenario == "label-groups":
+            return math.comb(classes, self.labels_per_group)
+        if self.scenario == "label-skew-dirichlet":
+            return min(math.comb(classes, self.label_count), num_clients)
+        if self.scenario == "label-swap":
+            return min(classes // 2, num_clients)
+        return None
+
+    @property
+    def label_count(self) -> int:
+        """Labels per client in label-skew(-dirichlet): ``round(label_fraction * C)``, >= 1."""
+        classes = dataset_info(self.dataset).num_classes
+        return max(1, int(_half_up(float(self.label_fraction) * classes)))
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> ScenarioConfig:
+        """Build from Flower run-config (kebab-case keys; missing keys take the defaults)."""
+        kwargs = {f.name: rc[f.name.replace("_", "-")] for f in fields(cls)
+                  if f.name.replace("_", "-") in rc}
+        return cls(**kwargs)
+
+
+def _parse_angles(value: Any, owner: str) -> tuple[float, ...]:
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return parse_float_list("", "angles", owner)
+        return tuple(check_float(v, "angles", owner) for v in value)
+    return parse_float_list(value, "angles", owner)
+
+
+@dataclass(frozen=True, eq=False)
+class ClientSplit:
+    """One client's share of a dataset.
+
+    Attributes
+    ----------
+    partition_id : int
+    train_idx : ndarray of shape (n_train,), int64
+        Indices into ``Dataset.x_train``.
+    test_idx : ndarray of shape (n_test,), int64
+        Indices into ``Dataset.x_test``.
+    group : int
+        True group id, -1 when the scenario has none.
+    rotation : float
+        Degrees (counter-clockwise) applied to the client's images.
+    label_map : ndarray of shape (C,), int64, or None
+        Permutation applied to the labels.
+    attacker : bool
+    """
+
+    partition_id: int
+    train_idx: np.ndarray
+    test_idx: np.ndarray
+    group: int
+    rotation: float = 0.0
+    label_map: np.ndarray | None = None
+    attacker: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """A dataset split into clients; ``num_groups`` is 0 when there are no true groups."""
+
+    config: ScenarioConfig
+    dataset: Dataset
+    clients: tuple[ClientSplit, ...]
+    num_groups: int
+
+    def true_groups(self) -> np.ndarray:
+        """Return the true group of every client, shape (N,), int64 (-1: no group)."""
+        return np.array([c.group for c in self.clients], dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class ClientData:
+    """Model-ready arrays of one client.
+
+    Attributes
+    ----------
+    x_train, x_test : ndarray of shape (n, *input_shape), float32
+    y_train, y_test : ndarray of shape (n,)
+        int64 labels (label map applied) or float32 regression targets.
+    group : int
+    attacker : bool
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    group: int
+    attacker: bool
+
+
+def build_partition(config: ScenarioConfig, data_dir: str = "") -> Partition:
+    """Split the scenario's dataset into clients (cached per process on the arguments).
+
+    Raises
+    ------
+    ValueError
+        If the data cannot satisfy the configuration (e.g. more samples of a label are asked
+        for than exist); the message names the parameter, what exists and what was asked.
+    DataUnavailableError
+        If the dataset's files are missing.
+    """
+    if not isinstance(config, ScenarioConfig):
+        raise ValueError(
+            "The 'config' parameter of build_partition must be a ScenarioConfig. "
+            f"Got {config!r} instead."
+        )
+    check_str(data_dir, "data-dir", "build_partition")
+    return _build(config, data_dir)
+
+
+@functools.lru_cache(maxsize=16)
+def _build(cfg: ScenarioConfig, data_dir: str) -> Partition:
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.scenario == "linear-regression":
+        dataset, train, test, groups = linear_regression(cfg, rng)
+        return _assemble(cfg, dataset, train, test, groups, 3)
+    dataset = load_dataset(cfg.dataset, data_dir, cfg.seed)
+    y, classes = dataset.y_train, dataset.info.num_classes
+    if cfg.scenario in _IID:
+        train = iid_train(cfg, len(y), rng)
+        test = iid_test(cfg, len(dataset.y_test), rng)
+        num_groups = len(cfg.angles) if cfg.scenario == "rotation" else cfg.groups
+        if cfg.scenario == "attack":
+            groups = np.zeros(cfg.num_clients, dtype=np.int64)
+            groups[rng.choice(cfg.num_clients, cfg.attackers, replace=False)] = 1
+            num_groups = 2 if cfg.attackers else 1
+        else:
+            groups = rng.permutation(np.arange(cfg.num_clients) % num_groups)
+        return _assemble(cfg, dataset, train, test, groups, num_groups)
+    builder = {"label-groups": label_groups, "label-skew": label_skew,
+               "label-skew-dirichlet": label_skew_dirichlet, "dirichlet": dirichlet}[cfg.scenario]
+    train, groups, num_groups = builder(cfg, y, classes, rng)
+    counts = np.stack([np.bincount(y[idx], minlength=classes) for idx in train])
+    test = stratified_test(counts, dataset.y_test, cfg.test_fraction, rng)
+    return _assemble(cfg, dataset, train, test, groups, num_groups)
+
+
+build_partition.cache_clear = _build.cache_clear  # type: ignore[attr-defined]
+
+
+def _assemble(cfg: ScenarioConfig, dataset: Dataset, train: list[np.ndarray],
+              test: list[np.ndarray], groups: np.ndarray, num_groups: int) -> Partition:
+    clients = []
+    for i, (tr, te, g) in enumerate(zip(train, test, groups.tolist())):
+        tr, te = np.sort(tr).astype(np.int64), np.sort(te).astype(np.int64)
+        tr.setflags(write=False)
+        te.setflags(write=False)
+        rotation, label_map = 0.0, None
+        if cfg.scenario == "rotation":
+            rotation = cfg.angles[g]
+        elif cfg.scenario == "label-swap":
+            label_map = np.arange(dataset.info.num_classes, dtype=np.int64)
+            label_map[[2 * g, 2 * g + 1]] = [2 * g + 1, 2 * g]
+            label_map.setflags(write=False)
+        attacker = cfg.scenario == "attack" and g == 1
+        clients.append(ClientSplit(i, tr, te, int(g), rotation, label_map, attacker))
+    return Partition(cfg, dataset, tuple(clients), num_groups)
+
+
+def label_groups(cfg: ScenarioConfig, y: np.ndarray, classes: int,
+                 rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """CFLGT Sec. V-A: G random L-label combinations; each client picks one at random.
+
+    Each client takes ``samples_per_label`` train samples of each of its labels, never reusing
+    a sample. Returns per-client train indices, groups of shape (N,) and G.
+    """
+    combos = list(itertools.combinations(range(classes), cfg.labels_per_group))
+    label_sets = [combos[i] for i in rng.choice(len(combos), cfg.groups, replace=False)]
+    groups = rng.integers(cfg.groups, size=cfg.num_clients)
+    pools = [rng.permutation(np.flatnonzero(y == c)) for c in range(classes)]
+    holders = [[i for i, g in enumerate(groups) if c in label_sets[g]] for c in range(classes)]
+    n = cfg.samples_per_label
+    for c in range(classes):
+        if len(holders[c]) * n > len(pools[c]):
+            raise ValueError(
+                f"The 'samples-per-label' parameter of scenario 'label-groups' asks for more "
+                f"samples than exist: label {c} of {cfg.dataset} has {len(pools[c])} train "
+                f"samples, but {len(holders[c])} clients hold it and ask for {n} each "
+                f"({len(holders[c]) * n} in all). Lower 'samples-per-label' or 'num-clients'."
+            )
+    train: list[list[np.ndarray]] = [[] for _ in range(cfg.num_clients)]
+    for c in range(classes):
+        for k, i in enumerate(holders[c]):
+            train[i].append(pools[c][k * n:(k + 1) * n])
+    return [np.concatenate(parts) for parts in train], groups, cfg.groups
+
+
+def label_skew(cfg: ScenarioConfig, y: np.ndarray, classes: int,
+               rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """NIID-bench ``#C=k`` (FedClust Sec. 5.1), k = round(label_fraction * C).
+
+    Client i owns label ``i % C`` and k-1 other distinct random labels; each label's train
+    samples are split equally among its owners. Group = index of the distinct label set, in
+    order of first appearance.
+    """
+    k = cfg.label_count
+    label_sets = []
+    for i in range(cfg.num_clients):
+        others = [c for c in range(classes) if c != i % classes]
+        label_sets.append(frozenset([i % classes, *rng.choice(others, k - 1, replace=False)]))
+    train: list[list[np.ndarray]] = [[] for _ in range(cfg.num_clients)]
+    for c in range(classes):
+        owners = [i for i, s in enumerate(label_sets) if c in s]
+        pool = rng.permutation(np.flatnonzero(y == c))
+        _check_owners(cfg, c, len(owners), len(pool))
+        for i, part in zip(owners, np.array_split(pool, len(owners)) if owners else []):
+            train[i].append(part)
+    ids: dict[frozenset, int] = {}
+    groups = np.array([ids.setdefault(s, len(ids)) for s in label_sets], dtype=np.int64)
+    return [np.concatenate(parts) for parts in train], groups, len(ids)
+
+
+def label_skew_dirichlet(cfg: ScenarioConfig, y: np.ndarray, classes: int,
+                         rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """FLAG Sec. 5: groups share a random label set; Dirichlet quantity shift inside a label.
+
+    ``groups`` groups of clients (sizes differ by at most one, members random) each get a
+    distinct random set of ``round(label_fraction * C)`` labels. All train samples of a label
+    are divided among the clients holding it (from any group) with proportions
+    ``~ Dir(quantity_alpha)``. The paper does not say how empty clients are avoided: every
+    holder first receives ``ceil(10 / k)`` samples of each of its labels (fewer if the label
+    is too small), and only the rest follows the Dirichlet proportions.
+    """
+    k = cfg.label_count
+    combos = list(itertools.combinations(range(classes), k))
+    label_sets = [combos[i] for i in rng.choice(len(combos), cfg.groups, replace=False)]
+    groups = rng.permutation(np.arange(cfg.num_clients) % cfg.groups)
+    train: list[list[np.ndarray]] = [[] for _ in range(cfg.num_clients)]
+    for c in range(classes):
+        owners = np.flatnonzero([c in label_sets[g] for g in groups])
+        if len(owners) == 0:
+            continue
+        pool = rng.permutation(np.flatnonzero(y == c))
+        _check_owners(cfg, c, len(owners), len(pool))
+        floor = min(math.ceil(_MIN_TRAIN / k), len(pool) // len(owners))
+        rest = len(pool) - floor * len(owners)
+        cuts = (np.cumsum(rng.dirichlet(np.full(len(owners), cfg.quantity_alpha))) * rest)
+        extra = np.diff(np.concatenate([[0], cuts.astype(np.int64)[:-1], [rest]]))
+        for i, part in zip(owners, np.split(pool, np.cumsum(floor + extra)[:-1])):
+            train[i].append(part)
+    return [np.concatenate(parts) for parts in train], groups, cfg.groups
+
+
+def dirichlet(cfg: ScenarioConfig, y: np.ndarray, classes: int,
+              rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """NIID-bench ``Dir(alpha)``: each class is spread over all clients by Dirichlet proportions.
+
+    As in NIID-bench, clients already above the mean size get no more of later classes, and
+    the draw is repeated until every client holds at least ``min(10, n / (2N))`` samples (at
+    most 100 draws). No true groups: every group is -1.
+    """
+    n, num = len(y), cfg.num_clients
+    if n < num:
+        raise ValueError(
+            f"The 'num-clients' parameter of scenario 'dirichlet' must be at most the "
+            f"{n} train samples of {cfg.dataset}. Got {num} instead."
+        )
+    need = max(1, min(_MIN_TRAIN, n // (2 * num)))
+    class_idx = [np.flatnonzero(y == c) for c in range(classes)]
+    for _ in range(_MAX_DRAWS):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num)]
+        sizes = np.zeros(num, dtype=np.int64)
+        for idx in class_idx:
+            pool = rng.permutation(idx)
+            room = sizes < n / num
+            p = rng.dirichlet(np.full(num, cfg.dirichlet_alpha)) * room
+            p = p if p.sum() > 0 else room.astype(np.float64)
+            cuts = (np.cumsum(p / p.sum()) * len(pool)).astype(np.int64)[:-1]
+            for i, part in enumerate(np.split(pool, cuts)):
+                parts[i].append(part)
+                sizes[i] += len(part)
+        if sizes.min() >= need:
+            return [np.concatenate(p) for p in parts], np.full(num, -1, dtype=np.int64), 0
+    raise ValueError(
+        f"The 'dirichlet-alpha' parameter of scenario 'dirichlet' is too small for {num} "
+        f"clients on {cfg.dataset}: after {_MAX_DRAWS} draws some client still held fewer "
+        f"than {need} train samples. Got {cfg.dirichlet_alpha} instead; raise it or lower "
+        "'num-clients'."
+    )
+
+
+def _check_owners(cfg: ScenarioConfig, label: int, owners: int, available: int) -> None:
+    if owners > available:
+        raise ValueError(
+            f"The 'num-clients' parameter of scenario '{cfg.scenario}' is too large: label "
+            f"{label} of {cfg.dataset} has {available} train samples but {owners} clients "
+            "must share it (at least one each). Lower 'num-clients'."
+        )
+
+
+def iid_train(cfg: ScenarioConfig, n_train: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Draw ``samples_per_client`` IID train indices per client, without replacement."""
+    need = cfg.num_clients * cfg.samples_per_client
+    if need > n_train:
+        raise ValueError(
+            f"The 'samples-per-client' parameter of scenario '{cfg.scenario}' asks for more "
+            f"samples than exist: {cfg.num_clients} clients x {cfg.samples_per_client} = {need} "
+            f"train samples, but {cfg.dataset} has {n_train}. Lower 'samples-per-client' or "
+            "'num-clients'."
+        )
+    return list(rng.permutation(n_train)[:need].reshape(cfg.num_clients, -1))
+
+
+def iid_test(cfg: ScenarioConfig, n_test: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Draw ``round(test_fraction * samples_per_client)`` IID test indices per client (>= 1).
+
+    Capped at ``n_test // num_clients`` so that clients' test sets stay disjoint.
+    """
+    cap = n_test // cfg.num_clients
+    if cap == 0:
+        raise ValueError(
+            f"The 'num-clients' parameter of scenario '{cfg.scenario}' must be at most the "
+            f"{n_test} test samples of {cfg.dataset}. Got {cfg.num_clients} instead."
+        )
+    per = min(cap, max(1, int(_half_up(cfg.test_fraction * cfg.samples_per_client))))
+    return list(rng.permutation(n_test)[:per * cfg.num_clients].reshape(cfg.num_clients, -1))
+
+
+def stratified_test(counts: np.ndarray, y_test: np.ndarray, test_fraction: float,
+                    rng: np.random.Generator) -> list[np.ndarray]:
+    """Draw disjoint test indices with each client's train class proportions.
+
+    Parameters
+    ----------
+    counts : ndarray of shape (N, C), int
+        Train samples of each class held by each client.
+    y_test : ndarray of shape (n_test,), int
+    test_fraction : float
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    list of N int64 arrays
+        Demand per class is ``round(test_fraction * count)``, at least 1 for held classes,
+        scaled down proportionally when a class's test pool is too small (see module doc).
+    """
+    demand = np.where(counts > 0, np.maximum(_half_up(test_fraction * counts), 1), 0)
+    out: list[list[np.ndarray]] = [[] for _ in range(len(counts))]
+    for c in range(counts.shape[1]):
+        pool = rng.permutation(np.flatnonzero(y_test == c))
+        want = demand[:, c]
+        if want.sum() > len(pool):
+            want = _shrink(want, len(pool), rng)
+        for i, part in enumerate(np.split(pool[:want.sum()], np.cumsum(want)[:-1])):
+            out[i].append(part)
+    return [np.concatenate(parts).astype(np.int64) for parts in out]
+
+
+def _shrink(want: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
+    holders = np.flatnonzero(want > 0)
+    out = np.zeros_like(want)
+    if len(holders) > cap:
+        out[rng.choice(holders, cap, replace=False)] = 1
+        return out
+    out[holders] = 1
+    extra = want[holders] - 1
+    if extra.sum() > 0:
+        out[holders] += extra * (cap - len(holders)) // extra.sum()
+    return out
+
+
+def linear_regression(cfg: ScenarioConfig, rng: np.random.Generator
+                      ) -> tuple[Dataset, list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """CFL-GP Sec. 5.1 / App. F.4: three groups with angles (-phi, 0, phi).
+
+    For group k, ``x ~ U(0, cos(phi_k))`` and ``y = x tan(phi_k) + n`` with
+    ``n ~ N(0, 0.2^2)``. Clients are split into the groups as equally as possible at random;
+    each gets ``samples_per_client`` train and ``round(test_fraction * samples_per_client)``
+    (>= 1) test pairs. Returns the generated dataset (x of shape (n, 1), y of shape (n,),
+    float32), per-client train and test indices, and groups of shape (N,).
+    """
+    num = cfg.num_clients
+    groups = rng.permutation(np.arange(num) % 3)
+    phis = np.deg2rad(np.array([-cfg.regression_phi, 0.0, cfg.regression_phi]))[groups]
+    n_tr = cfg.samples_per_client
+    n_te = max(1, int(_half_up(cfg.test_fraction * n_tr)))
+
+    def draw(per: int) -> tuple[np.ndarray, np.ndarray]:
+        phi = np.repeat(phis, per)
+        x = rng.uniform(0.0, 1.0, size=phi.size) * np.cos(phi)
+        y = x * np.tan(phi) + rng.normal(0.0, _NOISE_STD, size=phi.size)
+        return x.astype(np.float32)[:, None], y.astype(np.float32)
+
+    (x_train, y_train), (x_test, y_test) = draw(n_tr), draw(n_te)
+    for a in (x_train, y_train, x_test, y_test):
+        a.setflags(write=False)
+    dataset = Dataset(dataset_info("regression"), x_train, y_train, x_test, y_test)
+    train = [np.arange(i * n_tr, (i + 1) * n_tr) for i in range(num)]
+    test = [np.arange(i * n_te, (i + 1) * n_te) for i in range(num)]
+    return dataset, train, test, groups
+
+
+def rotate_images(x: np.ndarray, angle: float) -> np.ndarray:
+    """Rotate images counter-clockwise by ``angle`` degrees.
+
+    Parameters
+    ----------
+    x : ndarray of shape (n, C, H, W)
+    angle : float
+
+    Returns
+    -------
+    ndarray of the same shape and dtype: exact ``np.rot90`` for multiples of 90 degrees,
+    otherwise bilinear ``scipy.ndimage.rotate`` (reshape=False) with zero (black) fill.
+    """
+    angle = float(angle) % 360.0
+    quarter = angle / 90.0
+    if math.isclose(quarter, round(quarter), abs_tol=1e-9):
+        return np.ascontiguousarray(np.rot90(x, int(round(quarter)) % 4, axes=(-2, -1)))
+    from scipy.ndimage import rotate
+
+    out = rotate(x.astype(np.float32), angle, axes=(x.ndim - 1, x.ndim - 2), reshape=False,
+                 order=1, cval=0.0)
+    if x.dtype == np.uint8:
+        return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    return out.astype(x.dtype)
+
+
+def _prepare(info: DatasetInfo, x: np.ndarray, angle: float) -> np.ndarray:
+    return to_float(info, rotate_images(x, angle) if angle else x)
+
+
+def client_data(partition: Partition, partition_id: int) -> ClientData:
+    """Return the model-ready data of client ``partition_id``.
+
+    Images are rotated by the client's angle (raw pixels, then :func:`to_float`); labels go
+    through the client's label map.
+
+    Raises
+    ------
+    ValueError
+        If ``partition_id`` is not in ``[0, N - 1]``.
+    """
+    pid = check_int(partition_id, "partition-id", "client_data", low=0,
+                    high=len(partition.clients) - 1)
+    split, ds = partition.clients[pid], partition.dataset
+    y_train, y_test = ds.y_train[split.train_idx], ds.y_test[split.test_idx]
+    if split.label_map is not None:
+        y_train, y_test = split.label_map[y_train], split.label_map[y_test]
+    dtype = np.float32 if ds.info.task == "regression" else np.int64
+    return ClientData(
+        x_train=_prepare(ds.info, ds.x_train[split.train_idx], split.rotation),
+        y_train=y_train.astype(dtype),
+        x_test=_prepare(ds.info, ds.x_test[split.test_idx], split.rotation),
+        y_test=y_test.astype(dtype),
+        group=split.group,
+        attacker=split.attacker,
+    )

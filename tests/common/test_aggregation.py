@@ -1,0 +1,50 @@
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from common.aggregation import weighted_average
+
+
+def _models(rng, n):
+    return [{"w": rng.normal(size=(4, 3)).astype(np.float32), "b": rng.normal(size=3).astype(np.float32)}
+            for _ in range(n)]
+
+
+def test_equals_flower_fedavg_aggregation():
+    rng = np.random.default_rng(0)
+    models = _models(rng, 5)
+    weights = [10, 50, 3, 7, 30]
+    ours = weighted_average(models, weights)
+    records = [RecordDict({"arrays": ArrayRecord([m["w"], m["b"]]), "metrics": MetricRecord({"num-examples": w})})
+               for m, w in zip(models, weights)]
+    flower = aggregate_arrayrecords(records, "num-examples").to_numpy_ndarrays()
+    np.testing.assert_allclose(ours["w"], flower[0], rtol=1e-6)
+    np.testing.assert_allclose(ours["b"], flower[1], rtol=1e-6)
+    assert ours["w"].dtype == np.float32
+
+
+def test_single_model_is_returned_unchanged_and_zero_weight_ignored():
+    rng = np.random.default_rng(1)
+    a, b = _models(rng, 2)
+    out = weighted_average([a, b], [1.0, 0.0])
+    np.testing.assert_array_equal(out["w"], a["w"])
+
+
+def test_integer_buffers_are_rounded():
+    out = weighted_average([{"n": np.array(3, dtype=np.int64)}, {"n": np.array(4, dtype=np.int64)}], [1, 2])
+    assert out["n"].dtype == np.int64 and int(out["n"]) == 4
+
+
+@pytest.mark.parametrize("weights", [[], [1.0], [0.0, 0.0], [-1.0, 2.0], [np.nan, 1.0]])
+def test_bad_weights(weights):
+    models = _models(np.random.default_rng(2), 2)
+    with pytest.raises(ValueError, match="'weights' parameter of weighted_average"):
+        weighted_average(models, weights)
+
+
+def test_shape_mismatch_and_empty():
+    with pytest.raises(ValueError, match="'models' parameter"):
+        weighted_average([], [])
+    with pytest.raises(ValueError, match="must have shape"):
+        weighted_average([{"w": np.zeros(2)}, {"w": np.zeros(3)}], [1, 1])

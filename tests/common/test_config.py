@@ -1,0 +1,40 @@
+import pytest
+
+from common.config import OutputParams, TrainingParams
+
+
+def test_defaults_match_the_papers_setting():
+    t = TrainingParams.from_run_config({})
+    assert (t.rounds, t.fraction, t.local_epochs, t.batch_size, t.lr, t.momentum) == (100, 0.2, 5, 32, 0.001, 0.9)
+
+
+def test_run_config_keys_are_kebab_case():
+    t = TrainingParams.from_run_config({"local-epochs": 2, "eval-every": 3, "round-timeout": 5.0})
+    assert (t.local_epochs, t.eval_every, t.round_timeout) == (2, 3, 5.0)
+
+
+@pytest.mark.parametrize("key, value, pattern", [
+    ("fraction", 0.0, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),
+    ("fraction", 1.5, r"'fraction' .* Got 1.5 instead"),
+    ("rounds", 0, r"'rounds' parameter .* must be an int >= 1"),
+    ("momentum", 1.0, r"'momentum' .* \[0.0, 1.0\)"),
+    ("lr", -0.1, r"'lr' .* > 0.0"),
+    ("local-epochs", 0, r"'local-epochs'"),
+    ("batch-size", 0, r"'batch-size'"),
+])
+def test_bad_values_name_the_key(key, value, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        TrainingParams.from_run_config({key: value})
+
+
+def test_sampling_size_and_eval_rounds():
+    t = TrainingParams(rounds=10, fraction=0.2, eval_every=4)
+    assert t.num_sampled(100) == 20 and t.num_sampled(3) == 1 and t.num_sampled(1) == 1
+    assert [r for r in range(1, 11) if t.is_eval_round(r)] == [4, 8, 10]
+
+
+def test_output_params_reject_paths_as_run_names():
+    with pytest.raises(ValueError, match="'run-name' parameter of the run config must be a plain folder name"):
+        OutputParams(run_name="a/b")
+    with pytest.raises(ValueError, match="'results-dir'"):
+        OutputParams(results_dir=" ")

@@ -1,0 +1,35 @@
+import json
+
+import pytest
+
+from server.results import progress_line, summarise
+
+
+def _record(rnd, acc=None, ari=None, clusters=1):
+    return {"round": rnd, "phase": "train", "accuracy": acc, "accuracy-std": None if acc is None else 0.1,
+            "loss": None, "ari": ari, "ami": ari, "num-clusters": clusters, "cluster-sizes": [4],
+            "train-replies": 2, "failures": 1, "rejected": 0, "bytes-down-model": 100, "bytes-up-model": 50,
+            "bytes-down-signal": 8, "bytes-up-signal": 16, "clustering-seconds": 0.5, "round-seconds": 2.0}
+
+
+def test_summary_uses_the_last_tenth_of_evaluated_rounds_not_the_best():
+    history = [_record(r, acc=(0.9 if r == 10 else 0.5 + r / 100) if r % 2 == 0 else None,
+                       ari=1.0 if r >= 6 else 0.3) for r in range(1, 21)]
+    summary = summarise(history)
+    assert summary["final-accuracy"] == pytest.approx(0.70)  # round 20 only (10% of 10 evaluations)
+    assert summary["rounds-to-truth"] == 6 and summary["final-ari"] == 1.0
+    assert summary["bytes-up-signal"] == 320 and summary["failures"] == 20
+    assert summary["clustering-seconds"] == pytest.approx(10.0)
+    json.dumps(summary)
+
+
+def test_summary_without_truth_or_evaluation():
+    summary = summarise([_record(1)])
+    assert summary["final-accuracy"] is None and summary["rounds-to-truth"] is None
+
+
+def test_progress_line():
+    line = progress_line(_record(12, acc=0.78125, ari=1.0, clusters=5), 100)
+    assert line.startswith("round   12/100 | train") and "acc 0.7812" in line and "ARI 1.000" in line
+    assert "clusters   5" in line
+    assert "acc    -" in progress_line(_record(3), 100)

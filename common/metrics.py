@@ -114,7 +114,7 @@ def first_round_reaching(
             f"The 'values' parameter of first_round_reaching must have the length of rounds "
             f"({len(rounds)}). Got length {len(values)} instead."
         )
-    for rnd, value in zip(rounds, values):
+    for rnd, value in zip(rounds, values, strict=True):
         if value is not None and not math.isnan(value) and value >= target - tol:
             return int(rnd)
     return None

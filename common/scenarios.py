@@ -267,7 +267,7 @@ build_partition.cache_clear = _build.cache_clear  # type: ignore[attr-defined]
 def _assemble(cfg: ScenarioConfig, dataset: Dataset, train: list[np.ndarray],
               test: list[np.ndarray], groups: np.ndarray, num_groups: int) -> Partition:
     clients = []
-    for i, (tr, te, g) in enumerate(zip(train, test, groups.tolist())):
+    for i, (tr, te, g) in enumerate(zip(train, test, groups.tolist(), strict=True)):
         tr, te = np.sort(tr).astype(np.int64), np.sort(te).astype(np.int64)
         tr.setflags(write=False)
         te.setflags(write=False)
@@ -329,7 +329,7 @@ def label_skew(cfg: ScenarioConfig, y: np.ndarray, classes: int,
         owners = [i for i, s in enumerate(label_sets) if c in s]
         pool = rng.permutation(np.flatnonzero(y == c))
         _check_owners(cfg, c, len(owners), len(pool))
-        for i, part in zip(owners, np.array_split(pool, len(owners)) if owners else []):
+        for i, part in zip(owners, np.array_split(pool, len(owners)) if owners else [], strict=True):
             train[i].append(part)
     ids: dict[frozenset, int] = {}
     groups = np.array([ids.setdefault(s, len(ids)) for s in label_sets], dtype=np.int64)
@@ -362,7 +362,7 @@ def label_skew_dirichlet(cfg: ScenarioConfig, y: np.ndarray, classes: int,
         rest = len(pool) - floor * len(owners)
         cuts = (np.cumsum(rng.dirichlet(np.full(len(owners), cfg.quantity_alpha))) * rest)
         extra = np.diff(np.concatenate([[0], cuts.astype(np.int64)[:-1], [rest]]))
-        for i, part in zip(owners, np.split(pool, np.cumsum(floor + extra)[:-1])):
+        for i, part in zip(owners, np.split(pool, np.cumsum(floor + extra)[:-1]), strict=True):
             train[i].append(part)
     return [np.concatenate(parts) for parts in train], groups, cfg.groups
 

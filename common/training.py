@@ -143,7 +143,7 @@ def train(
             loss = loss_fn(_outputs(model, xs[idx], task), ys[idx])
             objective = loss
             if start:
-                gap = sum(((p - p0) ** 2).sum() for p, p0 in zip(params, start))
+                gap = sum(((p - p0) ** 2).sum() for p, p0 in zip(params, start, strict=True))
                 objective = loss + 0.5 * proximal_mu * gap
             optimizer.zero_grad(set_to_none=True)
             objective.backward()

@@ -30,7 +30,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from common import keys
 from common.aggregation import weighted_average
 from common.config import TrainingParams
-from common.metrics import clustering_scores, cluster_sizes, mean_std
+from common.metrics import cluster_sizes, clustering_scores, mean_std
 
 from .federation import ClientInfo, Exchange, Outbox, Traffic, discover_clients, packed, send
 from .replies import evaluate_reply_fault, train_reply_fault

@@ -70,7 +70,8 @@ class InProcessGrid:
                 reply = Message(Error(code=2, reason=f"{type(err).__name__}: {err}"), reply_to=msg)
             fault = self.faults.get(self.pid_of[node])
             if fault is not None:
-                server_round = int(msg.content["config"].get("server-round", 0)) if msg.has_content() and "config" in msg.content else 0
+                config = msg.content.config_records.get("config")
+                server_round = int(config.get("server-round", 0)) if config is not None else 0
                 reply = fault(reply, server_round)
                 if reply is None:
                     continue

@@ -1,12 +1,12 @@
 """The ClientApp's handlers, called as Flower calls them."""
 
 import numpy as np
+from conftest import small_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from client.app import app
 from common import keys
-from conftest import small_run_config
 from server.experiment import Experiment
 
 

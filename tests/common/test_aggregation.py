@@ -17,7 +17,7 @@ def test_equals_flower_fedavg_aggregation():
     weights = [10, 50, 3, 7, 30]
     ours = weighted_average(models, weights)
     records = [RecordDict({"arrays": ArrayRecord([m["w"], m["b"]]), "metrics": MetricRecord({"num-examples": w})})
-               for m, w in zip(models, weights)]
+               for m, w in zip(models, weights, strict=True)]
     flower = aggregate_arrayrecords(records, "num-examples").to_numpy_ndarrays()
     np.testing.assert_allclose(ours["w"], flower[0], rtol=1e-6)
     np.testing.assert_allclose(ours["b"], flower[1], rtol=1e-6)

@@ -13,8 +13,8 @@ from scipy.io import savemat
 from common import data
 from common.data import (
     DATASETS,
-    DataUnavailableError,
     Dataset,
+    DataUnavailableError,
     dataset_info,
     load_dataset,
     read_idx,

@@ -77,7 +77,7 @@ def test_every_scenario_is_disjoint_deterministic_and_model_ready(config):
     assert build_partition(config) is p
     same = rebuild(config)
     assert all(np.array_equal(a.train_idx, b.train_idx) and np.array_equal(a.test_idx, b.test_idx)
-               for a, b in zip(p.clients, same.clients))
+               for a, b in zip(p.clients, same.clients, strict=True))
     np.testing.assert_array_equal(p.true_groups(), same.true_groups())
     np.testing.assert_array_equal(client_data(p, 0).x_train, client_data(same, 0).x_train)
     other = build_partition(ScenarioConfig(**{**config.__dict__, "seed": 1}))

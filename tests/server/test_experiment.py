@@ -1,6 +1,6 @@
 import pytest
-
 from conftest import small_run_config
+
 from server.experiment import Experiment
 
 

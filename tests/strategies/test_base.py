@@ -6,13 +6,13 @@ import logging
 
 import numpy as np
 import pytest
+from conftest import small_run_config
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys
-from conftest import small_run_config
-from inprocess import InProcessGrid
 from server.experiment import Experiment
 from strategies import ClusteredStrategy, FedAvg, Local
 
@@ -103,7 +103,7 @@ def test_one_cluster_aggregation_equals_flowers_fedavg():
 def test_reply_order_does_not_matter():
     a, _, _ = _run(ByTrueGroup, rounds=2)
     b, _, _ = _run(ByTrueGroup, rounds=2, grid_kwargs={"reverse_replies": True})
-    for ma, mb in zip(a.models, b.models):
+    for ma, mb in zip(a.models, b.models, strict=True):
         for name in ma.keys():
             np.testing.assert_array_equal(ma[name].numpy(), mb[name].numpy())
     assert [r["accuracy"] for r in a.history] == [r["accuracy"] for r in b.history]

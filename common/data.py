@@ -202,11 +202,10 @@ def _load_digits(seed: int) -> tuple[np.ndarray, ...]:
 
 
 def _load_files(name: str, data_dir: str) -> tuple[np.ndarray, ...]:
-    searched = _search_dirs(name, data_dir)
+    searched, target = _search_dirs(name, data_dir)
     for folder in searched:
         if _complete(name, folder):
             return _read(name, folder)
-    target = CACHE_ROOT / name
     try:
         _download(name, target)
     except Exception as exc:  # torchvision raises many kinds (URLError, RuntimeError, ...)
@@ -219,13 +218,22 @@ def _load_files(name: str, data_dir: str) -> tuple[np.ndarray, ...]:
     raise DataUnavailableError(_missing_message(name, searched, target, reason))
 
 
-def _search_dirs(name: str, data_dir: str) -> list[Path]:
-    dirs: list[Path] = []
+def _search_dirs(name: str, data_dir: str) -> tuple[list[Path], Path]:
+    """Folders to look in, and where a download goes.
+
+    A given ``data_dir`` is the one place (downloads go there too, as with torchvision's
+    ``root``); without it, the system copy and then umbel's cache.
+    """
     if data_dir:
-        dirs += _layouts(name, Path(data_dir).expanduser())
-    dirs += [Path(d) for d in SYSTEM_DIRS.get(name, ())]
-    dirs += _layouts(name, CACHE_ROOT / name)
-    return list(dict.fromkeys(dirs))
+        root = Path(data_dir).expanduser()
+        if not root.is_dir():
+            raise DataUnavailableError(
+                f"The 'data-dir' parameter of the run config must be an existing directory. "
+                f"Got {data_dir!r} instead."
+            )
+        return _layouts(name, root), root
+    dirs = [Path(d) for d in SYSTEM_DIRS.get(name, ())] + _layouts(name, CACHE_ROOT / name)
+    return list(dict.fromkeys(dirs)), CACHE_ROOT / name
 
 
 def _layouts(name: str, root: Path) -> list[Path]:

@@ -2,7 +2,8 @@
 
 It maps its flags to run-config, validates everything (data included) before anything
 starts, sizes a private local SuperLink's simulation to the scenario's client count in a
-project-local ``FLWR_HOME``, runs ``flwr run`` with output streamed, stops the SuperLink it
+project-local ``FLWR_HOME`` of its own (``.flwr/<run-name>``, on a free port, so concurrent runs
+never touch each other's SuperLink), runs ``flwr run`` with output streamed, stops the SuperLink it
 started (by PID, also on failure or Ctrl-C) and prints where the results are.
 """
 
@@ -36,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--client-cpus", type=int, default=1, help="CPU cores per simulated client (Ray)")
     run.add_argument("--client-gpus", type=float, default=0.0,
                      help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU")
-    run.add_argument("--flwr-home", type=Path, default=PROJECT_ROOT / ".flwr",
-                     help="Flower's home for this run (config, local SuperLink state)")
+    run.add_argument("--flwr-home", type=Path, default=None,
+                     help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)")
     run.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
     args = parser.parse_args(argv)
     config = {key: getattr(args, key.replace("-", "_")) for key in defaults}
@@ -49,10 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         print(f"umbel run: configuration and data are valid ({num_clients} clients).")
         return 0
-    code = simulate(config, num_clients, args.flwr_home.resolve(), args.client_cpus, args.client_gpus)
+    home = (args.flwr_home or PROJECT_ROOT / ".flwr" / folder.name).resolve()
+    code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus)
     if code != 0 or not (folder / "summary.json").exists():
-        print(f"umbel run: the run failed (flwr exit code {code}); see the log above.", file=sys.stderr)
+        print(f"umbel run: the run failed (flwr exit code {code}); see the log above and "
+              f"{home / 'local-superlink' / 'superlink.log'}.", file=sys.stderr)
         return code or 1
+    if args.flwr_home is None:
+        shutil.rmtree(home, ignore_errors=True)
     print(f"umbel run: results in {folder}")
     return 0
 

@@ -7,6 +7,8 @@ import sys
 import psutil
 import pytest
 
+from server import cli
+
 pytestmark = pytest.mark.slow
 
 
@@ -17,15 +19,16 @@ def _superlinks(home):
 
 
 def test_umbel_run_on_digits(tmp_path):
-    home = tmp_path / "flwr-home"
+    run_name = f"it-{tmp_path.name}"
+    home = cli.PROJECT_ROOT / ".flwr" / run_name
     cmd = [sys.executable, "-m", "server.cli", "run", "--dataset", "digits", "--num-clients", "6",
            "--groups", "2", "--samples-per-label", "20", "--seed", "1", "--rounds", "3", "--fraction", "0.5",
            "--eval-every", "1", "--lr", "0.05", "--local-epochs", "2", "--results-dir", str(tmp_path / "results"),
-           "--run-name", "it", "--flwr-home", str(home)]
+           "--run-name", run_name]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    folder = tmp_path / "results" / "it"
+    folder = tmp_path / "results" / run_name
     assert f"results in {folder}" in out and "6 clients identified" in out
     lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lines] == [1, 2, 3]
@@ -37,4 +40,4 @@ def test_umbel_run_on_digits(tmp_path):
     assert sorted(assignments["true-groups"]) == [str(i) for i in range(6)]
     for png in ("accuracy.png", "clustering.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert _superlinks(home) == []
+    assert _superlinks(home) == [] and not home.exists()

@@ -182,12 +182,24 @@ def test_load_svhn_tiny(tmp_path):
 def test_missing_files_explain_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "SYSTEM_DIRS", {"fashion-mnist": (str(tmp_path / "nowhere"),)})
     with pytest.raises(DataUnavailableError) as err:
-        load_dataset("fashion-mnist", data_dir=str(tmp_path / "empty"))
+        load_dataset("fashion-mnist")
     message = str(err.value)
     assert "apt-get install dataset-fashion-mnist" in message
-    assert "'data-dir'" in message and "nowhere" in message and "empty" in message
+    assert "'data-dir'" in message and "nowhere" in message and "cache" in message
     assert "network disabled" in message
     assert isinstance(err.value, FileNotFoundError)
+
+
+def test_given_data_dir_is_the_only_place_searched(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataUnavailableError) as err:
+        load_dataset("fashion-mnist", data_dir=str(tmp_path / "empty"))
+    assert "empty" in str(err.value) and "/usr/share/datasets" not in str(err.value).split("were not found in")[1].split("and the")[0]
+
+
+def test_data_dir_that_does_not_exist_is_named(tmp_path):
+    with pytest.raises(DataUnavailableError, match=r"The 'data-dir' parameter of the run config must be an existing directory\. Got '.*nope' instead"):
+        load_dataset("fashion-mnist", data_dir=str(tmp_path / "nope"))
 
 
 def test_missing_cifar_mentions_data_dir(tmp_path):

@@ -79,10 +79,12 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     ValueError, FileNotFoundError
         On any bad value or missing data, before anything has started.
     """
+    from common.training import get_device
     from server.experiment import Experiment
 
     experiment = Experiment.from_run_config(config)
     experiment.partition()
+    get_device(experiment.device)  # simulated clients run on this machine
     folder = experiment.results_path()
     config["results-dir"] = str(folder.parent)
     config["run-name"] = folder.name

@@ -78,7 +78,8 @@ def plot_accuracy(
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
     ax.plot(x, m, marker="." if len(x) < 50 else None, label="mean")
-    ax.fill_between(x, m - s, m + s, alpha=0.25, label="+-std")
+    # accuracy (and R^2) never exceeds 1, so neither may the band
+    ax.fill_between(x, m - s, np.minimum(m + s, 1.0), alpha=0.25, label="+-std")
     ax.set_xlabel("round")
     ax.set_ylabel("local test accuracy")
     ax.grid(alpha=0.3)
@@ -126,6 +127,8 @@ def plot_clustering(
     bottom.step(x, k, where="post", color="tab:orange")
     bottom.set_ylabel("number of clusters")
     bottom.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if np.isfinite(k).any():
+        bottom.set_ylim(0, np.nanmax(k) + 1)
     bottom.set_xlabel("round")
     bottom.grid(alpha=0.3)
     return _save(fig, path, title)

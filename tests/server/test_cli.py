@@ -33,6 +33,13 @@ def test_check_validates_data_without_running(capsys, tmp_path):
     assert code == 2 and "'samples-per-label'" in out.err
 
 
+def test_a_device_this_machine_lacks_fails_before_starting(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    code, out = _run(["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label", "20",
+                      "--device", "cuda", "--check"], capsys)
+    assert code == 2 and "'device'" in out.err
+
+
 def test_every_run_config_key_has_a_flag():
     defaults = cli.load_defaults(cli.PROJECT_ROOT)
     assert {"strategy", "dataset", "scenario", "num-clients", "rounds", "fraction", "local-epochs", "batch-size",

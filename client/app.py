@@ -19,7 +19,7 @@ from .task import task_from_context
 app = ClientApp()
 
 
-@app.query("identity")
+@app.query(keys.IDENTITY_ACTION)
 def identity(msg: Message, context: Context) -> Message:
     """Partition id, split sizes, true group (scenarios only, for scoring) and device."""
     task = task_from_context(context.run_config, context.node_config)

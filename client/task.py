@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord
 
+from common import keys
 from common.config import run_config_value
 from common.data import DatasetInfo, dataset_info
 from common.models import build_model
@@ -48,7 +49,7 @@ class ClientTask:
 def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:
     """The cached task for this node (raises ``ValueError`` naming a bad key)."""
     scenario = ScenarioConfig.from_run_config(run_config)
-    pid = check_int(node_config.get("partition-id"), "partition-id", "the node config",
+    pid = check_int(node_config.get(keys.PARTITION_ID), keys.PARTITION_ID, "the node config",
                     low=0, high=scenario.num_clients - 1)
     return _task(scenario, str(run_config_value(run_config, "data-dir", "")), pid,
                  str(run_config_value(run_config, "model", "dnn")),

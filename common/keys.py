@@ -5,7 +5,8 @@ no key is spelled twice anywhere else.
 """
 
 # Message types (Flower routes "query.<action>" to @app.query("<action>")).
-MSG_IDENTITY = "query.identity"
+IDENTITY_ACTION = "identity"
+MSG_IDENTITY = f"query.{IDENTITY_ACTION}"
 
 # RecordDict entries.
 ARRAYS = "arrays"
@@ -26,7 +27,6 @@ PROXIMAL_MU = "proximal-mu"
 
 # Identity reply.
 PARTITION_ID = "partition-id"
-NUM_PARTITIONS = "num-partitions"
 NUM_TRAIN = "num-train"
 NUM_TEST = "num-test"
 TRUE_GROUP = "true-group"

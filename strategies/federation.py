@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 
@@ -156,7 +156,7 @@ def discover_clients(
         The raw exchange (for traffic accounting and failures, keyed by node id).
     """
     node_ids = wait_for_nodes(grid, expected, wait_timeout)
-    outbox = Outbox({n: n for n in node_ids}, MessageType.QUERY + ".identity", "identity")
+    outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity")
     for node in node_ids:
         outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
     exchange = send(grid, outbox, reply_timeout)
@@ -193,11 +193,6 @@ def _identity_of(node: int, content: RecordDict) -> ClientInfo:
         num_test=values[keys.NUM_TEST], true_group=values[keys.TRUE_GROUP],
         device=str(ident.get(keys.DEVICE, "cpu")),
     )
-
-
-def config_record(values: Mapping[str, object]) -> ConfigRecord:
-    """A fresh ConfigRecord (never shared between messages)."""
-    return ConfigRecord(dict(values))
 
 
 def packed(models: list[ArrayRecord]) -> ArrayRecord:

@@ -9,16 +9,28 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from .validation import check_float, check_int, check_str
 
 OWNER = "the run config"
 
+T = TypeVar("T")
+
 
 def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
     """``rc[key]`` or ``default``; run-config values arrive as TOML scalars."""
     return rc[key] if key in rc else default
+
+
+def params_from_run_config(cls: type[T], rc: Mapping[str, Any]) -> T:
+    """Build the dataclass ``cls`` from the run-config keys named like its fields.
+
+    Field ``local_epochs`` reads key ``local-epochs``; a missing key keeps the field's
+    default, and the dataclass validates the values in ``__post_init__``.
+    """
+    keys = {f.name.replace("_", "-"): f.name for f in fields(cls) if f.init}  # type: ignore[arg-type]
+    return cls(**{name: rc[key] for key, name in keys.items() if key in rc})
 
 
 @dataclass(frozen=True)
@@ -63,9 +75,7 @@ class TrainingParams:
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:
         """Build from run-config keys (``local-epochs`` -> ``local_epochs``)."""
-        return cls(**{
-            f.name: run_config_value(rc, f.name.replace("_", "-"), f.default) for f in fields(cls)
-        })
+        return params_from_run_config(cls, rc)
 
     def num_sampled(self, num_clients: int) -> int:
         """Clients trained per round: ``ceil(fraction * num_clients)``, at least one."""
@@ -99,7 +109,4 @@ class OutputParams:
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> OutputParams:
         """Build from the ``results-dir`` and ``run-name`` run-config keys."""
-        return cls(
-            results_dir=run_config_value(rc, "results-dir", cls.results_dir),
-            run_name=run_config_value(rc, "run-name", cls.run_name),
-        )
+        return params_from_run_config(cls, rc)

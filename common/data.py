@@ -4,10 +4,11 @@ Images are kept as raw ``uint8`` pixels in ``(n, C, H, W)`` layout so that scena
 rotate them exactly; :func:`to_float` turns them into standardised ``float32``. Loaded
 datasets are cached per process and their arrays are read-only.
 
-Files are looked for in ``data-dir`` (run-config), then in system locations (Debian's
-``dataset-fashion-mnist`` package), then in ``~/.cache/umbel/<name>``; as a last resort
-torchvision downloads them there. When all fails a :class:`DataUnavailableError` says how
-to get them.
+A given ``data-dir`` (run-config) is the one place searched, and torchvision downloads into
+it when the files are missing. Without one, files are looked for in system locations (Debian's
+``dataset-fashion-mnist`` package), then in ``~/.cache/umbel/<name>``, where torchvision
+downloads them as a last resort. When all fails a :class:`DataUnavailableError` says how to
+get them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from common.validation import check_choice, check_int, check_str
 
 DATASETS: tuple[str, ...] = ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression")
+TASKS: tuple[str, ...] = ("classification", "regression")
 
 _INFO: dict[str, tuple[str, int, tuple[int, ...]]] = {
     "fashion-mnist": ("classification", 10, (1, 28, 28)),
@@ -112,7 +114,7 @@ def dataset_info(name: str) -> DatasetInfo:
     ValueError
         If ``name`` is not one of :data:`DATASETS`.
     """
-    check_choice(name, "dataset", "umbel", DATASETS)
+    check_choice(name, "dataset", "the run config", DATASETS)
     task, num_classes, shape = _INFO[name]
     return DatasetInfo(name=name, task=task, num_classes=num_classes, input_shape=shape)
 

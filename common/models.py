@@ -15,6 +15,7 @@ class forces and FedClust uploads only ``head``'s weight and bias.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -22,10 +23,10 @@ import torch
 from torch import nn
 from torchvision.models import resnet18
 
+from common.data import TASKS
 from common.validation import check_choice, check_int
 
 MODELS: tuple[str, ...] = ("dnn", "lenet5", "linear", "resnet18")
-TASKS: tuple[str, ...] = ("classification", "regression")
 IMAGE_MODELS: tuple[str, ...] = ("lenet5", "resnet18")
 FLAT_MODELS: tuple[str, ...] = ("dnn", "linear")
 
@@ -123,7 +124,7 @@ def build_model(
         if name == "lenet5":
             return _lenet5(shape, outputs)
         if name == "linear":
-            return Classifier(nn.Flatten(), nn.Linear(_numel(shape), outputs))
+            return Classifier(nn.Flatten(), nn.Linear(math.prod(shape), outputs))
         return _resnet18(shape, outputs)
 
 
@@ -153,7 +154,7 @@ def _check_model(
 
 
 def _dnn(shape: tuple[int, ...], outputs: int) -> Classifier:
-    features = nn.Sequential(nn.Flatten(), nn.Linear(_numel(shape), DNN_HIDDEN), nn.ReLU())
+    features = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), DNN_HIDDEN), nn.ReLU())
     return Classifier(features, nn.Linear(DNN_HIDDEN, outputs))
 
 
@@ -213,10 +214,3 @@ def _check_input_shape(input_shape: Sequence[int], owner: str) -> tuple[int, ...
             f"ints, (F,) or (C, H, W). Got {input_shape!r} instead."
         )
     return tuple(int(s) for s in input_shape)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    total = 1
-    for side in shape:
-        total *= side
-    return total

@@ -19,11 +19,12 @@ import functools
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from common.config import params_from_run_config
 from common.data import DATASETS, Dataset, DatasetInfo, dataset_info, load_dataset, to_float
 from common.validation import check_choice, check_float, check_int, check_str, parse_float_list
 
@@ -137,9 +138,7 @@ class ScenarioConfig:
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> ScenarioConfig:
         """Build from Flower run-config (kebab-case keys; missing keys take the defaults)."""
-        kwargs = {f.name: rc[f.name.replace("_", "-")] for f in fields(cls)
-                  if f.name.replace("_", "-") in rc}
-        return cls(**kwargs)
+        return params_from_run_config(cls, rc)
 
 
 def _parse_angles(value: Any, owner: str) -> tuple[float, ...]:

@@ -1,4 +1,4 @@
-"""Local training and evaluation loops on numpy data, and numpy <-> state_dict helpers.
+"""Local training and evaluation loops on numpy data, and the choice of device.
 
 The loops work on whole tensors (no ``DataLoader``): the client data of a federation is small
 enough to sit on the device at once. Inputs ``x`` are float32 ``(n, *input_shape)`` and already
@@ -15,11 +15,26 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.data import TASKS
 from common.validation import check_choice, check_float, check_int
 
-TASKS: tuple[str, ...] = ("classification", "regression")
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 
-_CUDA_NAME = re.compile(r"cuda(:\d+)?")
+
+def check_device_name(value: object, owner: str) -> str:
+    """Return ``value`` if it names a device umbel knows; availability is not checked.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'device'`` unless ``value`` is ``'auto'``, ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
+    """
+    if not isinstance(value, str) or not DEVICE_NAME.fullmatch(value):
+        raise ValueError(
+            f"The 'device' parameter of {owner} must be 'auto', 'cpu', 'cuda' or 'cuda:N'. "
+            f"Got {value!r} instead."
+        )
+    return value
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -35,19 +50,18 @@ def get_device(preference: str = "auto") -> torch.device:
     ValueError
         Naming ``'device'`` for an unknown preference or a CUDA device that is not available.
     """
-    allowed = "'auto', 'cpu', 'cuda' or 'cuda:N'"
+    check_device_name(preference, "get_device")
     if preference == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if preference == "cpu":
         return torch.device("cpu")
-    if isinstance(preference, str) and _CUDA_NAME.fullmatch(preference):
-        index = int(preference.split(":")[1]) if ":" in preference else 0
-        if torch.cuda.is_available() and index < torch.cuda.device_count():
-            return torch.device(preference)
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        allowed = f"'auto' or 'cpu' (this machine has {count} CUDA devices)"
-        if count:
-            allowed = f"'auto', 'cpu', 'cuda' or 'cuda:N' with N < {count}"
+    index = int(preference.split(":")[1]) if ":" in preference else 0
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if index < count:
+        return torch.device(preference)
+    allowed = f"'auto' or 'cpu' (this machine has {count} CUDA devices)"
+    if count:
+        allowed = f"'auto', 'cpu', 'cuda' or 'cuda:N' with N < {count}"
     raise ValueError(
         f"The 'device' parameter of get_device must be {allowed}. Got {preference!r} instead."
     )
@@ -231,40 +245,6 @@ def evaluate(
         del xs, ys, preds, loss_sum, hits
         torch.cuda.empty_cache()
     return loss, score
-
-
-def state_to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
-    """Return a copy of ``model.state_dict()`` as numpy arrays, keeping each dtype."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
-
-
-def load_numpy_state(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    """Load numpy ``arrays`` into ``model`` in place, cast to each entry's current dtype.
-
-    Raises
-    ------
-    ValueError
-        Naming ``'arrays'`` and the offending keys when keys are missing or unexpected, or an
-        array's shape differs from the model's entry.
-    """
-    current = model.state_dict()
-    missing = sorted(set(current) - set(arrays))
-    unexpected = sorted(set(arrays) - set(current))
-    if missing or unexpected:
-        raise ValueError(
-            f"The 'arrays' parameter of load_numpy_state must have exactly the model's keys. "
-            f"Got missing keys {missing} and unexpected keys {unexpected} instead."
-        )
-    state = {}
-    for key, ref in current.items():
-        array = np.asarray(arrays[key])
-        if tuple(array.shape) != tuple(ref.shape):
-            raise ValueError(
-                f"The 'arrays' parameter of load_numpy_state must have shape "
-                f"{tuple(ref.shape)} for key {key!r}. Got {tuple(array.shape)} instead."
-            )
-        state[key] = torch.as_tensor(array).to(dtype=ref.dtype)
-    model.load_state_dict(state)
 
 
 def _to_tensors(

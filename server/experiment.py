@@ -6,7 +6,6 @@ with a message naming the key, what is allowed and what was given.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,14 +14,13 @@ from typing import Any
 
 from flwr.app import ArrayRecord
 
-from common.config import OutputParams, TrainingParams, run_config_value
+from common.config import OutputParams, TrainingParams, params_from_run_config, run_config_value
 from common.data import DataUnavailableError, dataset_info
 from common.models import build_model, check_model
 from common.scenarios import Partition, ScenarioConfig, build_partition
+from common.training import check_device_name
 from common.validation import check_str
 from strategies import ClusteredStrategy, get_strategy
-
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -46,15 +44,10 @@ class Experiment:
         info = dataset_info(scenario.dataset)
         model = check_str(run_config_value(rc, "model", "dnn"), "model", "the run config")
         check_model(model, info.input_shape, info.task)
-        device = check_str(run_config_value(rc, "device", "auto"), "device", "the run config")
-        if not _DEVICE.match(device):
-            raise ValueError(
-                "The 'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or "
-                f"'cuda:N'. Got {device!r} instead."
-            )
+        device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
         return cls(
             strategy=strategy_cls.name,
-            strategy_params=strategy_cls.params_type.from_run_config(rc),
+            strategy_params=params_from_run_config(strategy_cls.params_type, rc),
             scenario=scenario,
             training=TrainingParams.from_run_config(rc),
             output=OutputParams.from_run_config(rc),

@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from common import keys
 from common.aggregation import weighted_average
-from common.config import TrainingParams
+from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 
 from .federation import ClientInfo, Exchange, Outbox, Traffic, discover_clients, packed, send
@@ -39,10 +39,6 @@ from .replies import evaluate_reply_fault, train_reply_fault
 @dataclass(frozen=True)
 class NoParams:
     """Parameters of a strategy that has none of its own."""
-
-    @classmethod
-    def from_run_config(cls, rc: Mapping[str, Any]) -> NoParams:  # noqa: ARG003
-        return cls()
 
 
 RoundCallback = Callable[["ClusteredStrategy", dict[str, Any]], None]
@@ -91,7 +87,7 @@ class ClusteredStrategy(Strategy):
     @classmethod
     def from_run_config(cls, training: TrainingParams, rc: Mapping[str, Any]) -> ClusteredStrategy:
         """Build with this strategy's parameters read (and validated) from run-config."""
-        return cls(training, cls.params_type.from_run_config(rc))
+        return cls(training, params_from_run_config(cls.params_type, rc))
 
     # ----------------------------------------------------------------- algorithm hooks
     def init_clusters(self, initial: ArrayRecord) -> None:

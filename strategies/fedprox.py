@@ -6,12 +6,10 @@ server side is FedAvg's. ``mu`` is the run-config key ``proximal-mu``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from common import keys
-from common.config import run_config_value
 from common.validation import check_float
 
 from .base import ClusteredStrategy
@@ -25,10 +23,6 @@ class FedProxParams:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "proximal_mu", check_float(self.proximal_mu, "proximal-mu", "FedProx", low=0.0))
-
-    @classmethod
-    def from_run_config(cls, rc: Mapping[str, Any]) -> FedProxParams:
-        return cls(proximal_mu=run_config_value(rc, "proximal-mu", cls.proximal_mu))
 
 
 class FedProx(ClusteredStrategy):

@@ -38,3 +38,12 @@ def test_output_params_reject_paths_as_run_names():
         OutputParams(run_name="a/b")
     with pytest.raises(ValueError, match="'results-dir'"):
         OutputParams(results_dir=" ")
+
+
+def test_params_from_run_config_maps_kebab_keys_and_keeps_defaults():
+    from common.config import params_from_run_config
+
+    t = params_from_run_config(TrainingParams, {"local-epochs": 3, "strategy": "ignored"})
+    assert t.local_epochs == 3 and t.rounds == TrainingParams.rounds
+    with pytest.raises(ValueError, match="'local-epochs'"):
+        params_from_run_config(TrainingParams, {"local-epochs": 0})

@@ -1,4 +1,4 @@
-"""Tests for common.training: SGD loops, FedProx, evaluation, device choice, state helpers."""
+"""Tests for common.training: SGD loops, FedProx, evaluation, device choice."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from common.models import build_model
-from common.training import evaluate, get_device, load_numpy_state, state_to_numpy, train
+from common.training import evaluate, get_device, train
 
 
 def _blobs(n=120, seed=0):
@@ -136,28 +136,3 @@ def test_empty_or_mismatched_data_raises():
     x, y = _blobs(10)
     with pytest.raises(ValueError, match="The 'y' parameter of train"):
         train(model, x, y[:-1], epochs=1, batch_size=4, lr=0.1)
-
-
-def test_state_round_trip_keeps_dtypes():
-    model = build_model("resnet18", (1, 8, 8), num_classes=2, seed=0)
-    arrays = state_to_numpy(model)
-    assert arrays["head.weight"].dtype == np.float32
-    counters = [k for k in arrays if k.endswith("num_batches_tracked")]
-    assert counters and all(arrays[k].dtype == np.int64 for k in counters)
-    other = build_model("resnet18", (1, 8, 8), num_classes=2, seed=1)
-    load_numpy_state(other, {k: v.astype(np.float64) if v.dtype == np.float32 else v
-                             for k, v in arrays.items()})
-    for key, value in other.state_dict().items():
-        assert value.dtype == model.state_dict()[key].dtype
-        np.testing.assert_allclose(value.numpy(), arrays[key])
-    arrays["head.weight"][0, 0] += 1.0
-    assert model.head.weight[0, 0].item() != arrays["head.weight"][0, 0]
-
-
-def test_load_numpy_state_rejects_bad_shapes_and_keys():
-    model = build_model("linear", (2,), num_classes=3)
-    arrays = state_to_numpy(model)
-    with pytest.raises(ValueError, match="'head.weight'"):
-        load_numpy_state(model, arrays | {"head.weight": np.zeros((2, 2), np.float32)})
-    with pytest.raises(ValueError, match="missing keys \\['head.bias'\\]"):
-        load_numpy_state(model, {"head.weight": arrays["head.weight"]})

@@ -1,5 +1,6 @@
 import pytest
 
+from common.config import TrainingParams, params_from_run_config
 from strategies import REGISTRY, FedProx, get_strategy
 from strategies.fedprox import FedProxParams
 
@@ -17,12 +18,12 @@ def test_unknown_strategy_lists_the_known_ones():
 
 def test_every_strategy_builds_from_defaults():
     for cls in REGISTRY.values():
-        strategy = cls.from_run_config(__import__("common.config", fromlist=["TrainingParams"]).TrainingParams(), {})
+        strategy = cls.from_run_config(TrainingParams(), {})
         assert strategy.models == [] and strategy.assignment == {}
 
 
 def test_fedprox_mu_is_validated_and_sent():
-    assert FedProxParams.from_run_config({"proximal-mu": 0.5}).proximal_mu == 0.5
+    assert params_from_run_config(FedProxParams, {"proximal-mu": 0.5}).proximal_mu == 0.5
     with pytest.raises(ValueError, match=r"The 'proximal-mu' parameter of FedProx must be a float >= 0.0\. Got -1.0 instead"):
         FedProxParams(proximal_mu=-1.0)
     assert FedProx(params=FedProxParams(0.3)).client_config(1, 0) == {"proximal-mu": 0.3}

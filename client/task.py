@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -36,10 +36,17 @@ class ClientTask:
     seed: int
 
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
-        """A fresh model holding ``arrays`` (the cluster model the server sent)."""
-        model = build_model(self.model_name, self.info.input_shape, self.info.num_classes, self.seed)
-        model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
-        return model
+        """The client's model holding ``arrays`` (the cluster model the server sent).
+
+        One module per task is reused: ``strict`` loading overwrites every parameter and
+        buffer, so nothing of an earlier message survives.
+        """
+        self._model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+        return self._model
+
+    @cached_property
+    def _model(self) -> torch.nn.Module:
+        return build_model(self.model_name, self.info.input_shape, self.info.num_classes, self.seed)
 
     def round_seed(self, server_round: int) -> int:
         """A seed for this client's local shuffling in ``server_round``, from the run's seed."""
@@ -56,6 +63,7 @@ def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, A
                  str(run_config_value(run_config, "device", "auto")))
 
 
+# Bounded: one Ray actor serves many simulated clients and must not hold all their data.
 @lru_cache(maxsize=8)
 def _task(scenario: ScenarioConfig, data_dir: str, pid: int, model: str, device: str) -> ClientTask:
     partition = build_partition(scenario, data_dir)

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -79,6 +81,7 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     ValueError, FileNotFoundError
         On any bad value or missing data, before anything has started.
     """
+    # torch and flwr load here, not at start-up, so that `umbel --help` answers at once
     from common.training import get_device
     from server.experiment import Experiment
 
@@ -135,8 +138,6 @@ def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
 
 def stop_superlinks(flwr_home: Path) -> list[int]:
     """Stop every ``flower-superlink`` whose state lives in ``flwr_home``, children first."""
-    import psutil
-
     marker = str(flwr_home / "local-superlink")
     stopped = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -183,9 +184,7 @@ def _parser_for(default: Any):
     return str
 
 
-def _signal(proc: Any, sig: int) -> None:
-    import psutil
-
+def _signal(proc: psutil.Process, sig: int) -> None:
     try:
         proc.send_signal(sig)
     except psutil.Error:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -33,7 +33,7 @@ from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 
 from .federation import ClientInfo, Exchange, Outbox, Traffic, discover_clients, packed, send
-from .replies import evaluate_reply_fault, train_reply_fault
+from .replies import ReplyFault, TrainUpdate, decode_evaluate_reply, decode_train_reply
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ class ClusteredStrategy(Strategy):
         """Extra train config for one client (default: none)."""
         return {}
 
-    def after_train(self, server_round: int, exchange: Exchange) -> None:
-        """See the round's validated train replies after aggregation (default: nothing)."""
+    def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
+        """See the round's checked train replies, by partition id, after aggregation."""
 
     def phase(self, server_round: int) -> str:
         """Name of what this round does, for the records."""
@@ -172,29 +172,28 @@ class ClusteredStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Check each reply, then average inside each cluster weighted by ``num-examples``."""
         exchange = self._collect(replies, server_round)
+        updates: dict[int, TrainUpdate] = {}
         for pid in sorted(exchange.replies):
-            k = self._sent_cluster[pid]
-            fault = train_reply_fault(exchange.replies[pid], self.models[k], self.clients[pid].num_train)
-            if fault:
-                self._reject(exchange, pid, fault, server_round)
-        members: dict[int, list[RecordDict]] = {}
-        for pid, content in sorted(exchange.replies.items()):
-            members.setdefault(self._sent_cluster[pid], []).append(content)
-        for k, contents in sorted(members.items()):
-            self.models[k] = self.aggregate_cluster(k, contents)
-        self._stats.train_replies = len(exchange.replies)
-        self.after_train(server_round, exchange)
-        losses = [float(c[keys.METRICS][keys.TRAIN_LOSS]) for c in exchange.replies.values()]
-        metrics = {"replies": len(exchange.replies), "failures": len(exchange.failures)}
-        if losses:
-            metrics[keys.TRAIN_LOSS] = float(np.mean(losses))
+            model, num_train = self.models[self._sent_cluster[pid]], self.clients[pid].num_train
+            try:
+                updates[pid] = decode_train_reply(exchange.replies[pid], model, num_train)
+            except ReplyFault as fault:
+                self._reject(exchange, pid, str(fault), server_round)
+        members: dict[int, list[TrainUpdate]] = {}
+        for pid, update in updates.items():
+            members.setdefault(self._sent_cluster[pid], []).append(update)
+        for k, cluster_updates in sorted(members.items()):
+            self.models[k] = self.aggregate_cluster(k, cluster_updates)
+        self._stats.train_replies = len(updates)
+        self.after_train(server_round, updates)
+        metrics = {"replies": len(updates), "failures": len(exchange.failures)}
+        if updates:
+            metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
         return packed(self.models), MetricRecord(metrics)
 
-    def aggregate_cluster(self, cluster: int, contents: list[RecordDict]) -> ArrayRecord:  # noqa: ARG002
-        """New model of one cluster from its members' replies (FedAvg's weighted mean)."""
-        models = [{n: a.numpy() for n, a in c[keys.ARRAYS].items()} for c in contents]
-        weights = [float(c[keys.METRICS][keys.NUM_EXAMPLES]) for c in contents]
-        averaged = weighted_average(models, weights)
+    def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:  # noqa: ARG002
+        """New model of one cluster from its members' updates (FedAvg's weighted mean)."""
+        averaged = weighted_average([u.arrays for u in updates], [u.num_examples for u in updates])
         return ArrayRecord({name: Array(arr) for name, arr in averaged.items()})
 
     def configure_evaluate(
@@ -214,12 +213,10 @@ class ClusteredStrategy(Strategy):
         exchange = self._collect(replies, server_round)
         self.last_eval = {}
         for pid, content in sorted(exchange.replies.items()):
-            fault = evaluate_reply_fault(content, self.clients[pid].num_test)
-            if fault:
-                self._reject(exchange, pid, fault, server_round)
-                continue
-            m = content[keys.METRICS]
-            self.last_eval[pid] = (float(m[keys.ACCURACY]), float(m[keys.LOSS]))
+            try:
+                self.last_eval[pid] = decode_evaluate_reply(content, self.clients[pid].num_test)
+            except ReplyFault as fault:
+                self._reject(exchange, pid, str(fault), server_round)
         if not self.last_eval:
             return None
         acc_mean, acc_std = mean_std([a for a, _ in self.last_eval.values()])
@@ -251,8 +248,8 @@ class ClusteredStrategy(Strategy):
         default to the training parameters, ``evaluate_fn`` is called with the packed
         cluster models, and ``expected_clients`` is how many nodes to wait for.
         """
-        if num_rounds is not None or timeout is not None:
-            self.training = _replace(self.training, rounds=num_rounds, round_timeout=timeout)
+        overrides = {"rounds": num_rounds, "round_timeout": timeout}
+        self.training = replace(self.training, **{k: v for k, v in overrides.items() if v is not None})
         self.grid = grid
         if not self.clients:
             self.clients, _ = discover_clients(
@@ -316,12 +313,12 @@ class ClusteredStrategy(Strategy):
     def _account(self, exchange: Exchange, server_round: int) -> None:
         for pid, cause in sorted(exchange.failures.items()):
             log(WARNING, "round %d %s: client %d failed: %s", server_round,
-                exchange.phase.split("-")[0], pid, cause)
+                exchange.phase, pid, cause)
         self._stats.add(exchange)
 
     def _reject(self, exchange: Exchange, pid: int, fault: str, server_round: int) -> None:
         log(WARNING, "round %d %s: client %d reply rejected: %s", server_round,
-            exchange.phase.split("-")[0], pid, fault)
+            exchange.phase, pid, fault)
         del exchange.replies[pid]
         exchange.failures[pid] = f"rejected: {fault}"
         self._stats.rejected += 1
@@ -361,18 +358,11 @@ class _RoundStats:
     failures: int = 0
     rejected: int = 0
     clustering_seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.down = Traffic()
-        self.up = Traffic()
+    down: Traffic = field(default_factory=Traffic)
+    up: Traffic = field(default_factory=Traffic)
 
     def add(self, exchange: Exchange) -> None:
         self.failures += len(exchange.failures)
-        for mine, theirs in ((self.down, exchange.down), (self.up, exchange.up)):
-            mine.model += theirs.model
-            mine.signal += theirs.signal
+        self.down += exchange.down
+        self.up += exchange.up
 
-
-def _replace(training: TrainingParams, *, rounds: int | None, round_timeout: float | None) -> TrainingParams:
-    changes = {k: v for k, v in (("rounds", rounds), ("round_timeout", round_timeout)) if v is not None}
-    return replace(training, **changes)

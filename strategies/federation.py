@@ -7,11 +7,13 @@ SuperLink-made errors arrive from node 1 (FLOWER.md 3.8).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -40,18 +42,23 @@ class Traffic:
 
     def add(self, content: RecordDict) -> None:
         for name, record in content.array_records.items():
-            size = sum(arr.numpy().nbytes for arr in record.values())
+            size = sum(math.prod(arr.shape) * np.dtype(arr.dtype).itemsize for arr in record.values())
             if name == keys.ARRAYS:
                 self.model += size
             else:
                 self.signal += size
+
+    def __iadd__(self, other: Traffic) -> Traffic:
+        self.model += other.model
+        self.signal += other.signal
+        return self
 
 
 @dataclass
 class Exchange:
     """The outcome of one send-and-receive: good replies and failures, by partition id."""
 
-    phase: str
+    phase: str  # the message type, e.g. "train" or "query.identity"
     replies: dict[int, RecordDict] = field(default_factory=dict)
     failures: dict[int, str] = field(default_factory=dict)
     down: Traffic = field(default_factory=Traffic)
@@ -96,7 +103,7 @@ class Outbox:
         Call after ``grid.send_and_receive(self.messages)``, which fills message ids.
         """
         by_id = {m.metadata.message_id: k for m, k in zip(self.messages, self._key_of, strict=True)}
-        out = Exchange(phase=self.group_id, down=self.down)
+        out = Exchange(phase=self.message_type, down=self.down)
         for reply in replies:
             key = by_id.get(reply.metadata.reply_to_message_id)
             if key is None:
@@ -116,7 +123,7 @@ class Outbox:
 def send(grid: Grid, outbox: Outbox, timeout: float) -> Exchange:
     """Send every queued message, wait up to ``timeout`` seconds, and collect."""
     if not outbox.messages:
-        return Exchange(phase=outbox.group_id)
+        return Exchange(phase=outbox.message_type)
     replies = grid.send_and_receive(outbox.messages, timeout=timeout)
     return outbox.collect(replies, timeout)
 

@@ -1,12 +1,14 @@
-"""Checks on client replies before anything touches server state.
+"""Client replies, parsed once into numpy and checked on the way.
 
-Each check returns ``None`` for a good reply, or a short description of the fault; the
-caller logs it with the client's partition id and leaves that client out of the round.
+A reply that fails a check raises ``ReplyFault`` with a short description; the caller logs it
+with the client's partition id and leaves that client out of the round, so a malformed reply
+never touches server state.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
@@ -14,67 +16,83 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from common import keys
 
 
-def train_reply_fault(content: RecordDict, reference: ArrayRecord, num_train: int) -> str | None:
-    """Fault in a train reply, judged against the model that was sent.
+class ReplyFault(ValueError):
+    """A client reply that must not touch server state."""
+
+
+@dataclass(frozen=True, eq=False)
+class TrainUpdate:
+    """A checked train reply: the client's model as numpy arrays, its example count and loss."""
+
+    arrays: dict[str, np.ndarray]
+    num_examples: int
+    loss: float
+
+
+def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: int) -> TrainUpdate:
+    """Parse a train reply, judged against the model that was sent.
 
     Parameters
     ----------
     content : RecordDict
         The reply: an ArrayRecord ``arrays`` and a MetricRecord ``metrics``.
     reference : ArrayRecord
-        The cluster model the client received; the reply must match its keys, shapes
-        and dtypes.
+        The cluster model the client received; the reply must match its keys, shapes and dtypes.
     num_train : int
         The client's train-set size from its identity; ``num-examples`` may not exceed it.
+
+    Raises
+    ------
+    ReplyFault
+        On a missing record or key, a shape or dtype other than the model's, NaN or Inf, or a
+        ``num-examples`` that is not a whole number in ``[1, num_train]``.
     """
-    fault = metrics_fault(content, keys.TRAIN_METRIC_KEYS, num_train)
-    if fault:
-        return fault
+    metrics = _metrics(content, keys.TRAIN_METRIC_KEYS, num_train)
     if keys.ARRAYS not in content.array_records:
-        return f"no ArrayRecord {keys.ARRAYS!r}"
-    return arrays_fault(content.array_records[keys.ARRAYS], reference)
+        raise ReplyFault(f"no ArrayRecord {keys.ARRAYS!r}")
+    arrays = decode_arrays(content.array_records[keys.ARRAYS], reference)
+    return TrainUpdate(arrays, int(metrics[keys.NUM_EXAMPLES]), float(metrics[keys.TRAIN_LOSS]))
 
 
-def evaluate_reply_fault(content: RecordDict, num_test: int) -> str | None:
-    """Fault in an evaluate reply (metrics ``num-examples``, ``loss``, ``accuracy``)."""
-    fault = metrics_fault(content, keys.EVAL_METRIC_KEYS, max(num_test, 1))
-    if fault:
-        return fault
-    accuracy = float(content.metric_records[keys.METRICS][keys.ACCURACY])
+def decode_evaluate_reply(content: RecordDict, num_test: int) -> tuple[float, float]:
+    """``(accuracy, loss)`` of an evaluate reply (metrics ``num-examples``, ``loss``, ``accuracy``)."""
+    metrics = _metrics(content, keys.EVAL_METRIC_KEYS, max(num_test, 1))
+    accuracy = float(metrics[keys.ACCURACY])
     if accuracy > 1.0:
-        return f"accuracy {accuracy} is above 1"
-    return None
+        raise ReplyFault(f"accuracy {accuracy} is above 1")
+    return accuracy, float(metrics[keys.LOSS])
 
 
-def arrays_fault(arrays: ArrayRecord, reference: ArrayRecord) -> str | None:
-    """Fault if ``arrays`` differs from ``reference`` in keys, shapes or dtypes, or is not finite."""
+def decode_arrays(arrays: ArrayRecord, reference: ArrayRecord) -> dict[str, np.ndarray]:
+    """``arrays`` as numpy, if they match ``reference`` in keys, shapes and dtypes and are finite."""
     if list(arrays.keys()) != list(reference.keys()):
         missing = sorted(set(reference.keys()) - set(arrays.keys()))
         extra = sorted(set(arrays.keys()) - set(reference.keys()))
-        return f"array keys differ from the model's (missing {missing}, unexpected {extra})"
+        raise ReplyFault(f"array keys differ from the model's (missing {missing}, unexpected {extra})")
+    out = {}
     for name, ref in reference.items():
         arr = arrays[name]
         if tuple(arr.shape) != tuple(ref.shape) or arr.dtype != ref.dtype:
-            return (f"array {name!r} is {arr.dtype}{list(arr.shape)}, "
-                    f"expected {ref.dtype}{list(ref.shape)}")
+            raise ReplyFault(f"array {name!r} is {arr.dtype}{list(arr.shape)}, "
+                             f"expected {ref.dtype}{list(ref.shape)}")
         values = arr.numpy()
         if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
-            return f"array {name!r} holds NaN or Inf"
-    return None
+            raise ReplyFault(f"array {name!r} holds NaN or Inf")
+        out[name] = values
+    return out
 
 
-def metrics_fault(content: RecordDict, required: tuple[str, ...], max_examples: int) -> str | None:
-    """Fault if the MetricRecord lacks a key, holds a non-finite value or an absurd count."""
+def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) -> MetricRecord:
     record = content.metric_records.get(keys.METRICS)
     if not isinstance(record, MetricRecord):
-        return f"no MetricRecord {keys.METRICS!r}"
+        raise ReplyFault(f"no MetricRecord {keys.METRICS!r}")
     for key in required:
         if key not in record:
-            return f"metric {key!r} is missing"
+            raise ReplyFault(f"metric {key!r} is missing")
         value = record[key]
         if isinstance(value, list) or not math.isfinite(float(value)):
-            return f"metric {key!r} is {value!r}, not a finite number"
+            raise ReplyFault(f"metric {key!r} is {value!r}, not a finite number")
     examples = float(record[keys.NUM_EXAMPLES])
     if not examples.is_integer() or not 1 <= examples <= max_examples:
-        return f"num-examples {record[keys.NUM_EXAMPLES]!r} is not a whole number in [1, {max_examples}]"
-    return None
+        raise ReplyFault(f"num-examples {record[keys.NUM_EXAMPLES]!r} is not a whole number in [1, {max_examples}]")
+    return record

@@ -12,9 +12,10 @@ PACKAGES = ("server", "client", "strategies", "common")
 def test_distribution_metadata():
     dist = distribution("umbel")
     assert dist.metadata["Name"] == "umbel"
-    requires = " ".join(dist.requires or [])
-    for pin in ("flwr[simulation]==1.41.*", "torch==2.14.1", "torchvision==0.29.1", "python-louvain"):
-        assert pin.split("[")[0].split("=")[0] in requires
+    requires = set(dist.requires or [])
+    assert {"flwr[simulation]==1.41.*", "torch==2.14.1", "torchvision==0.29.1"} <= requires
+    names = {r.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0] for r in requires}
+    assert {"numpy", "scipy", "scikit-learn", "networkx", "python-louvain", "matplotlib", "pytest"} <= names
     scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
     assert scripts["umbel"] == "server.cli:main"
 

@@ -30,8 +30,9 @@ def _train_content(rc):
 
 def test_identity_reports_partition_sizes_and_group():
     rc = small_run_config()
-    ident = _call("query.identity", RecordDict({keys.CONFIG: ConfigRecord({})}), rc, pid=3)[keys.IDENTITY]
-    assert ident[keys.PARTITION_ID] == 3 and ident[keys.NUM_TRAIN] == 40
+    ident = _call(keys.MSG_IDENTITY, RecordDict({keys.CONFIG: ConfigRecord({})}), rc, pid=3)[keys.IDENTITY]
+    assert ident[keys.PARTITION_ID] == 3
+    assert ident[keys.NUM_TRAIN] == rc["labels-per-group"] * rc["samples-per-label"]
     assert ident[keys.TRUE_GROUP] in (0, 1) and ident[keys.DEVICE] == "cpu"
 
 
@@ -41,7 +42,7 @@ def test_train_reply_has_the_models_keys_and_fixed_metrics():
     reply = _call("train", content, rc)
     assert list(reply[keys.ARRAYS].keys()) == list(initial.keys())
     assert set(reply[keys.METRICS].keys()) == set(keys.TRAIN_METRIC_KEYS)
-    assert reply[keys.METRICS][keys.NUM_EXAMPLES] == 40
+    assert reply[keys.METRICS][keys.NUM_EXAMPLES] == rc["labels-per-group"] * rc["samples-per-label"]
     changed = not np.array_equal(reply[keys.ARRAYS]["head.weight"].numpy(), initial["head.weight"].numpy())
     assert changed
 

@@ -198,7 +198,8 @@ def test_given_data_dir_is_the_only_place_searched(tmp_path):
 
 
 def test_data_dir_that_does_not_exist_is_named(tmp_path):
-    with pytest.raises(DataUnavailableError, match=r"The 'data-dir' parameter of the run config must be an existing directory\. Got '.*nope' instead"):
+    pattern = r"The 'data-dir' parameter of the run config must be an existing directory\. Got '.*nope' instead"
+    with pytest.raises(DataUnavailableError, match=pattern):
         load_dataset("fashion-mnist", data_dir=str(tmp_path / "nope"))
 
 

@@ -44,9 +44,12 @@ def _numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 def test_identity_keys_clients_by_partition_id_not_node_id():
     strategy, grid, _ = _run(FedAvg, rounds=1)
-    assert sorted(strategy.clients) == list(range(6))
+    rc = small_run_config()
+    per_client = rc["labels-per-group"] * rc["samples-per-label"]
+    assert sorted(strategy.clients) == list(range(rc["num-clients"]))
     for pid, info in strategy.clients.items():
-        assert info.node_id == grid.node_of[pid] and info.num_train == 40 and info.num_test >= 2
+        assert info.node_id == grid.node_of[pid] and info.num_train == per_client
+        assert info.num_test == rc["labels-per-group"] * round(rc["test-fraction"] * rc["samples-per-label"])
     assert sorted({c.true_group for c in strategy.clients.values()}) == [0, 1]
 
 
@@ -161,12 +164,12 @@ def _inf_loss(content):
 ])
 def test_malformed_reply_is_rejected_for_that_client_only(mutate, fault_text, caplog):
     with caplog.at_level(logging.WARNING):
-        dirty, _, _ = _run(FedAvg, rounds=2, fraction=1.0, grid_kwargs={"faults": {0: _poison(mutate)}})
+        dirty, _, initial = _run(FedAvg, rounds=2, fraction=1.0, grid_kwargs={"faults": {0: _poison(mutate)}})
     assert [r["rejected"] for r in dirty.history] == [1, 1]
     assert [r["train-replies"] for r in dirty.history] == [5, 5]
     assert caplog.text.count("client 0 reply rejected") == 2 and fault_text in caplog.text
     assert all(np.all(np.isfinite(a.numpy())) for a in dirty.models[0].values())
-    assert list(dirty.models[0].keys()) == list(_run(FedAvg, rounds=1)[2].keys())
+    assert list(dirty.models[0].keys()) == list(initial.keys())
 
 
 def _drop_train(reply, server_round):

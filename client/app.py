@@ -1,20 +1,30 @@
-"""umbel's ClientApp: ``query.identity``, ``train`` and ``evaluate`` on the Message API.
+"""umbel's ClientApp: ``query.identity``, ``train``, ``evaluate`` and the signal queries.
 
 Every handler works on the node's own partition (node config ``partition-id``), trains
-and evaluates on its device (CUDA when present), and replies with a fixed key set.
+and evaluates on its device (CUDA when present), and replies with a fixed key set. Each
+clustering signal is a ``query.<action>`` whose handler lives in ``client.signals``; its
+reply carries only the signal's arrays, in the ``signal`` record.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 
 from common import keys
 from common.training import evaluate as evaluate_model
-from common.training import train as train_model
 
-from .task import task_from_context
+from .signals import QUERIES, Handler
+from .task import task_from_context, train_local
 
 app = ClientApp()
 
@@ -37,16 +47,8 @@ def identity(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Train the received cluster model locally; attackers send minus their update."""
     task = task_from_context(context.run_config, context.node_config)
-    cfg = msg.content[keys.CONFIG]
     sent = msg.content[keys.ARRAYS]
-    model = task.model(sent)
-    loss = train_model(
-        model, task.data.x_train, task.data.y_train,
-        epochs=int(cfg[keys.LOCAL_EPOCHS]), batch_size=int(cfg[keys.BATCH_SIZE]), lr=float(cfg[keys.LR]),
-        momentum=float(cfg[keys.MOMENTUM]), weight_decay=float(cfg[keys.WEIGHT_DECAY]),
-        proximal_mu=float(cfg.get(keys.PROXIMAL_MU, 0.0)), task=task.info.task,
-        seed=task.round_seed(int(cfg[keys.SERVER_ROUND])), device=task.device,
-    )
+    model, loss = train_local(task, sent, msg.content[keys.CONFIG])
     arrays = ArrayRecord(model.state_dict())
     if task.data.attacker:
         arrays = _minus_update(sent, arrays)
@@ -65,6 +67,22 @@ def evaluate(msg: Message, context: Context) -> Message:
         keys.NUM_EXAMPLES: len(task.data.y_test), keys.LOSS: float(loss), keys.ACCURACY: float(accuracy),
     })
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
+
+
+def _signal_handler(action: str, handler: Handler) -> None:
+    def answer(msg: Message, context: Context) -> Message:
+        task = task_from_context(context.run_config, context.node_config)
+        arrays = handler(task, msg.content)
+        return Message(RecordDict({keys.SIGNAL: ArrayRecord({k: Array(v) for k, v in arrays.items()})}),
+                       reply_to=msg)
+
+    answer.__name__ = answer.__qualname__ = f"query_{action.replace('-', '_')}"
+    answer.__doc__ = handler.__doc__
+    app.query(action)(answer)
+
+
+for _action, _handler in QUERIES.items():
+    _signal_handler(_action, _handler)
 
 
 def _minus_update(sent: ArrayRecord, trained: ArrayRecord) -> ArrayRecord:

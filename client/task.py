@@ -21,6 +21,7 @@ from common.data import DatasetInfo, dataset_info
 from common.models import build_model
 from common.scenarios import ClientData, ScenarioConfig, build_partition, client_data
 from common.training import get_device
+from common.training import train as train_model
 from common.validation import check_int
 
 
@@ -51,6 +52,26 @@ class ClientTask:
     def round_seed(self, server_round: int) -> int:
         """A seed for this client's local shuffling in ``server_round``, from the run's seed."""
         return int(np.random.SeedSequence([self.seed, server_round, self.partition_id]).generate_state(1)[0])
+
+
+def train_local(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any],
+                epochs: int | None = None) -> tuple[torch.nn.Module, float]:
+    """Train the model holding ``arrays`` on the task's train split as ``cfg`` says.
+
+    ``cfg`` is a train config (local epochs, batch size, optimiser, server round, optional
+    proximal mu); ``epochs`` overrides its local epochs. Returns the trained module (the
+    task's reused one) and the last epoch's mean loss.
+    """
+    model = task.model(arrays)
+    loss = train_model(
+        model, task.data.x_train, task.data.y_train,
+        epochs=int(cfg[keys.LOCAL_EPOCHS]) if epochs is None else epochs,
+        batch_size=int(cfg[keys.BATCH_SIZE]), lr=float(cfg[keys.LR]),
+        momentum=float(cfg[keys.MOMENTUM]), weight_decay=float(cfg[keys.WEIGHT_DECAY]),
+        proximal_mu=float(cfg.get(keys.PROXIMAL_MU, 0.0)), task=task.info.task,
+        seed=task.round_seed(int(cfg[keys.SERVER_ROUND])), device=task.device,
+    )
+    return model, float(loss)
 
 
 def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:

@@ -51,6 +51,8 @@ class TrainingParams:
     round_timeout: float = 600.0
     node_wait_timeout: float = 300.0
     seed: int = 0
+    late_clients: float = 0.0
+    late_round: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", OWNER, low=1))
@@ -71,6 +73,12 @@ class TrainingParams:
             value = check_float(getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, closed=(False, True))
             object.__setattr__(self, name, value)
         object.__setattr__(self, "seed", check_int(self.seed, "seed", OWNER, low=0))
+        object.__setattr__(
+            self, "late_clients",
+            check_float(self.late_clients, "late-clients", OWNER, low=0.0, high=1.0, closed=(True, False)),
+        )
+        object.__setattr__(self, "late_round", check_int(self.late_round, "late-round", OWNER, low=0,
+                                                         high=self.rounds))
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:
@@ -80,6 +88,11 @@ class TrainingParams:
     def num_sampled(self, num_clients: int) -> int:
         """Clients trained per round: ``ceil(fraction * num_clients)``, at least one."""
         return max(1, min(num_clients, math.ceil(self.fraction * num_clients - 1e-9)))
+
+    @property
+    def admission_round(self) -> int:
+        """The round late clients join: ``late-round``, or ``rounds // 2 + 1`` when it is 0."""
+        return self.late_round or self.rounds // 2 + 1
 
     def is_eval_round(self, server_round: int) -> bool:
         """Evaluate every ``eval-every`` rounds and always in the last round."""

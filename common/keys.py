@@ -4,10 +4,6 @@ Kebab-case, as Flower's own (``num-examples``). Server and client import these n
 no key is spelled twice anywhere else.
 """
 
-# Message types (Flower routes "query.<action>" to @app.query("<action>")).
-IDENTITY_ACTION = "identity"
-MSG_IDENTITY = f"query.{IDENTITY_ACTION}"
-
 # RecordDict entries.
 ARRAYS = "arrays"
 CONFIG = "config"
@@ -15,7 +11,29 @@ METRICS = "metrics"
 IDENTITY = "identity"
 SIGNAL = "signal"
 
-# Config sent with train / evaluate instructions.
+# Query actions (Flower routes "query.<action>" to @app.query("<action>")).
+IDENTITY_ACTION = "identity"
+LOSSES_ACTION = "losses"  # loss of each of K models on the client's TRAIN split
+
+
+def query_type(action: str) -> str:
+    """The message type Flower routes to ``@app.query(action)``."""
+    return f"query.{action}"
+
+
+def model_record(k: int) -> str:
+    """Name of the ``k``-th model's ArrayRecord when one message carries several models."""
+    return f"{ARRAYS}-{k}"
+
+
+def is_model_record(name: str) -> bool:
+    """Whether a record named ``name`` holds a model (``arrays`` or ``arrays-<k>``), not a signal."""
+    return name == ARRAYS or (name.startswith(f"{ARRAYS}-") and name[len(ARRAYS) + 1:].isdigit())
+
+
+MSG_IDENTITY = query_type(IDENTITY_ACTION)
+
+# Config sent with train / evaluate / query instructions.
 SERVER_ROUND = "server-round"
 CLUSTER_ID = "cluster-id"
 LOCAL_EPOCHS = "local-epochs"
@@ -24,6 +42,7 @@ LR = "lr"
 MOMENTUM = "momentum"
 WEIGHT_DECAY = "weight-decay"
 PROXIMAL_MU = "proximal-mu"
+NUM_MODELS = "num-models"  # how many ``arrays-<k>`` records a message carries
 
 # Identity reply.
 PARTITION_ID = "partition-id"

@@ -25,8 +25,21 @@ from typing import Any
 import numpy as np
 
 from common.config import params_from_run_config
-from common.data import DATASETS, Dataset, DatasetInfo, dataset_info, load_dataset, to_float
-from common.validation import check_choice, check_float, check_int, check_str, parse_float_list
+from common.data import (
+    DATASETS,
+    Dataset,
+    DatasetInfo,
+    dataset_info,
+    load_dataset,
+    to_float,
+)
+from common.validation import (
+    check_choice,
+    check_float,
+    check_int,
+    check_str,
+    parse_float_list,
+)
 
 SCENARIOS: tuple[str, ...] = (
     "label-groups",

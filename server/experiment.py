@@ -14,7 +14,12 @@ from typing import Any
 
 from flwr.app import ArrayRecord
 
-from common.config import OutputParams, TrainingParams, params_from_run_config, run_config_value
+from common.config import (
+    OutputParams,
+    TrainingParams,
+    params_from_run_config,
+    run_config_value,
+)
 from common.data import DataUnavailableError, dataset_info
 from common.models import build_model, check_model
 from common.scenarios import Partition, ScenarioConfig, build_partition

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from common.metrics import final_mean, first_round_reaching
 from strategies import ClusteredStrategy
 
 from . import plots
+from .figures import FIGURES
 
 FINAL_FRACTION = 0.1
 
@@ -86,14 +87,28 @@ class RunRecorder:
         plots.plot_clustering([r["round"] for r in history], [r["ari"] for r in history],
                               [r["num-clusters"] for r in history], self.folder / "clustering.png",
                               title=f"{type(strategy).name}: clustering")
-        matrix = getattr(strategy, "distance_matrix", None)
-        if matrix is not None:
-            pids = sorted(strategy.assignment)
-            plots.plot_distance_matrix(np.asarray(matrix), np.array([strategy.assignment[p] for p in pids]),
-                                       self.folder / "distances.png", title=f"{type(strategy).name}")
+        self._plot_distances(strategy)
+        figure = FIGURES.get(type(strategy).name)
+        if figure is not None:
+            figure(strategy, self.folder)
         log(INFO, "final accuracy %s, final ARI %s; results in %s",
             summary["final-accuracy"], summary["final-ari"], self.folder)
         return summary
+
+
+    def _plot_distances(self, strategy: ClusteredStrategy) -> None:
+        """``distances.png`` from ``strategy.distance_matrix`` over ``distance_pids`` (default: all assigned)."""
+        matrix = getattr(strategy, "distance_matrix", None)
+        if matrix is None:
+            return
+        matrix = np.asarray(matrix)
+        pids = list(getattr(strategy, "distance_pids", None) or sorted(strategy.assignment))
+        if matrix.shape != (len(pids), len(pids)) or any(p not in strategy.assignment for p in pids):
+            log(WARNING, "distance matrix of shape %s does not match its %d clients; not plotted",
+                matrix.shape, len(pids))
+            return
+        plots.plot_distance_matrix(matrix, np.array([strategy.assignment[p] for p in pids]),
+                                   self.folder / "distances.png", title=f"{type(strategy).name}")
 
 
 def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, Any]:

@@ -3,10 +3,11 @@
 The base owns the mechanics every clustered algorithm shares: identity discovery, seeded
 client sampling, one message per client carrying its own cluster's model, reply checks,
 per-cluster aggregation weighted by ``num-examples``, evaluation of every client with its
-cluster's model, traffic and timing records, and the round loop (Flower's
-``Strategy.start`` carries a single model, so it is overridden). An algorithm only says
-how it collects its signal and assigns clusters, through the hooks ``init_clusters``,
-``before_round``, ``client_config``, ``after_train`` and ``phase``.
+cluster's model, traffic and timing records, newcomers (``late-clients``), and the round
+loop (Flower's ``Strategy.start`` carries a single model, so it is overridden). An algorithm
+only says how it collects its signal and assigns clusters, through the hooks
+``init_clusters``, ``before_round``, ``client_config``, ``train_records``, ``reply_cluster``,
+``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for a typed signal.
 
 Empty clusters are kept on purpose: a cluster without members (or without replies this
 round) keeps its model and shows as size 0.
@@ -15,14 +16,22 @@ round) keeps its model and shows as size 0.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
@@ -31,9 +40,25 @@ from common import keys
 from common.aggregation import weighted_average
 from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
+from common.signals.losses import ModelLosses
 
-from .federation import ClientInfo, Exchange, Outbox, Traffic, discover_clients, packed, send
-from .replies import ReplyFault, TrainUpdate, decode_evaluate_reply, decode_train_reply
+from .federation import (
+    ClientInfo,
+    Exchange,
+    Outbox,
+    Traffic,
+    discover_clients,
+    packed,
+    send,
+)
+from .replies import (
+    ReplyFault,
+    S,
+    TrainUpdate,
+    decode_evaluate_reply,
+    decode_signal,
+    decode_train_reply,
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +86,11 @@ class ClusteredStrategy(Strategy):
     assignment : dict of int to int
         Partition id -> cluster index into ``models``.
     clients : dict of int to ClientInfo
-        The federation, by partition id.
+        The clients taking part so far, by partition id.
+    waiting : dict of int to ClientInfo
+        Late clients (``late-clients``) not admitted yet; they join in ``admit``.
+    initial : ArrayRecord or None
+        The initial model every cluster model descends from.
     history : list of dict
         One record per round (what ``metrics.jsonl`` holds).
     """
@@ -74,6 +103,8 @@ class ClusteredStrategy(Strategy):
         self.params = params if params is not None else self.params_type()
         self.rng = np.random.default_rng(self.training.seed)
         self.clients: dict[int, ClientInfo] = {}
+        self.waiting: dict[int, ClientInfo] = {}
+        self.initial: ArrayRecord | None = None
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
         self.history: list[dict[str, Any]] = []
@@ -101,8 +132,23 @@ class ClusteredStrategy(Strategy):
         """Extra train config for one client (default: none)."""
         return {}
 
+    def train_records(self, server_round: int, partition_id: int, cluster: int) -> dict[str, ArrayRecord]:
+        """The model records of one client's train message (default: its cluster's model)."""
+        return {keys.ARRAYS: self.models[cluster]}
+
+    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:
+        """The cluster a train reply belongs to (default: the one sent); ``ReplyFault`` if impossible."""
+        return self._sent_cluster[partition_id]
+
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
-        """See the round's checked train replies, by partition id, after aggregation."""
+        """See the round's checked train replies, by partition id, after aggregation.
+
+        ``update.delta()`` is each client's update from the model it was sent.
+        """
+
+    def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Give late clients (already in ``clients``) a cluster: default, lowest train loss."""
+        self.assignment.update(self.assign_by_loss(newcomers, server_round))
 
     def phase(self, server_round: int) -> str:
         """Name of what this round does, for the records."""
@@ -128,11 +174,30 @@ class ClusteredStrategy(Strategy):
         """Number of non-empty clusters."""
         return len(set(self.assignment.values()))
 
-    def sample(self, server_round: int) -> list[int]:  # noqa: ARG002
+    def sample(self, server_round: int) -> list[int]:
         """This round's training clients, drawn with the strategy's own seeded generator."""
         pool = sorted(pid for pid in self.clients if pid in self.assignment)
         m = self.training.num_sampled(len(pool))
         return sorted(int(p) for p in self.rng.choice(pool, size=m, replace=False))
+
+    def assign_by_loss(self, pids: Sequence[int], server_round: int) -> dict[int, int]:
+        """Each client's cluster by the lowest loss of the cluster models on its TRAIN split.
+
+        One cluster needs no query. Clients that fail or send a malformed reply go to the
+        largest cluster, with a warning.
+        """
+        if not pids:
+            return {}
+        if len(self.models) == 1:
+            return {pid: 0 for pid in pids}
+        losses = self.query_signal(keys.LOSSES_ACTION, pids, server_round, ModelLosses.from_arrays,
+                                   models=self.models, num_models=len(self.models))
+        sizes = cluster_sizes(self.assignment, len(self.models))
+        fallback = int(np.argmax(sizes)) if sizes else 0
+        for pid in sorted(set(pids) - set(losses)):
+            log(WARNING, "round %d: client %d has no train losses; it joins the largest cluster %d",
+                server_round, pid, fallback)
+        return {pid: losses[pid].best() if pid in losses else fallback for pid in pids}
 
     @contextmanager
     def clustering_timer(self) -> Iterator[None]:
@@ -153,6 +218,54 @@ class ClusteredStrategy(Strategy):
         self._account(exchange, server_round)
         return exchange
 
+    def query_signal(
+        self,
+        action: str,
+        pids: Iterable[int],
+        server_round: int,
+        from_arrays: Callable[..., S],
+        *,
+        models: Sequence[ArrayRecord] = (),
+        config: Mapping[str, Any] | None = None,
+        **expected: Any,
+    ) -> dict[int, S]:
+        """Ask ``pids`` for a signal with ``query.<action>``; the checked signals by partition id.
+
+        Parameters
+        ----------
+        action : str
+            The query action (a key in ``client.signals.QUERIES``).
+        pids : iterable of int
+            The clients to ask.
+        server_round : int
+            For the records and the clients' seeds.
+        from_arrays : callable
+            The signal dataclass's ``from_arrays``; a ``SignalError`` rejects that client only.
+        models : sequence of ArrayRecord
+            Sent as ``arrays`` (one) or ``arrays-0..K-1`` with ``num-models`` (several).
+        config : mapping, optional
+            Added to the config record, which already holds the round and training parameters.
+        **expected
+            Passed to ``from_arrays``.
+        """
+        records: dict[str, ArrayRecord] = {}
+        if len(models) == 1:
+            records[keys.ARRAYS] = models[0]
+        else:
+            records = {keys.model_record(k): m for k, m in enumerate(models)}
+        cfg = {**self._base_config(server_round), **(dict(config or {}))}
+        if len(models) > 1:
+            cfg[keys.NUM_MODELS] = len(models)
+        contents = {pid: RecordDict({**records, keys.CONFIG: ConfigRecord(cfg)}) for pid in pids}
+        exchange = self.query(keys.query_type(action), contents, server_round)
+        signals: dict[int, S] = {}
+        for pid in sorted(exchange.replies):
+            try:
+                signals[pid] = decode_signal(exchange.replies[pid], from_arrays, **expected)
+            except ReplyFault as fault:
+                self._reject(exchange, pid, str(fault), server_round)
+        return signals
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
@@ -162,7 +275,7 @@ class ClusteredStrategy(Strategy):
         for pid in self.sample(server_round):
             k = self.assignment[pid]
             cfg = {**dict(config), **self._train_config(server_round, pid, k)}
-            outbox.add(pid, RecordDict({keys.ARRAYS: self.models[k], keys.CONFIG: ConfigRecord(cfg)}))
+            outbox.add(pid, RecordDict({**self.train_records(server_round, pid, k), keys.CONFIG: ConfigRecord(cfg)}))
             self._sent_cluster[pid] = k
         self._outbox = outbox
         return outbox.messages
@@ -174,11 +287,13 @@ class ClusteredStrategy(Strategy):
         exchange = self._collect(replies, server_round)
         updates: dict[int, TrainUpdate] = {}
         for pid in sorted(exchange.replies):
-            model, num_train = self.models[self._sent_cluster[pid]], self.clients[pid].num_train
             try:
-                updates[pid] = decode_train_reply(exchange.replies[pid], model, num_train)
+                k = self.reply_cluster(server_round, pid, exchange.replies[pid])
+                updates[pid] = decode_train_reply(exchange.replies[pid], self.models[k], self.clients[pid].num_train)
             except ReplyFault as fault:
                 self._reject(exchange, pid, str(fault), server_round)
+                continue
+            self._sent_cluster[pid] = k
         members: dict[int, list[TrainUpdate]] = {}
         for pid, update in updates.items():
             members.setdefault(self._sent_cluster[pid], []).append(update)
@@ -191,7 +306,7 @@ class ClusteredStrategy(Strategy):
             metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
         return packed(self.models), MetricRecord(metrics)
 
-    def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:  # noqa: ARG002
+    def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:
         """New model of one cluster from its members' updates (FedAvg's weighted mean)."""
         averaged = weighted_average([u.arrays for u in updates], [u.num_examples for u in updates])
         return ArrayRecord({name: Array(arr) for name, arr in averaged.items()})
@@ -252,16 +367,20 @@ class ClusteredStrategy(Strategy):
         self.training = replace(self.training, **{k: v for k, v in overrides.items() if v is not None})
         self.grid = grid
         if not self.clients:
-            self.clients, _ = discover_clients(
+            clients, _ = discover_clients(
                 grid, expected_clients, wait_timeout=self.training.node_wait_timeout,
                 reply_timeout=self.training.round_timeout)
-            if not self.clients:
+            if not clients:
                 raise RuntimeError("No client answered the identity query; nothing to train.")
+            self.clients, self.waiting = self._hold_out_late(clients)
+            self.initial = initial_arrays
             self.init_clusters(initial_arrays)
         self.summary()
         result = Result()
         for rnd in range(1, self.training.rounds + 1):
             self._stats = _RoundStats(start=time.perf_counter())
+            if self.waiting and rnd >= self.training.admission_round:
+                self._admit_waiting(rnd)
             self.before_round(rnd)
             replies = grid.send_and_receive(
                 self.configure_train(rnd, initial_arrays, train_config or ConfigRecord(), grid),
@@ -286,13 +405,37 @@ class ClusteredStrategy(Strategy):
         return result
 
     # ----------------------------------------------------------------- internals
-    def _train_config(self, server_round: int, pid: int, cluster: int) -> dict[str, Any]:
+    def _base_config(self, server_round: int) -> dict[str, Any]:
         t = self.training
         return {
-            keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: cluster, keys.LOCAL_EPOCHS: t.local_epochs,
-            keys.BATCH_SIZE: t.batch_size, keys.LR: t.lr, keys.MOMENTUM: t.momentum,
-            keys.WEIGHT_DECAY: t.weight_decay, **self.client_config(server_round, pid),
+            keys.SERVER_ROUND: server_round, keys.LOCAL_EPOCHS: t.local_epochs, keys.BATCH_SIZE: t.batch_size,
+            keys.LR: t.lr, keys.MOMENTUM: t.momentum, keys.WEIGHT_DECAY: t.weight_decay,
         }
+
+    def _train_config(self, server_round: int, pid: int, cluster: int) -> dict[str, Any]:
+        return {**self._base_config(server_round), keys.CLUSTER_ID: cluster,
+                **self.client_config(server_round, pid)}
+
+    def _hold_out_late(self, clients: dict[int, ClientInfo]) -> tuple[dict[int, ClientInfo], dict[int, ClientInfo]]:
+        """Split off ``late-clients`` of the federation (seeded), keeping at least one client in."""
+        count = min(len(clients) - 1, round(self.training.late_clients * len(clients)))
+        if count <= 0:
+            return clients, {}
+        late = {int(p) for p in self.rng.choice(sorted(clients), size=count, replace=False)}
+        log(INFO, "%d late clients join in round %d: %s", count, self.training.admission_round, sorted(late))
+        return ({p: c for p, c in clients.items() if p not in late},
+                {p: c for p, c in clients.items() if p in late})
+
+    def _admit_waiting(self, server_round: int) -> None:
+        newcomers = sorted(self.waiting)
+        self.clients.update(self.waiting)
+        self.waiting = {}
+        self.admit(server_round, newcomers)
+        missing = [p for p in newcomers if p not in self.assignment]
+        if missing:
+            raise RuntimeError(f"{type(self).__name__}.admit left clients {missing} without a cluster.")
+        log(INFO, "round %d: newcomers %s joined clusters %s", server_round, newcomers,
+            [self.assignment[p] for p in newcomers])
 
     def _nodes(self) -> dict[int, int]:
         return {pid: info.node_id for pid, info in self.clients.items()}

@@ -43,7 +43,7 @@ class Traffic:
     def add(self, content: RecordDict) -> None:
         for name, record in content.array_records.items():
             size = sum(math.prod(arr.shape) * np.dtype(arr.dtype).itemsize for arr in record.values())
-            if name == keys.ARRAYS:
+            if keys.is_model_record(name):
                 self.model += size
             else:
                 self.signal += size

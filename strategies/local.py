@@ -20,3 +20,10 @@ class Local(ClusteredStrategy):
         """One copy of the initial model per client."""
         pids = sorted(self.clients)
         self.set_clusters([initial.copy() for _ in pids], {pid: k for k, pid in enumerate(pids)})
+
+    def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Each newcomer gets its own copy of the initial model."""
+        assert self.initial is not None
+        for pid in newcomers:
+            self.assignment[pid] = len(self.models)
+            self.models.append(self.initial.copy())

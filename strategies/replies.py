@@ -8,12 +8,17 @@ never touches server state.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from common import keys
+from common.signals import SignalError
+
+S = TypeVar("S")
 
 
 class ReplyFault(ValueError):
@@ -22,11 +27,23 @@ class ReplyFault(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class TrainUpdate:
-    """A checked train reply: the client's model as numpy arrays, its example count and loss."""
+    """A checked train reply: the client's model as numpy arrays, its example count and loss.
+
+    ``sent`` is the model the client started from, so ``delta()`` is its update.
+    """
 
     arrays: dict[str, np.ndarray]
     num_examples: int
     loss: float
+    sent: dict[str, np.ndarray] | None = None
+
+    def delta(self) -> np.ndarray:
+        """The update ``trained - sent`` over every float array, flattened: shape (d,), float32."""
+        if self.sent is None:
+            raise ValueError("This update has no reference model to subtract.")
+        parts = [(arr.astype(np.float32) - self.sent[name].astype(np.float32)).ravel()
+                 for name, arr in self.arrays.items() if np.issubdtype(arr.dtype, np.floating)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: int) -> TrainUpdate:
@@ -51,7 +68,34 @@ def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: i
     if keys.ARRAYS not in content.array_records:
         raise ReplyFault(f"no ArrayRecord {keys.ARRAYS!r}")
     arrays = decode_arrays(content.array_records[keys.ARRAYS], reference)
-    return TrainUpdate(arrays, int(metrics[keys.NUM_EXAMPLES]), float(metrics[keys.TRAIN_LOSS]))
+    sent = {name: arr.numpy() for name, arr in reference.items()}
+    return TrainUpdate(arrays, int(metrics[keys.NUM_EXAMPLES]), float(metrics[keys.TRAIN_LOSS]), sent)
+
+
+def decode_signal(content: RecordDict, from_arrays: Callable[..., S], **expected: Any) -> S:
+    """Parse a reply's ``signal`` record with a signal's ``from_arrays`` (and its expectations).
+
+    Parameters
+    ----------
+    content : RecordDict
+        The reply; its ArrayRecord ``signal`` holds the signal's arrays.
+    from_arrays : callable
+        A ``common.signals`` dataclass's ``from_arrays``.
+    **expected
+        Passed on to ``from_arrays`` (sizes the server knows, e.g. ``num_models``).
+
+    Raises
+    ------
+    ReplyFault
+        If the record is missing or ``from_arrays`` raises ``SignalError``.
+    """
+    record = content.array_records.get(keys.SIGNAL)
+    if not isinstance(record, ArrayRecord):
+        raise ReplyFault(f"no ArrayRecord {keys.SIGNAL!r}")
+    try:
+        return from_arrays({name: arr.numpy() for name, arr in record.items()}, **expected)
+    except SignalError as err:
+        raise ReplyFault(str(err)) from err
 
 
 def decode_evaluate_reply(content: RecordDict, num_test: int) -> tuple[float, float]:

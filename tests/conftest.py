@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from server.cli import PROJECT_ROOT, load_defaults  # noqa: E402
+from server.cli import PROJECT_ROOT, load_defaults
 
 
 def small_run_config(**overrides: Any) -> dict[str, Any]:

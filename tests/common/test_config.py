@@ -47,3 +47,11 @@ def test_params_from_run_config_maps_kebab_keys_and_keeps_defaults():
     assert t.local_epochs == 3 and t.rounds == TrainingParams.rounds
     with pytest.raises(ValueError, match="'local-epochs'"):
         params_from_run_config(TrainingParams, {"local-epochs": 0})
+
+
+def test_late_round_must_lie_within_the_run():
+    with pytest.raises(ValueError, match=r"The 'late-round' parameter of the run config must be an int in the range \[0, 3\]. Got 4"):
+        TrainingParams(rounds=3, late_round=4)
+    assert TrainingParams(rounds=10).admission_round == 6
+    with pytest.raises(ValueError, match="'late-clients'"):
+        TrainingParams(late_clients=1.0)

@@ -2,7 +2,13 @@ import math
 
 import pytest
 
-from common.validation import check_bool, check_choice, check_float, check_int, parse_float_list
+from common.validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    parse_float_list,
+)
 
 
 def test_check_int_accepts_and_converts_whole_floats():

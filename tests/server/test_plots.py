@@ -4,7 +4,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from server.plots import order_by_cluster, plot_accuracy, plot_clustering, plot_distance_matrix
+from server.plots import (
+    order_by_cluster,
+    plot_accuracy,
+    plot_clustering,
+    plot_distance_matrix,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

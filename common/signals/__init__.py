@@ -1,0 +1,61 @@
+"""Typed client signals: what a client sends the server to be clustered (no Flower here).
+
+Each signal is a small frozen dataclass with ``to_arrays()`` (name -> numpy array, what
+travels in the reply's ``signal`` ArrayRecord) and ``from_arrays(arrays, **expected)``,
+which checks names, shapes, dtypes and finiteness and raises ``SignalError`` on anything
+else. The server turns a ``SignalError`` into a rejected reply for that client only.
+
+Conventions for a new signal: one module here per signal family, the query action it
+answers (if it travels as ``query.<action>``) in ``common.keys``, the client-side
+computation in ``client/signals/``, and a test of the round trip and of each rejection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+class SignalError(ValueError):
+    """A client signal with a missing, extra, misshapen or non-finite array."""
+
+
+def check_names(arrays: Mapping[str, np.ndarray], expected: Sequence[str], what: str) -> None:
+    """Raise ``SignalError`` unless ``arrays`` holds exactly the names ``expected``."""
+    missing = sorted(set(expected) - set(arrays))
+    extra = sorted(set(arrays) - set(expected))
+    if missing or extra:
+        raise SignalError(f"{what}: arrays differ from {sorted(expected)} (missing {missing}, unexpected {extra})")
+
+
+def require_array(
+    arrays: Mapping[str, np.ndarray],
+    name: str,
+    shape: Sequence[int | None],
+    what: str,
+    *,
+    integer: bool = False,
+) -> np.ndarray:
+    """``arrays[name]`` if it has ``shape`` (``None`` = any size) and a float (or integer) dtype.
+
+    Float arrays must be finite. Returns the array itself (no copy).
+
+    Raises
+    ------
+    SignalError
+        If the array is missing, has another number of dimensions or sizes, the wrong kind
+        of dtype, or holds NaN or Inf.
+    """
+    if name not in arrays:
+        raise SignalError(f"{what}: array {name!r} is missing")
+    arr = np.asarray(arrays[name])
+    wanted = tuple("*" if s is None else s for s in shape)
+    if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
+        raise SignalError(f"{what}: array {name!r} has shape {list(arr.shape)}, expected {list(wanted)}")
+    kind = np.integer if integer else np.floating
+    if not np.issubdtype(arr.dtype, kind):
+        raise SignalError(f"{what}: array {name!r} has dtype {arr.dtype}, expected {kind.__name__}")
+    if not integer and not np.all(np.isfinite(arr)):
+        raise SignalError(f"{what}: array {name!r} holds NaN or Inf")
+    return arr

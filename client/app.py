@@ -23,10 +23,11 @@ from flwr.clientapp import ClientApp
 from common import keys
 from common.training import evaluate as evaluate_model
 
+from .faults import inject_faults
 from .signals import QUERIES, Handler
 from .task import task_from_context, train_local
 
-app = ClientApp()
+app = ClientApp(mods=[inject_faults])
 
 
 @app.query(keys.IDENTITY_ACTION)

@@ -100,15 +100,52 @@ class TrainingParams:
 
 
 @dataclass(frozen=True)
+class FaultParams:
+    """Injected client faults, for tests and drills; all off by default.
+
+    In each round a client fails (raises) with probability ``fail_fraction`` and, if it does
+    not fail, answers ``slow_delay`` seconds late with probability ``slow_fraction``; the draw
+    is seeded by the run's seed, the round and the partition id.
+    """
+
+    fail_fraction: float = 0.0
+    slow_fraction: float = 0.0
+    slow_delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("fail_fraction", "slow_fraction"):
+            value = check_float(getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, high=1.0,
+                                closed=(True, False))
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "slow_delay", check_float(self.slow_delay, "slow-delay", OWNER, low=0.0))
+
+    @property
+    def active(self) -> bool:
+        return self.fail_fraction > 0 or (self.slow_fraction > 0 and self.slow_delay > 0)
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> FaultParams:
+        return params_from_run_config(cls, rc)
+
+
+@dataclass(frozen=True)
 class OutputParams:
-    """Where a run writes its results."""
+    """Where a run writes its results, how often it checkpoints and what it resumes from.
+
+    ``checkpoint_every`` = 0 turns checkpoints off; ``resume_from`` = "" starts afresh.
+    """
 
     results_dir: str = "results"
     run_name: str = ""
+    checkpoint_every: int = 0
+    resume_from: str = ""
 
     def __post_init__(self) -> None:
         check_str(self.results_dir, "results-dir", OWNER)
         check_str(self.run_name, "run-name", OWNER)
+        check_str(self.resume_from, "resume-from", OWNER)
+        object.__setattr__(self, "checkpoint_every", check_int(self.checkpoint_every, "checkpoint-every",
+                                                               OWNER, low=0))
         if self.results_dir.strip() == "":
             raise ValueError(
                 f"The 'results-dir' parameter of {OWNER} must be a non-empty path. Got '' instead."

@@ -11,8 +11,12 @@ from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from strategies.checkpoint import load_checkpoint
+
 from .experiment import Experiment
 from .results import RunRecorder
+
+CHECKPOINT_FILE = "checkpoint.pkl"
 
 app = ServerApp()
 
@@ -26,8 +30,16 @@ def main(grid: Grid, context: Context) -> None:
     folder = experiment.results_path()
     log(INFO, "umbel: %s on %s/%s with %d clients; results in %s", experiment.strategy,
         experiment.scenario.dataset, experiment.scenario.scenario, experiment.scenario.num_clients, folder)
-    recorder = RunRecorder(folder, context.run_config)
     strategy = experiment.build_strategy()
+    output = experiment.output
+    checkpoint = load_checkpoint(output.resume_from, strategy.name) if output.resume_from else None
+    recorder = RunRecorder(folder, context.run_config)
+    if checkpoint is not None:
+        strategy.resume(checkpoint)
+        recorder.replay(checkpoint["state"]["history"])
+        log(INFO, "umbel: resuming from %s (after round %d)", output.resume_from, checkpoint["round"])
+    if output.checkpoint_every:
+        strategy.checkpoint_to(folder / CHECKPOINT_FILE, output.checkpoint_every)
     strategy.on_round = recorder.on_round
     strategy.start(grid, experiment.initial_model(), expected_clients=experiment.scenario.num_clients)
     recorder.finish(strategy)

@@ -88,6 +88,12 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     experiment = Experiment.from_run_config(config)
     experiment.partition()
     get_device(experiment.device)  # simulated clients run on this machine
+    if experiment.output.resume_from:
+        from strategies.checkpoint import load_checkpoint
+
+        resume = Path(experiment.output.resume_from).expanduser().resolve()
+        load_checkpoint(resume, experiment.strategy)
+        config["resume-from"] = str(resume)
     folder = experiment.results_path()
     config["results-dir"] = str(folder.parent)
     config["run-name"] = folder.name

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord
 
 from common.config import (
+    FaultParams,
     OutputParams,
     TrainingParams,
     params_from_run_config,
@@ -40,6 +41,7 @@ class Experiment:
     model: str
     data_dir: str
     device: str
+    faults: FaultParams = field(default_factory=FaultParams)
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
@@ -59,6 +61,7 @@ class Experiment:
             model=model,
             data_dir=check_str(run_config_value(rc, "data-dir", ""), "data-dir", "the run config"),
             device=device,
+            faults=FaultParams.from_run_config(rc),
         )
 
     def build_strategy(self) -> ClusteredStrategy:

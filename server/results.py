@@ -54,6 +54,12 @@ class RunRecorder:
         self._metrics.write_text("")
         self._assignments: list[dict[str, Any]] = []
 
+    def replay(self, history: list[dict[str, Any]]) -> None:
+        """Write the rounds a resumed run already has (from its checkpoint) to ``metrics.jsonl``."""
+        with self._metrics.open("a") as fh:
+            for record in history:
+                fh.write(json.dumps(record) + "\n")
+
     def on_round(self, strategy: ClusteredStrategy, record: dict[str, Any]) -> None:
         """Append the round's record, log the progress line, note assignment changes."""
         with self._metrics.open("a") as fh:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +43,7 @@ from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
 
+from .checkpoint import rebind_clients, save_checkpoint
 from .federation import (
     ClientInfo,
     Exchange,
@@ -111,6 +113,9 @@ class ClusteredStrategy(Strategy):
         self.last_eval: dict[int, tuple[float, float]] = {}
         self.grid: Grid | None = None
         self.on_round: RoundCallback | None = None
+        self.checkpoint_path: Path | None = None
+        self.checkpoint_every = 0
+        self._resume: dict[str, Any] | None = None
         self._outbox: Outbox | None = None
         self._sent_cluster: dict[int, int] = {}
         self._stats = _RoundStats()
@@ -345,6 +350,14 @@ class ClusteredStrategy(Strategy):
             self.params, len(self.clients), len(self.models), sizes)
 
     # ----------------------------------------------------------------- the run
+    def checkpoint_to(self, path: Path, every: int) -> None:
+        """Save the whole state to ``path`` every ``every`` rounds and after the last one."""
+        self.checkpoint_path, self.checkpoint_every = Path(path), every
+
+    def resume(self, checkpoint: dict[str, Any]) -> None:
+        """Continue from a ``load_checkpoint`` payload when ``start`` runs (after re-identifying clients)."""
+        self._resume = checkpoint
+
     def start(
         self,
         grid: Grid,
@@ -366,18 +379,22 @@ class ClusteredStrategy(Strategy):
         overrides = {"rounds": num_rounds, "round_timeout": timeout}
         self.training = replace(self.training, **{k: v for k, v in overrides.items() if v is not None})
         self.grid = grid
-        if not self.clients:
+        first_round = 1
+        if self._resume is not None or not self.clients:
             clients, _ = discover_clients(
                 grid, expected_clients, wait_timeout=self.training.node_wait_timeout,
                 reply_timeout=self.training.round_timeout)
             if not clients:
                 raise RuntimeError("No client answered the identity query; nothing to train.")
-            self.clients, self.waiting = self._hold_out_late(clients)
-            self.initial = initial_arrays
-            self.init_clusters(initial_arrays)
+            if self._resume is not None:
+                first_round = self._restore(self._resume, clients)
+            else:
+                self.clients, self.waiting = self._hold_out_late(clients)
+                self.initial = initial_arrays
+                self.init_clusters(initial_arrays)
         self.summary()
         result = Result()
-        for rnd in range(1, self.training.rounds + 1):
+        for rnd in range(first_round, self.training.rounds + 1):
             self._stats = _RoundStats(start=time.perf_counter())
             if self.waiting and rnd >= self.training.admission_round:
                 self._admit_waiting(rnd)
@@ -402,6 +419,9 @@ class ClusteredStrategy(Strategy):
                 if server_metrics is not None:
                     result.evaluate_metrics_serverapp[rnd] = server_metrics
             self._record(rnd, eval_metrics)
+            every = self.checkpoint_every
+            if self.checkpoint_path is not None and every and (rnd % every == 0 or rnd == self.training.rounds):
+                save_checkpoint(self, rnd, self.checkpoint_path)
         return result
 
     # ----------------------------------------------------------------- internals
@@ -415,6 +435,18 @@ class ClusteredStrategy(Strategy):
     def _train_config(self, server_round: int, pid: int, cluster: int) -> dict[str, Any]:
         return {**self._base_config(server_round), keys.CLUSTER_ID: cluster,
                 **self.client_config(server_round, pid)}
+
+    def _restore(self, checkpoint: dict[str, Any], found: dict[int, ClientInfo]) -> int:
+        """Load a checkpoint's state onto this strategy; the first round still to run."""
+        state = checkpoint["state"]
+        rebound = rebind_clients({**state["clients"], **state["waiting"]}, found)
+        vars(self).update(state)
+        self.clients = {pid: rebound[pid] for pid in state["clients"]}
+        self.waiting = {pid: rebound[pid] for pid in state["waiting"]}
+        self._resume = None
+        log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"],
+            len(self.clients))
+        return int(checkpoint["round"]) + 1
 
     def _hold_out_late(self, clients: dict[int, ClientInfo]) -> tuple[dict[int, ClientInfo], dict[int, ClientInfo]]:
         """Split off ``late-clients`` of the federation (seeded), keeping at least one client in."""
@@ -455,13 +487,15 @@ class ClusteredStrategy(Strategy):
 
     def _account(self, exchange: Exchange, server_round: int) -> None:
         for pid, cause in sorted(exchange.failures.items()):
-            log(WARNING, "round %d %s: client %d failed: %s", server_round,
-                exchange.phase, pid, cause)
+            if pid not in self._stats.logged:
+                log(WARNING, "round %d %s: client %d failed: %s", server_round, exchange.phase, pid, cause)
+            self._stats.logged.add(pid)
         self._stats.add(exchange)
 
     def _reject(self, exchange: Exchange, pid: int, fault: str, server_round: int) -> None:
         log(WARNING, "round %d %s: client %d reply rejected: %s", server_round,
             exchange.phase, pid, fault)
+        self._stats.logged.add(pid)
         del exchange.replies[pid]
         exchange.failures[pid] = f"rejected: {fault}"
         self._stats.rejected += 1
@@ -503,6 +537,7 @@ class _RoundStats:
     clustering_seconds: float = 0.0
     down: Traffic = field(default_factory=Traffic)
     up: Traffic = field(default_factory=Traffic)
+    logged: set[int] = field(default_factory=set)  # clients whose failure this round is logged
 
     def add(self, exchange: Exchange) -> None:
         self.failures += len(exchange.failures)

@@ -35,10 +35,13 @@ class InProcessGrid:
         ``fault(reply, server_round)`` returns a replacement reply or ``None`` to drop it.
     reverse_replies : bool
         Return replies in reverse order (replies may arrive in any order).
+    failing : iterable of int
+        Partition ids whose ClientApp raises on every message but the identity query.
     """
 
     def __init__(self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int,
-                 faults: Mapping[int, Fault] | None = None, reverse_replies: bool = False) -> None:
+                 faults: Mapping[int, Fault] | None = None, reverse_replies: bool = False,
+                 failing: Iterable[int] = ()) -> None:
         self.client_app = client_app
         self.run_config = dict(run_config)
         self.node_of = {pid: 1000 + (pid * 7919) % 100_003 for pid in range(num_nodes)}
@@ -46,6 +49,7 @@ class InProcessGrid:
         self.states = {node: RecordDict() for node in self.pid_of}
         self.faults = dict(faults or {})
         self.reverse_replies = reverse_replies
+        self.failing = set(failing)
         self.sent: list[Message] = []
         self._ids = itertools.count(1)
         TaskIdentity.task_id = 1
@@ -65,6 +69,8 @@ class InProcessGrid:
                 "partition-id": self.pid_of[node], "num-partitions": len(self.pid_of)},
                 state=self.states[node], run_config=self.run_config)
             try:
+                if self.pid_of[node] in self.failing and msg.metadata.message_type != "query.identity":
+                    raise RuntimeError("this client always fails")
                 reply = self.client_app(msg, context)
             except Exception as err:  # noqa: BLE001 - Flower turns any ClientApp exception into an error reply
                 reply = Message(Error(code=2, reason=f"{type(err).__name__}: {err}"), reply_to=msg)

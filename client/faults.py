@@ -1,0 +1,52 @@
+"""Injected client faults (run-config ``fail-fraction``, ``slow-fraction``, ``slow-delay``).
+
+A ClientApp mod: in each round a client raises (Flower turns that into an error reply) or
+answers late, drawn from the run's seed, the round and the partition id, so a drill is
+reproducible. Identity queries are never touched (a client must be able to join). Off by
+default; for tests and fault drills only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import lru_cache
+
+import numpy as np
+from flwr.app import Context, Message
+
+from common import keys
+from common.config import FaultParams, run_config_value
+
+
+class InjectedFault(RuntimeError):
+    """The failure a client was told to simulate."""
+
+
+@lru_cache(maxsize=4)
+def _params(fail: float, slow: float, delay: float) -> FaultParams:
+    return FaultParams(fail, slow, delay)
+
+
+def fault_draws(seed: int, server_round: int, partition_id: int) -> tuple[float, float]:
+    """Two uniforms in [0, 1): ``(fail draw, slow draw)`` for one client in one round."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, server_round, partition_id, 0xFA17]))
+    fail, slow = rng.random(2)
+    return float(fail), float(slow)
+
+
+def inject_faults(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """Fail or delay this client's reply as the run-config's fault parameters say."""
+    rc = context.run_config
+    params = _params(*(float(run_config_value(rc, k, 0.0)) for k in ("fail-fraction", "slow-fraction", "slow-delay")))
+    if not params.active or msg.metadata.message_type == keys.MSG_IDENTITY:
+        return call_next(msg, context)
+    cfg = msg.content.config_records.get(keys.CONFIG)
+    server_round = int(cfg[keys.SERVER_ROUND]) if cfg is not None and keys.SERVER_ROUND in cfg else 0
+    pid = int(context.node_config[keys.PARTITION_ID])
+    fail, slow = fault_draws(int(run_config_value(rc, "seed", 0)), server_round, pid)
+    if fail < params.fail_fraction:
+        raise InjectedFault(f"injected fault: client {pid} fails round {server_round}")
+    if slow < params.slow_fraction:
+        time.sleep(params.slow_delay)
+    return call_next(msg, context)

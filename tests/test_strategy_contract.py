@@ -1,0 +1,123 @@
+"""What every registered strategy promises, checked on the in-process grid with digits.
+
+Parametrised over ``strategies.REGISTRY``: a strategy added to the registry is held to the
+contract without touching this file, except for ``FAST`` (run-config overrides that make
+its clustering happen within these short runs).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import small_run_config
+from flwr.app import ConfigRecord, Message
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from inprocess import InProcessGrid
+
+from client.app import app as client_app
+from common import keys
+from common.config import TrainingParams
+from server.cli import PROJECT_ROOT, load_defaults
+from server.experiment import Experiment
+from strategies import REGISTRY
+
+NAMES = sorted(REGISTRY)
+# Overrides that make each algorithm cluster inside a 3-round run on 6 clients.
+FAST: dict[str, dict[str, Any]] = {}
+# Strategies whose cluster update is deliberately not FedAvg's weighted mean.
+NOT_FEDAVG_AGGREGATION = {"fedmedian": "coordinate-wise median by design"}
+
+
+def _setup(name: str, rounds: int = 3, **overrides: Any):
+    rc = small_run_config(strategy=name, rounds=rounds, **{**FAST.get(name, {}), **overrides})
+    exp = Experiment.from_run_config(rc)
+    return rc, exp, exp.build_strategy()
+
+
+def _bad_value(default: Any) -> Any:
+    if isinstance(default, bool):
+        return "maybe"
+    if isinstance(default, (int, float)):
+        return "not-a-number"
+    return 12345
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_builds_from_the_projects_defaults(name):
+    cls = REGISTRY[name]
+    strategy = cls.from_run_config(TrainingParams(), load_defaults(PROJECT_ROOT))
+    assert isinstance(strategy.params, cls.params_type) and strategy.name == name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rejects_each_invalid_parameter_naming_it(name):
+    cls = REGISTRY[name]
+    params = [f for f in fields(cls.params_type) if f.init]
+    defaults = cls.params_type()
+    for field in params:
+        key = field.name.replace("_", "-")
+        with pytest.raises(ValueError, match=f"'{key}'"):
+            cls.from_run_config(TrainingParams(), {key: _bad_value(getattr(defaults, field.name))})
+
+
+def _drop_all(reply: Message, server_round: int) -> Message | None:
+    return reply if reply.metadata.message_type == keys.MSG_IDENTITY else None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_survives_rounds_without_any_reply(name):
+    rc, exp, strategy = _setup(name)
+    grid = InProcessGrid(client_app, rc, 6, faults=dict.fromkeys(range(6), _drop_all))
+    initial = exp.initial_model()
+    strategy.start(grid, initial, expected_clients=6)
+    assert [r["train-replies"] for r in strategy.history] == [0, 0, 0]
+    for model in strategy.models:
+        for key in initial.keys():
+            np.testing.assert_array_equal(model[key].numpy(), initial[key].numpy())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_survives_a_client_that_always_errors(name, caplog):
+    rc, exp, strategy = _setup(name, fraction=1.0)
+    grid = InProcessGrid(client_app, rc, 6, failing={2})
+    strategy.start(grid, exp.initial_model(), expected_clients=6)
+    assert len(strategy.history) == 3
+    assert all(r["failures"] >= 1 for r in strategy.history)
+    assert "client 2 failed: error code 2: RuntimeError: this client always fails" in caplog.text
+    assert all(np.all(np.isfinite(a.numpy())) for m in strategy.models for a in m.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reply_order_does_not_change_the_result(name):
+    runs = []
+    for reverse in (False, True):
+        rc, exp, strategy = _setup(name)
+        strategy.start(InProcessGrid(client_app, rc, 6, reverse_replies=reverse), exp.initial_model(),
+                       expected_clients=6)
+        runs.append(strategy)
+    a, b = runs
+    assert a.assignment == b.assignment
+    for ma, mb in zip(a.models, b.models, strict=True):
+        for key in ma.keys():
+            np.testing.assert_allclose(ma[key].numpy(), mb[key].numpy(), rtol=1e-6, atol=1e-7)
+    assert [r["accuracy"] for r in a.history] == [r["accuracy"] for r in b.history]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_FEDAVG_AGGREGATION])
+def test_one_cluster_aggregates_like_flowers_fedavg(name):
+    rc, exp, strategy = _setup(name, rounds=1, fraction=1.0)
+    grid = InProcessGrid(client_app, rc, 6)
+    initial = exp.initial_model()
+    strategy.start(grid, initial, expected_clients=6)
+    strategy.set_clusters([initial.copy()], dict.fromkeys(strategy.clients, 0))
+    messages = list(strategy.configure_train(2, initial, ConfigRecord(), grid))
+    replies = grid.send_and_receive(messages)
+    contents = [copy.deepcopy(r.content) for r in replies]
+    strategy.aggregate_train(2, replies)
+    expected = aggregate_arrayrecords(contents, keys.NUM_EXAMPLES)
+    for key, arr in expected.items():
+        np.testing.assert_allclose(strategy.models[0][key].numpy(), arr.numpy(), rtol=1e-5, atol=1e-7)

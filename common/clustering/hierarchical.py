@@ -208,3 +208,26 @@ def nearest(vectors: np.ndarray, references: np.ndarray) -> np.ndarray:
     dist = np.full((arr.shape[0], ref.shape[0]), np.inf)
     dist[:, usable] = cdist(arr, ref[usable])
     return np.argmin(dist, axis=1).astype(np.int64)
+
+
+def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0,
+             linkage: str = "average") -> np.ndarray:
+    """:func:`agglomerative` with the run-config convention: ``num_clusters`` wins when > 0.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+    threshold : float
+        Used when ``num_clusters == 0``.
+    num_clusters : int, default=0
+        0 = not given; larger than N is clipped to N (every point alone).
+    linkage : {"average", "complete", "single"}, default="average"
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+    """
+    n = np.asarray(distances).shape[0] if np.ndim(distances) == 2 else 0
+    if num_clusters and num_clusters > 0:
+        return agglomerative(distances, num_clusters=min(int(num_clusters), max(n, 1)), linkage=linkage)
+    return agglomerative(distances, threshold=threshold, linkage=linkage)

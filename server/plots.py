@@ -15,38 +15,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from common.clustering.ordering import cluster_spans, order_by_cluster
+
+__all__ = ["order_by_cluster", "plot_accuracy", "plot_clustering", "plot_distance_matrix"]
+
 KINDS: tuple[str, ...] = ("distance", "similarity")
 DPI = 120
-
-
-def order_by_cluster(labels: np.ndarray) -> np.ndarray:
-    """Return the permutation that makes each cluster contiguous.
-
-    Clusters come in increasing label order; inside a cluster clients keep their order
-    (a stable sort).
-
-    Parameters
-    ----------
-    labels : np.ndarray of shape (N,)
-        Cluster of each client.
-
-    Returns
-    -------
-    np.ndarray of shape (N,), int64
-        ``labels[order]`` is sorted.
-
-    Raises
-    ------
-    ValueError
-        Naming ``'labels'`` unless it is 1-D.
-    """
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise ValueError(
-            f"The 'labels' parameter of order_by_cluster must be a 1-D array. "
-            f"Got shape {labels.shape} instead."
-        )
-    return np.argsort(labels, kind="stable").astype(np.int64)
 
 
 def plot_accuracy(
@@ -181,8 +155,7 @@ def plot_distance_matrix(
     order = order_by_cluster(labels)
     ordered = mat[np.ix_(order, order)]
     sorted_labels = labels[order]
-    starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
-    ends = np.r_[starts[1:], len(sorted_labels)]
+    starts, ends = cluster_spans(sorted_labels)
 
     fig = Figure(figsize=(6.0, 5.2))
     ax = fig.add_subplot()

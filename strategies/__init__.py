@@ -10,11 +10,14 @@ from common.validation import check_choice
 
 from .base import ClusteredStrategy
 from .fedavg import FedAvg
+from .fedclust import FedClust
 from .fedprox import FedProx
+from .flhc import FLHC
 from .local import Local
+from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx)
+    cls.name: cls for cls in (FedAvg, Local, FedProx, FedClust, PACFL, FLHC)
 }
 
 
@@ -29,4 +32,4 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["REGISTRY", "ClusteredStrategy", "FedAvg", "FedProx", "Local", "get_strategy"]
+__all__ = ["FLHC", "PACFL", "REGISTRY", "ClusteredStrategy", "FedAvg", "FedClust", "FedProx", "Local", "get_strategy"]

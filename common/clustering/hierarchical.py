@@ -1,0 +1,233 @@
+"""Pairwise distances, agglomerative clustering on a precomputed distance matrix, centroids.
+
+The one-shot clustering of FedClust (Islam et al., 2024, Sec. 3.4 and Alg. 1-2: Euclidean
+distances between final-layer weights, hierarchical clustering cut at a threshold lambda,
+newcomers join the nearest cluster centroid), PACFL (Vahidian et al., AAAI 2023: HC on
+principal-angle distances) and FL+HC (Briggs et al., IJCNN 2020: HC on model updates with a
+given number of clusters) all end here. numpy in, numpy out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial.distance import cdist, pdist, squareform
+from sklearn.cluster import AgglomerativeClustering
+
+from common.validation import check_choice, check_float, check_int
+
+LINKAGES: tuple[str, ...] = ("average", "complete", "single")
+METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
+
+
+def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"The '{name}' parameter of {owner} must be a non-empty 2-D array "
+                         f"(N, D). Got shape {arr.shape} instead.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"The '{name}' parameter of {owner} must hold finite values. "
+                         "Got NaN or Inf instead.")
+    return arr
+
+
+def pairwise_distances(vectors: np.ndarray, metric: str = "euclidean") -> np.ndarray:
+    """Distance between every pair of rows (FedClust Eq. 3 with the default metric).
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (N, D)
+        One flattened vector per client (final-layer weights, model updates, ...).
+    metric : {"euclidean", "cosine", "cityblock", "sqeuclidean"}, default="euclidean"
+        Passed to ``scipy.spatial.distance.pdist``.
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        Symmetric, zero diagonal. ``N == 1`` gives ``[[0.0]]``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'vectors'`` unless it is a finite non-empty 2-D array, ``'metric'`` if unknown.
+    """
+    arr = _vectors(vectors, "vectors", "pairwise_distances")
+    check_choice(metric, "metric", "pairwise_distances", METRICS)
+    if arr.shape[0] == 1:
+        return np.zeros((1, 1))
+    return squareform(pdist(arr, metric=metric))
+
+
+def check_distance_matrix(distances: np.ndarray, owner: str, name: str = "distances") -> np.ndarray:
+    """``distances`` as float64 if it is a finite, non-negative, symmetric (N, N) matrix.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` otherwise (asymmetry is tolerated up to 1e-8 relative).
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
+        raise ValueError(f"The '{name}' parameter of {owner} must be a non-empty square (N, N) "
+                         f"array. Got shape {d.shape} instead.")
+    if not np.all(np.isfinite(d)) or np.any(d < 0):
+        raise ValueError(f"The '{name}' parameter of {owner} must hold finite non-negative "
+                         "distances. Got a negative, NaN or Inf entry instead.")
+    if not np.allclose(d, d.T, rtol=1e-8, atol=1e-10):
+        raise ValueError(f"The '{name}' parameter of {owner} must be symmetric. "
+                         f"Got a largest asymmetry of {np.max(np.abs(d - d.T))!r} instead.")
+    return d
+
+
+def agglomerative(
+    distances: np.ndarray,
+    *,
+    threshold: float | None = None,
+    num_clusters: int | None = None,
+    linkage: str = "average",
+) -> np.ndarray:
+    """Agglomerative (bottom-up) clustering of a precomputed distance matrix.
+
+    Clusters keep merging while the linkage distance between the two closest clusters is
+    below ``threshold`` (scikit-learn's ``distance_threshold``), or until ``num_clusters``
+    remain. Exactly one of the two must be given.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+        Symmetric, non-negative, finite.
+    threshold : float, optional
+        Cut height, >= 0: above the largest distance gives one cluster, at or below the
+        smallest gives one cluster per point.
+    num_clusters : int, optional
+        In ``[1, N]``.
+    linkage : {"average", "complete", "single"}, default="average"
+        ``"ward"`` is refused: it needs Euclidean feature vectors, not precomputed distances.
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+        Cluster labels ``0..K-1`` numbered in order of first appearance. ``N == 1`` gives ``[0]``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'distances'``, ``'threshold'``, ``'num_clusters'`` or ``'linkage'``.
+    """
+    owner = "agglomerative"
+    d = check_distance_matrix(distances, owner)
+    if linkage == "ward":
+        raise ValueError(f"The 'linkage' parameter of {owner} must be one of {LINKAGES}; 'ward' "
+                         "needs Euclidean feature vectors and cannot use precomputed distances. "
+                         "Got 'ward' instead.")
+    check_choice(linkage, "linkage", owner, LINKAGES)
+    if (threshold is None) == (num_clusters is None):
+        raise ValueError(f"The 'threshold' and 'num_clusters' parameters of {owner}: exactly one "
+                         f"must be given. Got threshold={threshold!r}, num_clusters={num_clusters!r} "
+                         "instead.")
+    n = d.shape[0]
+    if num_clusters is not None:
+        num_clusters = check_int(num_clusters, "num_clusters", owner, low=1, high=n)
+    else:
+        threshold = check_float(threshold, "threshold", owner, low=0.0)
+    if n == 1:
+        return np.zeros(1, dtype=np.int64)
+    model = AgglomerativeClustering(
+        n_clusters=num_clusters, metric="precomputed", linkage=linkage,
+        distance_threshold=threshold, compute_full_tree=True if threshold is not None else "auto")
+    return relabel_by_appearance(model.fit_predict(d))
+
+
+def relabel_by_appearance(labels: np.ndarray) -> np.ndarray:
+    """Renumber ``labels`` (N,) to ``0..K-1`` in order of first appearance (int64)."""
+    labels = np.asarray(labels)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))
+    return rank[inverse.ravel()].astype(np.int64)
+
+
+def centroids(vectors: np.ndarray, labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
+    """Mean vector of each cluster.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (N, D)
+    labels : ndarray of shape (N,)
+        Integer labels in ``[0, num_clusters)``.
+    num_clusters : int, optional
+        K; default ``labels.max() + 1``. An empty cluster's centroid is NaN.
+
+    Returns
+    -------
+    ndarray of shape (K, D), float64
+
+    Raises
+    ------
+    ValueError
+        Naming ``'vectors'``, ``'labels'`` or ``'num_clusters'``.
+    """
+    owner = "centroids"
+    arr = _vectors(vectors, "vectors", owner)
+    lab = np.asarray(labels)
+    if lab.shape != (arr.shape[0],) or not np.issubdtype(lab.dtype, np.integer) or lab.min() < 0:
+        raise ValueError(f"The 'labels' parameter of {owner} must be {arr.shape[0]} non-negative "
+                         f"integers. Got shape {lab.shape}, dtype {lab.dtype} instead.")
+    k = int(lab.max()) + 1 if num_clusters is None else check_int(
+        num_clusters, "num_clusters", owner, low=int(lab.max()) + 1)
+    out = np.full((k, arr.shape[1]), np.nan)
+    for c in np.unique(lab):
+        out[c] = arr[lab == c].mean(axis=0)
+    return out
+
+
+def nearest(vectors: np.ndarray, references: np.ndarray) -> np.ndarray:
+    """Index of the Euclidean-nearest reference for each vector (FedClust Eq. 4).
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (M, D)
+    references : ndarray of shape (K, D)
+        Rows that are NaN (empty clusters) are never chosen; at least one must be finite.
+
+    Returns
+    -------
+    ndarray of shape (M,), int64
+        The first nearest on ties.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'vectors'`` or ``'references'``.
+    """
+    owner = "nearest"
+    arr = _vectors(vectors, "vectors", owner)
+    ref = np.asarray(references, dtype=np.float64)
+    usable = np.all(np.isfinite(ref), axis=1) if ref.ndim == 2 else np.zeros(0, bool)
+    if ref.ndim != 2 or ref.shape[1] != arr.shape[1] or not usable.any():
+        raise ValueError(f"The 'references' parameter of {owner} must be a (K, {arr.shape[1]}) "
+                         f"array with a finite row. Got shape {ref.shape} instead.")
+    dist = np.full((arr.shape[0], ref.shape[0]), np.inf)
+    dist[:, usable] = cdist(arr, ref[usable])
+    return np.argmin(dist, axis=1).astype(np.int64)
+
+
+def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0,
+             linkage: str = "average") -> np.ndarray:
+    """:func:`agglomerative` with the run-config convention: ``num_clusters`` wins when > 0.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+    threshold : float
+        Used when ``num_clusters == 0``.
+    num_clusters : int, default=0
+        0 = not given; larger than N is clipped to N (every point alone).
+    linkage : {"average", "complete", "single"}, default="average"
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+    """
+    n = np.asarray(distances).shape[0] if np.ndim(distances) == 2 else 0
+    if num_clusters and num_clusters > 0:
+        return agglomerative(distances, num_clusters=min(int(num_clusters), max(n, 1)), linkage=linkage)
+    return agglomerative(distances, threshold=threshold, linkage=linkage)

@@ -1,0 +1,172 @@
+"""Principal angles between subspaces and the PACFL distance matrix.
+
+PACFL (Vahidian et al., "Efficient Distribution Similarity Identification in Clustered
+Federated Learning via Principal Angles Between Client Data Subspaces", AAAI 2023): each client
+sends a few left singular vectors of each of its classes' data; the server measures how far
+apart two clients' data subspaces are by the principal angles between them (the smallest angle,
+Eq. 3, or their sum, the trace variant) and clusters that matrix hierarchically. FLAG reuses
+:func:`pairwise_subspace_angles` class by class (one basis per client, ``None`` where a client
+lacks the class). numpy/scipy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.linalg import subspace_angles
+
+from common.validation import check_choice, check_float
+
+MEASURES: tuple[str, ...] = ("smallest", "sum", "mean")
+
+
+def _basis(x: np.ndarray, name: str, owner: str, dim: int | None = None) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2 or 0 in arr.shape or (dim is not None and arr.shape[0] != dim):
+        want = f"({dim}, p)" if dim is not None else "(d, p)"
+        raise ValueError(f"The '{name}' parameter of {owner} must be a non-empty 2-D basis {want}. "
+                         f"Got shape {arr.shape} instead.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"The '{name}' parameter of {owner} must hold finite values. "
+                         "Got NaN or Inf instead.")
+    return arr
+
+
+def principal_angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Principal angles between the column spaces of ``a`` and ``b``, in degrees, ascending.
+
+    Parameters
+    ----------
+    a : ndarray of shape (d, p)
+    b : ndarray of shape (d, q)
+        Columns need not be orthonormal (scipy orthonormalises them).
+
+    Returns
+    -------
+    ndarray of shape (min(p, q),), float64
+        In ``[0, 90]``; the first is the smallest angle.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'a'`` or ``'b'`` unless both are finite 2-D arrays with the same row count.
+    """
+    a = _basis(a, "a", "principal_angles")
+    b = _basis(b, "b", "principal_angles", dim=a.shape[0])
+    return np.sort(np.degrees(subspace_angles(a, b)))
+
+
+def subspace_angle(a: np.ndarray, b: np.ndarray, measure: str = "smallest") -> float:
+    """One number for how far apart two subspaces are, in degrees.
+
+    Parameters
+    ----------
+    a, b : ndarray of shape (d, p) and (d, q)
+    measure : {"smallest", "sum", "mean"}, default="smallest"
+        ``"smallest"``: the smallest principal angle (PACFL Eq. 3); ``"sum"``: the sum of all
+        ``min(p, q)`` principal angles (PACFL's trace variant); ``"mean"``: their mean.
+
+    Returns
+    -------
+    float
+    """
+    check_choice(measure, "measure", "subspace_angle", MEASURES)
+    angles = principal_angles(a, b)
+    if measure == "smallest":
+        return float(angles[0])
+    return float(angles.sum() if measure == "sum" else angles.mean())
+
+
+def pairwise_subspace_angles(
+    bases: Sequence[np.ndarray | None],
+    measure: str = "smallest",
+    *,
+    one_missing: float = 90.0,
+    both_missing: float = 0.0,
+) -> np.ndarray:
+    """Matrix of :func:`subspace_angle` between every pair of bases.
+
+    Parameters
+    ----------
+    bases : sequence of length N of ndarray (d, p_i) or None
+        One basis per client (all with the same ``d``); ``None`` where a client has no
+        basis (FLAG: the client lacks this class).
+    measure : {"smallest", "sum", "mean"}, default="smallest"
+    one_missing : float, default=90.0
+        Entry when exactly one of the two bases is ``None`` (FLAG Eq. 3 uses 180).
+    both_missing : float, default=0.0
+        Entry when both are ``None`` (and on the diagonal of a ``None`` basis).
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        Symmetric with a zero diagonal.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'bases'`` if empty or of mixed ``d``, ``'measure'``, ``'one_missing'`` or
+        ``'both_missing'`` (negative or not finite).
+    """
+    owner = "pairwise_subspace_angles"
+    check_choice(measure, "measure", owner, MEASURES)
+    one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
+    both_missing = check_float(both_missing, "both_missing", owner, low=0.0)
+    if len(bases) == 0:
+        raise ValueError(f"The 'bases' parameter of {owner} must hold at least one basis or None. "
+                         "Got an empty sequence instead.")
+    present = [_basis(b, "bases", owner) if b is not None else None for b in bases]
+    dims = {b.shape[0] for b in present if b is not None}
+    if len(dims) > 1:
+        raise ValueError(f"The 'bases' parameter of {owner} must hold bases with one row count d. "
+                         f"Got row counts {sorted(dims)} instead.")
+    n = len(present)
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = present[i], present[j]
+            if a is None and b is None:
+                value = both_missing
+            elif a is None or b is None:
+                value = one_missing
+            else:
+                value = subspace_angle(a, b, measure)
+            out[i, j] = out[j, i] = value
+    return out
+
+
+def stack_bases(per_class: Sequence[np.ndarray]) -> np.ndarray:
+    """One client's PACFL basis: its per-class bases (d, p_c) side by side, (d, sum p_c).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'per_class'`` if empty or of mixed ``d``.
+    """
+    if len(per_class) == 0:
+        raise ValueError("The 'per_class' parameter of stack_bases must hold at least one basis. "
+                         "Got an empty sequence instead.")
+    mats = [_basis(b, "per_class", "stack_bases") for b in per_class]
+    if len({m.shape[0] for m in mats}) > 1:
+        raise ValueError("The 'per_class' parameter of stack_bases must hold bases with one row "
+                         f"count d. Got row counts {sorted({m.shape[0] for m in mats})} instead.")
+    return np.concatenate(mats, axis=1)
+
+
+def pacfl_distances(client_bases: Sequence[Sequence[np.ndarray]], measure: str = "smallest") -> np.ndarray:
+    """PACFL's proximity matrix: angles between the clients' stacked class bases.
+
+    Parameters
+    ----------
+    client_bases : sequence of length N of sequences of ndarray (d, p_c)
+        Each client's per-class bases (the classes it holds).
+    measure : {"smallest", "sum", "mean"}, default="smallest"
+        See :func:`subspace_angle`.
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        In degrees, symmetric, zero diagonal.
+    """
+    return pairwise_subspace_angles([stack_bases(b) for b in client_bases], measure)

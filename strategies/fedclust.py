@@ -1,0 +1,98 @@
+"""FedClust (Islam et al., "FedClust: Tackling Data Heterogeneity in Federated Learning through
+Weight-Driven Client Clustering", ICPP 2024; Sec. 3.4-4, Alg. 1-2).
+
+Round 1: every client trains the initial model for ``cluster-epochs`` epochs on its train split
+and uploads only the final layer's weight and bias (``query.final-layer``: clustering traffic,
+nothing is aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and
+cuts an agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster
+model starts from the initial model. Newcomers (Alg. 2, run-config ``late-clients``) train the
+initial model the same way and join the cluster whose stored final-layer centroid is nearest
+(Eq. 4). ``lambda`` is a Python keyword, hence the run-config key ``fedclust-lambda``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from logging import WARNING
+
+import numpy as np
+from flwr.common import log
+
+from common import keys
+from common.clustering.hierarchical import centroids, nearest, pairwise_distances
+from common.metrics import cluster_sizes
+from common.signals.final_layer import FinalLayer
+from common.validation import check_float, check_int
+
+from .oneshot import OneShotStrategy, check_cut
+
+
+@dataclass(frozen=True)
+class FedClustParams:
+    """``fedclust_lambda`` >= 0 (the HC cut height), ``num_clusters`` >= 0 (0 = use lambda),
+    ``linkage`` in {average, complete, single}, ``cluster_epochs`` >= 1."""
+
+    fedclust_lambda: float = 1.0
+    num_clusters: int = 0
+    linkage: str = "average"
+    cluster_epochs: int = 1
+
+    def __post_init__(self) -> None:
+        owner = "FedClust"
+        object.__setattr__(self, "fedclust_lambda", check_float(self.fedclust_lambda, "fedclust-lambda", owner,
+                                                                low=0.0))
+        object.__setattr__(self, "cluster_epochs", check_int(self.cluster_epochs, "cluster-epochs", owner, low=1))
+        check_cut(self, owner)
+
+
+class FedClust(OneShotStrategy):
+    """One-shot HC on trained final layers; newcomers join the nearest stored centroid.
+
+    Attributes
+    ----------
+    centroids : ndarray of shape (K, C * d + C) or None
+        Mean final-layer vector of each cluster, from the clustering round.
+    """
+
+    name = "fedclust"
+    params_type = FedClustParams
+
+    def __init__(self, training=None, params=None) -> None:
+        super().__init__(training, params)
+        self.centroids: np.ndarray | None = None
+
+    @property
+    def threshold(self) -> float:
+        return self.params.fedclust_lambda
+
+    def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
+        """Each client's final layer after ``cluster-epochs`` of training the initial model."""
+        assert self.initial is not None
+        outputs, features = self.initial["head.weight"].shape
+        return self.query_signal(keys.FINAL_LAYER_ACTION, pids, server_round, FinalLayer.from_arrays,
+                                 models=[self.initial], config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs},
+                                 outputs=outputs, features=features)
+
+    def distances(self, signals: Sequence[FinalLayer]) -> np.ndarray:
+        return pairwise_distances(np.stack([s.vector() for s in signals]))
+
+    def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
+        self.centroids = centroids(np.stack([self.signals[p].vector() for p in pids]), labels, len(self.models))
+
+    def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
+        """Alg. 2: train the initial model, upload the final layer, take the nearest centroid."""
+        assert self.centroids is not None
+        layers = self.collect(newcomers, server_round)
+        got = sorted(layers)
+        placed: dict[int, int] = {}
+        if got:
+            with self.clustering_timer():
+                chosen = nearest(np.stack([layers[p].vector() for p in got]), self.centroids)
+            placed = {p: int(k) for p, k in zip(got, chosen, strict=True)}
+        largest = int(np.argmax(cluster_sizes(self.assignment, len(self.models))))
+        for pid in sorted(set(newcomers) - set(got)):
+            log(WARNING, "round %d: newcomer %d sent no final layer; it joins the largest cluster %d",
+                server_round, pid, largest)
+            placed[pid] = largest
+        return placed

@@ -1,0 +1,71 @@
+"""FL+HC (Briggs, Fan and Andras, "Federated learning with hierarchical clustering of local
+updates to improve training on non-IID data", IJCNN 2020).
+
+``warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
+global model for ``local-epochs`` and sends its update (``query.update``: clustering traffic);
+agglomerative clustering on the Euclidean distances between the updates, into ``num-clusters``
+clusters (or cut at ``flhc-threshold`` when ``num-clusters`` is 0), with ``linkage``; every
+cluster model starts from the global model; then clustered training. Newcomers after the
+clustering join the cluster whose model has the lowest loss on their train split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import ArrayRecord
+
+from common import keys
+from common.clustering.hierarchical import pairwise_distances
+from common.signals.update import ModelUpdate
+from common.validation import check_float, check_int
+
+from .oneshot import OneShotStrategy, check_cut
+
+
+@dataclass(frozen=True)
+class FLHCParams:
+    """``warmup_rounds`` >= 0 FedAvg rounds before clustering, ``num_clusters`` >= 0 (0 = cut at
+    ``flhc_threshold`` >= 0, a Euclidean distance between updates), ``linkage``."""
+
+    warmup_rounds: int = 10
+    num_clusters: int = 0
+    flhc_threshold: float = 1.0
+    linkage: str = "average"
+
+    def __post_init__(self) -> None:
+        owner = "FLHC"
+        object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, "warmup-rounds", owner, low=0))
+        object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner,
+                                                               low=0.0))
+        check_cut(self, owner)
+
+
+class FLHC(OneShotStrategy):
+    """FedAvg warm-up, then one HC of all clients' updates from the global model."""
+
+    name = "flhc"
+    params_type = FLHCParams
+
+    @property
+    def threshold(self) -> float:
+        return self.params.flhc_threshold
+
+    def clustering_round(self) -> int:
+        return self.params.warmup_rounds + 1
+
+    def start_model(self) -> ArrayRecord:
+        """The warmed-up global model."""
+        return self.models[0]
+
+    def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ModelUpdate]:
+        """Each client's update from the global model after ``local-epochs`` of training."""
+        size = sum(int(np.prod(a.shape)) for a in self.models[0].values()
+                   if np.issubdtype(a.numpy().dtype, np.floating))
+        return self.query_signal(keys.UPDATE_ACTION, pids, server_round, ModelUpdate.from_arrays,
+                                 models=[self.models[0]], size=size)
+
+    def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
+        return pairwise_distances(np.stack([s.delta for s in signals]))

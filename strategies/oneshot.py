@@ -1,0 +1,127 @@
+"""One-shot clustering: every client sends a signal once, HC cuts the distance matrix, then
+clustered training (FedClust, Islam et al. 2024, Alg. 1; PACFL, Vahidian et al. AAAI 2023;
+FL+HC, Briggs et al. IJCNN 2020).
+
+Subclasses say which signal they collect (``collect``), how far apart two signals are
+(``distances``), the cut height (``threshold``) and the model every cluster starts from
+(``start_model``). The shared run-config keys are ``num-clusters`` (0 = cut at the threshold)
+and ``linkage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.common import log
+
+from common.clustering.hierarchical import LINKAGES, cut_tree
+from common.metrics import cluster_sizes
+from common.validation import check_choice, check_int
+
+from .base import ClusteredStrategy
+
+
+def check_cut(params: Any, owner: str) -> None:
+    """Validate the shared ``num_clusters`` (>= 0) and ``linkage`` fields of a frozen params dataclass."""
+    object.__setattr__(params, "num_clusters", check_int(params.num_clusters, "num-clusters", owner, low=0))
+    object.__setattr__(params, "linkage", check_choice(params.linkage, "linkage", owner, LINKAGES))
+
+
+class OneShotStrategy(ClusteredStrategy):
+    """Cluster all current clients once, before training round ``clustering_round()``.
+
+    Attributes
+    ----------
+    distance_matrix : ndarray of shape (N, N) or None
+        The clustered clients' distances (drawn as ``distances.png``).
+    distance_pids : list of int
+        Partition ids of its rows.
+    signals : dict of int to signal
+        The clustered clients' signals, kept for newcomers.
+    """
+
+    name = "one-shot"
+
+    def __init__(self, training: Any = None, params: Any = None) -> None:
+        super().__init__(training, params)
+        self.distance_matrix: np.ndarray | None = None
+        self.distance_pids: list[int] = []
+        self.signals: dict[int, Any] = {}
+        self.clustered = False
+
+    # --------------------------------------------------------------- what subclasses say
+    def collect(self, pids: Sequence[int], server_round: int) -> dict[int, Any]:
+        """The checked signals of ``pids`` (missing = failed or rejected)."""
+        raise NotImplementedError
+
+    def distances(self, signals: Sequence[Any]) -> np.ndarray:
+        """(N, N) distances between ``signals``."""
+        raise NotImplementedError
+
+    @property
+    def threshold(self) -> float:
+        """The cut height when ``num-clusters`` is 0."""
+        raise NotImplementedError
+
+    def start_model(self) -> ArrayRecord:
+        """The model every cluster starts from (default: the initial model)."""
+        assert self.initial is not None
+        return self.initial
+
+    def clustering_round(self) -> int:
+        return 1
+
+    # --------------------------------------------------------------- hooks
+    def before_round(self, server_round: int) -> None:
+        if not self.clustered and server_round >= self.clustering_round():
+            self.cluster(server_round)
+
+    def phase(self, server_round: int) -> str:
+        if server_round < self.clustering_round():
+            return "warmup"
+        return "cluster" if server_round == self.clustering_round() else "train"
+
+    def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Before clustering, newcomers wait in cluster 0 and are clustered with everyone."""
+        if not self.clustered:
+            self.assignment.update({pid: 0 for pid in newcomers})
+            return
+        self.assignment.update(self.place(newcomers, server_round))
+
+    def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
+        """Clusters for clients that join after clustering (default: lowest train loss)."""
+        return self.assign_by_loss(newcomers, server_round)
+
+    # --------------------------------------------------------------- the clustering
+    def cluster(self, server_round: int) -> None:
+        """Collect every client's signal, cut the HC tree, restart each cluster from ``start_model``."""
+        pids = sorted(self.clients)
+        signals = self.collect(pids, server_round)
+        got = sorted(signals)
+        if not got:
+            log(WARNING, "round %d: no client sent a clustering signal; clustering again next round", server_round)
+            return
+        p = self.params
+        with self.clustering_timer():
+            self.distance_matrix = self.distances([signals[pid] for pid in got])
+            labels = cut_tree(self.distance_matrix, threshold=self.threshold,
+                              num_clusters=p.num_clusters, linkage=p.linkage)
+        assignment = {pid: int(k) for pid, k in zip(got, labels, strict=True)}
+        largest = int(np.argmax(cluster_sizes(assignment, int(labels.max()) + 1)))
+        for pid in sorted(set(pids) - set(got)):
+            log(WARNING, "round %d: client %d sent no signal; it joins the largest cluster %d",
+                server_round, pid, largest)
+            assignment[pid] = largest
+        start = self.start_model()
+        self.set_clusters([start.copy() for _ in range(int(labels.max()) + 1)], assignment)
+        self.signals, self.distance_pids, self.clustered = signals, got, True
+        self.on_clustered(got, labels)
+        log(INFO, "round %d: %s formed %d clusters, sizes %s", server_round, type(self).__name__,
+            self.num_clusters, cluster_sizes(self.assignment, len(self.models)))
+
+    def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
+        """Called once after clustering with the clustered clients and their labels."""

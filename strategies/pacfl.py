@@ -1,0 +1,106 @@
+"""PACFL (Vahidian et al., "Efficient Distribution Similarity Identification in Clustered
+Federated Learning via Principal Angles Between Client Data Subspaces", AAAI 2023).
+
+Round 1: every client runs a truncated SVD of each of its classes' train data and sends the
+first ``pacfl-vectors`` (p) left singular vectors per class (``query.subspaces``, no model).
+The server stacks each client's class bases and measures two clients' distance as the
+principal angle between their subspaces in degrees (``pacfl-measure``: the smallest angle,
+PACFL Eq. 3, as ALGORITHMS.md states; or the sum of angles, the trace variant); agglomerative
+clustering cut at ``pacfl-threshold`` (or into ``num-clusters``); every cluster model starts
+from the initial model. Newcomers send their bases too and join the cluster at the smallest
+mean angle (PACFL's average-linkage criterion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from logging import WARNING
+
+import numpy as np
+from flwr.common import log
+
+from common import keys
+from common.clustering.subspaces import (
+    MEASURES,
+    pairwise_subspace_angles,
+    subspace_angle,
+)
+from common.metrics import cluster_sizes
+from common.signals.subspaces import ClassSubspaces
+from common.validation import check_choice, check_float, check_int
+
+from .oneshot import OneShotStrategy, check_cut
+
+
+@dataclass(frozen=True)
+class PACFLParams:
+    """``pacfl_threshold`` >= 0 degrees, ``pacfl_vectors`` >= 1, ``pacfl_measure`` in
+    {smallest, sum, mean}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``."""
+
+    pacfl_threshold: float = 30.0
+    pacfl_vectors: int = 3
+    pacfl_measure: str = "smallest"
+    num_clusters: int = 0
+    linkage: str = "average"
+
+    def __post_init__(self) -> None:
+        owner = "PACFL"
+        object.__setattr__(self, "pacfl_threshold", check_float(self.pacfl_threshold, "pacfl-threshold", owner,
+                                                                low=0.0))
+        object.__setattr__(self, "pacfl_vectors", check_int(self.pacfl_vectors, "pacfl-vectors", owner, low=1))
+        object.__setattr__(self, "pacfl_measure", check_choice(self.pacfl_measure, "pacfl-measure", owner, MEASURES))
+        check_cut(self, owner)
+
+
+class PACFL(OneShotStrategy):
+    """One-shot HC on principal angles between the clients' class subspaces."""
+
+    name = "pacfl"
+    params_type = PACFLParams
+
+    @property
+    def threshold(self) -> float:
+        return self.params.pacfl_threshold
+
+    def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ClassSubspaces]:
+        """Each client's per-class bases of its train data (no model travels).
+
+        Bases whose row count differs from the clustered clients' (or, in the clustering
+        round, from the most common one) are dropped with a warning.
+        """
+        assert self.initial is not None
+        got = self.query_signal(keys.SUBSPACES_ACTION, pids, server_round, ClassSubspaces.from_arrays,
+                                config={keys.SUBSPACE_VECTORS: self.params.pacfl_vectors}, dim=None,
+                                num_classes=self.initial["head.weight"].shape[0],
+                                max_vectors=self.params.pacfl_vectors)
+        dims = [s.dim for s in (self.signals or got).values()]
+        if not dims:
+            return got
+        common = max(set(dims), key=dims.count)
+        for pid in sorted(p for p, s in got.items() if s.dim != common):
+            log(WARNING, "round %d: client %d sent bases of %d rows, not %d; ignored",
+                server_round, pid, got.pop(pid).dim, common)
+        return got
+
+    def distances(self, signals: Sequence[ClassSubspaces]) -> np.ndarray:
+        return pairwise_subspace_angles([s.stacked() for s in signals], self.params.pacfl_measure)
+
+    def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
+        """Each newcomer joins the cluster with the smallest mean angle to its members."""
+        bases = self.collect(newcomers, server_round)
+        placed: dict[int, int] = {}
+        with self.clustering_timer():
+            for pid in sorted(bases):
+                angles = np.array([subspace_angle(bases[pid].stacked(), self.signals[q].stacked(),
+                                                  self.params.pacfl_measure) for q in self.distance_pids])
+                labels = np.array([self.assignment[q] for q in self.distance_pids])
+                means = [angles[labels == k].mean() if np.any(labels == k) else np.inf
+                         for k in range(len(self.models))]
+                placed[pid] = int(np.argmin(means))
+        largest = int(np.argmax(cluster_sizes(self.assignment, len(self.models))))
+        for pid in sorted(set(newcomers) - set(bases)):
+            log(WARNING, "round %d: newcomer %d sent no subspaces; it joins the largest cluster %d",
+                server_round, pid, largest)
+            placed[pid] = largest
+        return placed

@@ -1,0 +1,103 @@
+"""common.clustering.hierarchical on inputs whose answer is obvious."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from common.clustering.hierarchical import (
+    agglomerative,
+    centroids,
+    check_distance_matrix,
+    nearest,
+    pairwise_distances,
+    relabel_by_appearance,
+)
+
+
+def _blobs(seed=0):
+    rng = np.random.default_rng(seed)
+    truth = np.repeat([0, 1], 10)
+    x = rng.normal(scale=0.1, size=(20, 5)) + np.where(truth[:, None] == 0, 0.0, 10.0)
+    return x, truth
+
+
+def test_pairwise_distances_match_the_definition():
+    x = np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]])
+    d = pairwise_distances(x)
+    np.testing.assert_allclose(d, [[0, 5, 10], [5, 0, 5], [10, 5, 0]])
+    assert pairwise_distances(x[:1]).shape == (1, 1)
+    np.testing.assert_allclose(pairwise_distances(x, "cityblock")[0, 1], 7.0)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.zeros(3), "'vectors'"), (np.array([[np.nan, 1.0]]), "'vectors'"), (np.zeros((0, 2)), "'vectors'")])
+def test_pairwise_distances_rejects_bad_vectors(bad, match):
+    with pytest.raises(ValueError, match=match):
+        pairwise_distances(bad)
+    with pytest.raises(ValueError, match="'metric'"):
+        pairwise_distances(np.ones((2, 2)), metric="hamming-ish")
+
+
+@pytest.mark.parametrize("linkage", ["average", "complete", "single"])
+def test_two_separated_blobs_give_ari_one_by_threshold_and_by_count(linkage):
+    x, truth = _blobs()
+    d = pairwise_distances(x)
+    by_count = agglomerative(d, num_clusters=2, linkage=linkage)
+    by_threshold = agglomerative(d, threshold=5.0, linkage=linkage)
+    assert adjusted_rand_score(truth, by_count) == 1.0
+    np.testing.assert_array_equal(by_count, by_threshold)
+    assert by_count[0] == 0
+
+
+def test_threshold_extremes_give_one_cluster_or_one_per_point():
+    x, _ = _blobs()
+    d = pairwise_distances(x)
+    off = d[~np.eye(len(d), dtype=bool)]
+    assert set(agglomerative(d, threshold=off.max() * 1.01)) == {0}
+    np.testing.assert_array_equal(agglomerative(d, threshold=off.min() * 0.99), np.arange(20))
+    np.testing.assert_array_equal(agglomerative(d, num_clusters=20), np.arange(20))
+    assert agglomerative(np.zeros((1, 1)), threshold=1.0).tolist() == [0]
+
+
+def test_agglomerative_rejects_bad_arguments():
+    d = pairwise_distances(_blobs()[0])
+    with pytest.raises(ValueError, match="'linkage'.*'ward' needs Euclidean feature vectors"):
+        agglomerative(d, num_clusters=2, linkage="ward")
+    with pytest.raises(ValueError, match="'linkage'"):
+        agglomerative(d, num_clusters=2, linkage="centroid")
+    with pytest.raises(ValueError, match="exactly one must be given"):
+        agglomerative(d)
+    with pytest.raises(ValueError, match="exactly one must be given"):
+        agglomerative(d, threshold=1.0, num_clusters=2)
+    with pytest.raises(ValueError, match="'num_clusters'"):
+        agglomerative(d, num_clusters=21)
+    with pytest.raises(ValueError, match="'threshold'"):
+        agglomerative(d, threshold=-1.0)
+    with pytest.raises(ValueError, match="'distances'.*symmetric"):
+        agglomerative(np.array([[0.0, 1.0], [2.0, 0.0]]), num_clusters=1)
+    with pytest.raises(ValueError, match="'distances'.*square"):
+        agglomerative(np.ones((2, 3)), num_clusters=1)
+    with pytest.raises(ValueError, match="'distances'.*non-negative"):
+        check_distance_matrix(-np.ones((2, 2)), "x")
+
+
+def test_relabel_by_appearance():
+    np.testing.assert_array_equal(relabel_by_appearance(np.array([7, 7, 2, 9, 2])), [0, 0, 1, 2, 1])
+
+
+def test_centroids_and_nearest_assign_new_points_to_their_blob():
+    x, truth = _blobs()
+    c = centroids(x, truth)
+    np.testing.assert_allclose(c[1], x[10:].mean(axis=0))
+    rng = np.random.default_rng(3)
+    new = np.vstack([rng.normal(scale=0.1, size=(3, 5)), 10.0 + rng.normal(scale=0.1, size=(3, 5))])
+    np.testing.assert_array_equal(nearest(new, c), [0, 0, 0, 1, 1, 1])
+    with_empty = centroids(x, truth, num_clusters=3)
+    assert np.isnan(with_empty[2]).all()
+    np.testing.assert_array_equal(nearest(new, with_empty[[2, 0, 1]]), [1, 1, 1, 2, 2, 2])
+    with pytest.raises(ValueError, match="'references'"):
+        nearest(new, np.full((2, 5), np.nan))
+    with pytest.raises(ValueError, match="'labels'"):
+        centroids(x, truth[:-1])
+    with pytest.raises(ValueError, match="'num_clusters'"):
+        centroids(x, truth, num_clusters=1)

@@ -1,0 +1,28 @@
+"""common.clustering.ordering: clients grouped by cluster for the distance plots."""
+
+import numpy as np
+import pytest
+
+from common.clustering.ordering import cluster_spans, order_by_cluster, order_matrix
+from server import plots
+
+
+def test_order_by_cluster_is_stable_and_the_plots_use_it():
+    labels = np.array([2, 0, 1, 0, 2, 1])
+    np.testing.assert_array_equal(order_by_cluster(labels), [1, 3, 2, 5, 0, 4])
+    assert plots.order_by_cluster is order_by_cluster
+    with pytest.raises(ValueError, match="'labels'"):
+        order_by_cluster(np.zeros((2, 2)))
+
+
+def test_cluster_spans_and_order_matrix_make_diagonal_blocks():
+    labels = np.array([1, 0, 1, 0])
+    dist = (labels[:, None] != labels[None, :]).astype(float)
+    ordered, sorted_labels = order_matrix(dist, labels)
+    np.testing.assert_array_equal(ordered, [[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])
+    starts, ends = cluster_spans(sorted_labels)
+    np.testing.assert_array_equal(starts, [0, 2])
+    np.testing.assert_array_equal(ends, [2, 4])
+    assert cluster_spans(np.array([])).__len__() == 2 and cluster_spans(np.array([]))[0].size == 0
+    with pytest.raises(ValueError, match="'matrix'"):
+        order_matrix(np.zeros((3, 3)), labels)

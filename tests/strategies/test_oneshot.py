@@ -1,0 +1,147 @@
+"""FedClust, PACFL and FL+HC: assign steps on hand-made signals, then short runs on digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import small_run_config
+from flwr.app import Array, ArrayRecord
+from inprocess import InProcessGrid
+from sklearn.metrics import adjusted_rand_score
+
+from client.app import app as client_app
+from common import keys
+from common.config import TrainingParams
+from common.signals.final_layer import FinalLayer
+from common.signals.subspaces import ClassSubspaces
+from common.signals.update import ModelUpdate
+from server.experiment import Experiment
+from strategies import FLHC, PACFL, FedClust
+from strategies.fedclust import FedClustParams
+from strategies.federation import ClientInfo
+from strategies.flhc import FLHCParams
+from strategies.pacfl import PACFLParams
+
+TRUTH = np.repeat([0, 1], 4)
+
+
+def _offline(strategy, signals):
+    """A strategy with 8 known clients whose ``collect`` returns ``signals`` (no Flower)."""
+    strategy.clients = {p: ClientInfo(p, 1000 + p, 10, 5, int(TRUTH[p % 8])) for p in signals}
+    strategy.initial = ArrayRecord({"head.weight": Array(np.zeros((2, 3), np.float32)),
+                                    "head.bias": Array(np.zeros(2, np.float32))})
+    strategy.init_clusters(strategy.initial)
+    strategy.collect = lambda pids, rnd: {p: signals[p] for p in pids if p in signals}
+    return strategy
+
+
+def _layers(rng, pids):
+    return {p: FinalLayer(rng.normal(scale=0.01, size=(2, 3)) + 3 * TRUTH[p % 8], np.zeros(2)) for p in pids}
+
+
+def test_fedclust_assigns_blobs_and_newcomers_join_the_nearest_centroid():
+    rng = np.random.default_rng(0)
+    s = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=1.0)), _layers(rng, range(8)))
+    s.cluster(1)
+    labels = [s.assignment[p] for p in range(8)]
+    assert adjusted_rand_score(TRUTH, labels) == 1.0 and len(s.models) == 2
+    assert all(m is not s.initial and m["head.weight"].numpy().tolist() == s.initial["head.weight"].numpy().tolist()
+               for m in s.models)
+    assert s.distance_matrix.shape == (8, 8) and s.distance_pids == list(range(8)) and s.centroids.shape == (2, 8)
+    newcomers = _layers(rng, [9, 12])  # 9 % 8 = 1 -> group 0, 12 % 8 = 4 -> group 1
+    s.collect = lambda pids, rnd: {p: newcomers[p] for p in pids}
+    s.clients.update({p: ClientInfo(p, 2000 + p, 10, 5, int(TRUTH[p % 8])) for p in newcomers})
+    s.admit(3, [9, 12])
+    assert s.assignment[9] == s.assignment[1] and s.assignment[12] == s.assignment[4]
+    one = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=100.0)), _layers(rng, range(8)))
+    one.cluster(1)
+    assert one.num_clusters == 1
+    by_count = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=100.0, num_clusters=2)),
+                        _layers(rng, range(8)))
+    by_count.cluster(1)
+    assert adjusted_rand_score(TRUTH, [by_count.assignment[p] for p in range(8)]) == 1.0
+
+
+def test_fedclust_client_without_signal_joins_the_largest_cluster():
+    rng = np.random.default_rng(1)
+    signals = _layers(rng, [0, 1, 2, 4, 5])
+    s = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=1.0)), signals)
+    s.clients[3] = ClientInfo(3, 1003, 10, 5, 0)
+    s.cluster(1)
+    assert s.assignment[3] == s.assignment[0] and s.distance_pids == [0, 1, 2, 4, 5]
+
+
+def test_pacfl_clusters_by_class_subspaces_and_places_newcomers():
+    eye = np.eye(10)
+
+    def client(p):
+        classes = (0, 1) if TRUTH[p % 8] == 0 else (2, 3)
+        return ClassSubspaces(np.array(classes), tuple(eye[:, [c]] for c in classes))
+
+    s = _offline(PACFL(TrainingParams(), PACFLParams(pacfl_threshold=45.0)), {p: client(p) for p in range(8)})
+    s.cluster(1)
+    assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
+    assert np.allclose(s.distance_matrix[:4, 4:], 90.0) and np.allclose(s.distance_matrix[:4, :4], 0.0, atol=1e-5)
+    s.collect = lambda pids, rnd: {p: client(p) for p in pids}
+    s.admit(2, [13])
+    assert s.assignment[13] == s.assignment[5]
+
+
+def test_flhc_clusters_updates_from_the_warm_global_model():
+    rng = np.random.default_rng(2)
+    updates = {p: ModelUpdate(rng.normal(scale=0.01, size=5) + TRUTH[p]) for p in range(8)}
+    s = _offline(FLHC(TrainingParams(), FLHCParams(warmup_rounds=2, num_clusters=2)), updates)
+    warm = ArrayRecord({"head.weight": Array(np.ones((2, 3), np.float32))})
+    s.models = [warm]
+    assert s.clustering_round() == 3 and s.phase(2) == "warmup" and s.phase(3) == "cluster"
+    s.before_round(2)
+    assert not s.clustered
+    s.before_round(3)
+    assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
+    assert all(m["head.weight"].numpy().tolist() == warm["head.weight"].numpy().tolist() for m in s.models)
+
+
+@pytest.mark.parametrize("cls, field, value", [
+    (FedClustParams, "fedclust_lambda", -1.0), (FedClustParams, "cluster_epochs", 0),
+    (FedClustParams, "num_clusters", -1), (FedClustParams, "linkage", "ward"),
+    (PACFLParams, "pacfl_vectors", 0), (PACFLParams, "pacfl_measure", "largest"),
+    (FLHCParams, "warmup_rounds", -1),
+])
+def test_params_are_validated_with_the_run_config_name(cls, field, value):
+    with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of"):
+        cls(**{field: value})
+
+
+def _run(**overrides):
+    rc = small_run_config(**overrides)
+    exp = Experiment.from_run_config(rc)
+    grid = InProcessGrid(client_app, rc, rc["num-clients"])
+    strategy = exp.build_strategy()
+    strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    return strategy, grid
+
+
+def _ari(strategy):
+    pids = sorted(strategy.assignment)
+    return adjusted_rand_score([strategy.clients[p].true_group for p in pids], [strategy.assignment[p] for p in pids])
+
+
+def test_fedclust_on_digits_sends_only_the_final_layer_and_places_late_clients():
+    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 0.15, "late-clients": 0.34,
+                                                     "late-round": 2})
+    queries = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.FINAL_LAYER_ACTION)]
+    assert len(queries) == 6 and queries[0].content[keys.CONFIG][keys.CLUSTER_EPOCHS] == 1
+    assert _ari(s) == 1.0 and s.num_clusters == 2 and len(s.assignment) == 6
+    first, second = s.history[0], s.history[1]
+    head = sum(a.numpy().nbytes for n, a in s.initial.items() if n.startswith("head."))
+    assert first["bytes-up-signal"] == 4 * head and second["bytes-up-signal"] == 2 * head
+    assert first["phase"] == "cluster" and s.history[2]["phase"] == "train"
+
+
+def test_pacfl_and_flhc_on_digits_find_the_true_groups():
+    pacfl, grid = _run(strategy="pacfl", rounds=1, **{"pacfl-measure": "mean", "pacfl-threshold": 35.0})
+    assert _ari(pacfl) == 1.0
+    query = next(m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.SUBSPACES_ACTION))
+    assert not query.content.array_records and query.content[keys.CONFIG][keys.SUBSPACE_VECTORS] == 3
+    flhc, _ = _run(strategy="flhc", rounds=2, **{"warmup-rounds": 1, "num-clusters": 2})
+    assert _ari(flhc) == 1.0 and [r["num-clusters"] for r in flhc.history] == [1, 2]

@@ -14,6 +14,7 @@ SIGNAL = "signal"
 # Query actions (Flower routes "query.<action>" to @app.query("<action>")).
 IDENTITY_ACTION = "identity"
 LOSSES_ACTION = "losses"  # loss of each of K models on the client's TRAIN split
+FORCES_ACTION = "forces"  # CFLGT: per-class softmax pulling/pushing forces on the TRAIN split
 
 
 def query_type(action: str) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from common.validation import check_choice
 
 from .base import ClusteredStrategy
+from .cflgt import CFLGT
 from .fedavg import FedAvg
 from .fedprox import FedProx
 from .local import Local
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx)
+    cls.name: cls for cls in (FedAvg, Local, FedProx, CFLGT)
 }
 
 
@@ -29,4 +30,4 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["REGISTRY", "ClusteredStrategy", "FedAvg", "FedProx", "Local", "get_strategy"]
+__all__ = ["CFLGT", "REGISTRY", "ClusteredStrategy", "FedAvg", "FedProx", "Local", "get_strategy"]

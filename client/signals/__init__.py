@@ -40,4 +40,4 @@ def models_in(content: RecordDict) -> list[ArrayRecord]:
     return [content.array_records[keys.ARRAYS]]
 
 
-from . import losses  # noqa: F401  (registers its handler)
+from . import forces, losses  # noqa: F401  (each registers its handler)

@@ -6,16 +6,17 @@ import numpy as np
 import pytest
 import torch
 from conftest import small_run_config
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 from torch import nn
 
+from client.app import app
 from client.signals.forces import class_forces
 from common import keys
 from common.models import build_model
 from common.signals import SignalError
 from common.signals.forces import ClassForces
 from server.experiment import Experiment
-from test_app import _call
 
 
 def _reference(model, x, y, num_classes):
@@ -95,7 +96,12 @@ def test_query_handler_replies_two_float32_class_vectors_from_the_train_split():
     rc = small_run_config()
     initial = Experiment.from_run_config(rc).initial_model()
     content = RecordDict({keys.ARRAYS: initial, keys.CONFIG: ConfigRecord({keys.SERVER_ROUND: 1})})
-    signal = _call(keys.query_type(keys.FORCES_ACTION), content, rc, pid=2)[keys.SIGNAL]
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    msg = Message(content, dst_node_id=7, message_type=keys.query_type(keys.FORCES_ACTION))
+    msg.metadata.__dict__["_message_id"] = "m1"
+    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 6},
+                  state=RecordDict(), run_config=rc)
+    signal = app(msg, ctx).content[keys.SIGNAL]
     arrays = {name: arr.numpy() for name, arr in signal.items()}
     assert sorted(arrays) == ["pull", "push"]
     assert all(a.shape == (10,) and a.dtype == np.float32 for a in arrays.values())

@@ -90,7 +90,7 @@ def test_nonconvergence_gives_one_cluster():
 
 
 def test_nearest_exemplar():
-    points, truth = _groups()
+    points, _ = _groups()
     result = affinity_propagation(trajectory_distances(points))
     newcomers, new_truth = _groups(seed=5, per_group=2)
     labels = nearest_exemplar(newcomers, points[result.exemplars])

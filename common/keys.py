@@ -20,6 +20,7 @@ UPDATE_ACTION = "update"  # trained-minus-sent model after local training (FL+HC
 CLUSTER_EPOCHS = "cluster-epochs"  # config of query.final-layer: local epochs on the sent model
 SUBSPACE_VECTORS = "subspace-vectors"  # config of query.subspaces: p vectors per class
 WITH_COUNTS = "with-counts"  # config of query.subspaces: also send the class counts
+FORCES_ACTION = "forces"  # CFLGT: per-class softmax pulling/pushing forces on the TRAIN split
 
 
 def query_type(action: str) -> str:

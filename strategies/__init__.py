@@ -9,6 +9,7 @@ from __future__ import annotations
 from common.validation import check_choice
 
 from .base import ClusteredStrategy
+from .cflgt import CFLGT
 from .fedavg import FedAvg
 from .fedclust import FedClust
 from .fedprox import FedProx
@@ -17,7 +18,7 @@ from .local import Local
 from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx, FedClust, PACFL, FLHC)
+    cls.name: cls for cls in (FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT)
 }
 
 
@@ -32,4 +33,4 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["FLHC", "PACFL", "REGISTRY", "ClusteredStrategy", "FedAvg", "FedClust", "FedProx", "Local", "get_strategy"]
+__all__ = ["CFLGT", "ClusteredStrategy", "FLHC", "FedAvg", "FedClust", "FedProx", "Local", "PACFL", "REGISTRY", "get_strategy"]

@@ -27,7 +27,10 @@ from strategies import REGISTRY
 
 NAMES = sorted(REGISTRY)
 # Overrides that make each algorithm cluster inside a 3-round run on 6 clients.
-FAST: dict[str, dict[str, Any]] = {}
+FAST: dict[str, dict[str, Any]] = {
+    "cflgt": {"pretrain-rounds": 1},
+    "flhc": {"warmup-rounds": 1, "num-clusters": 2},
+}
 # Strategies whose cluster update is deliberately not FedAvg's weighted mean.
 NOT_FEDAVG_AGGREGATION = {"fedmedian": "coordinate-wise median by design"}
 
@@ -43,7 +46,7 @@ def _bad_value(default: Any) -> Any:
         return "maybe"
     if isinstance(default, (int, float)):
         return "not-a-number"
-    return 12345
+    return "no-such-option!"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -109,15 +112,15 @@ def test_reply_order_does_not_change_the_result(name):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_FEDAVG_AGGREGATION])
 def test_one_cluster_aggregates_like_flowers_fedavg(name):
-    rc, exp, strategy = _setup(name, rounds=1, fraction=1.0)
+    rc, exp, strategy = _setup(name, rounds=2, fraction=1.0)
     grid = InProcessGrid(client_app, rc, 6)
     initial = exp.initial_model()
     strategy.start(grid, initial, expected_clients=6)
     strategy.set_clusters([initial.copy()], dict.fromkeys(strategy.clients, 0))
-    messages = list(strategy.configure_train(2, initial, ConfigRecord(), grid))
+    messages = list(strategy.configure_train(3, initial, ConfigRecord(), grid))
     replies = grid.send_and_receive(messages)
     contents = [copy.deepcopy(r.content) for r in replies]
-    strategy.aggregate_train(2, replies)
+    strategy.aggregate_train(3, replies)
     expected = aggregate_arrayrecords(contents, keys.NUM_EXAMPLES)
     for key, arr in expected.items():
         np.testing.assert_allclose(strategy.models[0][key].numpy(), arr.numpy(), rtol=1e-5, atol=1e-7)

@@ -1,0 +1,255 @@
+"""Gradient-trajectory clustering math of CFLGT (numpy, scikit-learn; no Flower, no torch).
+
+Paper: "CFLGT: Clustered Federated Learning with Gradient Trajectory" (papers/cflgt.txt):
+a client's trajectory is its C points ``(Z1'_c, Z2'_c)`` (Sec. III-B, Eq. 8); two
+trajectories are as far apart as the mean L2 distance of their corresponding points
+(Sec. IV-B); Affinity Propagation on the negated distances gives the clusters and their
+number (Alg. 1, line 11); the Hopkins statistic and the coefficient of variation of the
+coordinates describe the clustering tendency and the heterogeneity (Sec. III-C, IV-D).
+
+A set of trajectories is an array of shape ``(N, C, 2)``: client, class, (pull, push).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.spatial.distance import cdist
+from sklearn.cluster import AffinityPropagation
+from sklearn.exceptions import ConvergenceWarning
+
+from common.validation import check_float, check_int
+
+MEDIAN = "median"
+
+
+def trajectories_from_forces(pull: np.ndarray, push: np.ndarray) -> np.ndarray:
+    """Stack clients' pulling and pushing forces into trajectories.
+
+    Parameters
+    ----------
+    pull, push : np.ndarray of shape (N, C)
+        ``Z1'`` and ``Z2'`` of each client.
+
+    Returns
+    -------
+    np.ndarray of shape (N, C, 2), float64
+        Point ``c`` of client ``n`` is ``(pull[n, c], push[n, c])``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'pull'`` or ``'push'`` unless both are finite 2-D arrays of one shape.
+    """
+    pull = np.asarray(pull, dtype=np.float64)
+    push = np.asarray(push, dtype=np.float64)
+    for name, arr in (("pull", pull), ("push", push)):
+        if arr.ndim != 2 or arr.shape != pull.shape or not np.all(np.isfinite(arr)):
+            raise ValueError(f"The '{name}' parameter of trajectories_from_forces must be a finite "
+                             f"array of shape (N, C) like 'pull' {pull.shape}. Got shape {arr.shape} instead.")
+    return np.stack([pull, push], axis=-1)
+
+
+def _check_trajectories(trajectories: Any, name: str, owner: str) -> np.ndarray:
+    arr = np.asarray(trajectories, dtype=np.float64)
+    if arr.ndim != 3 or arr.shape[-1] != 2 or arr.shape[1] == 0 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"The '{name}' parameter of {owner} must be a finite array of shape (N, C, 2) "
+                         f"with C >= 1. Got shape {arr.shape} instead.")
+    return arr
+
+
+def trajectory_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """Mean L2 distance between corresponding points of trajectories (CFLGT Sec. IV-B).
+
+    Parameters
+    ----------
+    a : np.ndarray of shape (N, C, 2)
+    b : np.ndarray of shape (M, C, 2), optional
+        Defaults to ``a`` (the symmetric N x N matrix with a zero diagonal).
+
+    Returns
+    -------
+    np.ndarray of shape (N, M)
+        ``D[i, j] = mean_c ||a[i, c] - b[j, c]||_2``. The order of the points does not
+        change it (Sec. IV-D), as long as it is the same for every client.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'a'`` or ``'b'`` for a wrong shape, non-finite values or a different C.
+    """
+    a = _check_trajectories(a, "a", "trajectory_distances")
+    b = a if b is None else _check_trajectories(b, "b", "trajectory_distances")
+    if b.shape[1] != a.shape[1]:
+        raise ValueError(f"The 'b' parameter of trajectory_distances must have C = {a.shape[1]} points "
+                         f"like 'a'. Got {b.shape[1]} instead.")
+    total = np.zeros((a.shape[0], b.shape[0]))
+    for c in range(a.shape[1]):
+        total += cdist(a[:, c], b[:, c])
+    return total / a.shape[1]
+
+
+@dataclass(frozen=True)
+class APResult:
+    """The outcome of :func:`affinity_propagation`.
+
+    Attributes
+    ----------
+    labels : np.ndarray of shape (N,), int64
+        Cluster of each input, ``0 .. K-1`` (exemplar order).
+    exemplars : np.ndarray of shape (K,), int64
+        Row index of each cluster's exemplar.
+    preference : float
+        The preference actually used.
+    converged : bool
+        False when AP did not converge; every input is then in one cluster with exemplar 0.
+    """
+
+    labels: np.ndarray
+    exemplars: np.ndarray
+    preference: float
+    converged: bool
+
+
+def affinity_propagation(
+    distances: np.ndarray,
+    *,
+    damping: float = 0.5,
+    preference: float | str = MEDIAN,
+    max_iter: int = 1000,
+    convergence_iter: int = 15,
+    seed: int = 0,
+) -> APResult:
+    """Affinity Propagation on precomputed similarities ``-distances`` (scikit-learn).
+
+    Parameters
+    ----------
+    distances : np.ndarray of shape (N, N)
+        Symmetric, finite, non-negative distances (e.g. :func:`trajectory_distances`).
+    damping : float, default=0.5
+        In ``[0.5, 1.0)``.
+    preference : float or "median", default="median"
+        Self-similarity of every point (larger = more clusters). ``"median"`` is the median
+        of the similarity matrix, diagonal included (scikit-learn's own default).
+    max_iter, convergence_iter : int
+        As scikit-learn's.
+    seed : int, default=0
+        scikit-learn's ``random_state`` (the tie-breaking noise).
+
+    Returns
+    -------
+    APResult
+        One cluster holding everything when ``N == 1``, when all distances are zero, or
+        when AP does not converge (``converged`` False then).
+
+    Raises
+    ------
+    ValueError
+        Naming the parameter for a bad matrix, damping, preference or iteration count.
+    """
+    owner = "affinity_propagation"
+    d = np.asarray(distances, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0 or not np.all(np.isfinite(d)) \
+            or np.any(d < 0) or not np.allclose(d, d.T):
+        raise ValueError(f"The 'distances' parameter of {owner} must be a symmetric, finite, non-negative "
+                         f"(N, N) array with N >= 1. Got shape {d.shape} instead.")
+    damping = check_float(damping, "damping", owner, low=0.5, high=1.0, closed=(True, False))
+    max_iter = check_int(max_iter, "max_iter", owner, low=1)
+    convergence_iter = check_int(convergence_iter, "convergence_iter", owner, low=1)
+    similarities = -d
+    pref = float(np.median(similarities)) if preference == MEDIAN else check_float(
+        preference, "preference", owner)
+    n = d.shape[0]
+    one = APResult(np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64), pref, True)
+    if n == 1 or not np.any(d):
+        return one
+    ap = AffinityPropagation(affinity="precomputed", damping=damping, preference=pref, max_iter=max_iter,
+                             convergence_iter=convergence_iter, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        try:
+            labels = ap.fit_predict(similarities)
+        except ConvergenceWarning:
+            return APResult(one.labels, one.exemplars, pref, False)
+    return APResult(labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref, True)
+
+
+def nearest_exemplar(trajectories: np.ndarray, exemplars: np.ndarray) -> np.ndarray:
+    """Index of the nearest exemplar trajectory of each trajectory (newcomers' cluster).
+
+    Parameters
+    ----------
+    trajectories : np.ndarray of shape (M, C, 2)
+    exemplars : np.ndarray of shape (K, C, 2)
+
+    Returns
+    -------
+    np.ndarray of shape (M,), int64
+        In ``0 .. K-1``; the first exemplar on ties.
+    """
+    return np.argmin(trajectory_distances(trajectories, exemplars), axis=1).astype(np.int64)
+
+
+def hopkins_statistic(points: np.ndarray, *, sample_fraction: float = 0.1, seed: int = 0) -> float:
+    """Hopkins statistic of clustering tendency (about 0.5 uniform, near 1 clustered).
+
+    ``H = sum(u) / (sum(u) + sum(w))`` with ``m`` probes: ``u_i`` the distance from a point
+    drawn uniformly in the data's bounding box to its nearest data point, ``w_i`` the
+    distance from a sampled data point to its nearest other data point.
+
+    Parameters
+    ----------
+    points : np.ndarray of shape (N, p)
+        N >= 2 finite points (CFLGT: trajectories flattened to ``2C`` coordinates).
+    sample_fraction : float, default=0.1
+        ``m = max(1, round(sample_fraction * N))`` probes, ``0 < sample_fraction <= 1``.
+    seed : int, default=0
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``; 0.5 when all points coincide (no tendency can be measured).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'points'`` or ``'sample_fraction'``.
+    """
+    owner = "hopkins_statistic"
+    x = np.asarray(points, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or not np.all(np.isfinite(x)):
+        raise ValueError(f"The 'points' parameter of {owner} must be a finite (N, p) array with N >= 2. "
+                         f"Got shape {x.shape} instead.")
+    sample_fraction = check_float(sample_fraction, "sample_fraction", owner, low=0.0, high=1.0,
+                                  closed=(False, True))
+    rng = np.random.default_rng(seed)
+    m = max(1, round(sample_fraction * x.shape[0]))
+    probes = rng.uniform(x.min(axis=0), x.max(axis=0), size=(m, x.shape[1]))
+    u = cdist(probes, x).min(axis=1)
+    picked = rng.choice(x.shape[0], size=m, replace=False)
+    to_all = cdist(x[picked], x)
+    to_all[np.arange(m), picked] = np.inf
+    w = to_all.min(axis=1)
+    total = u.sum() + w.sum()
+    return 0.5 if total == 0 else float(u.sum() / total)
+
+
+def coefficient_of_variation(values: np.ndarray) -> float:
+    """``std / mean`` of all values (population std), CFLGT's heterogeneity measure (Sec. III-C).
+
+    Returns NaN when the mean is 0 (the ratio is undefined).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'values'`` when empty or non-finite.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        raise ValueError("The 'values' parameter of coefficient_of_variation must be a non-empty finite "
+                         f"array. Got {v.size} values instead.")
+    mean = v.mean()
+    return float("nan") if mean == 0 else float(v.std() / mean)

@@ -1,0 +1,193 @@
+"""CFLGT (Liu et al., "CFLGT: Clustered Federated Learning with Gradient Trajectory", Alg. 1).
+
+``pretrain-rounds`` rounds of FedAvg; then every client computes, with the pre-trained model
+and a forward pass only, its per-class pulling and pushing forces (2C floats, its "gradient
+trajectory"); Affinity Propagation on the mean point-wise L2 distance between trajectories
+picks the clusters and their number; every cluster model starts from the pre-trained model
+and is trained by FedAvg inside its cluster. Clients never move afterwards (Sec. V-A).
+
+Beyond the paper (its future work): newcomers, and clients whose trajectory did not arrive
+(they are asked again every round), join the cluster of the nearest exemplar trajectory,
+computed on the same pre-trained model the others used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.common import log
+
+from common import keys
+from common.clustering.trajectories import (
+    MEDIAN,
+    affinity_propagation,
+    coefficient_of_variation,
+    hopkins_statistic,
+    nearest_exemplar,
+    trajectories_from_forces,
+    trajectory_distances,
+)
+from common.config import TrainingParams
+from common.metrics import cluster_sizes
+from common.signals.forces import ClassForces
+from common.validation import check_float, check_int
+
+from .base import ClusteredStrategy
+
+
+@dataclass(frozen=True)
+class CFLGTParams:
+    """``pretrain_rounds`` >= 0 FedAvg rounds (paper: 25); AP ``damping`` in [0.5, 1).
+
+    ``preference`` is AP's self-similarity: a float, or ``"median"`` (the default, the median
+    of the similarities, as scikit-learn's default). A string holding a number (what the
+    command line passes) is read as that float.
+    """
+
+    pretrain_rounds: int = 25
+    damping: float = 0.5
+    preference: float | str = MEDIAN
+
+    def __post_init__(self) -> None:
+        owner = "CFLGT"
+        object.__setattr__(self, "pretrain_rounds", check_int(self.pretrain_rounds, "pretrain-rounds", owner, low=0))
+        object.__setattr__(self, "damping", check_float(self.damping, "damping", owner, low=0.5, high=1.0,
+                                                        closed=(True, False)))
+        pref = self.preference
+        if isinstance(pref, str) and pref != MEDIAN:
+            try:
+                pref = float(pref)
+            except ValueError:
+                raise ValueError(f"The 'preference' parameter of {owner} must be 'median' or a float. "
+                                 f"Got {pref!r} instead.") from None
+        if pref != MEDIAN:
+            pref = check_float(pref, "preference", owner)
+        object.__setattr__(self, "preference", pref)
+
+
+class CFLGT(ClusteredStrategy):
+    """FedAvg pre-training, one trajectory query to every client, AP, then fixed clusters.
+
+    Attributes
+    ----------
+    reference : ArrayRecord or None
+        The pre-trained model every trajectory is computed on (kept for later clients).
+    trajectories : dict of int to np.ndarray of shape (C, 2)
+        Each client's points ``(Z1'_c, Z2'_c)``.
+    exemplars : np.ndarray of shape (K, C, 2)
+        Cluster ``k``'s exemplar trajectory.
+    pending : set of int
+        Clients whose trajectory has not arrived (kept in the largest cluster meanwhile).
+    distance_matrix : np.ndarray of shape (N, N)
+        Trajectory distances of the clients clustered by AP (``distance_pids``).
+    diagnostics : dict
+        Hopkins statistic, coefficients of variation of Z1' and Z2', AP preference.
+    """
+
+    name = "cflgt"
+    params_type = CFLGTParams
+
+    def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
+        super().__init__(training, params)
+        if self.params.pretrain_rounds >= self.training.rounds:
+            raise ValueError(f"The 'pretrain-rounds' parameter of CFLGT must be an int in the range "
+                             f"[0, {self.training.rounds - 1}] (below 'rounds'). "
+                             f"Got {self.params.pretrain_rounds!r} instead.")
+        self.reference: ArrayRecord | None = None
+        self.trajectories: dict[int, np.ndarray] = {}
+        self.exemplars = np.zeros((0, 0, 2))
+        self.pending: set[int] = set()
+        self.distance_matrix: np.ndarray | None = None
+        self.distance_pids: list[int] = []
+        self.diagnostics: dict[str, float] = {}
+
+    @property
+    def clustering_round(self) -> int:
+        """The round whose start collects trajectories and runs AP."""
+        return self.params.pretrain_rounds + 1
+
+    def phase(self, server_round: int) -> str:
+        if server_round < self.clustering_round:
+            return "pretrain"
+        return "cluster" if server_round == self.clustering_round else "train"
+
+    def before_round(self, server_round: int) -> None:
+        if server_round < self.clustering_round:
+            return
+        if self.distance_matrix is None:
+            self._cluster(server_round)
+        elif self.pending:
+            self._place(sorted(self.pending), server_round)
+
+    def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Before clustering: the one pre-training cluster; after: the nearest exemplar's cluster."""
+        if self.distance_matrix is None:
+            self.assignment.update({pid: 0 for pid in newcomers})
+        else:
+            self._place(newcomers, server_round)
+
+    def _forces(self, pids: list[int], server_round: int) -> dict[int, np.ndarray]:
+        assert self.reference is not None
+        # the last array of a model is its final Linear's bias (C,) or weight (C, d)
+        num_classes = int(list(self.reference.values())[-1].shape[0])
+        replies = self.query_signal(keys.FORCES_ACTION, pids, server_round, ClassForces.from_arrays,
+                                    models=[self.reference], num_classes=num_classes)
+        return {pid: trajectories_from_forces(f.pull[None], f.push[None])[0] for pid, f in replies.items()}
+
+    def _cluster(self, server_round: int) -> None:
+        self.reference = self.models[0].copy()
+        self.trajectories = self._forces(sorted(self.clients), server_round)
+        pids = sorted(self.trajectories)
+        if not pids:
+            log(WARNING, "round %d: no client sent a trajectory; one more FedAvg round, then again", server_round)
+            return
+        with self.clustering_timer():
+            points = np.stack([self.trajectories[p] for p in pids])
+            self.distance_matrix = trajectory_distances(points)
+            self.distance_pids = pids
+            result = affinity_propagation(self.distance_matrix, damping=self.params.damping,
+                                          preference=self.params.preference, seed=self.training.seed)
+            self.exemplars = points[result.exemplars]
+            assignment = {pid: int(k) for pid, k in zip(pids, result.labels, strict=True)}
+        if not result.converged:
+            log(WARNING, "round %d: affinity propagation did not converge; one cluster", server_round)
+        self.diagnostics = {
+            "hopkins": hopkins_statistic(points.reshape(len(pids), -1), seed=self.training.seed)
+            if len(pids) > 1 else float("nan"),
+            "cv-pull": coefficient_of_variation(points[..., 0]),
+            "cv-push": coefficient_of_variation(points[..., 1]),
+            "preference": result.preference,
+        }
+        self.set_clusters([self.reference.copy() for _ in range(len(self.exemplars))], assignment)
+        self.pending = set()
+        self._fallback(sorted(set(self.clients) - set(pids)), server_round)
+        log(INFO, "round %d: CFLGT found %d clusters of sizes %s in %d trajectories; Hopkins %.3f, "
+            "CV of Z1' %.3f and Z2' %.3f, AP preference %.4g", server_round, len(self.exemplars),
+            cluster_sizes(self.assignment, len(self.models)), len(pids), self.diagnostics["hopkins"],
+            self.diagnostics["cv-pull"], self.diagnostics["cv-push"], result.preference)
+
+    def _place(self, pids: list[int], server_round: int) -> None:
+        """Nearest-exemplar clusters for ``pids``; those without a trajectory wait in the largest."""
+        got = self._forces(pids, server_round)
+        self.trajectories.update(got)
+        if got:
+            found = sorted(got)
+            labels = nearest_exemplar(np.stack([got[p] for p in found]), self.exemplars)
+            self.assignment.update({pid: int(k) for pid, k in zip(found, labels, strict=True)})
+            self.pending -= set(found)
+            log(INFO, "round %d: clients %s joined the clusters %s of their nearest exemplars",
+                server_round, found, labels.tolist())
+        self._fallback(sorted(set(pids) - set(got)), server_round)
+
+    def _fallback(self, pids: list[int], server_round: int) -> None:
+        if not pids:
+            return
+        sizes = cluster_sizes({p: k for p, k in self.assignment.items() if p not in pids}, len(self.models))
+        largest = int(np.argmax(sizes)) if sizes and max(sizes) else 0
+        self.assignment.update({pid: largest for pid in pids})
+        self.pending |= set(pids)
+        log(WARNING, "round %d: no trajectory from clients %s; they wait in cluster %d and are asked again",
+            server_round, pids, largest)

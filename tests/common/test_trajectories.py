@@ -1,0 +1,115 @@
+"""CFLGT's trajectory math: distances, Affinity Propagation, nearest exemplar, Hopkins, CV."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from common.clustering.trajectories import (
+    affinity_propagation,
+    coefficient_of_variation,
+    hopkins_statistic,
+    nearest_exemplar,
+    trajectories_from_forces,
+    trajectory_distances,
+)
+
+
+def _groups(seed=0, per_group=8, noise=0.01):
+    """Three groups of 4-point trajectories around far-apart shapes."""
+    rng = np.random.default_rng(seed)
+    shapes = np.array([[[0, 0], [1, 0], [1, 1], [0, 1]],
+                       [[5, 5], [6, 5], [6, 6], [5, 6]],
+                       [[0, 9], [3, 9], [0, 6], [3, 6]]], dtype=float)
+    truth = np.repeat(np.arange(3), per_group)
+    points = shapes[truth] + rng.normal(0, noise, size=(len(truth), 4, 2))
+    return points, truth
+
+
+def test_distance_is_mean_pointwise_l2():
+    a = np.array([[[0, 0], [0, 0]]], dtype=float)
+    b = np.array([[[3, 4], [0, 1]], [[0, 0], [0, 0]]], dtype=float)
+    np.testing.assert_allclose(trajectory_distances(a, b), [[(5 + 1) / 2, 0.0]])
+    points, _ = _groups()
+    d = trajectory_distances(points)
+    np.testing.assert_allclose(d, d.T)
+    np.testing.assert_allclose(np.diag(d), 0)
+    perm = np.random.default_rng(1).permutation(4)
+    np.testing.assert_allclose(trajectory_distances(points[:, perm]), d)
+
+
+def test_distance_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="'a' parameter"):
+        trajectory_distances(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="'b' parameter"):
+        trajectory_distances(np.zeros((3, 4, 2)), np.zeros((2, 5, 2)))
+    with pytest.raises(ValueError, match="'a' parameter"):
+        trajectory_distances(np.full((2, 4, 2), np.nan))
+
+
+def test_trajectories_from_forces_stacks_pull_and_push():
+    t = trajectories_from_forces([[1, 2]], [[3, 4]])
+    np.testing.assert_array_equal(t, [[[1, 3], [2, 4]]])
+    with pytest.raises(ValueError, match="'push' parameter"):
+        trajectories_from_forces([[1, 2]], [[3, 4, 5]])
+
+
+def test_affinity_propagation_finds_obvious_groups_without_their_number():
+    points, truth = _groups()
+    result = affinity_propagation(trajectory_distances(points), seed=0)
+    assert result.converged
+    assert adjusted_rand_score(truth, result.labels) == 1.0
+    assert len(result.exemplars) == 3
+    assert [result.labels[e] for e in result.exemplars] == [0, 1, 2]
+
+
+def test_preference_controls_the_number_of_clusters_and_median_is_sklearns():
+    points, _ = _groups()
+    d = trajectory_distances(points)
+    assert affinity_propagation(d, preference="median").preference == pytest.approx(np.median(-d))
+    assert len(affinity_propagation(d, preference=-1e6).exemplars) == 1
+    assert len(affinity_propagation(d, preference=0.0).exemplars) == len(points)
+
+
+def test_affinity_propagation_degenerate_and_bad_input():
+    assert affinity_propagation(np.zeros((1, 1))).labels.tolist() == [0]
+    assert affinity_propagation(np.zeros((4, 4))).labels.tolist() == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="'damping' parameter"):
+        affinity_propagation(np.zeros((2, 2)), damping=1.0)
+    with pytest.raises(ValueError, match="'distances' parameter"):
+        affinity_propagation(np.array([[0, 1], [2, 0]]))
+    with pytest.raises(ValueError, match="'preference' parameter"):
+        affinity_propagation(np.zeros((2, 2)), preference="mean")
+
+
+def test_nonconvergence_gives_one_cluster():
+    points, _ = _groups(noise=1.0)
+    result = affinity_propagation(trajectory_distances(points), max_iter=2, convergence_iter=1)
+    assert not result.converged and set(result.labels.tolist()) == {0}
+
+
+def test_nearest_exemplar():
+    points, _ = _groups()
+    result = affinity_propagation(trajectory_distances(points))
+    newcomers, new_truth = _groups(seed=5, per_group=2)
+    labels = nearest_exemplar(newcomers, points[result.exemplars])
+    assert adjusted_rand_score(new_truth, labels) == 1.0
+
+
+def test_hopkins_is_high_for_clusters_and_near_half_for_uniform():
+    points, _ = _groups(per_group=30)
+    assert hopkins_statistic(points.reshape(len(points), -1), seed=0) > 0.9
+    uniform = np.random.default_rng(42).uniform(size=(2000, 2))
+    assert hopkins_statistic(uniform, seed=0) == pytest.approx(0.5, abs=0.08)
+    assert hopkins_statistic(uniform, seed=3) == hopkins_statistic(uniform, seed=3)
+    assert hopkins_statistic(np.ones((5, 2))) == 0.5
+    with pytest.raises(ValueError, match="'points' parameter"):
+        hopkins_statistic(np.ones((1, 2)))
+
+
+def test_coefficient_of_variation():
+    assert coefficient_of_variation([1.0, 3.0]) == pytest.approx(0.5)
+    assert np.isnan(coefficient_of_variation([0.0, 0.0]))
+    with pytest.raises(ValueError, match="'values' parameter"):
+        coefficient_of_variation([])

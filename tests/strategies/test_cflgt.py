@@ -1,0 +1,102 @@
+"""CFLGT on the in-process grid: pre-training, one trajectory query, AP clusters, newcomers, faults."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from conftest import small_run_config
+from flwr.app import Message
+from inprocess import InProcessGrid
+
+from client.app import app as client_app
+from common import keys
+from server.experiment import Experiment
+from server.figures.cflgt import trajectory_figures
+from strategies import CFLGT, get_strategy
+from strategies.cflgt import CFLGTParams
+
+FORCES = keys.query_type(keys.FORCES_ACTION)
+
+
+def _run(grid_kwargs=None, **overrides):
+    rc = small_run_config(**{"strategy": "cflgt", "pretrain-rounds": 1, "rounds": 2, "local-epochs": 1,
+                             "eval-every": 100, **overrides})
+    exp = Experiment.from_run_config(rc)
+    grid = InProcessGrid(client_app, rc, rc["num-clients"], **(grid_kwargs or {}))
+    strategy = exp.build_strategy()
+    strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    return strategy, grid
+
+
+def _forces_queries(grid):
+    return [(m.content[keys.CONFIG][keys.SERVER_ROUND], grid.pid_of[m.metadata.dst_node_id])
+            for m in grid.sent if m.metadata.message_type == FORCES]
+
+
+def test_params_validation_and_run_config():
+    assert get_strategy("cflgt") is CFLGT
+    assert CFLGTParams(preference="-3.5").preference == -3.5
+    assert CFLGTParams(preference=-2).preference == -2.0
+    assert CFLGTParams().preference == "median"
+    with pytest.raises(ValueError, match="The 'preference' parameter of CFLGT must be 'median' or a float"):
+        CFLGTParams(preference="mean")
+    with pytest.raises(ValueError, match="The 'damping' parameter of CFLGT"):
+        CFLGTParams(damping=1.0)
+    with pytest.raises(ValueError, match="The 'pretrain-rounds' parameter of CFLGT"):
+        CFLGTParams(pretrain_rounds=-1)
+    with pytest.raises(ValueError, match=r"'pretrain-rounds' parameter of CFLGT must be an int in the range \[0, 2\]"):
+        Experiment.from_run_config(small_run_config(**{"strategy": "cflgt", "pretrain-rounds": 3})).build_strategy()
+
+
+def test_pretraining_then_one_query_to_all_clients_then_true_clusters():
+    strategy, grid = _run(**{"pretrain-rounds": 2, "rounds": 4})
+    assert _forces_queries(grid) == [(3, pid) for pid in range(6)]
+    assert [r["phase"] for r in strategy.history] == ["pretrain", "pretrain", "cluster", "train"]
+    assert [r["num-clusters"] for r in strategy.history] == [1, 1, 2, 2]
+    assert strategy.history[-1]["ari"] == 1.0
+    first = strategy.history[2]
+    assert first["bytes-up-signal"] == 6 * 2 * 10 * 4
+    assert first["bytes-down-signal"] == 0 and strategy.history[3]["bytes-up-signal"] == 0
+    assert strategy.distance_matrix.shape == (6, 6) and strategy.distance_pids == list(range(6))
+    assert strategy.exemplars.shape == (2, 10, 2)
+    assert set(strategy.diagnostics) == {"hopkins", "cv-pull", "cv-push", "preference"}
+    assert 0 <= strategy.diagnostics["hopkins"] <= 1
+
+
+def test_clusters_start_from_the_pretrained_model():
+    strategy, _ = _run()
+    ref = strategy.reference
+    for model in strategy.models:
+        assert not all(np.array_equal(model[n].numpy(), ref[n].numpy()) for n in ref)
+    first = _run()[0]
+    assert all(np.array_equal(first.reference[n].numpy(), ref[n].numpy()) for n in ref)
+
+
+def _drop_first_forces(reply: Message, server_round: int) -> Message | None:
+    return None if reply.metadata.message_type == FORCES and server_round == 2 else reply
+
+
+def test_a_client_without_a_trajectory_waits_in_the_largest_cluster_and_is_asked_again(caplog):
+    with caplog.at_level(logging.WARNING):
+        strategy, grid = _run(grid_kwargs={"faults": {4: _drop_first_forces}}, rounds=3)
+    assert "no trajectory from clients [4]" in caplog.text
+    assert (3, 4) in _forces_queries(grid) and not strategy.pending
+    assert strategy.distance_pids == [0, 1, 2, 3, 5]
+    assert strategy.history[-1]["ari"] == 1.0
+
+
+def test_newcomers_join_the_nearest_exemplar_computed_on_the_pretrained_model(tmp_path):
+    strategy, grid = _run(rounds=3, **{"num-clients": 8, "samples-per-label": 15, "late-clients": 0.25,
+                                       "late-round": 3})
+    late = sorted(set(range(8)) - set(strategy.distance_pids))
+    assert len(late) == 2 and [q for q in _forces_queries(grid) if q[0] == 3] == [(3, p) for p in late]
+    newcomer_msgs = [m for m in grid.sent if m.metadata.message_type == FORCES
+                     and m.content[keys.CONFIG][keys.SERVER_ROUND] == 3]
+    ref = strategy.reference
+    assert all(np.array_equal(m.content[keys.ARRAYS][n].numpy(), ref[n].numpy()) for m in newcomer_msgs for n in ref)
+    assert len(strategy.assignment) == 8 and strategy.history[-1]["ari"] == 1.0
+    paths = trajectory_figures(strategy, tmp_path)
+    assert sorted(p.name for p in paths) == ["trajectories.json", "trajectories.png", "trajectory-clusters.png"]
+    assert all(p.stat().st_size > 0 for p in paths)

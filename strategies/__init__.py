@@ -9,12 +9,15 @@ from __future__ import annotations
 from common.validation import check_choice
 
 from .base import ClusteredStrategy
+from .cfl_sattler import CFLSattler
 from .fedavg import FedAvg
+from .fedmedian import FedMedian
 from .fedprox import FedProx
+from .flic import FLIC
 from .local import Local
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx)
+    cls.name: cls for cls in (FedAvg, Local, FedProx, FLIC, FedMedian, CFLSattler)
 }
 
 
@@ -29,4 +32,14 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["REGISTRY", "ClusteredStrategy", "FedAvg", "FedProx", "Local", "get_strategy"]
+__all__ = [
+    "FLIC",
+    "REGISTRY",
+    "CFLSattler",
+    "ClusteredStrategy",
+    "FedAvg",
+    "FedMedian",
+    "FedProx",
+    "Local",
+    "get_strategy",
+]

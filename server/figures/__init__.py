@@ -24,3 +24,5 @@ def register(strategy_name: str) -> Callable[[FigureFn], FigureFn]:
         FIGURES[strategy_name] = fn
         return fn
     return decorator
+
+from . import cfl_sattler, flic  # noqa: F401

@@ -74,6 +74,8 @@ class FLIC(ClusteredStrategy):
         Relative change of the global model each round before clustering.
     clustered_at : int or None
         The round whose training first ran per cluster.
+    clustering_similarity : (list of int, ndarray of shape (n, n)) or None
+        The clients Louvain clustered and their ``S`` at that moment.
     """
 
     name = "flic"
@@ -87,6 +89,7 @@ class FLIC(ClusteredStrategy):
         self.unseen: list[int] = []
         self._trained: set[int] = set()
         self._stable_since: int | None = None
+        self.clustering_similarity: tuple[list[int], np.ndarray] | None = None
 
     def phase(self, server_round: int) -> str:
         if self.clustered_at is None or server_round < self.clustered_at:
@@ -115,6 +118,7 @@ class FLIC(ClusteredStrategy):
             return
         with self.clustering_timer():
             labels = louvain_labels(self.similarity.matrix(seen), self.params.resolution, self.training.seed)
+        self.clustering_similarity = (seen, self.similarity.matrix(seen))
         count = int(labels.max()) + 1
         self.set_clusters([self.models[0].copy() for _ in range(count)],
                           {pid: int(k) for pid, k in zip(seen, labels, strict=True)})

@@ -4,6 +4,8 @@
 and the clustering round (the automatic rule's evidence). ``flic.json`` gives the clustering
 round and, per final cluster, its size, its members' true groups (scoring only) and their
 mean local test accuracy of the last evaluation, e.g. for the attack scenario's loyal clusters.
+``flic-similarity.npz`` keeps ``S`` among the clustered clients (``pids``, ``similarity``) when
+they are at most ``MAX_SAVED``, to study Louvain's resolution offline.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from . import register
+
+MAX_SAVED = 5000
 
 
 @register("flic")
@@ -55,4 +59,9 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     report = folder / "flic.json"
     report.write_text(json.dumps({"cluster-round": strategy.clustered_at,
                                   "global-change": change.tolist(), "clusters": clusters}, indent=1) + "\n")
-    return [png, report]
+    paths = [png, report]
+    if strategy.clustering_similarity is not None and len(strategy.clustering_similarity[0]) <= MAX_SAVED:
+        pids, matrix = strategy.clustering_similarity
+        paths.append(folder / "flic-similarity.npz")
+        np.savez_compressed(paths[-1], pids=np.asarray(pids), similarity=matrix.astype(np.float32))
+    return paths

@@ -127,5 +127,5 @@ def test_figures_are_written(tmp_path):
     flic, _ = _start(FLIC, FLICParams(cluster_round=2), rounds=3)
     cfl, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=2, fraction=1.0)
     paths = FIGURES["flic"](flic, tmp_path) + FIGURES["cfl-sattler"](cfl, tmp_path)
-    assert [p.name for p in paths] == ["flic-stability.png", "flic.json", "cfl-norms.png"]
+    assert [p.name for p in paths] == ["flic-stability.png", "flic.json", "flic-similarity.npz", "cfl-norms.png"]
     assert all(p.stat().st_size > 0 for p in paths)

@@ -53,3 +53,39 @@ def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float]) -> d
             acc = np.rint(acc)
         out[key] = acc.astype(ref.dtype, copy=False)
     return out
+
+
+def coordinate_median(models: Sequence[ArrayDict]) -> dict[str, np.ndarray]:
+    """Coordinate-wise median of models, key by key (Yin et al., ICML 2018; FLIC's median defence).
+
+    Unweighted: every model counts once, whatever its number of examples.
+
+    Parameters
+    ----------
+    models : sequence of mappings ``name -> ndarray``
+        One entry per client; every mapping has the same keys and shapes.
+
+    Returns
+    -------
+    dict of str to ndarray
+        The median of each coordinate (the mean of the two middle values for an even count),
+        cast back to each array's dtype; integer arrays are rounded first.
+
+    Raises
+    ------
+    ValueError
+        If there are no models or keys/shapes differ.
+    """
+    if len(models) == 0:
+        raise ValueError("The 'models' parameter of coordinate_median must be non-empty. Got 0 models instead.")
+    out: dict[str, np.ndarray] = {}
+    for key, ref in models[0].items():
+        arrays = [model.get(key) for model in models]
+        bad = [None if a is None else a.shape for a in arrays if a is None or a.shape != ref.shape]
+        if bad:
+            raise ValueError(f"Array {key!r} must have shape {ref.shape} in every model. Got {bad[0]} instead.")
+        med = np.median(np.stack([a.astype(np.float64) for a in arrays]), axis=0)
+        if np.issubdtype(ref.dtype, np.integer):
+            med = np.rint(med)
+        out[key] = med.astype(ref.dtype, copy=False)
+    return out

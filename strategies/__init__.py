@@ -9,16 +9,21 @@ from __future__ import annotations
 from common.validation import check_choice
 
 from .base import ClusteredStrategy
+from .cfl_sattler import CFLSattler
 from .cflgt import CFLGT
 from .fedavg import FedAvg
 from .fedclust import FedClust
+from .fedmedian import FedMedian
 from .fedprox import FedProx
 from .flhc import FLHC
+from .flic import FLIC
 from .local import Local
 from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT)
+    cls.name: cls for cls in (
+        FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT, FLIC, FedMedian, CFLSattler,
+    )
 }
 
 
@@ -33,4 +38,18 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["CFLGT", "ClusteredStrategy", "FLHC", "FedAvg", "FedClust", "FedProx", "Local", "PACFL", "REGISTRY", "get_strategy"]
+__all__ = [
+    "CFLGT",
+    "FLHC",
+    "FLIC",
+    "PACFL",
+    "REGISTRY",
+    "CFLSattler",
+    "ClusteredStrategy",
+    "FedAvg",
+    "FedClust",
+    "FedMedian",
+    "FedProx",
+    "Local",
+    "get_strategy",
+]

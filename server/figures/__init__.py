@@ -26,4 +26,4 @@ def register(strategy_name: str) -> Callable[[FigureFn], FigureFn]:
     return decorator
 
 
-from . import cflgt  # noqa: F401  (registers its figures)
+from . import cfl_sattler, cflgt, flic  # noqa: F401  (each registers its figures)

@@ -48,3 +48,23 @@ def test_shape_mismatch_and_empty():
         weighted_average([], [])
     with pytest.raises(ValueError, match="must have shape"):
         weighted_average([{"w": np.zeros(2)}, {"w": np.zeros(3)}], [1, 1])
+
+
+def test_coordinate_median_takes_the_middle_value_per_coordinate_and_resists_outliers():
+    from common.aggregation import coordinate_median
+    models = [{"w": np.array([[1.0, 5.0]], dtype=np.float32), "n": np.array(1, dtype=np.int64)},
+              {"w": np.array([[2.0, -7.0]], dtype=np.float32), "n": np.array(2, dtype=np.int64)},
+              {"w": np.array([[1000.0, 4.0]], dtype=np.float32), "n": np.array(6, dtype=np.int64)}]
+    out = coordinate_median(models)
+    np.testing.assert_array_equal(out["w"], [[2.0, 4.0]])
+    assert out["w"].dtype == np.float32 and out["n"] == 2
+    even = coordinate_median(models[:2])
+    np.testing.assert_allclose(even["w"], [[1.5, -1.0]])
+
+
+def test_coordinate_median_refuses_empty_and_mismatched_models():
+    from common.aggregation import coordinate_median
+    with pytest.raises(ValueError, match="'models' parameter of coordinate_median"):
+        coordinate_median([])
+    with pytest.raises(ValueError, match="Array 'w' must have shape"):
+        coordinate_median([{"w": np.zeros(2)}, {"w": np.zeros(3)}])

@@ -1,0 +1,216 @@
+"""Incremental update similarity of FLIC (Espinoza Castellon et al., IJCNN 2022, Sec. III, Eq. 7).
+
+The server keeps the latest update of every client it has sampled and the matrix
+``S_ij = 1 + cos(delta_i, delta_j)`` (Eq. 7), refreshing only the rows and columns of the
+clients that trained this round: ``O(m N k)`` per round for ``m`` updates, ``N`` clients
+seen so far and ``k`` stored coordinates, never ``O(N^2 k)``. Because a refreshed row is
+recomputed against every stored update, ``S`` always equals the similarity of the latest
+updates (the paper's "keep the most recent similarity").
+
+``GaussianSketch`` optionally replaces each update by a seeded Gaussian random projection
+(Johnson-Lindenstrauss: cosines preserved up to ``O(1/sqrt(k))``), so that 10,000 clients
+of a large model fit in memory. Only numpy; no Flower, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of every row of ``a`` with every row of ``b``.
+
+    Parameters
+    ----------
+    a : ndarray of shape (m, d)
+    b : ndarray of shape (n, d)
+
+    Returns
+    -------
+    ndarray of shape (m, n), float64
+        In ``[-1, 1]``; a zero row has cosine 0 with everything.
+
+    Raises
+    ------
+    ValueError
+        If the inputs are not 2-D with the same number of columns.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError("The 'a' and 'b' parameters of cosine_matrix must be 2-D arrays with the same "
+                         f"number of columns. Got shapes {a.shape} and {b.shape} instead.")
+    return np.clip(_unit(a) @ _unit(b).T, -1.0, 1.0)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+class GaussianSketch:
+    """Seeded Gaussian random projection ``x -> x R`` with ``R`` of shape (d, k), entries N(0, 1/k).
+
+    ``R`` is drawn in blocks of ``block`` input coordinates, block ``b`` from the generator
+    seeded with ``(seed, b)``, so the projection depends only on ``(seed, d, k)``; blocks
+    are cached while the whole matrix stays under ``cache_bytes`` and redrawn otherwise.
+
+    Parameters
+    ----------
+    dim : int
+        Input dimension d (>= 1).
+    sketch_dim : int
+        Output dimension k (>= 1).
+    seed : int
+        The run's seed.
+    block : int, default=4096
+    cache_bytes : int, default=256 MiB
+
+    Raises
+    ------
+    ValueError
+        If ``dim`` or ``sketch_dim`` is below 1.
+    """
+
+    def __init__(self, dim: int, sketch_dim: int, seed: int, block: int = 4096,
+                 cache_bytes: int = 256 * 2**20) -> None:
+        for name, value in (("dim", dim), ("sketch_dim", sketch_dim), ("block", block)):
+            if int(value) < 1:
+                raise ValueError(f"The '{name}' parameter of GaussianSketch must be an int >= 1. "
+                                 f"Got {value!r} instead.")
+        self.dim, self.sketch_dim, self.seed, self.block = int(dim), int(sketch_dim), int(seed), int(block)
+        self._cache: dict[int, np.ndarray] | None = {} if dim * sketch_dim * 4 <= cache_bytes else None
+
+    def _rows(self, b: int) -> np.ndarray:
+        if self._cache is not None and b in self._cache:
+            return self._cache[b]
+        rows = min(self.block, self.dim - b * self.block)
+        rng = np.random.default_rng([self.seed, b])
+        mat = (rng.standard_normal((rows, self.sketch_dim), dtype=np.float32)
+               / np.float32(np.sqrt(self.sketch_dim)))
+        if self._cache is not None:
+            self._cache[b] = mat
+        return mat
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        """Project rows.
+
+        Parameters
+        ----------
+        x : ndarray of shape (m, d) or (d,)
+
+        Returns
+        -------
+        ndarray of shape (m, k) or (k,), float32
+
+        Raises
+        ------
+        ValueError
+            If the last axis is not ``d``.
+        """
+        x = np.asarray(x, dtype=np.float32)
+        single = x.ndim == 1
+        x2 = x[None, :] if single else x
+        if x2.ndim != 2 or x2.shape[1] != self.dim:
+            raise ValueError(f"The 'x' parameter of GaussianSketch.project must have {self.dim} columns. "
+                             f"Got shape {x.shape} instead.")
+        out = np.zeros((x2.shape[0], self.sketch_dim), dtype=np.float32)
+        for b in range(-(-self.dim // self.block)):
+            start = b * self.block
+            out += x2[:, start:start + self.block] @ self._rows(b)
+        return out[0] if single else out
+
+
+class UpdateSimilarity:
+    """The latest update of every client seen and ``S = 1 + cos`` among them, refreshed incrementally.
+
+    Parameters
+    ----------
+    sketch : GaussianSketch, optional
+        Store projected updates instead of the full vectors.
+
+    Attributes
+    ----------
+    pids : list of int
+        Clients with a stored update, in the order first seen (row order of ``S``).
+    """
+
+    def __init__(self, sketch: GaussianSketch | None = None) -> None:
+        self.sketch = sketch
+        self.pids: list[int] = []
+        self._row: dict[int, int] = {}
+        self._vectors = np.zeros((0, 0), dtype=np.float32)
+        self._s = np.zeros((0, 0), dtype=np.float32)
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._row
+
+    def __len__(self) -> int:
+        return len(self.pids)
+
+    def update(self, pids: Sequence[int], updates: np.ndarray) -> None:
+        """Store this round's updates and refresh their rows and columns of ``S``.
+
+        Parameters
+        ----------
+        pids : sequence of int, length m
+            Distinct partition ids.
+        updates : ndarray of shape (m, d)
+            Flattened updates (trained minus sent); projected first when a sketch is set.
+
+        Raises
+        ------
+        ValueError
+            If the shapes disagree with ``pids`` or earlier updates, or ``pids`` repeat.
+        """
+        pids = [int(p) for p in pids]
+        updates = np.asarray(updates, dtype=np.float32)
+        if updates.ndim != 2 or updates.shape[0] != len(pids) or len(set(pids)) != len(pids):
+            raise ValueError("The 'updates' parameter of UpdateSimilarity.update must have one row per "
+                             f"distinct pid. Got shape {updates.shape} for {len(pids)} pids instead.")
+        if not pids:
+            return
+        vectors = self.sketch.project(updates) if self.sketch is not None else updates
+        if self.pids and vectors.shape[1] != self._vectors.shape[1]:
+            raise ValueError(f"The 'updates' parameter of UpdateSimilarity.update must have "
+                             f"{self._vectors.shape[1]} columns. Got {vectors.shape[1]} instead.")
+        for pid in pids:
+            if pid not in self._row:
+                self._row[pid] = len(self.pids)
+                self.pids.append(pid)
+        self._grow(len(self.pids), vectors.shape[1])
+        rows = np.array([self._row[p] for p in pids])
+        self._vectors[rows] = _unit(vectors.astype(np.float64)).astype(np.float32)
+        n = len(self.pids)
+        block = 1.0 + np.clip(self._vectors[rows] @ self._vectors[:n].T, -1.0, 1.0)
+        self._s[rows, :n] = block
+        self._s[:n, rows] = block.T
+
+    def _grow(self, n: int, k: int) -> None:
+        if self._vectors.shape[0] >= n:
+            return
+        cap = max(n, 2 * self._vectors.shape[0], 8)
+        vectors = np.zeros((cap, k), dtype=np.float32)
+        if self._vectors.size:
+            vectors[: self._vectors.shape[0]] = self._vectors
+        s = np.zeros((cap, cap), dtype=np.float32)
+        s[: self._s.shape[0], : self._s.shape[1]] = self._s
+        self._vectors, self._s = vectors, s
+
+    def matrix(self, pids: Sequence[int] | None = None) -> np.ndarray:
+        """``S`` among ``pids`` (default: every client seen), shape (n, n), float64 in [0, 2].
+
+        Raises
+        ------
+        ValueError
+            If a pid has no stored update.
+        """
+        pids = self.pids if pids is None else [int(p) for p in pids]
+        missing = [p for p in pids if p not in self._row]
+        if missing:
+            raise ValueError(f"The 'pids' parameter of UpdateSimilarity.matrix must name clients with a "
+                             f"stored update. Got unseen {missing} instead.")
+        rows = np.array([self._row[p] for p in pids], dtype=np.int64)
+        return self._s[np.ix_(rows, rows)].astype(np.float64)

@@ -1,0 +1,67 @@
+"""FLIC's picture and report: the global model's relative change before clustering, and the clusters.
+
+``flic-stability.png`` plots ``||w_t - w_{t-1}|| / ||w_{t-1}||`` per round with ``stable-tol``
+and the clustering round (the automatic rule's evidence). ``flic.json`` gives the clustering
+round and, per final cluster, its size, its members' true groups (scoring only) and their
+mean local test accuracy of the last evaluation, e.g. for the attack scenario's loyal clusters.
+``flic-similarity.npz`` keeps ``S`` among the clustered clients (``pids``, ``similarity``) when
+they are at most ``MAX_SAVED``, to study Louvain's resolution offline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from . import register
+
+MAX_SAVED = 5000
+
+
+@register("flic")
+def flic_figures(strategy: Any, folder: Path) -> list[Path]:
+    """Write ``flic-stability.png`` and ``flic.json`` into ``folder``; return their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    change = np.asarray(strategy.global_change, dtype=np.float64)
+    if change.size:
+        ax.semilogy(np.arange(1, change.size + 1), change, marker=".", label="relative change of the global model")
+    ax.axhline(strategy.params.stable_tol, color="tab:red", linestyle="--", label="stable-tol")
+    if strategy.clustered_at is not None:
+        ax.axvline(strategy.clustered_at, color="tab:green", label=f"clustering (round {strategy.clustered_at})")
+    ax.set_xlabel("round")
+    ax.set_ylabel("||w_t - w_{t-1}|| / ||w_{t-1}||")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    FigureCanvasAgg(fig)
+    fig.suptitle("flic: global model before clustering")
+    fig.tight_layout()
+    png = folder / "flic-stability.png"
+    fig.savefig(png, format="png", dpi=120)
+    clusters = []
+    for k in range(len(strategy.models)):
+        members = sorted(p for p, c in strategy.assignment.items() if c == k)
+        accs = [strategy.last_eval[p][0] for p in members if p in strategy.last_eval]
+        clusters.append({
+            "cluster": k, "size": len(members),
+            "true-groups": {str(g): n for g, n in sorted(Counter(strategy.clients[p].true_group
+                                                                   for p in members).items())},
+            "accuracy": float(np.mean(accs)) if accs else None,
+        })
+    report = folder / "flic.json"
+    report.write_text(json.dumps({"cluster-round": strategy.clustered_at,
+                                  "global-change": change.tolist(), "clusters": clusters}, indent=1) + "\n")
+    paths = [png, report]
+    if strategy.clustering_similarity is not None and len(strategy.clustering_similarity[0]) <= MAX_SAVED:
+        pids, matrix = strategy.clustering_similarity
+        paths.append(folder / "flic-similarity.npz")
+        np.savez_compressed(paths[-1], pids=np.asarray(pids), similarity=matrix.astype(np.float32))
+    return paths

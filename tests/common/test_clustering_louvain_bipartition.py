@@ -1,0 +1,90 @@
+"""Louvain on FLIC's similarity graph; Sattler's bi-partition and its index mapping."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from common.clustering.bipartition import (
+    bipartition,
+    should_split,
+    split_cluster,
+    update_norms,
+)
+from common.clustering.louvain import louvain_labels, similarity_graph
+
+
+def _two_blocks(rng, n=12):
+    truth = np.repeat([0, 1], n // 2)
+    s = np.where(truth[:, None] == truth[None, :], 1.9, 0.2) + rng.uniform(0, 0.05, (n, n))
+    s = (s + s.T) / 2
+    perm = rng.permutation(n)
+    return s[np.ix_(perm, perm)], truth[perm]
+
+
+def test_louvain_finds_two_obvious_communities_deterministically():
+    s, truth = _two_blocks(np.random.default_rng(0))
+    labels = louvain_labels(s, seed=5)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    assert labels[0] == 0 and set(labels) == {0, 1}
+    for seed in (0, 1, 2):
+        np.testing.assert_array_equal(louvain_labels(s, seed=seed), louvain_labels(s, seed=seed))
+
+
+def test_louvain_resolution_and_degenerate_graphs():
+    s, _ = _two_blocks(np.random.default_rng(1))
+    assert len(set(louvain_labels(s, resolution=100.0))) == len(s)
+    weak = np.where(s > 1, 1.2, 1.0)
+    assert len(set(louvain_labels(weak, resolution=1.0))) == 2
+    assert len(set(louvain_labels(weak, resolution=0.5))) == 1
+    np.testing.assert_array_equal(louvain_labels(np.zeros((3, 3))), [0, 1, 2])
+    np.testing.assert_array_equal(louvain_labels(np.array([[2.0]])), [0])
+    with pytest.raises(ValueError, match="'resolution' parameter of louvain_labels"):
+        louvain_labels(s, resolution=0.0)
+    with pytest.raises(ValueError, match="'similarity' parameter of similarity_graph"):
+        similarity_graph(np.array([[1.0, -0.5], [-0.5, 1.0]]))
+    assert similarity_graph(s).number_of_edges() == len(s) * (len(s) - 1) // 2
+
+
+def test_update_norms_and_split_criterion():
+    mean_norm, max_norm = update_norms(np.array([[3.0, 0.0], [-3.0, 0.0], [0.0, 4.0]]))
+    assert mean_norm == pytest.approx(4 / 3) and max_norm == 4.0
+    kw = {"eps1": 0.4, "eps2": 1.6, "split_after": 20}
+    assert should_split(0.3, 2.0, 3, 21, **kw)
+    assert not should_split(0.3, 2.0, 3, 20, **kw)
+    assert not should_split(0.3, 2.0, 2, 21, **kw)
+    assert not should_split(0.5, 2.0, 3, 21, **kw)
+    assert not should_split(0.3, 1.5, 3, 21, **kw)
+
+
+def test_bipartition_separates_opposite_directions():
+    u = np.array([[1.0, 0.1], [-1.0, 0.0], [0.9, 0.0], [-1.0, -0.2]])
+    c = (u / np.linalg.norm(u, axis=1, keepdims=True)) @ (u / np.linalg.norm(u, axis=1, keepdims=True)).T
+    a, b = bipartition(c)
+    assert a.tolist() == [0, 2] and b.tolist() == [1, 3]
+    with pytest.raises(ValueError, match="n >= 2"):
+        bipartition(np.ones((1, 1)))
+
+
+def test_two_nested_splits_map_positions_back_to_client_ids():
+    directions = {0: [1, 0, 0], 1: [-1, 0, 0], 2: [0, 1, 0], 3: [0, -1, 0]}
+    group = {10: 0, 31: 0, 17: 1, 42: 1, 5: 2, 66: 2, 23: 3, 8: 3}
+    rng = np.random.default_rng(0)
+    vec = {pid: np.array(directions[g], float) * 3 + np.array([0, 0, 1.0]) + 0.05 * rng.normal(size=3)
+           for pid, g in group.items()}
+
+    def cos(members):
+        u = np.array([vec[p] / np.linalg.norm(vec[p]) for p in members])
+        return u @ u.T
+
+    members = [10, 31, 17, 42, 5, 66, 23, 8]
+    first, second = split_cluster(members, cos(members))
+    for half in (first, second):
+        sub1, sub2 = split_cluster(half, cos(half))
+        for sub in (sub1, sub2):
+            assert set(sub) <= set(half)
+            assert len({group[p] for p in sub}) == 1
+    # the reference code's bug: positions inside the sub-cluster are not client ids
+    a, _ = bipartition(cos(second))
+    assert set(a.tolist()) <= set(range(len(second))) and not set(a.tolist()) <= set(second)
+    with pytest.raises(ValueError, match="'cosine' parameter of split_cluster"):
+        split_cluster([1, 2, 3], np.eye(2))

@@ -1,0 +1,131 @@
+"""FLIC, FedMedian and Sattler's CFL on the in-process grid (real ClientApp, digits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import small_run_config
+from inprocess import InProcessGrid
+
+from client.app import app as client_app
+from common.aggregation import coordinate_median
+from server.experiment import Experiment
+from server.figures import FIGURES
+from strategies import FLIC, REGISTRY, CFLSattler, FedMedian
+from strategies.cfl_sattler import CFLSattlerParams
+from strategies.flic import STABLE_PATIENCE, FLICParams
+
+
+def _start(cls, params=None, spy=None, **overrides):
+    rc = small_run_config(**overrides)
+    exp = Experiment.from_run_config(rc)
+    grid = InProcessGrid(client_app, rc, rc["num-clients"])
+    strategy = cls(exp.training, params)
+    if spy is not None:
+        original = strategy.after_train
+
+        def after_train(rnd, updates):
+            spy(strategy, rnd, updates)
+            original(rnd, updates)
+        strategy.after_train = after_train
+    strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    return strategy, grid
+
+
+def _sampled(grid, rnd):
+    return {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent
+            if m.metadata.message_type == "train" and m.content["config"]["server-round"] == rnd}
+
+
+def test_registry_and_params_validation():
+    assert {"flic", "fedmedian", "cfl-sattler"} <= set(REGISTRY)
+    with pytest.raises(ValueError, match="'resolution' parameter of FLIC must be a float > 0.0. Got 0.0"):
+        FLICParams(resolution=0.0)
+    with pytest.raises(ValueError, match="'cluster-round' parameter of FLIC"):
+        FLICParams(cluster_round=-1)
+    with pytest.raises(ValueError, match="'eps2' parameter of CFLSattler"):
+        CFLSattlerParams(eps2=-1.0)
+    with pytest.raises(ValueError, match="'split-after' parameter of CFLSattler"):
+        CFLSattlerParams(split_after=1.5)
+
+
+def test_flic_clusters_seen_clients_and_assigns_the_unseen_by_train_loss():
+    strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=6, fraction=0.34,
+                            **{"num-clients": 9, "groups": 3, "samples-per-label": 10})
+    seen = _sampled(grid, 1) | _sampled(grid, 2)
+    assert strategy.clustered_at == 3
+    assert [r["phase"] for r in strategy.history] == ["fedavg", "fedavg", "cluster", "train", "train", "train"]
+    assert sum(strategy.history[2]["cluster-sizes"]) == len(seen) < 9
+    assert _sampled(grid, 3) <= seen
+    queried = {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent if m.metadata.message_type == "query.losses"}
+    assert queried == set(range(9)) - seen
+    assert sorted(strategy.assignment) == list(range(9))
+    assert set(strategy.distance_pids) == set(strategy.similarity.pids)
+    d = strategy.distance_matrix
+    assert d.shape == (len(strategy.distance_pids),) * 2 and np.allclose(np.diag(d), 0, atol=1e-5)
+
+
+def test_flic_similarity_rows_change_only_for_sampled_clients():
+    snapshots = {}
+
+    def spy(strategy, rnd, updates):
+        if strategy.similarity is not None:
+            snapshots[rnd] = (list(strategy.similarity.pids), strategy.similarity.matrix())
+
+    strategy, grid = _start(FLIC, FLICParams(cluster_round=10), spy=spy, rounds=3, fraction=0.5)
+    pids, before = snapshots[3]
+    after = strategy.similarity.matrix(pids)
+    keep = [i for i, p in enumerate(pids) if p not in _sampled(grid, 3)]
+    np.testing.assert_allclose(after[np.ix_(keep, keep)], before[np.ix_(keep, keep)])
+    assert set(strategy.similarity.pids) == _sampled(grid, 1) | _sampled(grid, 2) | _sampled(grid, 3)
+
+
+def test_flic_automatic_round_waits_for_a_stable_global_model():
+    loose, _ = _start(FLIC, FLICParams(stable_tol=100.0), rounds=8, **{"eval-every": 10})
+    assert loose.clustered_at == STABLE_PATIENCE + 1
+    strict, _ = _start(FLIC, FLICParams(stable_tol=1e-12), rounds=4, **{"eval-every": 10})
+    assert strict.clustered_at == 4 // 2 + 1 and len(strict.global_change) == 2
+
+
+def test_flic_sketch_is_seeded_and_close_to_the_full_similarity():
+    full, _ = _start(FLIC, FLICParams(cluster_round=10), rounds=1)
+    sketched, _ = _start(FLIC, FLICParams(cluster_round=10, sketch_dim=512), rounds=1)
+    again, _ = _start(FLIC, FLICParams(cluster_round=10, sketch_dim=512), rounds=1)
+    np.testing.assert_array_equal(sketched.similarity.matrix(), again.similarity.matrix())
+    assert np.max(np.abs(sketched.similarity.matrix() - full.similarity.matrix())) < 0.15
+
+
+def test_fedmedian_model_is_the_coordinate_median_of_the_replies():
+    seen = {}
+    strategy, _ = _start(FedMedian, spy=lambda s, rnd, ups: seen.update(ups), rounds=1, fraction=1.0)
+    expected = coordinate_median([u.arrays for u in seen.values()])
+    for name, arr in strategy.models[0].items():
+        np.testing.assert_allclose(arr.numpy(), expected[name])
+    mean = np.mean([u.arrays[name] for u in seen.values()], axis=0)
+    assert not np.allclose(strategy.models[0][name].numpy(), mean)
+
+
+def test_sattler_splits_recursively_and_keeps_partition_ids():
+    strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=4,
+                         fraction=1.0, **{"num-clients": 8, "samples-per-label": 10})
+    assert [s["round"] for s in strategy.splits][:1] == [2]
+    assert len(strategy.splits) >= 2 and len(strategy.models) == 1 + len(strategy.splits)
+    assert sorted(strategy.assignment) == list(range(8))
+    sizes = np.bincount(list(strategy.assignment.values()), minlength=len(strategy.models))
+    assert sizes.min() >= 1 and all(r["size"] >= 1 for r in strategy.norms)
+    assert [r["phase"] for r in strategy.history] == ["train", "cluster", "cluster", "cluster"]
+
+
+def test_sattler_does_not_split_when_the_mean_update_is_large():
+    strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e-9, eps2=1e-9, split_after=0), rounds=3,
+                         fraction=1.0)
+    assert strategy.splits == [] and len(strategy.models) == 1
+    assert [r["round"] for r in strategy.norms] == [1, 2, 3]
+
+
+def test_figures_are_written(tmp_path):
+    flic, _ = _start(FLIC, FLICParams(cluster_round=2), rounds=3)
+    cfl, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=2, fraction=1.0)
+    paths = FIGURES["flic"](flic, tmp_path) + FIGURES["cfl-sattler"](cfl, tmp_path)
+    assert [p.name for p in paths] == ["flic-stability.png", "flic.json", "flic-similarity.npz", "cfl-norms.png"]
+    assert all(p.stat().st_size > 0 for p in paths)

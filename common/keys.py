@@ -14,6 +14,10 @@ SIGNAL = "signal"
 # Query actions (Flower routes "query.<action>" to @app.query("<action>")).
 IDENTITY_ACTION = "identity"
 LOSSES_ACTION = "losses"  # loss of each of K models on the client's TRAIN split
+PROFILE_ACTION = "profile"  # CFL-GP: gradient or model gap on one broadcast model, compressed
+PROFILE_PROTOCOL = "profile-protocol"  # "model-gap" (Alg. 4) or "gradient" (Alg. 1)
+PROFILE_SEED = "profile-seed"  # seed of the coordinate subset (common.clustering.compression)
+PROFILE_SIZE = "profile-size"  # d_hat: coordinates the client returns
 
 
 def query_type(action: str) -> str:

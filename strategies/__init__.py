@@ -9,12 +9,14 @@ from __future__ import annotations
 from common.validation import check_choice
 
 from .base import ClusteredStrategy
+from .cfl_gp import CFLGP
 from .fedavg import FedAvg
 from .fedprox import FedProx
+from .ifca import IFCA
 from .local import Local
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx)
+    cls.name: cls for cls in (FedAvg, Local, FedProx, CFLGP, IFCA)
 }
 
 
@@ -29,4 +31,4 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["REGISTRY", "ClusteredStrategy", "FedAvg", "FedProx", "Local", "get_strategy"]
+__all__ = ["CFLGP", "IFCA", "REGISTRY", "ClusteredStrategy", "FedAvg", "FedProx", "Local", "get_strategy"]

@@ -41,4 +41,4 @@ def models_in(content: RecordDict) -> list[ArrayRecord]:
 
 
 from . import losses  # noqa: F401  (registers its handler)
-from . import profile  # noqa: F401  (registers its handler)
+from . import profile  # noqa: F401, I001  (registers its handler)

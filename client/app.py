@@ -48,12 +48,12 @@ def identity(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Train the received cluster model locally; attackers send minus their update.
 
-    A message with several models (``num-models``, IFCA) trains the one with the lowest loss
-    on the TRAIN split and reports its index as metric ``cluster-id``.
+    A message that says ``num-models`` (IFCA) carries that many models: the client trains
+    the one with the lowest loss on its TRAIN split and reports its index as ``cluster-id``.
     """
     task = task_from_context(context.run_config, context.node_config)
     models = models_in(msg.content)
-    choice = _lowest_train_loss(task, models) if len(models) > 1 else None
+    choice = _lowest_train_loss(task, models) if keys.NUM_MODELS in msg.content[keys.CONFIG] else None
     sent = models[choice or 0]
     model, loss = train_local(task, sent, msg.content[keys.CONFIG])
     arrays = ArrayRecord(model.state_dict())
@@ -67,6 +67,8 @@ def train(msg: Message, context: Context) -> Message:
 
 def _lowest_train_loss(task: ClientTask, models: list[ArrayRecord]) -> int:
     """Index of the model with the lowest loss on the client's TRAIN split (first on ties)."""
+    if len(models) == 1:
+        return 0
     losses = [evaluate_model(task.model(m), task.data.x_train, task.data.y_train,
                              task=task.info.task, device=task.device)[0] for m in models]
     return int(np.argmin(losses))

@@ -8,7 +8,8 @@ coordinate subset (App. E.1). The server averages it into that model's block of 
 profile and re-clusters: top-K left singular vectors, k-means, relabelling by linear
 assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
 ``stable-updates`` updates. With ``num-clusters`` 0, one model trains until ``estimate-after``
-updates, then K comes from the profile's spectrum (App. G); the K models start as copies.
+updates, then K comes from the profile's spectrum (App. G). The K models start as copies of
+the initial model: random clusters and the profiles make them differ.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from logging import INFO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import ArrayRecord
 from flwr.common import log
 from scipy.spatial.distance import cdist
 
@@ -94,11 +95,8 @@ class CFLGP(ClusteredStrategy):
         self.estimate: spectral.NumClustersEstimate | None = None
         self.unchanged = 0
         self.stopped = False
-        arrays = {name: a.numpy() for name, a in initial.items()}
-        models = [initial.copy()] + [
-            ArrayRecord({n: Array(a) for n, a in kmodels.redraw_like(arrays, self.rng).items()})
-            for _ in range(self.k - 1)]
-        self.set_clusters(models, kmodels.random_partition(sorted(self.clients), self.k, self.rng))
+        self.set_clusters([initial.copy() for _ in range(self.k)],
+                          kmodels.random_partition(sorted(self.clients), self.k, self.rng))
 
     def is_cluster_round(self, server_round: int) -> bool:
         """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cluster-until`` (0: no limit), until stable."""
@@ -143,9 +141,9 @@ class CFLGP(ClusteredStrategy):
 
     def _estimate_k(self, server_round: int) -> None:
         """App. G on the one-model profile, then K copies of the model and of each block."""
-        pids, matrix = self._matrix()
-        if len(pids) < 3:
+        if len(self.blocks) < 3:
             return
+        pids, matrix = self._matrix()
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
         self.k = self.estimate.num_clusters
         log(INFO, "round %d: CFL-GP estimates K = %d (largest singular-value gap after %d; silhouettes %s)",
@@ -157,10 +155,10 @@ class CFLGP(ClusteredStrategy):
         self.last_block = 0
 
     def _recluster(self, server_round: int) -> None:
+        if len(self.blocks) < self.k:
+            return
         pids, matrix = self._matrix()
         self.spectra.append((server_round, spectral.singular_values(matrix)))
-        if len(pids) < self.k:
-            return
         previous = np.array([self.assignment[p] for p in pids])
         labels, features = spectral.spectral_clustering(matrix, self.k, previous, self._seed(server_round))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1

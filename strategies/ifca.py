@@ -53,9 +53,6 @@ class IFCA(ClusteredStrategy):
     def init_clusters(self, initial: ArrayRecord) -> None:
         """Model 0 is the initial model, models 1..K-1 fresh draws at its scale; random clusters."""
         k = self.params.k
-        if k > len(self.clients):
-            raise ValueError(f"The 'num-clusters' parameter of {OWNER} must be at most the "
-                             f"{len(self.clients)} clients. Got {k} instead.")
         arrays = {name: a.numpy() for name, a in initial.items()}
         models = [initial.copy()] + [
             ArrayRecord({n: Array(a) for n, a in kmodels.redraw_like(arrays, self.rng).items()})

@@ -143,7 +143,7 @@ class CFLGP(ClusteredStrategy):
         """App. G on the one-model profile, then K copies of the model and of each block."""
         if len(self.blocks) < 3:
             return
-        pids, matrix = self._matrix()
+        _, matrix = self._matrix()
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
         self.k = self.estimate.num_clusters
         log(INFO, "round %d: CFL-GP estimates K = %d (largest singular-value gap after %d; silhouettes %s)",

@@ -40,5 +40,5 @@ def models_in(content: RecordDict) -> list[ArrayRecord]:
     return [content.array_records[keys.ARRAYS]]
 
 
-from . import losses  # noqa: F401  (registers its handler)
-from . import profile  # noqa: F401, I001  (registers its handler)
+from . import losses  # noqa: F401, I001  (registers its handler)
+from . import profile  # noqa: F401  (registers its handler)

@@ -21,7 +21,6 @@ from server.experiment import Experiment
 from server.figures import FIGURES
 from strategies import CFLGP, IFCA
 
-
 FAST = {"local-epochs": 1, "eval-every": 100}
 
 
@@ -100,7 +99,7 @@ def test_cflgp_compression_picks_the_same_coordinates_on_server_and_client():
 
 
 def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
-    strategy, grid, _ = _run("cfl-gp", rounds=4, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 2,
+    strategy, _grid, _ = _run("cfl-gp", rounds=4, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 2,
                                                     "profile-protocol": "gradient"})
     assert strategy.stopped and len(strategy.broadcasts) == 3
     assert strategy.history[-1]["ari"] == 1.0
@@ -159,7 +158,7 @@ def test_ifca_without_num_clusters_keeps_max_clusters_models():
 
 
 def test_default_train_path_sends_no_choice():
-    strategy, grid, _ = _run("fedavg", rounds=1)
+    _strategy, grid, _ = _run("fedavg", rounds=1)
     replies = grid.send_and_receive(_sent(grid, "train")[:1])
     assert keys.CLUSTER_ID not in replies[0].content[keys.METRICS]
     assert keys.NUM_MODELS not in _sent(grid, "train")[0].content[keys.CONFIG]

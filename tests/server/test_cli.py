@@ -5,6 +5,9 @@ import tomllib
 import pytest
 
 from server import cli
+from strategies import REGISTRY
+
+CHOICES = "{" + ", ".join(repr(name) for name in sorted(REGISTRY)) + "}"
 
 
 def _run(argv, capsys):
@@ -15,7 +18,7 @@ def _run(argv, capsys):
 def test_unknown_strategy_exits_before_training_and_lists_choices(capsys, tmp_path):
     code, out = _run(["--strategy", "nope", "--flwr-home", str(tmp_path)], capsys)
     assert code == 2
-    assert "The 'strategy' parameter of the run config must be one of {'fedavg', 'fedprox', 'local'}" in out.err
+    assert f"The 'strategy' parameter of the run config must be one of {CHOICES}" in out.err
     assert "Got 'nope' instead" in out.err
     assert not (tmp_path / "config.toml").exists()
 

@@ -2,6 +2,7 @@ import pytest
 from conftest import small_run_config
 
 from server.experiment import Experiment
+from strategies import REGISTRY
 
 
 def test_builds_every_part_from_run_config():
@@ -21,7 +22,7 @@ def test_initial_model_is_seeded():
 
 
 @pytest.mark.parametrize("overrides, pattern", [
-    ({"strategy": "nope"}, r"'strategy' parameter .* must be one of \{'fedavg', 'fedprox', 'local'"),
+    ({"strategy": "nope"}, r"'strategy' parameter .* must be one of \{" + ", ".join(f"'{n}'" for n in sorted(REGISTRY))),
     ({"scenario": "nope"}, r"'scenario' parameter .* must be one of"),
     ({"dataset": "imagenet"}, r"'dataset' parameter .* must be one of"),
     ({"model": "gpt"}, r"'model' parameter .* must be one of"),

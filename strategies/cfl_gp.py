@@ -158,9 +158,9 @@ class CFLGP(ClusteredStrategy):
         if len(self.blocks) < self.k:
             return
         pids, matrix = self._matrix()
-        self.spectra.append((server_round, spectral.singular_values(matrix)))
         previous = np.array([self.assignment[p] for p in pids])
-        labels, features = spectral.spectral_clustering(matrix, self.k, previous, self._seed(server_round))
+        labels, features, values = spectral.spectral_clustering(matrix, self.k, previous, self._seed(server_round))
+        self.spectra.append((server_round, values))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1
         self.assignment.update({p: int(c) for p, c in zip(pids, labels, strict=True)})
         self.distance_matrix, self.distance_pids = cdist(features, features), pids

@@ -25,8 +25,10 @@ from sklearn.utils.extmath import randomized_svd
 
 from common.validation import check_int
 
+GRAM_MAX_COLUMNS = 4_000
+"""Up to this many clients, the SVD goes through the exact N x N Gram matrix (tall ``G``)."""
 RANDOMIZED_MIN_SIZE = 5_000_000
-"""Matrices with more entries than this use randomised SVD for the top singular vectors."""
+"""Otherwise, matrices with more entries than this use randomised SVD for the top vectors."""
 
 
 def moving_average_factor(previous_updates: int) -> float:
@@ -94,16 +96,26 @@ def profile_matrix(blocks: np.ndarray) -> np.ndarray:
     return blocks.reshape(blocks.shape[0], -1).T
 
 
+def _gram_spectrum(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values (descending) and right singular vectors ``(N, N)`` of a tall ``g``."""
+    gram = np.asarray(g.T @ g, dtype=np.float64)
+    eig, vecs = np.linalg.eigh((gram + gram.T) / 2)
+    order = np.argsort(eig)[::-1]
+    return np.sqrt(np.clip(eig[order], 0.0, None)), vecs[:, order]
+
+
+def _uses_gram(g: np.ndarray) -> bool:
+    return g.ndim == 2 and g.shape[0] >= g.shape[1] and g.shape[1] <= GRAM_MAX_COLUMNS
+
+
 def singular_values(matrix: np.ndarray) -> np.ndarray:
     """All ``min(rows, N)`` singular values of ``G`` ``(rows, N)``, descending.
 
-    Computed from the ``N x N`` Gram matrix when ``rows > N`` (exact up to rounding, and cheap
-    because N, the number of clients, is small).
+    Computed from the smaller Gram matrix (exact up to rounding, and cheap because N, the
+    number of clients, is small).
     """
-    g = np.asarray(matrix, dtype=np.float64)
-    gram = g.T @ g if g.shape[0] >= g.shape[1] else g @ g.T
-    eig = np.linalg.eigvalsh(gram)[::-1]
-    return np.sqrt(np.clip(eig, 0.0, None))
+    g = np.asarray(matrix)
+    return _gram_spectrum(g if g.shape[0] >= g.shape[1] else g.T)[0]
 
 
 def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -112,11 +124,14 @@ def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tupl
     Parameters
     ----------
     matrix : ndarray of shape (rows, N)
+        Float32 or float64; float32 profiles are multiplied in float32.
     k : int
         ``1 <= k <= min(rows, N)``.
     seed : int, default=0
-        Seeds the randomised SVD used when the matrix has more than ``RANDOMIZED_MIN_SIZE``
-        entries and ``k`` is well below ``N``; smaller matrices use the exact SVD.
+        Seeds the randomised SVD, used when ``N > GRAM_MAX_COLUMNS`` (or ``G`` is wide), the
+        matrix has more than ``RANDOMIZED_MIN_SIZE`` entries and ``k < min(rows, N) / 2``.
+        Tall matrices with few columns go through the ``N x N`` Gram matrix: ``u = G v / s``
+        (columns with ``s = 0`` are zero); small ones use the exact SVD.
 
     Returns
     -------
@@ -128,8 +143,13 @@ def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tupl
     ValueError
         Naming ``'k'`` when out of range.
     """
-    g = np.asarray(matrix, dtype=np.float64)
+    g = np.asarray(matrix)
     k = check_int(k, "k", "top_left_singular_vectors", low=1, high=min(g.shape))
+    if _uses_gram(g):
+        s, v = _gram_spectrum(g)
+        scale = np.divide(1.0, s[:k], out=np.zeros(k), where=s[:k] > 0)
+        return np.asarray(g @ v[:, :k], dtype=np.float64) * scale, s[:k]
+    g = g.astype(np.float64)
     if g.size > RANDOMIZED_MIN_SIZE and k < min(g.shape) // 2:
         u, s, _ = randomized_svd(g, n_components=k, n_iter=7, random_state=seed)
         return u, s
@@ -138,9 +158,17 @@ def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tupl
 
 
 def project(matrix: np.ndarray, dims: int, seed: int = 0) -> np.ndarray:
-    """Each client's column projected on the top-``dims`` left singular vectors: ``(N, dims)``."""
-    u, _ = top_left_singular_vectors(matrix, dims, seed)
-    return (u.T @ np.asarray(matrix, dtype=np.float64)).T
+    """Each client's column projected on the top-``dims`` left singular vectors: ``(N, dims)``.
+
+    ``U_s^T G = S_s V_s^T``, so for tall ``G`` the projection needs only the Gram matrix.
+    """
+    g = np.asarray(matrix)
+    dims = check_int(dims, "dims", "project", low=1, high=min(g.shape))
+    if _uses_gram(g):
+        s, v = _gram_spectrum(g)
+        return v[:, :dims] * s[:dims]
+    u, _ = top_left_singular_vectors(g, dims, seed)
+    return (u.T @ g.astype(np.float64)).T
 
 
 def kmeans_labels(features: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
@@ -187,7 +215,7 @@ def align_labels(new: np.ndarray, old: np.ndarray, num_clusters: int) -> np.ndar
 
 
 def spectral_clustering(matrix: np.ndarray, k: int, previous: np.ndarray,
-                        seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Alg. 3: project ``G`` on its top-``k`` left singular vectors, k-means, align to ``previous``.
 
     Parameters
@@ -205,11 +233,19 @@ def spectral_clustering(matrix: np.ndarray, k: int, previous: np.ndarray,
     labels : ndarray of shape (N,), int64
     features : ndarray of shape (N, k)
         The projected columns ``U^T G`` (transposed) the labels come from.
+    values : ndarray of shape (min(rows, N),)
+        All singular values of ``G`` (for tall ``G`` from the same Gram matrix, at no extra cost).
     """
-    features = project(matrix, k, seed)
+    g = np.asarray(matrix)
+    k = check_int(k, "k", "spectral_clustering", low=1, high=min(g.shape))
+    if _uses_gram(g):
+        values, v = _gram_spectrum(g)
+        features = v[:, :k] * values[:k]
+    else:
+        values, features = singular_values(g), project(g, k, seed)
     if k == 1:
-        return np.zeros(features.shape[0], dtype=np.int64), features
-    return align_labels(kmeans_labels(features, k, seed), previous, k), features
+        return np.zeros(features.shape[0], dtype=np.int64), features, values
+    return align_labels(kmeans_labels(features, k, seed), previous, k), features, values
 
 
 @dataclass(frozen=True)

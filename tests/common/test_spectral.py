@@ -54,16 +54,17 @@ def test_update_block_rejects_another_shape():
 
 def test_spectral_clustering_recovers_obvious_groups():
     groups = [0, 0, 0, 1, 1, 1, 2, 2, 2, 2]
-    labels, features = spectral.spectral_clustering(_profiles(groups), 3, np.zeros(10, int), seed=1)
+    labels, features, values = spectral.spectral_clustering(_profiles(groups), 3, np.zeros(10, int), seed=1)
     assert adjusted_rand_score(groups, labels) == 1.0
     assert features.shape == (10, 3)
+    np.testing.assert_allclose(values, np.linalg.svd(_profiles(groups), compute_uv=False))
 
 
 def test_alignment_keeps_labels_stable_when_the_partition_is_unchanged():
     groups = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
     previous = np.array([2, 2, 2, 0, 0, 0, 1, 1, 1, 1])
     for seed in range(4):
-        labels, _ = spectral.spectral_clustering(_profiles(list(groups)), 3, previous, seed=seed)
+        labels, _, _ = spectral.spectral_clustering(_profiles(list(groups)), 3, previous, seed=seed)
         np.testing.assert_array_equal(labels, previous)
 
 
@@ -77,14 +78,21 @@ def test_align_labels_maximises_agreement():
         spectral.align_labels(new, old + 1, 3)
 
 
-def test_singular_values_and_randomised_vectors_match_the_exact_svd(monkeypatch):
+@pytest.mark.parametrize("path", ["gram", "randomised", "exact"])
+def test_singular_values_and_vectors_match_the_exact_svd_on_every_path(monkeypatch, path):
     g = _profiles([0, 1, 2, 0, 1, 2, 3, 3], dim=300)
     exact_u, exact_s, _ = np.linalg.svd(g, full_matrices=False)
     np.testing.assert_allclose(spectral.singular_values(g), exact_s, rtol=1e-8, atol=1e-8)
-    monkeypatch.setattr(spectral, "RANDOMIZED_MIN_SIZE", 10)
+    np.testing.assert_allclose(spectral.singular_values(g.T), exact_s, rtol=1e-8, atol=1e-8)
+    if path != "gram":
+        monkeypatch.setattr(spectral, "GRAM_MAX_COLUMNS", 1)
+    if path == "randomised":
+        monkeypatch.setattr(spectral, "RANDOMIZED_MIN_SIZE", 10)
     u, s = spectral.top_left_singular_vectors(g, 3, seed=0)
     np.testing.assert_allclose(s, exact_s[:3], rtol=1e-6)
     np.testing.assert_allclose(np.abs(u.T @ exact_u[:, :3]), np.eye(3), atol=1e-6)
+    features = spectral.project(g, 3, seed=0)
+    np.testing.assert_allclose(np.abs(features), np.abs((exact_u[:, :3].T @ g).T), rtol=1e-6, atol=1e-8)
 
 
 def test_largest_gap_on_a_made_up_spectrum():

@@ -106,12 +106,13 @@ def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
     assert [r["phase"] for r in strategy.history] == ["cluster"] * 3 + ["train"]
 
 
-def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog):
+def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path):
     with caplog.at_level(logging.INFO):
         strategy, _, _ = _run("cfl-gp", rounds=3, **{"num-clusters": 0, "max-clusters": 4})
     assert strategy.estimate is not None and strategy.k == 2 == len(strategy.models)
     assert strategy.history[0]["num-clusters"] == 1 and strategy.history[-1]["ari"] == 1.0
     assert "CFL-GP estimates K = 2" in caplog.text
+    assert FIGURES["cfl-gp"](strategy, tmp_path)[0].stat().st_size > 0
 
 
 def test_ifca_sends_all_models_and_clients_choose_by_train_loss():

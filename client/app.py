@@ -24,8 +24,8 @@ from common import keys
 from common.training import evaluate as evaluate_model
 
 from .faults import inject_faults
-from .signals import QUERIES, Handler
-from .task import task_from_context, train_local
+from .signals import QUERIES, Handler, models_in
+from .task import ClientTask, task_from_context, train_local
 
 app = ClientApp(mods=[inject_faults])
 
@@ -46,15 +46,32 @@ def identity(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Train the received cluster model locally; attackers send minus their update."""
+    """Train the received cluster model locally; attackers send minus their update.
+
+    A message that says ``num-models`` (IFCA) carries that many models: the client trains
+    the one with the lowest loss on its TRAIN split and reports its index as ``cluster-id``.
+    """
     task = task_from_context(context.run_config, context.node_config)
-    sent = msg.content[keys.ARRAYS]
+    models = models_in(msg.content)
+    choice = _lowest_train_loss(task, models) if keys.NUM_MODELS in msg.content[keys.CONFIG] else None
+    sent = models[choice or 0]
     model, loss = train_local(task, sent, msg.content[keys.CONFIG])
     arrays = ArrayRecord(model.state_dict())
     if task.data.attacker:
         arrays = _minus_update(sent, arrays)
     metrics = MetricRecord({keys.NUM_EXAMPLES: len(task.data.y_train), keys.TRAIN_LOSS: float(loss)})
+    if choice is not None:
+        metrics[keys.CLUSTER_ID] = choice
     return Message(RecordDict({keys.ARRAYS: arrays, keys.METRICS: metrics}), reply_to=msg)
+
+
+def _lowest_train_loss(task: ClientTask, models: list[ArrayRecord]) -> int:
+    """Index of the model with the lowest loss on the client's TRAIN split (first on ties)."""
+    if len(models) == 1:
+        return 0
+    losses = [evaluate_model(task.model(m), task.data.x_train, task.data.y_train,
+                             task=task.info.task, device=task.device)[0] for m in models]
+    return int(np.argmin(losses))
 
 
 @app.evaluate()

@@ -21,6 +21,10 @@ CLUSTER_EPOCHS = "cluster-epochs"  # config of query.final-layer: local epochs o
 SUBSPACE_VECTORS = "subspace-vectors"  # config of query.subspaces: p vectors per class
 WITH_COUNTS = "with-counts"  # config of query.subspaces: also send the class counts
 FORCES_ACTION = "forces"  # CFLGT: per-class softmax pulling/pushing forces on the TRAIN split
+PROFILE_ACTION = "profile"  # CFL-GP: gradient or model gap on one broadcast model, compressed
+PROFILE_PROTOCOL = "profile-protocol"  # "model-gap" (Alg. 4) or "gradient" (Alg. 1)
+PROFILE_SEED = "profile-seed"  # seed of the coordinate subset (common.clustering.compression)
+PROFILE_SIZE = "profile-size"  # d_hat: coordinates the client returns
 
 
 def query_type(action: str) -> str:

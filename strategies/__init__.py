@@ -9,6 +9,7 @@ from __future__ import annotations
 from common.validation import check_choice
 
 from .base import ClusteredStrategy
+from .cfl_gp import CFLGP
 from .cfl_sattler import CFLSattler
 from .cflgt import CFLGT
 from .fedavg import FedAvg
@@ -17,12 +18,13 @@ from .fedmedian import FedMedian
 from .fedprox import FedProx
 from .flhc import FLHC
 from .flic import FLIC
+from .ifca import IFCA
 from .local import Local
 from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
     cls.name: cls for cls in (
-        FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT, FLIC, FedMedian, CFLSattler,
+        FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT, FLIC, FedMedian, CFLSattler, CFLGP, IFCA,
     )
 }
 
@@ -39,9 +41,11 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
 
 
 __all__ = [
+    "CFLGP",
     "CFLGT",
     "FLHC",
     "FLIC",
+    "IFCA",
     "PACFL",
     "REGISTRY",
     "CFLSattler",

@@ -2,6 +2,7 @@ import pytest
 from conftest import small_run_config
 
 from server.experiment import Experiment
+from strategies import REGISTRY
 
 
 def test_builds_every_part_from_run_config():

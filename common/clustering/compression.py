@@ -1,0 +1,58 @@
+"""CFL-GP's compressed profiles (Kim et al., ICML 2024, App. E.1): a random coordinate subset.
+
+The server sends a seed and a size ``d_hat``; each client returns only those coordinates of
+its gradient or model gap. Server and client both call :func:`coordinate_subset`, so they pick
+identical coordinates, and every client of one clustering update returns the same subset.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from common.validation import check_float, check_int
+
+
+def compressed_size(dim: int, ratio: float) -> int:
+    """``d_hat = ceil(dim / ratio)``: coordinates kept at compression ratio ``ratio >= 1``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'dim'`` (int >= 1) or ``'ratio'`` (float >= 1).
+    """
+    dim = check_int(dim, "dim", "compressed_size", low=1)
+    ratio = check_float(ratio, "ratio", "compressed_size", low=1.0)
+    return max(1, math.ceil(dim / ratio))
+
+
+def coordinate_subset(dim: int, size: int, seed: int) -> np.ndarray:
+    """The ``size`` coordinates (sorted, without replacement) of a ``dim``-vector that ``seed`` picks.
+
+    Parameters
+    ----------
+    dim : int
+        Length of the full vector, ``>= 1``.
+    size : int
+        ``d_hat``, in ``[1, dim]``; ``size == dim`` keeps every coordinate in order.
+    seed : int
+        ``>= 0``; equal arguments always give equal subsets.
+
+    Returns
+    -------
+    ndarray of shape (size,), int64
+    """
+    dim = check_int(dim, "dim", "coordinate_subset", low=1)
+    size = check_int(size, "size", "coordinate_subset", low=1, high=dim)
+    seed = check_int(seed, "seed", "coordinate_subset", low=0)
+    if size == dim:
+        return np.arange(dim, dtype=np.int64)
+    chosen = np.random.default_rng(seed).choice(dim, size=size, replace=False)
+    return np.sort(chosen).astype(np.int64)
+
+
+def block_seed(run_seed: int, block: int) -> int:
+    """The subset seed of model ``block``'s profile block: fixed for the run, so averages line up."""
+    return int(np.random.SeedSequence([check_int(run_seed, "run_seed", "block_seed", low=0),
+                                       check_int(block, "block", "block_seed", low=0)]).generate_state(1)[0])

@@ -1,0 +1,313 @@
+"""CFL-GP's gradient-profile spectral clustering (Kim et al., "Clustered Federated Learning via
+Gradient-based Partitioning", ICML 2024: Sec. 3, Alg. 1-4, App. G).
+
+The server keeps a gradient profile: for each client ``c`` and model ``k`` a block ``g_{c,k}``
+(the client's gradient or model gap on model ``k``, possibly compressed to ``D`` coordinates),
+cumulatively averaged over the clustering updates that broadcast model ``k``. The profile matrix
+``G`` of shape ``(K * D, N)`` stacks the blocks of each client in a column. Spectral clustering
+projects the columns on the top-``K`` left singular vectors of ``G``, runs k-means, and relabels
+the groups to agree as much as possible with the previous assignment (a linear assignment
+problem). With K unknown (App. G) the largest gap in the singular values suggests the dimension
+``s`` to project on, and the silhouette of k-means over ``2..K_max`` on that projection gives K.
+
+Everything takes and returns numpy; random choices come from an explicit seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+from sklearn.metrics import silhouette_score
+from sklearn.utils.extmath import randomized_svd
+
+from common.validation import check_int
+
+GRAM_MAX_COLUMNS = 4_000
+"""Up to this many clients, the SVD goes through the exact N x N Gram matrix (tall ``G``)."""
+RANDOMIZED_MIN_SIZE = 5_000_000
+"""Otherwise, matrices with more entries than this use randomised SVD for the top vectors."""
+
+
+def moving_average_factor(previous_updates: int) -> float:
+    """The weight ``beta`` of a new block value after ``previous_updates`` earlier ones.
+
+    ``beta = 1 / (n + 1)`` makes the block the cumulative mean of everything it received. When
+    every client answers every update and the models are broadcast round-robin every ``P``
+    rounds, the ``u``-th update (0-based) of the run is the ``floor(u / K) + 1``-th of its block,
+    so this equals the paper's ``beta_t = 1 / (floor(t / (K P)) + 1)`` at ``t = 1 + u P``, ``P >= 2``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'previous_updates'`` if it is not an int ``>= 0``.
+    """
+    n = check_int(previous_updates, "previous_updates", "moving_average_factor", low=0)
+    return 1.0 / (n + 1)
+
+
+def update_block(block: np.ndarray, new: np.ndarray, previous_updates: int) -> np.ndarray:
+    """``(1 - beta) * block + beta * new`` with ``beta = moving_average_factor(previous_updates)``.
+
+    Parameters
+    ----------
+    block : ndarray of shape (D,)
+        The client's current block for the broadcast model (zeros before its first update).
+    new : ndarray of shape (D,)
+        The gradient or model gap the client just returned.
+    previous_updates : int
+        How many values this block has averaged so far.
+
+    Returns
+    -------
+    ndarray of shape (D,), float32
+
+    Raises
+    ------
+    ValueError
+        Naming ``'new'`` if the shapes differ.
+    """
+    block = np.asarray(block, dtype=np.float32)
+    new = np.asarray(new, dtype=np.float32)
+    if block.shape != new.shape:
+        raise ValueError(f"The 'new' parameter of update_block must have shape {block.shape}. "
+                         f"Got shape {new.shape} instead.")
+    beta = moving_average_factor(previous_updates)
+    return ((1.0 - beta) * block + beta * new).astype(np.float32)
+
+
+def round_robin(previous: int, num_models: int) -> int:
+    """The next model to broadcast after ``previous`` (Alg. 2 line 6): ``(previous + 1) mod K``.
+
+    Start with ``previous = num_models - 1`` so that model 0 goes first.
+    """
+    k = check_int(num_models, "num_models", "round_robin", low=1)
+    return (check_int(previous, "previous", "round_robin", low=0, high=k - 1) + 1) % k
+
+
+def profile_matrix(blocks: np.ndarray) -> np.ndarray:
+    """Stack per-client blocks ``(N, K, D)`` into the paper's ``G`` of shape ``(K * D, N)``."""
+    blocks = np.asarray(blocks)
+    if blocks.ndim != 3:
+        raise ValueError(f"The 'blocks' parameter of profile_matrix must be 3-D (N, K, D). "
+                         f"Got shape {blocks.shape} instead.")
+    return blocks.reshape(blocks.shape[0], -1).T
+
+
+def _gram_spectrum(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values (descending) and right singular vectors ``(N, N)`` of a tall ``g``."""
+    gram = np.asarray(g.T @ g, dtype=np.float64)
+    eig, vecs = np.linalg.eigh((gram + gram.T) / 2)
+    order = np.argsort(eig)[::-1]
+    return np.sqrt(np.clip(eig[order], 0.0, None)), vecs[:, order]
+
+
+def _uses_gram(g: np.ndarray) -> bool:
+    return g.ndim == 2 and g.shape[0] >= g.shape[1] and g.shape[1] <= GRAM_MAX_COLUMNS
+
+
+def singular_values(matrix: np.ndarray) -> np.ndarray:
+    """All ``min(rows, N)`` singular values of ``G`` ``(rows, N)``, descending.
+
+    Computed from the smaller Gram matrix (exact up to rounding, and cheap because N, the
+    number of clients, is small).
+    """
+    g = np.asarray(matrix)
+    return _gram_spectrum(g if g.shape[0] >= g.shape[1] else g.T)[0]
+
+
+def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` left singular vectors of ``G`` and their singular values.
+
+    Parameters
+    ----------
+    matrix : ndarray of shape (rows, N)
+        Float32 or float64; float32 profiles are multiplied in float32.
+    k : int
+        ``1 <= k <= min(rows, N)``.
+    seed : int, default=0
+        Seeds the randomised SVD, used when ``N > GRAM_MAX_COLUMNS`` (or ``G`` is wide), the
+        matrix has more than ``RANDOMIZED_MIN_SIZE`` entries and ``k < min(rows, N) / 2``.
+        Tall matrices with few columns go through the ``N x N`` Gram matrix: ``u = G v / s``
+        (columns with ``s = 0`` are zero); small ones use the exact SVD.
+
+    Returns
+    -------
+    u : ndarray of shape (rows, k)
+    s : ndarray of shape (k,), descending
+
+    Raises
+    ------
+    ValueError
+        Naming ``'k'`` when out of range.
+    """
+    g = np.asarray(matrix)
+    k = check_int(k, "k", "top_left_singular_vectors", low=1, high=min(g.shape))
+    if _uses_gram(g):
+        s, v = _gram_spectrum(g)
+        scale = np.divide(1.0, s[:k], out=np.zeros(k), where=s[:k] > 0)
+        return np.asarray(g @ v[:, :k], dtype=np.float64) * scale, s[:k]
+    g = g.astype(np.float64)
+    if g.size > RANDOMIZED_MIN_SIZE and k < min(g.shape) // 2:
+        u, s, _ = randomized_svd(g, n_components=k, n_iter=7, random_state=seed)
+        return u, s
+    u, s, _ = np.linalg.svd(g, full_matrices=False)
+    return u[:, :k], s[:k]
+
+
+def project(matrix: np.ndarray, dims: int, seed: int = 0) -> np.ndarray:
+    """Each client's column projected on the top-``dims`` left singular vectors: ``(N, dims)``.
+
+    ``U_s^T G = S_s V_s^T``, so for tall ``G`` the projection needs only the Gram matrix.
+    """
+    g = np.asarray(matrix)
+    dims = check_int(dims, "dims", "project", low=1, high=min(g.shape))
+    if _uses_gram(g):
+        s, v = _gram_spectrum(g)
+        return v[:, :dims] * s[:dims]
+    u, _ = top_left_singular_vectors(g, dims, seed)
+    return (u.T @ g.astype(np.float64)).T
+
+
+def kmeans_labels(features: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """Seeded k-means (k-means++, 10 restarts) labels of ``features`` ``(N, f)``: ``(N,)`` int64."""
+    km = KMeans(n_clusters=k, n_init=10, random_state=seed)
+    return km.fit_predict(np.asarray(features, dtype=np.float64)).astype(np.int64)
+
+
+def align_labels(new: np.ndarray, old: np.ndarray, num_clusters: int) -> np.ndarray:
+    """Rename the groups of ``new`` so that as many clients as possible keep their ``old`` cluster.
+
+    Solves Alg. 3 line 3 (a maximum-weight matching between new groups and old clusters) with
+    ``scipy.optimize.linear_sum_assignment`` on the ``K x K`` contingency table.
+
+    Parameters
+    ----------
+    new, old : ndarray of shape (N,)
+        Labels in ``[0, num_clusters)``.
+    num_clusters : int
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+        ``new`` with its labels permuted; the partition itself is unchanged.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'new'`` or ``'old'`` if a label is out of range or the lengths differ.
+    """
+    k = check_int(num_clusters, "num_clusters", "align_labels", low=1)
+    new = np.asarray(new, dtype=np.int64)
+    old = np.asarray(old, dtype=np.int64)
+    for name, arr in (("new", new), ("old", old)):
+        if arr.shape != (len(new),) or (arr.size and (arr.min() < 0 or arr.max() >= k)):
+            raise ValueError(f"The '{name}' parameter of align_labels must be {len(new)} labels in "
+                             f"[0, {k}). Got {arr.tolist()} instead.")
+    table = np.zeros((k, k), dtype=np.int64)
+    np.add.at(table, (new, old), 1)
+    rows, cols = linear_sum_assignment(table, maximize=True)
+    mapping = np.empty(k, dtype=np.int64)
+    mapping[rows] = cols
+    return mapping[new]
+
+
+def spectral_clustering(matrix: np.ndarray, k: int, previous: np.ndarray,
+                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Alg. 3: project ``G`` on its top-``k`` left singular vectors, k-means, align to ``previous``.
+
+    Parameters
+    ----------
+    matrix : ndarray of shape (rows, N)
+        The profile matrix, one column per client.
+    k : int
+        Number of clusters, ``1 <= k <= min(rows, N)``.
+    previous : ndarray of shape (N,)
+        The current cluster of each column, in ``[0, k)``.
+    seed : int, default=0
+
+    Returns
+    -------
+    labels : ndarray of shape (N,), int64
+    features : ndarray of shape (N, k)
+        The projected columns ``U^T G`` (transposed) the labels come from.
+    values : ndarray of shape (min(rows, N),)
+        All singular values of ``G`` (for tall ``G`` from the same Gram matrix, at no extra cost).
+    """
+    g = np.asarray(matrix)
+    k = check_int(k, "k", "spectral_clustering", low=1, high=min(g.shape))
+    if _uses_gram(g):
+        values, v = _gram_spectrum(g)
+        features = v[:, :k] * values[:k]
+    else:
+        values, features = singular_values(g), project(g, k, seed)
+    if k == 1:
+        return np.zeros(features.shape[0], dtype=np.int64), features, values
+    return align_labels(kmeans_labels(features, k, seed), previous, k), features, values
+
+
+@dataclass(frozen=True)
+class NumClustersEstimate:
+    """App. G's estimate: the gap dimension ``s``, the silhouettes and the chosen K.
+
+    Attributes
+    ----------
+    num_clusters : int
+        The k in ``2..K_max`` with the best silhouette on the ``s``-dimensional projection.
+    gap_dims : int
+        ``s``: the number of singular values before the largest gap.
+    singular_values : ndarray of shape (min(rows, N),)
+    silhouettes : dict of int to float
+    """
+
+    num_clusters: int
+    gap_dims: int
+    singular_values: np.ndarray
+    silhouettes: dict[int, float]
+
+
+def largest_gap(values: np.ndarray, max_dims: int) -> int:
+    """``s`` in ``[1, max_dims]`` maximising ``values[s-1] - values[s]`` (descending ``values``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'values'`` if fewer than two values are given.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1 or values.size < 2:
+        raise ValueError(f"The 'values' parameter of largest_gap must hold at least 2 singular values. "
+                         f"Got {values.size} instead.")
+    m = min(check_int(max_dims, "max_dims", "largest_gap", low=1), values.size - 1)
+    return int(np.argmax(values[:m] - values[1:m + 1])) + 1
+
+
+def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) -> NumClustersEstimate:
+    """App. G: number of clusters from the profile's spectrum, confirmed by the silhouette.
+
+    ``s`` is the position of the largest gap among the first ``max_clusters + 1`` singular
+    values; the columns are projected on the top-``s`` left singular vectors, and k-means with
+    k in ``2..min(max_clusters, N - 1)`` is scored by silhouette; the best k is returned.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'max_clusters'`` if below 2, or ``'matrix'`` if it has fewer than 3 columns.
+    """
+    g = np.asarray(matrix, dtype=np.float64)
+    k_max = check_int(max_clusters, "max_clusters", "estimate_num_clusters", low=2)
+    if g.ndim != 2 or g.shape[1] < 3:
+        raise ValueError(f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
+                         f"(clients). Got shape {g.shape} instead.")
+    k_max = min(k_max, g.shape[1] - 1)
+    values = singular_values(g)
+    s = largest_gap(values, k_max)
+    features = project(g, s, seed)
+    silhouettes = {}
+    for k in range(2, k_max + 1):
+        labels = kmeans_labels(features, k, seed)
+        silhouettes[k] = float(silhouette_score(features, labels)) if len(set(labels)) > 1 else -1.0
+    best = max(silhouettes, key=lambda k: (silhouettes[k], -k))
+    return NumClustersEstimate(best, s, values, silhouettes)

@@ -1,0 +1,170 @@
+"""CFL-GP (Kim et al., "Clustered Federated Learning via Gradient-based Partitioning", ICML 2024).
+
+K cluster models from random initial clusters. Every ``cluster-period`` rounds (while the
+round is below ``cluster-until``), the next model in round-robin order is broadcast to every
+client (or ``profile-fraction`` of them) as ``query.profile``; each returns its model gap after
+local training (Alg. 4, default) or one mini-batch gradient (Alg. 1), restricted to a seeded
+coordinate subset (App. E.1). The server averages it into that model's block of the client's
+profile and re-clusters: top-K left singular vectors, k-means, relabelling by linear
+assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
+``stable-updates`` updates. With ``num-clusters`` 0, one model trains until ``estimate-after``
+updates, then K comes from the profile's spectrum (App. G). The K models start as copies of
+the initial model: random clusters and the profiles make them differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from logging import INFO
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.common import log
+from scipy.spatial.distance import cdist
+
+from common import keys
+from common.clustering import compression, kmodels, spectral
+from common.signals.profile import PROTOCOLS, GradientProfile
+from common.validation import check_choice, check_float, check_int
+
+from .base import ClusteredStrategy
+
+OWNER = "CFLGP"
+
+
+@dataclass(frozen=True)
+class CFLGPParams:
+    """CFL-GP's run-config keys (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
+
+    num_clusters: int = 0
+    max_clusters: int = 8
+    cluster_period: int = 2
+    cluster_until: int = 0
+    stable_updates: int = 5
+    profile_protocol: str = "model-gap"
+    profile_fraction: float = 1.0
+    compression_ratio: float = 1.0
+    estimate_after: int = 2
+
+    def __post_init__(self) -> None:
+        for name, low in (("num_clusters", 0), ("max_clusters", 2), ("cluster_period", 1),
+                          ("cluster_until", 0), ("stable_updates", 0), ("estimate_after", 1)):
+            object.__setattr__(self, name, check_int(getattr(self, name), name.replace("_", "-"), OWNER, low=low))
+        object.__setattr__(self, "profile_protocol",
+                           check_choice(self.profile_protocol, "profile-protocol", OWNER, PROTOCOLS))
+        object.__setattr__(self, "profile_fraction", check_float(
+            self.profile_fraction, "profile-fraction", OWNER, low=0.0, high=1.0, closed=(False, True)))
+        object.__setattr__(self, "compression_ratio",
+                           check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0))
+
+
+def _float_size(record: ArrayRecord) -> int:
+    return sum(a.numpy().size for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
+
+
+class CFLGP(ClusteredStrategy):
+    """Round-robin gradient profiles and spectral clustering into K clusters.
+
+    Attributes
+    ----------
+    blocks : dict of int to ndarray of shape (K, d_hat)
+        Each client's profile, one block per model (the columns of the paper's ``G``).
+    broadcasts : list of (int, int)
+        ``(round, model)`` of every profile update, in order.
+    spectra : list of (int, ndarray)
+        ``(round, singular values of G)`` after every profile update.
+    estimate : NumClustersEstimate or None
+        App. G's estimate when ``num-clusters`` was 0.
+    """
+
+    name = "cfl-gp"
+    params_type = CFLGPParams
+
+    def init_clusters(self, initial: ArrayRecord) -> None:
+        p = self.params
+        if p.num_clusters > len(self.clients):
+            raise ValueError(f"The 'num-clusters' parameter of {OWNER} must be at most the "
+                             f"{len(self.clients)} clients. Got {p.num_clusters} instead.")
+        self.k = p.num_clusters or 1
+        self.size = compression.compressed_size(_float_size(initial), p.compression_ratio)
+        self.blocks: dict[int, np.ndarray] = {}
+        self.counts: dict[int, np.ndarray] = {}
+        self.last_block = self.k - 1
+        self.broadcasts: list[tuple[int, int]] = []
+        self.spectra: list[tuple[int, np.ndarray]] = []
+        self.estimate: spectral.NumClustersEstimate | None = None
+        self.unchanged = 0
+        self.stopped = False
+        self.set_clusters([initial.copy() for _ in range(self.k)],
+                          kmodels.random_partition(sorted(self.clients), self.k, self.rng))
+
+    def is_cluster_round(self, server_round: int) -> bool:
+        """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cluster-until`` (0: no limit), until stable."""
+        until = self.params.cluster_until
+        return (not self.stopped and (server_round - 1) % self.params.cluster_period == 0
+                and (until == 0 or server_round < until))
+
+    def phase(self, server_round: int) -> str:
+        return "cluster" if self.broadcasts and self.broadcasts[-1][0] == server_round else "train"
+
+    def before_round(self, server_round: int) -> None:
+        if not self.is_cluster_round(server_round):
+            return
+        k = spectral.round_robin(self.last_block, self.k)
+        self.last_block = k
+        self.broadcasts.append((server_round, k))
+        pool = sorted(self.clients)
+        count = max(1, int(np.ceil(self.params.profile_fraction * len(pool) - 1e-9)))
+        pids = pool if count == len(pool) else sorted(int(p) for p in self.rng.choice(pool, count, replace=False))
+        config = {keys.PROFILE_PROTOCOL: self.params.profile_protocol, keys.PROFILE_SIZE: self.size,
+                  keys.PROFILE_SEED: compression.block_seed(self.training.seed, k)}
+        profiles = self.query_signal(keys.PROFILE_ACTION, pids, server_round, GradientProfile.from_arrays,
+                                     models=[self.models[k]], config=config, size=self.size)
+        with self.clustering_timer():
+            for pid, signal in profiles.items():
+                blocks = self.blocks.setdefault(pid, np.zeros((self.k, self.size), dtype=np.float32))
+                counts = self.counts.setdefault(pid, np.zeros(self.k, dtype=np.int64))
+                blocks[k] = spectral.update_block(blocks[k], signal.vector, int(counts[k]))
+                counts[k] += 1
+            if self.params.num_clusters == 0 and self.estimate is None \
+                    and len(self.broadcasts) >= self.params.estimate_after:
+                self._estimate_k(server_round)
+            if self.k > 1:
+                self._recluster(server_round)
+
+    def _seed(self, server_round: int) -> int:
+        return int(np.random.SeedSequence([self.training.seed, server_round]).generate_state(1)[0])
+
+    def _matrix(self) -> tuple[list[int], np.ndarray]:
+        pids = sorted(self.blocks)
+        return pids, spectral.profile_matrix(np.stack([self.blocks[p] for p in pids]))
+
+    def _estimate_k(self, server_round: int) -> None:
+        """App. G on the one-model profile, then K copies of the model and of each block."""
+        if len(self.blocks) < 3:
+            return
+        _, matrix = self._matrix()
+        self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
+        self.k = self.estimate.num_clusters
+        log(INFO, "round %d: CFL-GP estimates K = %d (largest singular-value gap after %d; silhouettes %s)",
+            server_round, self.k, self.estimate.gap_dims,
+            {k: round(v, 3) for k, v in self.estimate.silhouettes.items()})
+        self.set_clusters([self.models[0].copy() for _ in range(self.k)], {pid: 0 for pid in self.assignment})
+        self.blocks = {p: np.repeat(b[:1], self.k, axis=0) for p, b in self.blocks.items()}
+        self.counts = {p: np.repeat(c[:1], self.k) for p, c in self.counts.items()}
+        self.last_block = 0
+
+    def _recluster(self, server_round: int) -> None:
+        if len(self.blocks) < self.k:
+            return
+        pids, matrix = self._matrix()
+        previous = np.array([self.assignment[p] for p in pids])
+        labels, features, values = spectral.spectral_clustering(matrix, self.k, previous, self._seed(server_round))
+        self.spectra.append((server_round, values))
+        self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1
+        self.assignment.update({p: int(c) for p, c in zip(pids, labels, strict=True)})
+        self.distance_matrix, self.distance_pids = cdist(features, features), pids
+        if self.params.stable_updates and self.unchanged >= self.params.stable_updates:
+            self.stopped = True
+            log(INFO, "round %d: CFL-GP clusters unchanged for %d updates; clustering stops",
+                server_round, self.unchanged)

@@ -1,0 +1,158 @@
+"""CFL-GP's math on hand-made profiles: moving average, round robin, spectral clustering,
+label alignment, the singular-value gap rule and K estimation, compression, start state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from common.clustering import compression, kmodels, spectral
+
+
+def _profiles(groups: list[int], dim: int = 50, noise: float = 0.05, seed: int = 0) -> np.ndarray:
+    """G of shape (dim, N): one random direction per group plus small noise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(max(groups) + 1, dim))
+    return (centres[groups] + noise * rng.normal(size=(len(groups), dim))).T
+
+
+def test_moving_average_is_the_cumulative_mean_and_the_papers_beta_under_round_robin():
+    num_models, period = 3, 2
+    rng = np.random.default_rng(0)
+    block = {k: np.zeros(4, np.float32) for k in range(num_models)}
+    seen = {k: [] for k in range(num_models)}
+    previous = num_models - 1
+    for u in range(10):
+        k = spectral.round_robin(previous, num_models)
+        previous = k
+        t = 1 + u * period
+        beta = spectral.moving_average_factor(len(seen[k]))
+        assert beta == pytest.approx(1.0 / (t // (num_models * period) + 1))
+        new = rng.normal(size=4).astype(np.float32)
+        block[k] = spectral.update_block(block[k], new, len(seen[k]))
+        seen[k].append(new)
+    for k in range(num_models):
+        np.testing.assert_allclose(block[k], np.mean(seen[k], axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_round_robin_advances_through_every_model_and_wraps():
+    order, previous = [], 3
+    for _ in range(9):
+        previous = spectral.round_robin(previous, 4)
+        order.append(previous)
+    assert order == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    assert spectral.round_robin(0, 1) == 0
+    with pytest.raises(ValueError, match="'previous'"):
+        spectral.round_robin(4, 4)
+
+
+def test_update_block_rejects_another_shape():
+    with pytest.raises(ValueError, match="'new'"):
+        spectral.update_block(np.zeros(3), np.zeros(4), 0)
+
+
+def test_spectral_clustering_recovers_obvious_groups():
+    groups = [0, 0, 0, 1, 1, 1, 2, 2, 2, 2]
+    labels, features, values = spectral.spectral_clustering(_profiles(groups), 3, np.zeros(10, int), seed=1)
+    assert adjusted_rand_score(groups, labels) == 1.0
+    assert features.shape == (10, 3)
+    np.testing.assert_allclose(values, np.linalg.svd(_profiles(groups), compute_uv=False))
+
+
+def test_alignment_keeps_labels_stable_when_the_partition_is_unchanged():
+    groups = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+    previous = np.array([2, 2, 2, 0, 0, 0, 1, 1, 1, 1])
+    for seed in range(4):
+        labels, _, _ = spectral.spectral_clustering(_profiles(list(groups)), 3, previous, seed=seed)
+        np.testing.assert_array_equal(labels, previous)
+
+
+def test_align_labels_maximises_agreement():
+    old = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+    new = np.array([1, 1, 2, 2, 2, 0, 0, 0])
+    aligned = spectral.align_labels(new, old, 3)
+    assert (aligned == old).sum() == 7
+    assert adjusted_rand_score(new, aligned) == 1.0
+    with pytest.raises(ValueError, match="'old'"):
+        spectral.align_labels(new, old + 1, 3)
+
+
+@pytest.mark.parametrize("path", ["gram", "randomised", "exact"])
+def test_singular_values_and_vectors_match_the_exact_svd_on_every_path(monkeypatch, path):
+    g = _profiles([0, 1, 2, 0, 1, 2, 3, 3], dim=300)
+    exact_u, exact_s, _ = np.linalg.svd(g, full_matrices=False)
+    np.testing.assert_allclose(spectral.singular_values(g), exact_s, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(spectral.singular_values(g.T), exact_s, rtol=1e-8, atol=1e-8)
+    if path != "gram":
+        monkeypatch.setattr(spectral, "GRAM_MAX_COLUMNS", 1)
+    if path == "randomised":
+        monkeypatch.setattr(spectral, "RANDOMIZED_MIN_SIZE", 10)
+    u, s = spectral.top_left_singular_vectors(g, 3, seed=0)
+    np.testing.assert_allclose(s, exact_s[:3], rtol=1e-6)
+    np.testing.assert_allclose(np.abs(u.T @ exact_u[:, :3]), np.eye(3), atol=1e-6)
+    features = spectral.project(g, 3, seed=0)
+    np.testing.assert_allclose(np.abs(features), np.abs((exact_u[:, :3].T @ g).T), rtol=1e-6, atol=1e-8)
+
+
+def test_largest_gap_on_a_made_up_spectrum():
+    assert spectral.largest_gap(np.array([10.0, 9.0, 8.5, 8.0, 1.0, 0.9, 0.5]), 6) == 4
+    assert spectral.largest_gap(np.array([10.0, 9.0, 8.5, 8.0, 1.0, 0.9, 0.5]), 3) == 1
+    with pytest.raises(ValueError, match="'values'"):
+        spectral.largest_gap(np.array([1.0]), 3)
+
+
+@pytest.mark.parametrize("num_groups", [2, 4, 5])
+def test_estimate_num_clusters_finds_the_groups(num_groups):
+    groups = [g for g in range(num_groups) for _ in range(6)]
+    estimate = spectral.estimate_num_clusters(_profiles(groups, dim=80), 8, seed=0)
+    assert estimate.num_clusters == num_groups
+    assert estimate.gap_dims == num_groups
+    assert set(estimate.silhouettes) == set(range(2, 9))
+
+
+def test_estimate_num_clusters_checks_its_input():
+    with pytest.raises(ValueError, match="'max_clusters'"):
+        spectral.estimate_num_clusters(np.ones((5, 6)), 1)
+    with pytest.raises(ValueError, match="'matrix'"):
+        spectral.estimate_num_clusters(np.ones((5, 2)), 4)
+
+
+def test_profile_matrix_stacks_each_clients_blocks_in_a_column():
+    blocks = np.arange(2 * 3 * 4).reshape(2, 3, 4)
+    g = spectral.profile_matrix(blocks)
+    assert g.shape == (12, 2)
+    np.testing.assert_array_equal(g[:, 1], blocks[1].ravel())
+
+
+def test_coordinate_subset_is_seeded_sorted_and_distinct():
+    a = compression.coordinate_subset(1000, 10, 7)
+    np.testing.assert_array_equal(a, compression.coordinate_subset(1000, 10, 7))
+    assert len(set(a)) == 10 and np.all(np.diff(a) > 0) and a.max() < 1000
+    assert not np.array_equal(a, compression.coordinate_subset(1000, 10, 8))
+    np.testing.assert_array_equal(compression.coordinate_subset(5, 5, 3), np.arange(5))
+    assert compression.compressed_size(159010, 100.0) == 1591
+    assert compression.compressed_size(10, 1.0) == 10
+    with pytest.raises(ValueError, match="'ratio'"):
+        compression.compressed_size(10, 0.5)
+    assert compression.block_seed(0, 1) == compression.block_seed(0, 1) != compression.block_seed(0, 2)
+
+
+def test_random_partition_is_balanced_and_seeded():
+    pids = list(range(10))
+    a = kmodels.random_partition(pids, 3, np.random.default_rng(0))
+    assert a == kmodels.random_partition(pids, 3, np.random.default_rng(0))
+    assert sorted(np.bincount(list(a.values()))) == [3, 3, 4]
+    assert a != kmodels.random_partition(pids, 3, np.random.default_rng(1))
+
+
+def test_redraw_like_keeps_shapes_and_constants_and_draws_the_rest():
+    rng = np.random.default_rng(0)
+    arrays = {"w": rng.uniform(-0.1, 0.1, (20, 5)).astype(np.float32), "b": np.zeros(5, np.float32),
+              "bn": np.ones(4, np.float32), "one": np.array([0.5], np.float32), "n": np.array([3])}
+    out = kmodels.redraw_like(arrays, np.random.default_rng(1))
+    assert {k: (v.shape, v.dtype) for k, v in out.items()} == {k: (v.shape, v.dtype) for k, v in arrays.items()}
+    for kept in ("b", "bn", "n"):
+        np.testing.assert_array_equal(out[kept], arrays[kept])
+    assert not np.allclose(out["w"], arrays["w"]) and np.abs(out["w"]).max() <= np.abs(arrays["w"]).max()
+    assert out["one"][0] != 0.5 and abs(out["one"][0]) <= 0.5

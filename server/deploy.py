@@ -203,7 +203,8 @@ def supernode_command(*, superlink: str, partition_id: int, num_partitions: int,
     if data_dir:
         node_config["data-dir"] = str(Path(data_dir).expanduser().resolve())
     if device:
-        from common.training import check_device_name  # imports torch: only when a device is named
+        # imports torch: only when a device is named, so that `umbel deploy --help` answers at once
+        from common.training import check_device_name
 
         node_config["device"] = check_device_name(device, "supernode_command")
     if any('"' in str(v) for v in node_config.values()):

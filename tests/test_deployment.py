@@ -11,6 +11,7 @@ the per-node overrides of the ClientApp without starting anything.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -90,8 +91,7 @@ class Deployment:
 
     def stop(self, name: str | None = None) -> None:
         """Stop one process (or all) and every child it started, by PID."""
-        for key in [name] if name else list(self.procs):
-            _kill_tree(self.procs.pop(key).pid)
+        _kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
 
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
@@ -122,7 +122,17 @@ class Deployment:
         return folder
 
     def tails(self, *names: str) -> str:
-        parts = []
+        # Flower gives a ClientApp 30 s to start, else starts another copy: on an overloaded box
+        # these pile up (FLOWER.md 7.1; README "Run on real machines"), so say how many there are.
+        apps = 0
+        for key, proc in self.procs.items():
+            try:
+                if key.startswith("node"):
+                    apps += sum("flwr-clientapp" in " ".join(c.cmdline()[:2])
+                                for c in psutil.Process(proc.pid).children(recursive=True))
+            except psutil.Error:
+                continue
+        parts = [f"load average {os.getloadavg()}, {apps} ClientApp processes running"]
         for name in (*names, "superlink", *(f"node{i}" for i in range(NUM_NODES))):
             text = self.log(name).read_text(errors="replace") if self.log(name).exists() else ""
             parts.append(f"----- {name}.log\n{text[-3000:]}")
@@ -146,12 +156,15 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float 
     pytest.fail(f"the SuperLink did not listen on {port} within {timeout:g} s:\n{log.read_text()[-3000:]}")
 
 
-def _kill_tree(pid: int) -> None:
-    try:
-        root = psutil.Process(pid)
-        tree = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
+def _kill_trees(pids: list[int]) -> None:
+    """SIGTERM each process and its descendants, then SIGKILL what is left after 10 s."""
+    tree = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree += [*root.children(recursive=True), root]
+        except psutil.NoSuchProcess:
+            continue
     for proc in tree:
         try:
             proc.send_signal(signal.SIGTERM)

@@ -230,8 +230,22 @@ def test_umbel_runs_on_a_real_deployment(mode, request):
         assert "SuperNode authentication is disabled" not in link
 
 
+def _node_status(dep: Deployment) -> dict[str, int]:
+    out = subprocess.run([deploy._executable("flwr"), "supernode", "list", "dep", "--format", "json"],
+                         env=deploy.deploy_env(dep.cli_home), capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    statuses: dict[str, int] = {}
+    for node in json.loads(out.stdout)["nodes"]:
+        statuses[node["status"]] = statuses.get(node["status"], 0) + 1
+    return statuses
+
+
 @pytest.mark.slow
 def test_an_unregistered_supernode_key_is_refused(secure, tmp_path):
+    deadline = time.monotonic() + 180
+    while _node_status(secure).get("online", 0) < NUM_NODES:  # the registered keys get in
+        assert time.monotonic() < deadline, (_node_status(secure), secure.tails())
+        time.sleep(2.0)
     (key,) = deploy.make_keys(tmp_path, ["intruder"])
     node = secure.start_node(0, "intruder", key)
     try:
@@ -240,6 +254,7 @@ def test_an_unregistered_supernode_key_is_refused(secure, tmp_path):
         pytest.fail(f"the unregistered SuperNode kept running:\n{secure.log('intruder').read_text()[-3000:]}")
     log = secure.log("intruder").read_text()
     assert code != 0 and "Failed to activate SuperNode" in log, log[-3000:]
+    assert _node_status(secure).get("online", 0) == NUM_NODES
 
 
 @pytest.mark.slow

@@ -287,6 +287,8 @@ def test_certificates_name_the_hosts_and_chain_to_the_ca(tmp_path):
     assert paths["key"].stat().st_mode & 0o077 == 0 and paths["ca-key"].stat().st_mode & 0o077 == 0
     with pytest.raises(FileExistsError):
         deploy.make_certificates(tmp_path)
+    local = x509.load_pem_x509_certificate(deploy.make_certificates(tmp_path / "l", ["localhost"])["cert"].read_bytes())
+    assert local.subject.rfc4514_string() == "CN=localhost"
     with pytest.raises(ValueError, match="'days'"):
         deploy.make_certificates(tmp_path / "x", days=0)
 

@@ -20,9 +20,9 @@ from common.config import run_config_value
 from common.data import DatasetInfo, dataset_info
 from common.models import build_model
 from common.scenarios import ClientData, ScenarioConfig, build_partition, client_data
-from common.training import get_device
+from common.training import check_device_name, get_device
 from common.training import train as train_model
-from common.validation import check_int
+from common.validation import check_int, check_str
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,13 +75,20 @@ def train_local(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any],
 
 
 def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:
-    """The cached task for this node (raises ``ValueError`` naming a bad key)."""
+    """The cached task for this node (raises ``ValueError`` naming a bad key).
+
+    The node config gives ``partition-id`` and may override the run-config's ``data-dir``
+    and ``device`` for this node: each SuperNode of a deployment has its own data folder
+    and GPU.
+    """
     scenario = ScenarioConfig.from_run_config(run_config)
     pid = check_int(node_config.get(keys.PARTITION_ID), keys.PARTITION_ID, "the node config",
                     low=0, high=scenario.num_clients - 1)
-    return _task(scenario, str(run_config_value(run_config, "data-dir", "")), pid,
+    data_dir = node_config.get("data-dir", run_config_value(run_config, "data-dir", ""))
+    device = node_config.get(keys.DEVICE, run_config_value(run_config, "device", "auto"))
+    return _task(scenario, check_str(data_dir, "data-dir", "the node config"), pid,
                  str(run_config_value(run_config, "model", "dnn")),
-                 str(run_config_value(run_config, "device", "auto")))
+                 check_device_name(device, "the node config"))
 
 
 # Bounded: one Ray actor serves many simulated clients and must not hold all their data.

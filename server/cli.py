@@ -23,6 +23,8 @@ from typing import Any
 
 import psutil
 
+from . import deploy
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--flwr-home", type=Path, default=None,
                      help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)")
     run.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
+    deploy.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "deploy":
+        return deploy.run(args)
     config = {key: getattr(args, key.replace("-", "_")) for key in defaults}
     try:
         folder, num_clients = prepare(config)

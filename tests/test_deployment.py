@@ -33,8 +33,9 @@ from client.task import task_from_context
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
 
-STRATEGY = "local"  # the lead switches this to a clustering strategy (e.g. fedclust) when one lands
-EXPECTED_CLUSTERS = 4  # local: one cluster per client; a clustering strategy on 2 groups: 2
+# FedClust: the clustering round (query.head) is one more real round trip before training.
+STRATEGY = {"strategy": "fedclust", "num-clusters": 2}
+EXPECTED_CLUSTERS = 2
 NUM_NODES = 4
 ROUNDS = 2
 RUN_TIMEOUT = 900  # seconds for one `flwr run`: ~1.5 min on an idle 2-core box, ~6 min on a loaded one
@@ -96,7 +97,7 @@ class Deployment:
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
         """Start ``flwr run`` of umbel against this deployment (output in ``<run_name>.log``)."""
-        config = {"strategy": STRATEGY, "dataset": "digits", "num-clients": NUM_NODES, "groups": 2,
+        config = {**STRATEGY, "dataset": "digits", "num-clients": NUM_NODES, "groups": 2,
                   "samples-per-label": 20, "seed": 1, "rounds": ROUNDS, "fraction": 1.0, "eval-every": ROUNDS,
                   "lr": 0.05, "local-epochs": 1, "node-wait-timeout": 180.0, "round-timeout": 300.0,
                   "results-dir": str(self.root / "results"), "run-name": run_name, **overrides}

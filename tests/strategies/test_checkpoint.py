@@ -39,12 +39,24 @@ def _same_run(a, b):
     assert strip == [{k: v for k, v in r.items() if k not in TIMING} for r in b.history]
 
 
-@pytest.mark.parametrize("strategy_cls", [REGISTRY["fedavg"], REGISTRY["local"], ByTrueGroup])
-def test_three_rounds_plus_resume_equal_six_straight(strategy_cls, tmp_path):
-    straight = _run(strategy_cls, 6, strategy="fedavg")
-    first = _run(strategy_cls, 3, tmp_path, every=3, strategy="fedavg")
+# One strategy of each family, with settings that make it cluster before or around round 3.
+FAMILIES = {
+    "fedavg": {}, "local": {},
+    "fedclust": {"num-clusters": 2},  # one-shot
+    "cflgt": {"pretrain-rounds": 2},  # trajectories
+    "flic": {"cluster-round": 3},  # update similarity
+    "cfl-gp": {"num-clusters": 2},  # K models with profiles
+    "ifca": {"num-clusters": 2},  # K models by loss
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_three_rounds_plus_resume_equal_six_straight(name, tmp_path):
+    strategy_cls, settings = REGISTRY[name], {"strategy": name, **FAMILIES[name]}
+    straight = _run(strategy_cls, 6, **settings)
+    first = _run(strategy_cls, 3, tmp_path, every=3, **settings)
     assert load_checkpoint(tmp_path / "checkpoint.pkl", strategy_cls.name)["round"] == 3
-    resumed = _run(strategy_cls, 6, resume=tmp_path / "checkpoint.pkl", strategy="fedavg")
+    resumed = _run(strategy_cls, 6, resume=tmp_path / "checkpoint.pkl", **settings)
     assert [r["round"] for r in resumed.history] == list(range(1, 7))
     _same_run(straight, resumed)
     assert len(first.history) == 3

@@ -20,6 +20,8 @@ UPDATE_ACTION = "update"  # trained-minus-sent model after local training (FL+HC
 CLUSTER_EPOCHS = "cluster-epochs"  # config of query.final-layer: local epochs on the sent model
 SUBSPACE_VECTORS = "subspace-vectors"  # config of query.subspaces: p vectors per class
 WITH_COUNTS = "with-counts"  # config of query.subspaces: also send the class counts
+HOLDOUT_ACTION = "holdout"  # train on 90% of the TRAIN split, score the held-out 10% (FLAG)
+HOLDOUT_FRACTION = "holdout-fraction"  # config of query.holdout: the validation share of the train split
 
 
 def query_type(action: str) -> str:

@@ -12,12 +12,13 @@ from .base import ClusteredStrategy
 from .fedavg import FedAvg
 from .fedclust import FedClust
 from .fedprox import FedProx
+from .flag import FLAG
 from .flhc import FLHC
 from .local import Local
 from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (FedAvg, Local, FedProx, FedClust, PACFL, FLHC)
+    cls.name: cls for cls in (FedAvg, Local, FedProx, FedClust, PACFL, FLHC, FLAG)
 }
 
 
@@ -32,4 +33,4 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = ["FLHC", "PACFL", "REGISTRY", "ClusteredStrategy", "FedAvg", "FedClust", "FedProx", "Local", "get_strategy"]
+__all__ = ["FLAG", "FLHC", "PACFL", "REGISTRY", "ClusteredStrategy", "FedAvg", "FedClust", "FedProx", "Local", "get_strategy"]

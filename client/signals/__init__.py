@@ -40,4 +40,4 @@ def models_in(content: RecordDict) -> list[ArrayRecord]:
     return [content.array_records[keys.ARRAYS]]
 
 
-from . import final_layer, losses, subspaces, update  # noqa: F401  (register their handlers)
+from . import final_layer, flag, losses, subspaces, update  # noqa: F401  (register their handlers)

@@ -24,3 +24,6 @@ def register(strategy_name: str) -> Callable[[FigureFn], FigureFn]:
         FIGURES[strategy_name] = fn
         return fn
     return decorator
+
+
+from . import flag  # noqa: F401  (FLAG's threshold sweep)

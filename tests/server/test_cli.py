@@ -1,5 +1,6 @@
 """`umbel run` fails before anything starts on bad input, and maps flags to run-config."""
 
+import re
 import tomllib
 
 import pytest
@@ -15,7 +16,7 @@ def _run(argv, capsys):
 def test_unknown_strategy_exits_before_training_and_lists_choices(capsys, tmp_path):
     code, out = _run(["--strategy", "nope", "--flwr-home", str(tmp_path)], capsys)
     assert code == 2
-    assert "The 'strategy' parameter of the run config must be one of {'fedavg', 'fedprox', 'local'}" in out.err
+    assert re.search(r"The 'strategy' parameter of the run config must be one of \{'fedavg', .*'local'.*\}", out.err)
     assert "Got 'nope' instead" in out.err
     assert not (tmp_path / "config.toml").exists()
 

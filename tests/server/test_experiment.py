@@ -21,7 +21,7 @@ def test_initial_model_is_seeded():
 
 
 @pytest.mark.parametrize("overrides, pattern", [
-    ({"strategy": "nope"}, r"'strategy' parameter .* must be one of \{'fedavg', 'fedprox', 'local'"),
+    ({"strategy": "nope"}, r"'strategy' parameter .* must be one of \{'fedavg', .*'local'"),
     ({"scenario": "nope"}, r"'scenario' parameter .* must be one of"),
     ({"dataset": "imagenet"}, r"'dataset' parameter .* must be one of"),
     ({"model": "gpt"}, r"'model' parameter .* must be one of"),

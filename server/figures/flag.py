@@ -39,7 +39,7 @@ def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     chosen = getattr(strategy, "chosen_alpha", None)
     if chosen is not None:
         line.axvline(chosen, color="black", linestyle="--", linewidth=1, label=f"chosen alpha {chosen:g}")
-    line.legend(loc="lower right")
+    line.legend(loc="upper left")
     data = folder / "flag-sweep.json"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps({"chosen-alpha": chosen, "sweep": sweep}, indent=1))

@@ -25,16 +25,13 @@ from flwr.app import Array, ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.aggregation import weighted_average
 from common.clustering.flag import (
-    class_angles,
-    class_weights,
-    elbow,
+    choose_threshold,
+    data_similarity,
     gradient_angles,
     proximity,
     sweep_cuts,
     threshold_grid,
-    weighted_class_similarity,
 )
 from common.clustering.hierarchical import relabel_by_appearance
 from common.signals.flag import HoldoutResult
@@ -138,15 +135,11 @@ class FLAG(OneShotStrategy):
         key = tuple(id(s) for s in signals)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        c, n = self._num_classes, len(signals)
+        c = self._num_classes
         bases = [dict(zip((int(k) for k in s.classes), s.bases, strict=True)) for s, _ in signals]
-        counts = None
-        if not self.params.uniform_weights:
-            counts = np.zeros((n, c))
-            for i, (s, _) in enumerate(signals):
-                counts[i, s.classes] = s.counts
-        weights = class_weights(counts, self.params.delta, num_clients=n, num_classes=c)
-        self.data_matrix = weighted_class_similarity(class_angles(bases, c), weights)
+        counts = None if self.params.uniform_weights else np.stack(
+            [np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
+        self.data_matrix = data_similarity(bases, counts, c, self.params.delta)
         self.gradient_matrix = gradient_angles(np.stack([u.delta for _, u in signals]))
         a = proximity(self.data_matrix, self.gradient_matrix, self.params.beta)
         self._cache = (key, a)
@@ -184,14 +177,10 @@ class FLAG(OneShotStrategy):
                                "accuracy": scores[induced]})
             log(INFO, "FLAG sweep: alpha %.3f, %d clusters, validation accuracy %s", alpha,
                 self.sweep[-1]["num-clusters"], scores[induced])
-        first = {}
-        for i, rec in enumerate(self.sweep):
-            if rec["accuracy"] is not None:
-                first.setdefault(rec["num-clusters"], i)
-        if not first:
+        chosen = choose_threshold([r["num-clusters"] for r in self.sweep], [r["accuracy"] for r in self.sweep])
+        if chosen is None:
             log(WARNING, "FLAG sweep: no validation replies; cutting at alpha 1")
             return 1.0
-        chosen = list(first.values())[elbow(list(first), [self.sweep[i]["accuracy"] for i in first.values()])]
         log(INFO, "FLAG sweep: elbow at alpha %.3f (%d clusters)", alphas[chosen], self.sweep[chosen]["num-clusters"])
         return float(alphas[chosen])
 
@@ -217,14 +206,12 @@ class FLAG(OneShotStrategy):
 
 
 def _average(sent: ArrayRecord, deltas: list[np.ndarray], weights: list[int]) -> ArrayRecord:
-    """``sent`` plus each delta (float arrays, record order), averaged weighted by ``weights``."""
-    base = {name: arr.numpy() for name, arr in sent.items()}
-    models = []
-    for delta in deltas:
-        model, offset = dict(base), 0
-        for name, arr in base.items():
-            if np.issubdtype(arr.dtype, np.floating):
-                model[name] = (arr + delta[offset:offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
-                offset += arr.size
-        models.append(model)
-    return ArrayRecord({name: Array(arr) for name, arr in weighted_average(models, weights).items()})
+    """``sent`` plus the ``weights``-weighted mean delta (float arrays, record order): FedAvg's model."""
+    mean, offset, out = np.average(np.stack(deltas), axis=0, weights=weights), 0, {}
+    for name, array in sent.items():
+        arr = array.numpy()
+        if np.issubdtype(arr.dtype, np.floating):
+            arr = (arr + mean[offset:offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
+            offset += arr.size
+        out[name] = Array(arr)
+    return ArrayRecord(out)

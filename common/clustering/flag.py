@@ -154,6 +154,27 @@ def weighted_class_similarity(angles: np.ndarray, weights: np.ndarray) -> np.nda
     return (a * w).mean(axis=0)
 
 
+def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarray | None, num_classes: int,
+                    delta: float = 0.5) -> np.ndarray:
+    """Eq. 3-6 in one call: V from the clients' class bases and class counts.
+
+    Parameters
+    ----------
+    bases : sequence of length N of mappings class -> ndarray (d, p_c)
+    counts : ndarray of shape (N, C) or None
+        None: uniform weights (the paper's privacy variant).
+    num_classes : int
+    delta : float, default=0.5
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        In degrees x weight, symmetric, zero diagonal.
+    """
+    weights = class_weights(counts, delta, num_clients=len(bases), num_classes=num_classes)
+    return weighted_class_similarity(class_angles(bases, num_classes), weights)
+
+
 def gradient_angles(updates: np.ndarray) -> np.ndarray:
     """Eq. 2: the angle in degrees between every pair of update directions.
 
@@ -307,3 +328,38 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
     yn = (y - y.min()) / np.ptp(y)
     chord = yn[0] + (yn[-1] - yn[0]) * xn
     return int(order[np.argmax(yn - chord)])
+
+
+def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | None]) -> int | None:
+    """Alg. 3's choice over a sweep: the elbow among the distinct clusterings.
+
+    Parameters
+    ----------
+    num_clusters : sequence of int of length M
+        Cluster count at each threshold, in sweep order (alpha decreasing). Cuts of one HC tree
+        with equal counts are equal clusterings; the first of each count represents it.
+    accuracy : sequence of float or None of length M
+        Validation accuracy at each threshold; None (no replies) is skipped.
+
+    Returns
+    -------
+    int or None
+        Index into the sweep of the chosen threshold (the largest alpha giving the elbow's
+        clustering); None when no accuracy is known.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'accuracy'`` if its length differs from ``num_clusters``.
+    """
+    if len(accuracy) != len(num_clusters):
+        raise ValueError(f"The 'accuracy' parameter of choose_threshold must have {len(num_clusters)} entries. "
+                         f"Got {len(accuracy)} instead.")
+    first: dict[int, int] = {}
+    for i, (k, acc) in enumerate(zip(num_clusters, accuracy, strict=True)):
+        if acc is not None and np.isfinite(acc):
+            first.setdefault(int(k), i)
+    if not first:
+        return None
+    rows = list(first.values())
+    return rows[elbow(list(first), [float(accuracy[i]) for i in rows])]

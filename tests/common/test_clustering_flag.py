@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from common.clustering.flag import (
+    choose_threshold,
     class_angles,
     class_weights,
+    data_similarity,
     elbow,
     gradient_angles,
     min_max,
@@ -113,3 +115,19 @@ def test_elbow_on_a_made_up_curve() -> None:
 def test_bad_parameters_name_themselves(call, name) -> None:
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_choose_threshold_takes_the_first_alpha_of_the_elbow_clustering() -> None:
+    # a sweep from alpha 1 down: counts repeat where the cut does not change
+    counts = [1, 2, 2, 3, 5, 5, 5, 8, 26]
+    acc = [0.56, 0.80, 0.80, 0.87, 0.96, 0.96, 0.96, 0.97, 0.955]
+    assert choose_threshold(counts, acc) == 4
+    assert choose_threshold(counts, [None, *acc[1:]]) == 4
+    assert choose_threshold([1, 2], [None, None]) is None
+    with pytest.raises(ValueError, match="'accuracy'"):
+        choose_threshold([1, 2], [0.5])
+
+
+def test_data_similarity_is_eq3_to_eq6() -> None:
+    np.testing.assert_allclose(data_similarity(BASES, COUNTS, 3, 0.5), V_WEIGHTED, atol=1e-6)
+    np.testing.assert_allclose(data_similarity(BASES, None, 3), V_UNIFORM, atol=1e-6)

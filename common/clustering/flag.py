@@ -292,8 +292,10 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
     The points are sorted by cluster count and both axes min-max normalised to ``[0, 1]``;
     the knee is the point farthest above the chord from the first to the last point (for a
     rising curve Kneedle's ``argmax(y - x)``): where a steep rise turns into a plateau, the
-    point of maximum curvature of a concave curve. Fewer than three points, or a flat
-    accuracy, give the most accurate point (the first on ties).
+    point of maximum curvature of a concave curve. A curve that is still rising at its last
+    point (the most clusters is the most accurate) has no knee yet: the last point is taken.
+    Fewer than three points, or a flat accuracy, give the most accurate point (the first on
+    ties).
 
     Parameters
     ----------
@@ -324,6 +326,8 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
     x, y = k[order], acc[order]
     if x.size < 3 or np.ptp(y) == 0 or np.ptp(x) == 0:
         return int(order[np.argmax(y)])
+    if y[-1] >= y.max():
+        return int(order[-1])
     xn = (x - x[0]) / np.ptp(x)
     yn = (y - y.min()) / np.ptp(y)
     chord = yn[0] + (yn[-1] - yn[0]) * xn

@@ -97,6 +97,7 @@ def test_elbow_on_a_made_up_curve() -> None:
     assert elbow([k[i] for i in perm], [acc[i] for i in perm]) == perm.index(2)
     assert elbow([1, 4], [0.6, 0.8]) == 1
     assert elbow([1, 2, 3], [0.7, 0.7, 0.7]) == 0
+    assert elbow([2, 3, 4, 5], [0.80, 0.87, 0.91, 0.96]) == 3  # still rising: no knee yet, take the end
     with pytest.raises(ValueError, match="'accuracy'"):
         elbow([1, 2], [0.5])
 

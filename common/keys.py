@@ -25,6 +25,8 @@ PROFILE_ACTION = "profile"  # CFL-GP: gradient or model gap on one broadcast mod
 PROFILE_PROTOCOL = "profile-protocol"  # "model-gap" (Alg. 4) or "gradient" (Alg. 1)
 PROFILE_SEED = "profile-seed"  # seed of the coordinate subset (common.clustering.compression)
 PROFILE_SIZE = "profile-size"  # d_hat: coordinates the client returns
+HOLDOUT_ACTION = "holdout"  # train on 90% of the TRAIN split, score the held-out 10% (FLAG)
+HOLDOUT_FRACTION = "holdout-fraction"  # config of query.holdout: the validation share of the train split
 
 
 def query_type(action: str) -> str:

@@ -16,6 +16,7 @@ from .fedavg import FedAvg
 from .fedclust import FedClust
 from .fedmedian import FedMedian
 from .fedprox import FedProx
+from .flag import FLAG
 from .flhc import FLHC
 from .flic import FLIC
 from .ifca import IFCA
@@ -24,7 +25,7 @@ from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
     cls.name: cls for cls in (
-        FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT, FLIC, FedMedian, CFLSattler, CFLGP, IFCA,
+        FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT, FLIC, FedMedian, CFLSattler, CFLGP, IFCA, FLAG,
     )
 }
 
@@ -43,6 +44,7 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
 __all__ = [
     "CFLGP",
     "CFLGT",
+    "FLAG",
     "FLHC",
     "FLIC",
     "IFCA",

@@ -31,6 +31,7 @@ FAST: dict[str, dict[str, Any]] = {
     "cfl-gp": {"num-clusters": 2},
     "ifca": {"num-clusters": 2},
     "cflgt": {"pretrain-rounds": 1},
+    "flag": {"num-clusters": 2, "gradient-epochs": 1},
     "flhc": {"warmup-rounds": 1, "num-clusters": 2},
     "flic": {"cluster-round": 2},
     "cfl-sattler": {"split-after": 1, "eps1": 100.0, "eps2": 1e-6},

@@ -40,4 +40,4 @@ def models_in(content: RecordDict) -> list[ArrayRecord]:
     return [content.array_records[keys.ARRAYS]]
 
 
-from . import final_layer, forces, losses, profile, subspaces, update  # noqa: F401  (each registers its handler)
+from . import final_layer, flag, forces, losses, profile, subspaces, update  # noqa: F401  (each registers its handler)

@@ -26,4 +26,4 @@ def register(strategy_name: str) -> Callable[[FigureFn], FigureFn]:
     return decorator
 
 
-from . import cfl_gp, cfl_sattler, cflgt, flic  # noqa: F401  (each registers its figures)
+from . import cfl_gp, cfl_sattler, cflgt, flag, flic  # noqa: F401  (each registers its figures)

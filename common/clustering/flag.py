@@ -1,0 +1,369 @@
+"""FLAG's proximity matrix and its choice of clustering threshold.
+
+FLAG (anonymous, "FLAG: Clustered Federated Learning Combining Data and Gradient Information
+in Heterogeneous Settings", under review, Sec. 3-4, appendix 8-10):
+
+- Eq. 3: for each class c, the principal angle (Eq. 1, the smallest one, in degrees) between
+  two clients' bases of class c; 180 when only one client holds c, 0 when neither does.
+- Eq. 4: a weight per pair and class from the log class counts,
+  ``max(ln(n_i + eps), ln(n_j + eps)) / min(...)``; Eq. 5 rescales the weights to
+  ``[1 - delta, 1 + delta]``; Eq. 6 averages ``angle x weight`` over the C classes.
+- Eq. 2: the angle in degrees between two clients' update directions.
+- Both matrices are min-max normalised and combined, ``A = beta V + (1 - beta) G``.
+- Alg. 3: cut the HC tree of A at thresholds alpha from 1 down to 0 and pick the clustering at
+  the elbow of validation accuracy against the number of clusters.
+
+numpy in, numpy out; the principal angles come from :mod:`common.clustering.subspaces`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from common.validation import check_float, check_int
+
+from .hierarchical import agglomerative, check_distance_matrix
+from .subspaces import pairwise_subspace_angles
+
+ONE_MISSING = 180.0
+BOTH_MISSING = 0.0
+
+
+def class_angles(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int) -> np.ndarray:
+    """Eq. 3: the class-wise principal-angle matrices ``V'``.
+
+    Parameters
+    ----------
+    bases : sequence of length N of mappings class -> ndarray (d, p_c)
+        Each client's bases of the classes it holds (one ``d`` for all).
+    num_classes : int
+        C >= 1; classes are ``0..C-1``.
+
+    Returns
+    -------
+    ndarray of shape (C, N, N), float64
+        ``[c, i, j]``: smallest principal angle between the class-c bases of clients i and j in
+        degrees; 180 if exactly one of them holds c; 0 if neither does (and on the diagonal).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'num_classes'``, or ``'bases'`` if empty, with a class outside ``[0, C)`` or
+        mixed ``d`` within a class.
+    """
+    owner = "class_angles"
+    num_classes = check_int(num_classes, "num_classes", owner, low=1)
+    if len(bases) == 0:
+        raise ValueError(f"The 'bases' parameter of {owner} must hold one mapping per client. "
+                         "Got an empty sequence instead.")
+    bad = sorted({int(c) for b in bases for c in b if not 0 <= int(c) < num_classes})
+    if bad:
+        raise ValueError(f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). "
+                         f"Got classes {bad} instead.")
+    return np.stack([
+        pairwise_subspace_angles([b.get(c) for b in bases], "smallest",
+                                 one_missing=ONE_MISSING, both_missing=BOTH_MISSING)
+        for c in range(num_classes)
+    ])
+
+
+def class_weights(counts: np.ndarray | None, delta: float = 0.5, eps: float = 1.0,
+                  num_clients: int | None = None, num_classes: int | None = None) -> np.ndarray:
+    """Eq. 4-5: quantity-shift weights rescaled to ``[1 - delta, 1 + delta]``.
+
+    Parameters
+    ----------
+    counts : ndarray of shape (N, C) or None
+        Train samples of each class on each client (0 = class absent). ``None`` gives the
+        paper's privacy variant, uniform weights (all 1).
+    delta : float, default=0.5
+        In ``[0, 1]``.
+    eps : float, default=1.0
+        The paper's epsilon, > 0. With 1, ``ln(n + 1) > 0`` for every class held, so the ratio is
+        finite.
+    num_clients, num_classes : int, optional
+        N and C, needed only when ``counts`` is None.
+
+    Returns
+    -------
+    ndarray of shape (C, N, N), float64
+        Where both clients hold c: Eq. 4 rescaled by Eq. 5 with ``w_min`` / ``w_max`` taken over
+        those entries (diagonal included, so ``w_min = 1``); all equal gives 1. Where exactly
+        one holds c (an infinite ratio): ``1 + delta``, the largest gap. Where neither does: 1
+        (its angle is 0 anyway).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'counts'`` (not (N, C), negative or not finite), ``'delta'``, ``'eps'``, or
+        ``'num_clients'`` / ``'num_classes'`` when ``counts`` is None.
+    """
+    owner = "class_weights"
+    delta = check_float(delta, "delta", owner, low=0.0, high=1.0)
+    eps = check_float(eps, "eps", owner, low=0.0, closed=(False, True))
+    if counts is None:
+        n = check_int(num_clients, "num_clients", owner, low=1)
+        c = check_int(num_classes, "num_classes", owner, low=1)
+        return np.ones((c, n, n))
+    cnt = np.asarray(counts, dtype=np.float64)
+    if cnt.ndim != 2 or 0 in cnt.shape or not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
+        raise ValueError(f"The 'counts' parameter of {owner} must be a non-negative finite (N, C) array. "
+                         f"Got shape {cnt.shape} with minimum {np.min(cnt) if cnt.size else None} instead.")
+    logs = np.log(cnt.T + eps)  # (C, N)
+    held = cnt.T > 0
+    both = held[:, :, None] & held[:, None, :]
+    one = held[:, :, None] ^ held[:, None, :]
+    hi = np.maximum(logs[:, :, None], logs[:, None, :])
+    lo = np.minimum(logs[:, :, None], logs[:, None, :])
+    raw = np.divide(hi, lo, out=np.ones_like(hi), where=both)
+    out = np.ones_like(raw)
+    if both.any():
+        w_min, w_max = raw[both].min(), raw[both].max()
+        if w_max > w_min:
+            out[both] = (1 - delta) + (raw[both] - w_min) * (2 * delta) / (w_max - w_min)
+    out[one] = 1 + delta
+    return out
+
+
+def weighted_class_similarity(angles: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Eq. 6: ``V = (1 / C) sum_c V'[c] * W'[c]``.
+
+    Parameters
+    ----------
+    angles, weights : ndarray of shape (C, N, N)
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+
+    Raises
+    ------
+    ValueError
+        Naming ``'angles'`` (not (C, N, N)) or ``'weights'`` (another shape).
+    """
+    a = np.asarray(angles, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if a.ndim != 3 or a.shape[1] != a.shape[2] or 0 in a.shape:
+        raise ValueError("The 'angles' parameter of weighted_class_similarity must have shape (C, N, N). "
+                         f"Got {a.shape} instead.")
+    if w.shape != a.shape:
+        raise ValueError(f"The 'weights' parameter of weighted_class_similarity must have shape {a.shape}. "
+                         f"Got {w.shape} instead.")
+    return (a * w).mean(axis=0)
+
+
+def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarray | None, num_classes: int,
+                    delta: float = 0.5) -> np.ndarray:
+    """Eq. 3-6 in one call: V from the clients' class bases and class counts.
+
+    Parameters
+    ----------
+    bases : sequence of length N of mappings class -> ndarray (d, p_c)
+    counts : ndarray of shape (N, C) or None
+        None: uniform weights (the paper's privacy variant).
+    num_classes : int
+    delta : float, default=0.5
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        In degrees x weight, symmetric, zero diagonal.
+    """
+    weights = class_weights(counts, delta, num_clients=len(bases), num_classes=num_classes)
+    return weighted_class_similarity(class_angles(bases, num_classes), weights)
+
+
+def gradient_angles(updates: np.ndarray) -> np.ndarray:
+    """Eq. 2: the angle in degrees between every pair of update directions.
+
+    Parameters
+    ----------
+    updates : ndarray of shape (N, P)
+        One flattened update per client. An all-zero update has no direction: it is at 90
+        degrees to every other (cosine 0).
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        In ``[0, 180]``, symmetric, zero diagonal.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'updates'`` unless it is a finite non-empty 2-D array.
+    """
+    u = np.asarray(updates, dtype=np.float64)
+    if u.ndim != 2 or 0 in u.shape or not np.all(np.isfinite(u)):
+        raise ValueError("The 'updates' parameter of gradient_angles must be a finite non-empty (N, P) "
+                         f"array. Got shape {u.shape} instead.")
+    norms = np.linalg.norm(u, axis=1)
+    unit = np.divide(u, norms[:, None], out=np.zeros_like(u), where=norms[:, None] > 0)
+    out = np.degrees(np.arccos(np.clip(unit @ unit.T, -1.0, 1.0)))
+    np.fill_diagonal(out, 0.0)
+    return (out + out.T) / 2
+
+
+def min_max(matrix: np.ndarray) -> np.ndarray:
+    """Min-max normalisation to ``[0, 1]`` over all entries; a constant matrix gives zeros.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'matrix'`` if empty or not finite.
+    """
+    m = np.asarray(matrix, dtype=np.float64)
+    if m.size == 0 or not np.all(np.isfinite(m)):
+        raise ValueError("The 'matrix' parameter of min_max must be a finite non-empty array. "
+                         f"Got shape {m.shape} instead.")
+    span = m.max() - m.min()
+    return (m - m.min()) / span if span > 0 else np.zeros_like(m)
+
+
+def proximity(data: np.ndarray, gradient: np.ndarray, beta: float = 0.5) -> np.ndarray:
+    """FLAG's proximity matrix ``A = beta min_max(V) + (1 - beta) min_max(G)``.
+
+    Parameters
+    ----------
+    data : ndarray of shape (N, N)
+        V (Eq. 6).
+    gradient : ndarray of shape (N, N)
+        G (Eq. 2).
+    beta : float, default=0.5
+        In ``[0, 1]``: 1 is data only, 0 gradient only.
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        In ``[0, 1]``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'beta'``, ``'data'`` or ``'gradient'``.
+    """
+    beta = check_float(beta, "beta", "proximity", low=0.0, high=1.0)
+    v = check_distance_matrix(data, "proximity", "data")
+    g = check_distance_matrix(gradient, "proximity", "gradient")
+    if g.shape != v.shape:
+        raise ValueError(f"The 'gradient' parameter of proximity must have shape {v.shape}. "
+                         f"Got {g.shape} instead.")
+    return beta * min_max(v) + (1 - beta) * min_max(g)
+
+
+def threshold_grid(step: float) -> np.ndarray:
+    """Alg. 3's thresholds: 1, 1 - step, 1 - 2 step, ... while above 0.
+
+    Parameters
+    ----------
+    step : float
+        In ``(0, 1]``.
+
+    Returns
+    -------
+    ndarray of shape (floor(1 / step),) or so, float64
+        Decreasing, every value in ``(0, 1]``, rounded to 10 decimals.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'step'``.
+    """
+    step = check_float(step, "step", "threshold_grid", low=0.0, high=1.0, closed=(False, True))
+    alphas = np.round(1.0 - step * np.arange(int(np.floor(1.0 / step + 1e-9)) + 1), 10)
+    return alphas[alphas > 0]
+
+
+def sweep_cuts(distances: np.ndarray, alphas: Sequence[float], linkage: str = "average") -> list[np.ndarray]:
+    """The HC labels of ``distances`` cut at each threshold in ``alphas``.
+
+    Returns
+    -------
+    list of ndarray of shape (N,), int64
+        One per alpha, labels numbered by first appearance (equal clusterings compare equal).
+    """
+    return [agglomerative(distances, threshold=float(a), linkage=linkage) for a in alphas]
+
+
+def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
+    """Index of the elbow (knee) of accuracy against the number of clusters (Kneedle).
+
+    The points are sorted by cluster count and both axes min-max normalised to ``[0, 1]``;
+    the knee is the point farthest above the chord from the first to the last point (for a
+    rising curve Kneedle's ``argmax(y - x)``): where a steep rise turns into a plateau, the
+    point of maximum curvature of a concave curve. A curve that is still rising at its last
+    point (the most clusters is the most accurate) has no knee yet: the last point is taken.
+    Fewer than three points, or a flat accuracy, give the most accurate point (the first on
+    ties).
+
+    Parameters
+    ----------
+    num_clusters : sequence of length M
+        Cluster count of each clustering, distinct values expected.
+    accuracy : sequence of length M
+        Its validation accuracy.
+
+    Returns
+    -------
+    int
+        An index into the given (unsorted) sequences.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'num_clusters'`` or ``'accuracy'`` (empty, other length, not finite).
+    """
+    k = np.asarray(num_clusters, dtype=np.float64)
+    acc = np.asarray(accuracy, dtype=np.float64)
+    if k.ndim != 1 or k.size == 0 or not np.all(np.isfinite(k)):
+        raise ValueError("The 'num_clusters' parameter of elbow must be a finite non-empty 1-D sequence. "
+                         f"Got shape {k.shape} instead.")
+    if acc.shape != k.shape or not np.all(np.isfinite(acc)):
+        raise ValueError(f"The 'accuracy' parameter of elbow must be {k.size} finite values. "
+                         f"Got shape {acc.shape} instead.")
+    order = np.argsort(k, kind="stable")
+    x, y = k[order], acc[order]
+    if x.size < 3 or np.ptp(y) == 0 or np.ptp(x) == 0:
+        return int(order[np.argmax(y)])
+    if y[-1] >= y.max():
+        return int(order[-1])
+    xn = (x - x[0]) / np.ptp(x)
+    yn = (y - y.min()) / np.ptp(y)
+    chord = yn[0] + (yn[-1] - yn[0]) * xn
+    return int(order[np.argmax(yn - chord)])
+
+
+def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | None]) -> int | None:
+    """Alg. 3's choice over a sweep: the elbow among the distinct clusterings.
+
+    Parameters
+    ----------
+    num_clusters : sequence of int of length M
+        Cluster count at each threshold, in sweep order (alpha decreasing). Cuts of one HC tree
+        with equal counts are equal clusterings; the first of each count represents it.
+    accuracy : sequence of float or None of length M
+        Validation accuracy at each threshold; None (no replies) is skipped.
+
+    Returns
+    -------
+    int or None
+        Index into the sweep of the chosen threshold (the largest alpha giving the elbow's
+        clustering); None when no accuracy is known.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'accuracy'`` if its length differs from ``num_clusters``.
+    """
+    if len(accuracy) != len(num_clusters):
+        raise ValueError(f"The 'accuracy' parameter of choose_threshold must have {len(num_clusters)} entries. "
+                         f"Got {len(accuracy)} instead.")
+    first: dict[int, int] = {}
+    for i, (k, acc) in enumerate(zip(num_clusters, accuracy, strict=True)):
+        if acc is not None and np.isfinite(acc):
+            first.setdefault(int(k), i)
+    if not first:
+        return None
+    rows = list(first.values())
+    return rows[elbow(list(first), [float(accuracy[i]) for i in rows])]

@@ -1,0 +1,217 @@
+"""FLAG (anonymous, "FLAG: Clustered Federated Learning Combining Data and Gradient Information
+in Heterogeneous Settings", under review; Alg. 1-3, Sec. 4, appendix 8-10).
+
+Round 1, before training: every client sends, per class it holds, ``flag-vectors`` principal
+vectors of its TRAIN data with its class counts (``query.subspaces``; no counts with
+``uniform-weights``), and its update after ``gradient-epochs`` of local SGD from the initial
+model (``query.update``). The server builds A = beta V + (1 - beta) G (common.clustering.flag)
+and cuts the average-linkage HC tree of A at ``alpha``. ``alpha = 0`` means not given: sweep
+alpha from 1 down by ``sweep-step``; for each distinct clustering, ``sweep-clients`` sampled
+clients run ``sweep-rounds`` rounds of clustered FL (``local-epochs`` each) on 90% of their
+train split and report accuracy on the held-out 10% (``query.holdout``); alpha is chosen at
+the elbow of accuracy against the number of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
+cuts into that many clusters instead. Every cluster model then starts from the initial model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord
+from flwr.common import log
+
+from common import keys
+from common.clustering.flag import (
+    choose_threshold,
+    data_similarity,
+    gradient_angles,
+    proximity,
+    sweep_cuts,
+    threshold_grid,
+)
+from common.clustering.hierarchical import relabel_by_appearance
+from common.signals.flag import HoldoutResult
+from common.signals.subspaces import ClassSubspaces
+from common.signals.update import ModelUpdate
+from common.validation import check_bool, check_float, check_int
+
+from .oneshot import OneShotStrategy, check_cut
+
+HOLDOUT = 0.1  # the paper's validation share of a sampled client's train data
+
+
+@dataclass(frozen=True)
+class FLAGParams:
+    """``beta``, ``delta`` in [0, 1]; ``alpha`` in [0, 1] (0 = sweep); ``sweep_step`` in (0, 1];
+    ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs``, ``flag_vectors`` >= 1;
+    ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``."""
+
+    beta: float = 0.5
+    delta: float = 0.5
+    alpha: float = 0.0
+    sweep_step: float = 0.1
+    sweep_clients: int = 30
+    sweep_rounds: int = 5
+    gradient_epochs: int = 20
+    uniform_weights: bool = False
+    flag_vectors: int = 3
+    num_clusters: int = 0
+    linkage: str = "average"
+
+    def __post_init__(self) -> None:
+        owner, put = "FLAG", lambda name, value: object.__setattr__(self, name, value)
+        for name in ("beta", "delta", "alpha"):
+            put(name, check_float(getattr(self, name), name, owner, low=0.0, high=1.0))
+        put("sweep_step", check_float(self.sweep_step, "sweep-step", owner, low=0.0, high=1.0, closed=(False, True)))
+        for name in ("sweep_clients", "sweep_rounds", "gradient_epochs", "flag_vectors"):
+            put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
+        put("uniform_weights", check_bool(self.uniform_weights, "uniform-weights", owner))
+        check_cut(self, owner)
+
+
+class FLAG(OneShotStrategy):
+    """One-shot HC on FLAG's data + gradient proximity, threshold chosen by a validation sweep.
+
+    Attributes
+    ----------
+    data_matrix, gradient_matrix : ndarray of shape (N, N) or None
+        V (Eq. 6) and G (Eq. 2) of the clustered clients (``distance_matrix`` is A).
+    sweep : list of dict
+        One record per alpha tried: ``alpha``, ``num-clusters``, ``accuracy`` (None if no reply).
+    chosen_alpha : float or None
+        The threshold the sweep chose.
+    """
+
+    name = "flag"
+    params_type = FLAGParams
+
+    def __init__(self, training: Any = None, params: Any = None) -> None:
+        super().__init__(training, params)
+        self.data_matrix: np.ndarray | None = None
+        self.gradient_matrix: np.ndarray | None = None
+        self.sweep: list[dict[str, Any]] = []
+        self.chosen_alpha: float | None = None
+        self._pending: dict[int, tuple[ClassSubspaces, ModelUpdate]] | None = None
+        self._cache: tuple[tuple[int, ...], np.ndarray] | None = None
+
+    @property
+    def threshold(self) -> float:
+        return self.params.alpha if self.params.alpha > 0 else float(self.chosen_alpha or 1.0)
+
+    @property
+    def _num_classes(self) -> int:
+        assert self.initial is not None
+        return int(self.initial["head.weight"].shape[0])
+
+    def _size(self, record: ArrayRecord) -> int:
+        return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
+
+    def collect(self, pids: Sequence[int], server_round: int) -> dict[int, tuple[ClassSubspaces, ModelUpdate]]:
+        """Each client's class bases (with counts unless ``uniform-weights``) and update direction."""
+        if self._pending is not None:
+            got, self._pending = self._pending, None
+            return got
+        p, counts = self.params, not self.params.uniform_weights
+        subs = self.query_signal(keys.SUBSPACES_ACTION, pids, server_round, ClassSubspaces.from_arrays,
+                                 config={keys.SUBSPACE_VECTORS: p.flag_vectors, keys.WITH_COUNTS: counts},
+                                 dim=None, num_classes=self._num_classes, max_vectors=p.flag_vectors,
+                                 with_counts=counts)
+        dims = [s.dim for s in subs.values()]
+        for pid in sorted(q for q, s in subs.items() if s.dim != max(set(dims), key=dims.count)):
+            log(WARNING, "round %d: client %d sent bases of another row count; ignored", server_round, pid)
+            del subs[pid]
+        assert self.initial is not None
+        ups = self.query_signal(keys.UPDATE_ACTION, sorted(subs), server_round, ModelUpdate.from_arrays,
+                                models=[self.initial], config={keys.LOCAL_EPOCHS: p.gradient_epochs},
+                                size=self._size(self.initial))
+        return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
+
+    def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
+        """A = beta minmax(V) + (1 - beta) minmax(G); V and G are kept on the strategy."""
+        key = tuple(id(s) for s in signals)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        c = self._num_classes
+        bases = [dict(zip((int(k) for k in s.classes), s.bases, strict=True)) for s, _ in signals]
+        counts = None if self.params.uniform_weights else np.stack(
+            [np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
+        self.data_matrix = data_similarity(bases, counts, c, self.params.delta)
+        self.gradient_matrix = gradient_angles(np.stack([u.delta for _, u in signals]))
+        a = proximity(self.data_matrix, self.gradient_matrix, self.params.beta)
+        self._cache = (key, a)
+        return a
+
+    def cluster(self, server_round: int) -> None:
+        """Run the threshold sweep first when neither ``alpha`` nor ``num-clusters`` is given."""
+        if self.params.alpha == 0 and self.params.num_clusters == 0 and self.chosen_alpha is None:
+            signals = self.collect(sorted(self.clients), server_round)
+            if not signals:
+                log(WARNING, "round %d: no client sent FLAG's signals; clustering again next round", server_round)
+                return
+            pids = sorted(signals)
+            with self.clustering_timer():
+                a = self.distances([signals[q] for q in pids])
+            self.chosen_alpha = self.choose_alpha(server_round, pids, a)
+            self._pending = signals
+        super().cluster(server_round)
+
+    def choose_alpha(self, server_round: int, pids: list[int], a: np.ndarray) -> float:
+        """Alg. 3: validation accuracy of each distinct cut of A; the alpha at the elbow."""
+        p = self.params
+        alphas = threshold_grid(p.sweep_step)
+        with self.clustering_timer():
+            cuts = sweep_cuts(a, alphas, p.linkage)
+        sample = sorted(int(q) for q in self.rng.choice(pids, size=min(p.sweep_clients, len(pids)), replace=False))
+        rows = [pids.index(q) for q in sample]
+        scores: dict[tuple[int, ...], float | None] = {}
+        self.sweep = []
+        for alpha, labels in zip(alphas, cuts, strict=True):
+            induced = tuple(int(k) for k in relabel_by_appearance(labels[rows]))
+            if induced not in scores:
+                scores[induced] = self.validate(server_round, sample, induced)
+            self.sweep.append({"alpha": float(alpha), "num-clusters": int(labels.max()) + 1,
+                               "accuracy": scores[induced]})
+            log(INFO, "FLAG sweep: alpha %.3f, %d clusters, validation accuracy %s", alpha,
+                self.sweep[-1]["num-clusters"], scores[induced])
+        chosen = choose_threshold([r["num-clusters"] for r in self.sweep], [r["accuracy"] for r in self.sweep])
+        if chosen is None:
+            log(WARNING, "FLAG sweep: no validation replies; cutting at alpha 1")
+            return 1.0
+        log(INFO, "FLAG sweep: elbow at alpha %.3f (%d clusters)", alphas[chosen], self.sweep[chosen]["num-clusters"])
+        return float(alphas[chosen])
+
+    def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
+        """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the initial model."""
+        assert self.initial is not None
+        size = self._size(self.initial)
+        members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}
+        models = {k: self.initial for k in members}
+        accuracy: dict[int, float] = {}
+        for r in range(self.params.sweep_rounds + 1):
+            epochs = self.training.local_epochs if r < self.params.sweep_rounds else 0
+            for k, pids in members.items():
+                got = self.query_signal(
+                    keys.HOLDOUT_ACTION, pids, server_round, HoldoutResult.from_arrays, models=[models[k]],
+                    config={keys.HOLDOUT_FRACTION: HOLDOUT, keys.LOCAL_EPOCHS: epochs},
+                    size=size if epochs else 0, max_fit=max(self.clients[q].num_train for q in pids))
+                if epochs and got:
+                    models[k] = _average(models[k], [g.delta for g in got.values()], [g.num_fit for g in got.values()])
+                elif not epochs:
+                    accuracy.update({q: g.accuracy for q, g in got.items()})
+        return float(np.mean(list(accuracy.values()))) if accuracy else None
+
+
+def _average(sent: ArrayRecord, deltas: list[np.ndarray], weights: list[int]) -> ArrayRecord:
+    """``sent`` plus the ``weights``-weighted mean delta (float arrays, record order): FedAvg's model."""
+    mean, offset, out = np.average(np.stack(deltas), axis=0, weights=weights), 0, {}
+    for name, array in sent.items():
+        arr = array.numpy()
+        if np.issubdtype(arr.dtype, np.floating):
+            arr = (arr + mean[offset:offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
+            offset += arr.size
+        out[name] = Array(arr)
+    return ArrayRecord(out)

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from logging import WARNING
 
 import numpy as np
-from flwr.common import log
 
 from common import keys
 from common.clustering.hierarchical import centroids, nearest, pairwise_distances
-from common.metrics import cluster_sizes
 from common.signals.final_layer import FinalLayer
 from common.validation import check_float, check_int
 
@@ -90,9 +87,4 @@ class FedClust(OneShotStrategy):
             with self.clustering_timer():
                 chosen = nearest(np.stack([layers[p].vector() for p in got]), self.centroids)
             placed = {p: int(k) for p, k in zip(got, chosen, strict=True)}
-        largest = int(np.argmax(cluster_sizes(self.assignment, len(self.models))))
-        for pid in sorted(set(newcomers) - set(got)):
-            log(WARNING, "round %d: newcomer %d sent no final layer; it joins the largest cluster %d",
-                server_round, pid, largest)
-            placed[pid] = largest
         return placed

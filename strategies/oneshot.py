@@ -52,6 +52,7 @@ class OneShotStrategy(ClusteredStrategy):
         self.distance_pids: list[int] = []
         self.signals: dict[int, Any] = {}
         self.clustered = False
+        self.pending: set[int] = set()
 
     # --------------------------------------------------------------- what subclasses say
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, Any]:
@@ -79,6 +80,8 @@ class OneShotStrategy(ClusteredStrategy):
     def before_round(self, server_round: int) -> None:
         if not self.clustered and server_round >= self.clustering_round():
             self.cluster(server_round)
+        elif self.pending:
+            self._place_or_wait(sorted(self.pending), server_round)
 
     def phase(self, server_round: int) -> str:
         if server_round < self.clustering_round():
@@ -90,11 +93,30 @@ class OneShotStrategy(ClusteredStrategy):
         if not self.clustered:
             self.assignment.update({pid: 0 for pid in newcomers})
             return
-        self.assignment.update(self.place(newcomers, server_round))
+        self._place_or_wait(newcomers, server_round)
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
-        """Clusters for clients that join after clustering (default: lowest train loss)."""
+        """Clusters for clients that join after clustering (default: lowest train loss).
+
+        Clients left out of the result (no signal) wait in the largest cluster and are asked again.
+        """
         return self.assign_by_loss(newcomers, server_round)
+
+    def _place_or_wait(self, pids: list[int], server_round: int) -> None:
+        placed = self.place(pids, server_round)
+        self.assignment.update(placed)
+        self._wait(sorted(set(pids) - set(placed)), server_round)
+        self.pending -= set(placed)
+
+    def _wait(self, pids: list[int], server_round: int) -> None:
+        if not pids:
+            return
+        largest = int(np.argmax(cluster_sizes(self.assignment, len(self.models))))
+        for pid in pids:
+            log(WARNING, "round %d: client %d sent no clustering signal; it trains with the largest cluster %d "
+                "and is asked again next round", server_round, pid, largest)
+            self.assignment[pid] = largest
+        self.pending |= set(pids)
 
     # --------------------------------------------------------------- the clustering
     def cluster(self, server_round: int) -> None:
@@ -111,13 +133,9 @@ class OneShotStrategy(ClusteredStrategy):
             labels = cut_tree(self.distance_matrix, threshold=self.threshold,
                               num_clusters=p.num_clusters, linkage=p.linkage)
         assignment = {pid: int(k) for pid, k in zip(got, labels, strict=True)}
-        largest = int(np.argmax(cluster_sizes(assignment, int(labels.max()) + 1)))
-        for pid in sorted(set(pids) - set(got)):
-            log(WARNING, "round %d: client %d sent no signal; it joins the largest cluster %d",
-                server_round, pid, largest)
-            assignment[pid] = largest
         start = self.start_model()
         self.set_clusters([start.copy() for _ in range(int(labels.max()) + 1)], assignment)
+        self._wait(sorted(set(pids) - set(got)), server_round)
         self.signals, self.distance_pids, self.clustered = signals, got, True
         self.on_clustered(got, labels)
         log(INFO, "round %d: %s formed %d clusters, sizes %s", server_round, type(self).__name__,

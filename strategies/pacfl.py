@@ -26,7 +26,6 @@ from common.clustering.subspaces import (
     pairwise_subspace_angles,
     subspace_angle,
 )
-from common.metrics import cluster_sizes
 from common.signals.subspaces import ClassSubspaces
 from common.validation import check_choice, check_float, check_int
 
@@ -98,9 +97,4 @@ class PACFL(OneShotStrategy):
                 means = [angles[labels == k].mean() if np.any(labels == k) else np.inf
                          for k in range(len(self.models))]
                 placed[pid] = int(np.argmin(means))
-        largest = int(np.argmax(cluster_sizes(self.assignment, len(self.models))))
-        for pid in sorted(set(newcomers) - set(bases)):
-            log(WARNING, "round %d: newcomer %d sent no subspaces; it joins the largest cluster %d",
-                server_round, pid, largest)
-            placed[pid] = largest
         return placed

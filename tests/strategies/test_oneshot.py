@@ -69,6 +69,23 @@ def test_fedclust_client_without_signal_joins_the_largest_cluster():
     s.clients[3] = ClientInfo(3, 1003, 10, 5, 0)
     s.cluster(1)
     assert s.assignment[3] == s.assignment[0] and s.distance_pids == [0, 1, 2, 4, 5]
+    assert s.pending == {3}
+
+
+def test_fedclust_asks_a_client_without_signal_again_until_it_answers():
+    rng = np.random.default_rng(1)
+    signals = _layers(rng, [0, 1, 2, 4, 5, 6])
+    s = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=1.0)), signals)
+    s.clients[7] = ClientInfo(7, 1007, 10, 5, 1)
+    s.cluster(1)
+    largest = s.assignment[0]
+    assert s.assignment[7] == largest and s.pending == {7}
+    s.before_round(2)  # still silent
+    assert s.pending == {7}
+    late = _layers(rng, [7])
+    s.collect = lambda pids, rnd: {p: late[p] for p in pids if p in late}
+    s.before_round(3)
+    assert s.pending == set() and s.assignment[7] == s.assignment[4] != s.assignment[0]
 
 
 def test_pacfl_clusters_by_class_subspaces_and_places_newcomers():

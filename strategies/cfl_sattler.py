@@ -30,6 +30,7 @@ from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
+from .updates import StoredUpdates
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class CFLSattlerParams:
         object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "CFLSattler", low=0))
 
 
-class CFLSattler(ClusteredStrategy):
+class CFLSattler(StoredUpdates, ClusteredStrategy):
     """Recursive bi-partitioning of clusters by the cosine similarity of their members' updates.
 
     Attributes
@@ -116,13 +117,3 @@ class CFLSattler(ClusteredStrategy):
         log(INFO, "round %d: CFL split cluster %d into %d + %d clients (new cluster %d)",
             server_round, k, len(first), len(second), new)
 
-    @property
-    def distance_pids(self) -> list[int]:
-        """Clients with a stored update and a cluster (rows of ``distance_matrix``)."""
-        return [] if self.similarity is None else [p for p in self.similarity.pids if p in self.assignment]
-
-    @property
-    def distance_matrix(self) -> np.ndarray | None:
-        """Cosine distance ``1 - cos`` of the latest updates among ``distance_pids``, shape (n, n)."""
-        pids = self.distance_pids
-        return 2.0 - self.similarity.matrix(pids) if pids else None

@@ -33,6 +33,7 @@ from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
+from .updates import StoredUpdates
 
 STABLE_PATIENCE = 3
 UNSEEN_WAIT = 5
@@ -63,7 +64,7 @@ def flat_floats(arrays: dict[str, np.ndarray]) -> np.ndarray:
                            if np.issubdtype(a.dtype, np.floating)])
 
 
-class FLIC(ClusteredStrategy):
+class FLIC(StoredUpdates, ClusteredStrategy):
     """FedAvg, then Louvain on the incremental update similarity, then FedAvg per cluster.
 
     Attributes
@@ -149,13 +150,3 @@ class FLIC(ClusteredStrategy):
         if len(recent) == STABLE_PATIENCE and max(recent) < self.params.stable_tol:
             self._stable_since = self._stable_since or server_round
 
-    @property
-    def distance_pids(self) -> list[int]:
-        """Clients with a stored update and a cluster (rows of ``distance_matrix``)."""
-        return [] if self.similarity is None else [p for p in self.similarity.pids if p in self.assignment]
-
-    @property
-    def distance_matrix(self) -> np.ndarray | None:
-        """Cosine distance ``2 - S = 1 - cos`` among ``distance_pids``, shape (n, n)."""
-        pids = self.distance_pids
-        return 2.0 - self.similarity.matrix(pids) if pids else None

@@ -17,7 +17,8 @@ LOSSES_ACTION = "losses"  # loss of each of K models on the client's TRAIN split
 FINAL_LAYER_ACTION = "head"  # final layer (Classifier.head) after training the sent model (FedClust)
 SUBSPACES_ACTION = "subspaces"  # per-class truncated-SVD bases of the TRAIN data (PACFL, FLAG)
 UPDATE_ACTION = "update"  # trained-minus-sent model after local training (FL+HC, FLAG)
-CLUSTER_EPOCHS = "cluster-epochs"  # config of query.final-layer: local epochs on the sent model
+CLUSTER_EPOCHS = "cluster-epochs"  # config of query.head: local epochs on the sent model
+CLUSTER_STEPS = "cluster-steps"  # config of query.head: mini-batches instead of epochs when > 0
 SUBSPACE_VECTORS = "subspace-vectors"  # config of query.subspaces: p vectors per class
 WITH_COUNTS = "with-counts"  # config of query.subspaces: also send the class counts
 

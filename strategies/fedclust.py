@@ -1,9 +1,10 @@
 """FedClust (Islam et al., "FedClust: Tackling Data Heterogeneity in Federated Learning through
 Weight-Driven Client Clustering", ICPP 2024; Sec. 3.4-4, Alg. 1-2).
 
-Round 1: every client trains the initial model for ``cluster-epochs`` epochs on its train split
-and uploads only the final layer's weight and bias (``query.final-layer``: clustering traffic,
-nothing is aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and
+Round 1: every client trains the initial model on its train split for ``cluster-epochs`` epochs
+(or ``cluster-steps`` mini-batches, when > 0: equal training for clients of unequal sizes) and
+uploads only the final layer's weight and bias (``query.head``: clustering traffic, nothing is
+aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and
 cuts an agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster
 model starts from the initial model. Newcomers (Alg. 2, run-config ``late-clients``) train the
 initial model the same way and join the cluster whose stored final-layer centroid is nearest
@@ -28,18 +29,21 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class FedClustParams:
     """``fedclust_lambda`` >= 0 (the HC cut height), ``num_clusters`` >= 0 (0 = use lambda),
-    ``linkage`` in {average, complete, single}, ``cluster_epochs`` >= 1."""
+    ``linkage`` in {average, complete, single}, ``cluster_epochs`` >= 1, ``cluster_steps`` >= 0
+    (> 0: that many mini-batches instead of ``cluster_epochs`` epochs)."""
 
     fedclust_lambda: float = 1.0
     num_clusters: int = 0
     linkage: str = "average"
     cluster_epochs: int = 1
+    cluster_steps: int = 0
 
     def __post_init__(self) -> None:
         owner = "FedClust"
         object.__setattr__(self, "fedclust_lambda", check_float(self.fedclust_lambda, "fedclust-lambda", owner,
                                                                 low=0.0))
         object.__setattr__(self, "cluster_epochs", check_int(self.cluster_epochs, "cluster-epochs", owner, low=1))
+        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
         check_cut(self, owner)
 
 
@@ -68,7 +72,8 @@ class FedClust(OneShotStrategy):
         assert self.initial is not None
         outputs, features = self.initial["head.weight"].shape
         return self.query_signal(keys.FINAL_LAYER_ACTION, pids, server_round, FinalLayer.from_arrays,
-                                 models=[self.initial], config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs},
+                                 models=[self.initial], config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs,
+                                         keys.CLUSTER_STEPS: self.params.cluster_steps},
                                  outputs=outputs, features=features)
 
     def distances(self, signals: Sequence[FinalLayer]) -> np.ndarray:

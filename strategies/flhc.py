@@ -3,7 +3,8 @@ updates to improve training on non-IID data", IJCNN 2020).
 
 ``warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
 global model for ``local-epochs`` and sends its update (``query.update``: clustering traffic);
-agglomerative clustering on the Euclidean distances between the updates, into ``num-clusters``
+agglomerative clustering on the distances between the updates (``flhc-metric``, Euclidean by
+default; cosine ignores update size, which differs with client size), into ``num-clusters``
 clusters (or cut at ``flhc-threshold`` when ``num-clusters`` is 0), with ``linkage``; every
 cluster model starts from the global model; then clustered training. Newcomers after the
 clustering join the cluster whose model has the lowest loss on their train split.
@@ -18,9 +19,9 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from common import keys
-from common.clustering.hierarchical import pairwise_distances
+from common.clustering.hierarchical import METRICS, pairwise_distances
 from common.signals.update import ModelUpdate
-from common.validation import check_float, check_int
+from common.validation import check_choice, check_float, check_int
 
 from .oneshot import OneShotStrategy, check_cut
 
@@ -28,11 +29,13 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class FLHCParams:
     """``warmup_rounds`` >= 0 FedAvg rounds before clustering, ``num_clusters`` >= 0 (0 = cut at
-    ``flhc_threshold`` >= 0, a Euclidean distance between updates), ``linkage``."""
+    ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
+    euclidean, cityblock and cosine), ``linkage``."""
 
     warmup_rounds: int = 10
     num_clusters: int = 0
     flhc_threshold: float = 1.0
+    flhc_metric: str = "euclidean"
     linkage: str = "average"
 
     def __post_init__(self) -> None:
@@ -40,6 +43,7 @@ class FLHCParams:
         object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, "warmup-rounds", owner, low=0))
         object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner,
                                                                low=0.0))
+        object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, "flhc-metric", owner, METRICS))
         check_cut(self, owner)
 
 
@@ -68,4 +72,4 @@ class FLHC(OneShotStrategy):
                                  models=[self.models[0]], size=size)
 
     def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
-        return pairwise_distances(np.stack([s.delta for s in signals]))
+        return pairwise_distances(np.stack([s.delta for s in signals]), self.params.flhc_metric)

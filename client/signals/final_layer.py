@@ -1,4 +1,9 @@
-"""``query.final-layer``: train the sent model for ``cluster-epochs`` and return only its last layer."""
+"""``query.head``: train the sent model on the TRAIN split and return only its last layer.
+
+Config: ``cluster-epochs`` passes over the train split, or, when ``cluster-steps`` > 0, exactly
+that many mini-batches drawn with replacement (seeded), so that clients of very different
+sizes train equally long ("a few local iterations", FedClust Sec. 3.4).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from flwr.app import RecordDict
 
 from common import keys
 from common.signals.final_layer import FinalLayer
+from common.training import train
 
 from ..task import ClientTask, train_local
 from . import models_in, register
@@ -14,8 +20,19 @@ from . import models_in, register
 
 @register(keys.FINAL_LAYER_ACTION)
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
-    """FedClust's signal: ``head.weight`` and ``head.bias`` after local training on the TRAIN split."""
+    """FedClust's signal: ``head.weight`` and ``head.bias`` after local training."""
     cfg = content[keys.CONFIG]
-    model, _ = train_local(task, models_in(content)[0], cfg, epochs=int(cfg[keys.CLUSTER_EPOCHS]))
+    steps = int(cfg.get(keys.CLUSTER_STEPS, 0))
+    if steps > 0:
+        seed = task.round_seed(int(cfg[keys.SERVER_ROUND]))
+        batch = int(cfg[keys.BATCH_SIZE])
+        rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
+        model = task.model(models_in(content)[0])
+        train(model, task.data.x_train[rows], task.data.y_train[rows], epochs=1, batch_size=batch,
+              lr=float(cfg[keys.LR]), momentum=float(cfg[keys.MOMENTUM]),
+              weight_decay=float(cfg[keys.WEIGHT_DECAY]), task=task.info.task, seed=seed, device=task.device)
+    else:
+        model, _ = train_local(task, models_in(content)[0], cfg, epochs=int(cfg[keys.CLUSTER_EPOCHS]))
     head = model.head
-    return FinalLayer(head.weight.detach().cpu().numpy(), head.bias.detach().cpu().numpy()).to_arrays()
+    # Copies: the module is reused by the next message, and numpy views would follow it.
+    return FinalLayer(head.weight.detach().cpu().numpy().copy(), head.bias.detach().cpu().numpy().copy()).to_arrays()

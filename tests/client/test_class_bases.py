@@ -21,3 +21,29 @@ def test_class_bases_recover_each_class_direction_and_counts():
     np.testing.assert_allclose(sig.bases[0].T @ sig.bases[0], np.eye(2), atol=1e-5)
     small = class_bases(x[:2], y[:2], 5, torch.device("cpu"))
     assert small.bases[0].shape == (d, 2)
+
+
+def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
+    from conftest import small_run_config
+    from flwr.app import ConfigRecord, RecordDict
+
+    from client.signals.final_layer import final_layer
+    from client.task import task_from_context
+    from common import keys
+    from server.experiment import Experiment
+
+    rc = small_run_config()
+    task = task_from_context(rc, {"partition-id": 0})
+    initial = Experiment.from_run_config(rc).initial_model()
+
+    def head(steps):
+        cfg = ConfigRecord({keys.SERVER_ROUND: 1, keys.LOCAL_EPOCHS: 2, keys.BATCH_SIZE: 8, keys.LR: 0.05,
+                            keys.MOMENTUM: 0.0, keys.WEIGHT_DECAY: 0.0, keys.CLUSTER_EPOCHS: 1,
+                            keys.CLUSTER_STEPS: steps})
+        return final_layer(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: cfg}))
+
+    by_steps, by_epoch = head(3), head(0)
+    assert set(by_steps) == {"weight", "bias"} and by_steps["weight"].shape == initial["head.weight"].shape
+    np.testing.assert_array_equal(by_steps["weight"], head(3)["weight"])
+    assert not np.allclose(by_steps["weight"], by_epoch["weight"])
+    assert not np.allclose(by_steps["weight"], initial["head.weight"].numpy())

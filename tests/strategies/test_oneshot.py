@@ -116,13 +116,17 @@ def test_flhc_clusters_updates_from_the_warm_global_model():
     s.before_round(3)
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
     assert all(m["head.weight"].numpy().tolist() == warm["head.weight"].numpy().tolist() for m in s.models)
+    scaled = {p: ModelUpdate(np.eye(5)[TRUTH[p]] * (1 + 9 * (p % 2))) for p in range(8)}
+    cos = _offline(FLHC(TrainingParams(), FLHCParams(warmup_rounds=0, num_clusters=2, flhc_metric="cosine")), scaled)
+    cos.before_round(1)
+    assert adjusted_rand_score(TRUTH, [cos.assignment[p] for p in range(8)]) == 1.0
 
 
 @pytest.mark.parametrize("cls, field, value", [
     (FedClustParams, "fedclust_lambda", -1.0), (FedClustParams, "cluster_epochs", 0),
     (FedClustParams, "num_clusters", -1), (FedClustParams, "linkage", "ward"),
     (PACFLParams, "pacfl_vectors", 0), (PACFLParams, "pacfl_measure", "largest"),
-    (FLHCParams, "warmup_rounds", -1),
+    (FLHCParams, "warmup_rounds", -1), (FLHCParams, "flhc_metric", "hamming"),
 ])
 def test_params_are_validated_with_the_run_config_name(cls, field, value):
     with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of"):

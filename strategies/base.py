@@ -291,10 +291,14 @@ class ClusteredStrategy(Strategy):
         """Check each reply, then average inside each cluster weighted by ``num-examples``."""
         exchange = self._collect(replies, server_round)
         updates: dict[int, TrainUpdate] = {}
+        sent: dict[int, dict[str, np.ndarray]] = {}
         for pid in sorted(exchange.replies):
             try:
                 k = self.reply_cluster(server_round, pid, exchange.replies[pid])
-                updates[pid] = decode_train_reply(exchange.replies[pid], self.models[k], self.clients[pid].num_train)
+                if k not in sent:
+                    sent[k] = {name: arr.numpy() for name, arr in self.models[k].items()}
+                updates[pid] = decode_train_reply(exchange.replies[pid], self.models[k],
+                                                  self.clients[pid].num_train, sent[k])
             except ReplyFault as fault:
                 self._reject(exchange, pid, str(fault), server_round)
                 continue

@@ -25,7 +25,7 @@ from flwr.app import Array, ArrayRecord
 from flwr.common import log
 
 from common.clustering.bipartition import should_split, split_cluster, update_norms
-from common.clustering.similarity import GaussianSketch, UpdateSimilarity
+from common.clustering.similarity import UpdateSimilarity
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
@@ -79,11 +79,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
         pids = sorted(updates)
         with self.clustering_timer():
             deltas = {p: updates[p].delta() for p in pids}
-            if self.similarity is None:
-                dim = len(deltas[pids[0]])
-                sketch = GaussianSketch(dim, self.params.sketch_dim, self.training.seed) if self.params.sketch_dim else None
-                self.similarity = UpdateSimilarity(sketch)
-            self.similarity.update(pids, np.stack([deltas[p] for p in pids]))
+            self.remember(pids, np.stack([deltas[p] for p in pids]), self.params.sketch_dim, self.training.seed)
             for k in sorted({self.assignment[p] for p in pids}):
                 sampled = [p for p in pids if self.assignment[p] == k]
                 mean_norm, max_norm = update_norms(np.stack([deltas[p] for p in sampled]))

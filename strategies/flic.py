@@ -28,7 +28,7 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common.clustering.louvain import louvain_labels
-from common.clustering.similarity import GaussianSketch, UpdateSimilarity
+from common.clustering.similarity import UpdateSimilarity
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
@@ -133,12 +133,8 @@ class FLIC(StoredUpdates, ClusteredStrategy):
             return
         pids = sorted(updates)
         with self.clustering_timer():
-            deltas = np.stack([updates[p].delta() for p in pids])
-            if self.similarity is None:
-                sketch = (GaussianSketch(deltas.shape[1], self.params.sketch_dim, self.training.seed)
-                          if self.params.sketch_dim else None)
-                self.similarity = UpdateSimilarity(sketch)
-            self.similarity.update(pids, deltas)
+            self.remember(pids, np.stack([updates[p].delta() for p in pids]), self.params.sketch_dim,
+                          self.training.seed)
         if self.clustered_at is not None:
             self._trained.update(self.assignment[p] for p in pids)
             return

@@ -46,7 +46,8 @@ class TrainUpdate:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: int) -> TrainUpdate:
+def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: int,
+                       sent: dict[str, np.ndarray] | None = None) -> TrainUpdate:
     """Parse a train reply, judged against the model that was sent.
 
     Parameters
@@ -57,6 +58,8 @@ def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: i
         The cluster model the client received; the reply must match its keys, shapes and dtypes.
     num_train : int
         The client's train-set size from its identity; ``num-examples`` may not exceed it.
+    sent : dict of str to ndarray, optional
+        ``reference`` as numpy, when the caller already has it (one copy per cluster, not per reply).
 
     Raises
     ------
@@ -68,7 +71,8 @@ def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: i
     if keys.ARRAYS not in content.array_records:
         raise ReplyFault(f"no ArrayRecord {keys.ARRAYS!r}")
     arrays = decode_arrays(content.array_records[keys.ARRAYS], reference)
-    sent = {name: arr.numpy() for name, arr in reference.items()}
+    if sent is None:
+        sent = {name: arr.numpy() for name, arr in reference.items()}
     return TrainUpdate(arrays, int(metrics[keys.NUM_EXAMPLES]), float(metrics[keys.TRAIN_LOSS]), sent)
 
 

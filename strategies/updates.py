@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.clustering.similarity import UpdateSimilarity
+from common.clustering.similarity import GaussianSketch, UpdateSimilarity
 
 
 class StoredUpdates:
-    """Mixin: ``similarity`` (an ``UpdateSimilarity`` or None) drawn as the cosine-distance matrix."""
+    """Mixin: the latest update of every client in ``similarity``, drawn as the cosine-distance matrix."""
 
     similarity: UpdateSimilarity | None
     assignment: dict[int, int]
+
+    def remember(self, pids: list[int], deltas: np.ndarray, sketch_dim: int, seed: int) -> None:
+        """Store this round's updates, shape (len(pids), d); the first call fixes the (seeded) sketch."""
+        if self.similarity is None:
+            sketch = GaussianSketch(deltas.shape[1], sketch_dim, seed) if sketch_dim else None
+            self.similarity = UpdateSimilarity(sketch)
+        self.similarity.update(pids, deltas)
 
     @property
     def distance_pids(self) -> list[int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runs import ROOT, read_run, run_cli
 
 
 def run_one(strategy: str, key: str, value: str, run_name: str, results_dir: Path, extra: Sequence[str]) -> dict:
@@ -36,17 +36,11 @@ def run_one(strategy: str, key: str, value: str, run_name: str, results_dir: Pat
     RuntimeError
         If the run fails (its output's tail is in the message).
     """
-    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", strategy, f"--{key}", value,
-           "--run-name", run_name, "--results-dir", str(results_dir), *extra]
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    folder = results_dir / run_name
-    summary = json.loads((folder / "summary.json").read_text())
-    last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
+    run = read_run(run_cli(["--strategy", strategy, f"--{key}", value, *extra], run_name, results_dir))
+    summary, last = run["summary"], run["metrics"][-1]
     return {"value": float(value), "run-name": run_name, "final-accuracy": summary.get("final-accuracy"),
             "final-ari": summary.get("final-ari"), "num-clusters": last["num-clusters"],
-            "round-seconds": sum(json.loads(x)["round-seconds"] for x in (folder / "metrics.jsonl").read_text().splitlines())}
+            "round-seconds": sum(m["round-seconds"] for m in run["metrics"])}
 
 
 def plot_sweep(rows: Sequence[dict], key: str, path: Path, title: str = "") -> Path:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from . import keys
 from .validation import check_float, check_int, check_str
 
 OWNER = "the run config"
@@ -84,6 +85,11 @@ class TrainingParams:
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:
         """Build from run-config keys (``local-epochs`` -> ``local_epochs``)."""
         return params_from_run_config(cls, rc)
+
+    def local_config(self) -> dict[str, Any]:
+        """The local-training settings every train message carries (the server round aside)."""
+        return {keys.LOCAL_EPOCHS: self.local_epochs, keys.BATCH_SIZE: self.batch_size, keys.LR: self.lr,
+                keys.MOMENTUM: self.momentum, keys.WEIGHT_DECAY: self.weight_decay}
 
     def num_sampled(self, num_clients: int) -> int:
         """Clients trained per round: ``ceil(fraction * num_clients)``, at least one."""

@@ -6,14 +6,22 @@ Works the same under ``umbel run``, plain ``flwr run .`` and a real deployment.
 from __future__ import annotations
 
 from logging import INFO
+from pathlib import Path
 
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Result
 
 from strategies.checkpoint import load_checkpoint
 
 from .experiment import Experiment
+from .flower_loop import (
+    ROUND_TIMES_FILE,
+    RoundClock,
+    final_train_loss,
+    run_flower_fedavg,
+)
 from .results import RunRecorder
 
 CHECKPOINT_FILE = "checkpoint.pkl"
@@ -30,10 +38,21 @@ def main(grid: Grid, context: Context) -> None:
     folder = experiment.results_path()
     log(INFO, "umbel: %s on %s/%s with %d clients; results in %s", experiment.strategy,
         experiment.scenario.dataset, experiment.scenario.scenario, experiment.scenario.num_clients, folder)
+    recorder = RunRecorder(folder, context.run_config)
+    clock = RoundClock()
+    if experiment.server_loop == "flower":
+        result = run_flower_fedavg(grid, experiment, clock)
+        recorder.finish_reference(experiment.strategy, experiment.training.rounds)
+    else:
+        result = _run_umbel(grid, experiment, recorder, folder, clock)
+    clock.write(folder / ROUND_TIMES_FILE, experiment.server_loop, final_train_loss(result))
+
+
+def _run_umbel(grid: Grid, experiment: Experiment, recorder: RunRecorder, folder: Path, clock: RoundClock) -> Result:
+    """umbel's own loop: the strategy, its checkpoints and its results."""
     strategy = experiment.build_strategy()
     output = experiment.output
     checkpoint = load_checkpoint(output.resume_from, strategy.name) if output.resume_from else None
-    recorder = RunRecorder(folder, context.run_config)
     if checkpoint is not None:
         strategy.resume(checkpoint)
         recorder.replay(checkpoint["state"]["history"])
@@ -41,5 +60,7 @@ def main(grid: Grid, context: Context) -> None:
     if output.checkpoint_every:
         strategy.checkpoint_to(folder / CHECKPOINT_FILE, output.checkpoint_every)
     strategy.on_round = recorder.on_round
-    strategy.start(grid, experiment.initial_model(), expected_clients=experiment.scenario.num_clients)
+    result = strategy.start(grid, experiment.initial_model(), evaluate_fn=clock,
+                            expected_clients=experiment.scenario.num_clients)
     recorder.finish(strategy)
+    return result

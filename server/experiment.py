@@ -25,8 +25,10 @@ from common.data import DataUnavailableError, dataset_info
 from common.models import build_model, check_model
 from common.scenarios import Partition, ScenarioConfig, build_partition
 from common.training import check_device_name
-from common.validation import check_str
+from common.validation import check_choice, check_str
 from strategies import ClusteredStrategy, get_strategy
+
+SERVER_LOOPS = ("umbel", "flower")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Experiment:
     data_dir: str
     device: str
     faults: FaultParams = field(default_factory=FaultParams)
+    server_loop: str = "umbel"
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
@@ -52,6 +55,11 @@ class Experiment:
         model = check_str(run_config_value(rc, "model", "dnn"), "model", "the run config")
         check_model(model, info.input_shape, info.task)
         device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
+        server_loop = check_choice(run_config_value(rc, "server-loop", "umbel"), "server-loop", "the run config",
+                                   SERVER_LOOPS)
+        if server_loop == "flower" and strategy_cls.name != "fedavg":
+            raise ValueError("The 'server-loop' parameter of the run config must be 'umbel' for strategy "
+                             f"{strategy_cls.name!r} ('flower' runs plain Flower FedAvg only). Got 'flower' instead.")
         return cls(
             strategy=strategy_cls.name,
             strategy_params=params_from_run_config(strategy_cls.params_type, rc),
@@ -62,6 +70,7 @@ class Experiment:
             data_dir=check_str(run_config_value(rc, "data-dir", ""), "data-dir", "the run config"),
             device=device,
             faults=FaultParams.from_run_config(rc),
+            server_loop=server_loop,
         )
 
     def build_strategy(self) -> ClusteredStrategy:

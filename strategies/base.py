@@ -430,11 +430,7 @@ class ClusteredStrategy(Strategy):
 
     # ----------------------------------------------------------------- internals
     def _base_config(self, server_round: int) -> dict[str, Any]:
-        t = self.training
-        return {
-            keys.SERVER_ROUND: server_round, keys.LOCAL_EPOCHS: t.local_epochs, keys.BATCH_SIZE: t.batch_size,
-            keys.LR: t.lr, keys.MOMENTUM: t.momentum, keys.WEIGHT_DECAY: t.weight_decay,
-        }
+        return {keys.SERVER_ROUND: server_round, **self.training.local_config()}
 
     def _train_config(self, server_round: int, pid: int, cluster: int) -> dict[str, Any]:
         return {**self._base_config(server_round), keys.CLUSTER_ID: cluster,

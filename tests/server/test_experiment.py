@@ -34,6 +34,9 @@ def test_initial_model_is_seeded():
     ({"fraction": 1.01}, r"'fraction'"),
     ({"device": "tpu"}, r"'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or 'cuda:N'\. Got 'tpu' instead"),
     ({"proximal-mu": -1.0, "strategy": "fedprox"}, r"'proximal-mu' parameter of FedProx"),
+    ({"server-loop": "tensorflow"}, r"'server-loop' parameter of the run config must be one of \{'flower', 'umbel'\}"),
+    ({"server-loop": "flower", "strategy": "flic"},
+     r"'server-loop' parameter of the run config must be 'umbel' for strategy 'flic'.*Got 'flower' instead"),
 ])
 def test_bad_input_names_the_key(overrides, pattern):
     with pytest.raises(ValueError, match=pattern):

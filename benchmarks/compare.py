@@ -1,0 +1,347 @@
+"""Every strategy on every scenario: a matrix of ordinary ``umbel run``s, summarised.
+
+Each cell (strategy x scenario x seed) is one ``python -m server.cli run`` (the path a user
+runs) with the preset's settings; the cells' ``summary.json``, ``metrics.jsonl`` and
+``round-times.json`` are folded into ``compare.md`` (a Markdown table), ``compare.csv``,
+``compare.json`` and one plot per scenario (mean local test accuracy and ARI by round), in
+``<results-dir>/<preset>/``.
+
+Presets
+-------
+quick
+    The five seed algorithms, FedAvg, Local and IFCA on label-groups 1, label-skew 20%,
+    rotation 4 and label-swap 5, with reduced rounds and epochs: under 90 minutes on a 2-core
+    CPU machine.
+paper
+    Each paper's own scenario with that paper's training settings, every registered strategy:
+    for a GPU machine (hours).
+
+Example::
+
+    python benchmarks/compare.py --preset quick
+    python benchmarks/compare.py --preset quick --strategies flic,fedavg --scenarios label-swap-5 --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runs import ROOT, read_run, run_cli, training_round_seconds
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario of a preset: its run-config flags and the K told to strategies that need one.
+
+    ``k`` is the true number of groups; on label-skew, where every label set is its own group
+    (up to 45 of them), it is the small K the papers give their K-model baselines.
+    """
+
+    label: str
+    args: tuple[str, ...]
+    k: int
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The settings of a comparison: which cells, and the flags each cell gets.
+
+    ``common`` goes to every run, then the scenario's flags, then ``strategy_args[strategy]``;
+    ``given_k`` lists the strategies that are told the scenario's true number of groups
+    through the flag named there (IFCA's K, FL+HC's number of clusters): the scenario's ``k``.
+    """
+
+    name: str
+    strategies: tuple[str, ...]
+    scenarios: tuple[Scenario, ...]
+    seeds: tuple[int, ...]
+    common: tuple[str, ...]
+    strategy_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    given_k: dict[str, str] = field(default_factory=dict)
+
+    def args(self, strategy: str, scenario: Scenario, seed: int) -> list[str]:
+        """The ``umbel run`` flags of one cell."""
+        out = ["--strategy", strategy, "--seed", str(seed), *self.common, *scenario.args,
+               *self.strategy_args.get(strategy, ())]
+        if strategy in self.given_k:
+            out += [self.given_k[strategy], str(scenario.k)]
+        return out
+
+
+SEED_ALGORITHMS = ("cflgt", "fedclust", "flag", "flic", "cfl-gp")
+
+QUICK = Preset(
+    name="quick",
+    strategies=("fedavg", "local", "ifca", *SEED_ALGORITHMS),
+    scenarios=(
+        Scenario("label-groups-1", ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "2"), 5),
+        Scenario("label-skew-20", ("--scenario", "label-skew", "--label-fraction", "0.2"), 5),
+        Scenario("rotation-4", ("--scenario", "rotation", "--angles", "0,90,180,270"), 4),
+        Scenario("label-swap-5", ("--scenario", "label-swap", "--groups", "5"), 5),
+    ),
+    seeds=(0, 1),
+    common=("--num-clients", "100", "--fraction", "0.2", "--rounds", "30", "--local-epochs", "1",
+            "--eval-every", "5"),
+    strategy_args={
+        "cflgt": ("--pretrain-rounds", "8"),
+        "flic": ("--cluster-round", "15", "--resolution", "1.2"),
+        "flag": ("--gradient-epochs", "5", "--sweep-rounds", "3"),
+        "fedclust": ("--cluster-steps", "30", "--fedclust-lambda", "0.36"),
+    },
+    given_k={"ifca": "--max-clusters"},
+)
+
+_PAPER_CFLGT = ("--num-clients", "100", "--fraction", "0.2", "--rounds", "100", "--local-epochs", "5",
+                "--batch-size", "32", "--lr", "0.001", "--momentum", "0.9", "--model", "dnn")
+_PAPER_FEDCLUST = ("--num-clients", "100", "--fraction", "0.1", "--rounds", "200", "--local-epochs", "10",
+                   "--batch-size", "10", "--lr", "0.01", "--momentum", "0.5", "--model", "lenet5")
+_PAPER_FLAG = ("--num-clients", "100", "--fraction", "0.2", "--rounds", "200", "--local-epochs", "10",
+               "--batch-size", "10", "--lr", "0.01", "--momentum", "0.5", "--model", "lenet5")
+_PAPER_FLIC = ("--dataset", "mnist", "--num-clients", "100", "--samples-per-client", "600", "--fraction", "0.1",
+               "--rounds", "205", "--local-epochs", "5", "--batch-size", "10", "--lr", "0.01", "--momentum", "0.0",
+               "--model", "dnn")
+_PAPER_CFLGP = ("--num-clients", "100", "--fraction", "1.0", "--rounds", "100", "--local-epochs", "1",
+                "--batch-size", "32", "--lr", "0.01", "--momentum", "0.0", "--model", "dnn")
+
+PAPER = Preset(
+    name="paper",
+    strategies=("fedavg", "local", "fedprox", "ifca", "cfl-sattler", "pacfl", "flhc", "fedmedian",
+                *SEED_ALGORITHMS),
+    scenarios=(
+        Scenario("label-groups-1", ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "2",
+                                    *_PAPER_CFLGT), 5),
+        Scenario("label-groups-2", ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "5",
+                                    *_PAPER_CFLGT), 5),
+        Scenario("label-groups-3", ("--scenario", "label-groups", "--groups", "20", "--labels-per-group", "3",
+                                    *_PAPER_CFLGT), 20),
+        Scenario("label-skew-20", ("--scenario", "label-skew", "--label-fraction", "0.2", *_PAPER_FEDCLUST), 5),
+        Scenario("label-skew-dirichlet-20", ("--scenario", "label-skew-dirichlet", "--label-fraction", "0.2",
+                                             "--quantity-alpha", "1.0", *_PAPER_FLAG), 5),
+        Scenario("label-swap-5", ("--scenario", "label-swap", "--groups", "5", *_PAPER_FLIC), 5),
+        Scenario("rotation-4", ("--scenario", "rotation", "--angles", "0,90,180,270", *_PAPER_FLIC), 4),
+        Scenario("attack-40", ("--scenario", "attack", "--attackers", "40", *_PAPER_FLIC), 2),
+        Scenario("rotation-8", ("--scenario", "rotation", "--angles", "0,15,90,105,180,195,270,275",
+                                *_PAPER_CFLGP), 8),
+    ),
+    seeds=(0, 1, 2),
+    common=("--eval-every", "5"),
+    strategy_args={"flic": ("--cluster-round", "200")},
+    given_k={"ifca": "--max-clusters", "flhc": "--num-clusters"},
+)
+
+PRESETS = {p.name: p for p in (QUICK, PAPER)}
+
+COLUMNS = ("strategy", "scenario", "seeds", "final-accuracy-mean", "final-accuracy-std", "final-ari",
+           "ari-1.0-round", "final-clusters", "signal-bytes-up-per-client", "model-mb", "round-time-vs-fedavg",
+           "wall-seconds")
+
+
+@dataclass
+class CellResult:
+    """One finished run, reduced to what the table needs."""
+
+    strategy: str
+    scenario: str
+    seed: int
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    train_round_seconds: list[float]
+    seconds: float
+
+
+def run_cells(preset: Preset, strategies: Sequence[str], scenarios: Sequence[Scenario], seeds: Sequence[int],
+              folder: Path, extra: Sequence[str], resume: bool) -> list[CellResult]:
+    """Run (or, with ``resume``, re-read) every cell, printing one line per cell."""
+    results = []
+    total = len(strategies) * len(scenarios) * len(seeds)
+    for scenario in scenarios:
+        for seed in seeds:
+            for strategy in strategies:
+                name = f"{preset.name}-{scenario.label}-{strategy}-s{seed}"
+                runs = folder / "runs"
+                started = time.perf_counter()
+                done = (runs / name / "summary.json").exists() and (runs / name / "cell.json").exists()
+                if not (resume and done):
+                    run_cli([*preset.args(strategy, scenario, seed), *extra], name, runs)
+                    (runs / name / "cell.json").write_text(json.dumps(
+                        {"seconds": round(time.perf_counter() - started, 3),
+                         "args": preset.args(strategy, scenario, seed) + list(extra)}))
+                run = read_run(runs / name)
+                cell = json.loads((runs / name / "cell.json").read_text())
+                results.append(CellResult(strategy, scenario.label, seed, run["summary"], run["metrics"],
+                                          training_round_seconds(run), cell["seconds"]))
+                s = run["summary"]
+                print(f"[{len(results)}/{total}] {name}: accuracy {_fmt(s.get('final-accuracy'), 4)} "
+                      f"ARI {_fmt(s.get('final-ari'), 3)} ({cell['seconds']:.0f} s)", flush=True)
+    return results
+
+
+def summarise(results: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """One row per (strategy, scenario): means over seeds; round-time ratio against FedAvg."""
+    by_cell: dict[tuple[str, str], list[CellResult]] = {}
+    for r in results:
+        by_cell.setdefault((r.strategy, r.scenario), []).append(r)
+    fedavg_round = {}
+    for (strategy, scenario), cell in by_cell.items():
+        if strategy == "fedavg":
+            fedavg_round[scenario] = _mean([s for r in cell for s in r.train_round_seconds])
+    rows = []
+    for (strategy, scenario), cell in by_cell.items():
+        accuracy = [r.summary["final-accuracy"] for r in cell if r.summary.get("final-accuracy") is not None]
+        ari = [r.summary["final-ari"] for r in cell if r.summary.get("final-ari") is not None]
+        reached = [r.summary.get("rounds-to-truth") for r in cell]
+        clients = [r.summary.get("num-clients") or 1 for r in cell]
+        round_s = _mean([s for r in cell for s in r.train_round_seconds])
+        base = fedavg_round.get(scenario)
+        rows.append({
+            "strategy": strategy,
+            "scenario": scenario,
+            "seeds": len(cell),
+            "final-accuracy-mean": _mean(accuracy),
+            "final-accuracy-std": statistics.stdev(accuracy) if len(accuracy) > 1 else None,
+            "final-ari": _mean(ari),
+            "ari-1.0-round": "/".join("-" if x is None else str(x) for x in reached),
+            "final-clusters": "/".join(str(r.summary.get("final-num-clusters")) for r in cell),
+            "signal-bytes-up-per-client": _mean([r.summary["bytes-up-signal"] / n for r, n in zip(cell, clients)]),
+            "model-mb": _mean([(r.summary["bytes-up-model"] + r.summary["bytes-down-model"]) / 1e6 for r in cell]),
+            "round-time-vs-fedavg": round_s / base if round_s is not None and base else None,
+            "wall-seconds": _mean([r.seconds for r in cell]),
+        })
+    return rows
+
+
+def markdown(rows: Sequence[dict[str, Any]], preset: Preset) -> str:
+    """The table, one block per scenario, strategies in the preset's order."""
+    order = {s: i for i, s in enumerate(preset.strategies)}
+    lines = []
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        lines += [f"#### {scenario}", "",
+                  ("| strategy | final accuracy (%) | final ARI | ARI 1.0 at round | clusters | "
+                  "signal up / client (B) | model traffic (MB) | round time / FedAvg | wall (s) |"),
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted((r for r in rows if r["scenario"] == scenario), key=lambda r: order.get(r["strategy"], 99)):
+            acc = _fmt(None if r["final-accuracy-mean"] is None else 100 * r["final-accuracy-mean"], 2)
+            if r["final-accuracy-std"] is not None:
+                acc += f" ± {100 * r['final-accuracy-std']:.2f}"
+            lines.append(f"| {r['strategy']} | {acc} | {_fmt(r['final-ari'], 3)} | {r['ari-1.0-round']} | "
+                         f"{r['final-clusters']} | {_fmt(r['signal-bytes-up-per-client'], 0)} | "
+                         f"{_fmt(r['model-mb'], 0)} | {_fmt(r['round-time-vs-fedavg'], 2)} | "
+                         f"{_fmt(r['wall-seconds'], 0)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_scenario(results: Sequence[CellResult], scenario: str, path: Path, order: Sequence[str]) -> Path:
+    """Mean local test accuracy (left) and ARI (right) by round, one line per strategy (mean over seeds)."""
+    fig = Figure(figsize=(11, 4))
+    acc_ax, ari_ax = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for strategy in order:
+        runs = [r for r in results if r.scenario == scenario and r.strategy == strategy]
+        if not runs:
+            continue
+        for ax, key in ((acc_ax, "accuracy"), (ari_ax, "ari")):
+            series: dict[int, list[float]] = {}
+            for r in runs:
+                for m in r.metrics:
+                    if m.get(key) is not None:
+                        series.setdefault(m["round"], []).append(m[key])
+            xs = sorted(series)
+            ax.plot(xs, [statistics.fmean(series[x]) for x in xs], marker="o" if key == "accuracy" else None,
+                    markersize=3, label=strategy)
+    acc_ax.set(xlabel="round", ylabel="mean local test accuracy", title=f"{scenario}: accuracy")
+    ari_ax.set(xlabel="round", ylabel="ARI", title=f"{scenario}: clustering", ylim=(-0.05, 1.05))
+    for ax in (acc_ax, ari_ax):
+        ax.grid(alpha=0.3)
+    ari_ax.legend(fontsize=8, loc="lower right")
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=110)
+    return path
+
+
+def write_outputs(results: Sequence[CellResult], preset: Preset, folder: Path, command: str) -> list[Path]:
+    """``compare.md``, ``compare.csv``, ``compare.json`` and ``<scenario>.png`` in ``folder``."""
+    rows = summarise(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "compare.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (folder / "compare.json").write_text(json.dumps({"preset": preset.name, "command": command, "rows": rows},
+                                                    indent=2) + "\n")
+    header = f"Command: `{command}`\n\n"
+    (folder / "compare.md").write_text(header + markdown(rows, preset))
+    paths = [folder / "compare.md", folder / "compare.csv", folder / "compare.json"]
+    for scenario in dict.fromkeys(r.scenario for r in results):
+        paths.append(plot_scenario(results, scenario, folder / f"{scenario}.png", preset.strategies))
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Arguments after -- go to every run unchanged.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument("--strategies", default="", help="comma-separated subset of the preset's strategies")
+    parser.add_argument("--scenarios", default="", help="comma-separated subset of the preset's scenario labels")
+    parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the preset's)")
+    parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument("--resume", action="store_true", help="re-read cells that already finished")
+    parser.add_argument("--dry-run", action="store_true", help="print each cell's flags and stop")
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    preset = PRESETS[args.preset]
+    strategies = _subset(parser, "strategies", args.strategies, preset.strategies)
+    labels = _subset(parser, "scenarios", args.scenarios, [s.label for s in preset.scenarios])
+    scenarios = [s for s in preset.scenarios if s.label in labels]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(preset.seeds)
+    except ValueError:
+        parser.error(f"The 'seeds' parameter of compare must be comma-separated integers. Got {args.seeds!r} instead.")
+    if args.dry_run:
+        for scenario in scenarios:
+            for seed in seeds:
+                for strategy in strategies:
+                    print("umbel run " + " ".join(preset.args(strategy, scenario, seed) + extra))
+        return 0
+    results_dir = Path(args.results_dir)
+    folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / preset.name
+    command = "python benchmarks/compare.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = run_cells(preset, strategies, scenarios, seeds, folder, extra, args.resume)
+    for path in write_outputs(results, preset, folder, command):
+        print(f"wrote {path}")
+    return 0
+
+
+def _subset(parser: argparse.ArgumentParser, name: str, text: str, allowed: Sequence[str]) -> list[str]:
+    chosen = [s.strip() for s in text.split(",") if s.strip()] or list(allowed)
+    unknown = [s for s in chosen if s not in allowed]
+    if unknown:
+        parser.error(f"The '{name}' parameter of compare must be a subset of {list(allowed)}. Got {unknown} instead.")
+    return chosen
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""benchmarks/compare.py and runs.py: cells, the table, the ratios, the plots (on written run folders)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(_DIR))
+import compare  # noqa: E402
+import runs  # noqa: E402
+
+
+def _write_run(folder, rounds, round_s, eval_every, ari, accuracy, signal_up=0):
+    folder.mkdir(parents=True)
+    metrics = [{"round": r, "accuracy": accuracy if r % eval_every == 0 or r == rounds else None,
+                "ari": ari, "round-seconds": 0.1} for r in range(1, rounds + 1)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (folder / "summary.json").write_text(json.dumps({
+        "final-accuracy": accuracy, "final-ari": ari, "rounds-to-truth": 2 if ari == 1.0 else None,
+        "final-num-clusters": 3, "num-clients": 10, "bytes-up-signal": signal_up,
+        "bytes-up-model": 2e6, "bytes-down-model": 3e6}))
+    times = {str(r): (9.0 if r == 1 else round_s) for r in range(2, rounds + 1)}
+    times["2"] = 50.0  # the first compared round is 3: round 2 follows the first (skipped) one
+    (folder / "round-times.json").write_text(json.dumps({"round-seconds": times, "final-train-loss": 0.5}))
+
+
+def test_training_rounds_leave_out_first_evaluated_and_last(tmp_path):
+    _write_run(tmp_path / "r", rounds=8, round_s=1.0, eval_every=4, ari=1.0, accuracy=0.9)
+    run = runs.read_run(tmp_path / "r")
+    # rounds 2..8 timed; 2 is skipped with skip_first=2, 4 evaluated, 8 last
+    assert runs.training_round_seconds(run, skip_first=2) == [1.0, 1.0, 1.0, 1.0]
+    assert len(runs.training_round_seconds(run)) == 5 and 50.0 in runs.training_round_seconds(run)
+
+
+def _cells(tmp_path):
+    out = []
+    for strategy, round_s, ari, acc, signal in (("fedavg", 1.0, 0.0, 0.6, 0), ("flic", 1.5, 1.0, 0.9, 4000)):
+        for seed, delta in ((0, 0.0), (1, 0.02)):
+            folder = tmp_path / f"{strategy}-{seed}"
+            _write_run(folder, 6, round_s, 3, ari, acc + delta, signal)
+            run = runs.read_run(folder)
+            out.append(compare.CellResult(strategy, "rotation-4", seed, run["summary"], run["metrics"],
+                                          runs.training_round_seconds(run, skip_first=2), 30.0))
+    return out
+
+
+def test_summary_rows_average_seeds_and_divide_by_fedavg(tmp_path):
+    rows = {r["strategy"]: r for r in compare.summarise(_cells(tmp_path))}
+    assert rows["flic"]["round-time-vs-fedavg"] == pytest.approx(1.5)
+    assert rows["fedavg"]["round-time-vs-fedavg"] == pytest.approx(1.0)
+    assert rows["flic"]["final-accuracy-mean"] == pytest.approx(0.91)
+    assert rows["flic"]["final-accuracy-std"] == pytest.approx(0.0141421, rel=1e-4)
+    assert rows["flic"]["ari-1.0-round"] == "2/2" and rows["fedavg"]["ari-1.0-round"] == "-/-"
+    assert rows["flic"]["signal-bytes-up-per-client"] == pytest.approx(400.0)
+    assert rows["flic"]["model-mb"] == pytest.approx(5.0) and rows["flic"]["seeds"] == 2
+
+
+def test_outputs_are_a_table_a_csv_and_a_plot_per_scenario(tmp_path):
+    paths = compare.write_outputs(_cells(tmp_path), compare.QUICK, tmp_path / "out", "python benchmarks/compare.py")
+    table = (tmp_path / "out" / "compare.md").read_text()
+    assert "#### rotation-4" in table
+    flic = next(line for line in table.splitlines() if line.startswith("| flic "))
+    assert "91.00 ± 1.41" in flic and "| 1.50 |" in flic
+    # FedAvg precedes FLIC: the preset's order
+    assert table.index("| fedavg ") < table.index("| flic ")
+    csv_lines = (tmp_path / "out" / "compare.csv").read_text().splitlines()
+    assert csv_lines[0].split(",") == list(compare.COLUMNS) and len(csv_lines) == 3
+    assert (tmp_path / "out" / "rotation-4.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tmp_path / "out" / "rotation-4.png" in paths
+
+
+def test_quick_preset_covers_the_issue_matrix_and_tells_ifca_its_k():
+    quick = compare.QUICK
+    assert set(compare.SEED_ALGORITHMS) | {"fedavg", "local", "ifca"} == set(quick.strategies)
+    assert [s.label for s in quick.scenarios] == ["label-groups-1", "label-skew-20", "rotation-4", "label-swap-5"]
+    rotation = quick.scenarios[2]
+    args = quick.args("ifca", rotation, 1)
+    assert args[args.index("--max-clusters") + 1] == "4" and args[args.index("--seed") + 1] == "1"
+    assert "--max-clusters" not in quick.args("flic", rotation, 0)
+
+
+def test_unknown_strategy_or_scenario_is_refused_with_the_allowed_ones(capsys):
+    with pytest.raises(SystemExit):
+        compare.main(["--strategies", "fedavg,nope", "--dry-run"])
+    assert "The 'strategies' parameter of compare must be a subset of" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main(["--scenarios", "rotation-9", "--dry-run"])
+    assert "Got ['rotation-9'] instead" in capsys.readouterr().err
+
+
+def test_dry_run_prints_one_command_per_cell(capsys):
+    assert compare.main(["--strategies", "fedavg,flic", "--scenarios", "rotation-4", "--seeds", "3",
+                         "--dry-run", "--", "--rounds", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("umbel run --strategy") for line in lines)
+    assert lines[1].endswith("--rounds 2") and "--resolution 1.2" in lines[1]

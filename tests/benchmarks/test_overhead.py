@@ -1,0 +1,48 @@
+"""benchmarks/overhead.py: umbel's FedAvg loop and Flower's own FedAvg, each a real `umbel run`."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import overhead  # noqa: E402
+
+
+def test_ratio_is_of_the_mean_round_times_over_all_pairs():
+    report = overhead.ratio_report([{"umbel": [1.0, 3.0], "flower": [1.0, 1.0]},
+                                    {"umbel": [2.0, 2.0], "flower": [2.0, 2.0]}])
+    assert report["ratio"] == pytest.approx(2.0 / 1.5)
+    assert report["pair-ratios"] == pytest.approx([2.0, 1.0]) and report["rounds-compared"] == 4
+
+
+def test_no_rounds_to_compare_is_an_error():
+    with pytest.raises(ValueError, match="No training rounds"):
+        overhead.ratio_report([{"umbel": [], "flower": [1.0]}])
+
+
+@pytest.mark.parametrize("argv, name", [(["--pairs", "0"], "pairs"), (["--rounds", "3"], "rounds")])
+def test_bad_arguments_name_the_parameter(argv, name, capsys):
+    with pytest.raises(SystemExit):
+        overhead.main(argv)
+    assert f"The '{name}' parameter of overhead must be" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_one_pair_on_digits_times_both_loops_the_same_way(tmp_path):
+    assert overhead.main(["--pairs", "1", "--rounds", "5", "--results-dir", str(tmp_path), "--",
+                          "--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label",
+                          "20", "--fraction", "0.5", "--lr", "0.05"]) == 0
+    folder = tmp_path / "overhead"
+    report = json.loads((folder / "overhead.json").read_text())
+    for loop in ("umbel", "flower"):
+        times = json.loads((folder / f"{loop}-0" / "round-times.json").read_text())
+        assert times["server-loop"] == loop and sorted(times["round-seconds"]) == ["2", "3", "4", "5"]
+        assert math.isfinite(report["pairs"][0][f"{loop}-train-loss"])
+        assert len(report["pairs"][0][loop]) == 3  # rounds 2-4: the first and the last are left out
+    # Flower's loop writes only its summary and round times; umbel's its full results
+    assert json.loads((folder / "flower-0" / "summary.json").read_text())["server-loop"] == "flower"
+    assert (folder / "umbel-0" / "metrics.jsonl").exists() and not (folder / "flower-0" / "metrics.jsonl").exists()
+    assert report["ratio"] > 0 and "Ratio umbel / Flower" in (folder / "overhead.md").read_text()

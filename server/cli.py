@@ -4,7 +4,7 @@ It maps its flags to run-config, validates everything (data included) before any
 starts, sizes a private local SuperLink's simulation to the scenario's client count in a
 project-local ``FLWR_HOME`` of its own (``.flwr/<run-name>``, on a free port, so concurrent runs
 never touch each other's SuperLink), runs ``flwr run`` with output streamed, stops the SuperLink it
-started (by PID, also on failure or Ctrl-C) and prints where the results are.
+started (by PID, also on failure, Ctrl-C or SIGTERM) and prints where the results are.
 """
 
 from __future__ import annotations
@@ -115,12 +115,16 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     stop_superlinks(flwr_home)
     flwr = shutil.which("flwr") or str(Path(sys.executable).with_name("flwr"))
     cmd = [flwr, "run", str(PROJECT_ROOT), "local", "--stream", "--run-config", str(config_file)]
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return subprocess.call(cmd, env=env, cwd=PROJECT_ROOT)
     except KeyboardInterrupt:
         return 130
+    except _Terminated:
+        return 128 + signal.SIGTERM
     finally:
         stop_superlinks(flwr_home)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def write_flower_config(flwr_home: Path, num_clients: int, cpus: int, gpus: float) -> None:
@@ -193,6 +197,14 @@ def _parser_for(default: Any):
     if isinstance(default, float):
         return float
     return str
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: unwind so that the ``flwr run`` child and the SuperLink are stopped."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _signal(proc: psutil.Process, sig: int) -> None:

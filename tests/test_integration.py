@@ -1,8 +1,10 @@
 """End to end through `umbel run`: flwr run, a local SuperLink, Ray, real messages."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -25,7 +27,7 @@ def test_umbel_run_on_digits(tmp_path):
            "--groups", "2", "--samples-per-label", "20", "--seed", "1", "--rounds", "3", "--fraction", "0.5",
            "--eval-every", "1", "--lr", "0.05", "--local-epochs", "2", "--results-dir", str(tmp_path / "results"),
            "--run-name", run_name]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=420)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     folder = tmp_path / "results" / run_name
@@ -41,3 +43,22 @@ def test_umbel_run_on_digits(tmp_path):
     for png in ("accuracy.png", "clustering.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert _superlinks(home) == [] and not home.exists()
+
+
+def test_sigterm_stops_the_run_and_its_superlink(tmp_path):
+    run_name = f"term-{tmp_path.name}"
+    home = cli.PROJECT_ROOT / ".flwr" / run_name
+    cmd = [sys.executable, "-m", "server.cli", "run", "--dataset", "digits", "--num-clients", "4",
+           "--groups", "2", "--samples-per-label", "20", "--rounds", "500", "--fraction", "0.5",
+           "--results-dir", str(tmp_path / "results"), "--run-name", run_name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    for line in proc.stdout:  # wait for the first training round
+        if "| train " in line or time.monotonic() > deadline:
+            break
+    assert proc.poll() is None, "the run ended before it was terminated"
+    assert _superlinks(home), "no SuperLink was running when the run was terminated"
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, rest[-3000:]
+    assert _superlinks(home) == []

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import ClusteredStrategy
     from .federation import ClientInfo
 
 FORMAT = 1
@@ -28,8 +27,11 @@ TRANSIENT = frozenset({"grid", "on_round", "training", "params", "checkpoint_pat
                        "_outbox", "_stats", "_resume"})
 
 
-def save_checkpoint(strategy: ClusteredStrategy, server_round: int, path: Path) -> Path:
-    """Write ``strategy``'s state after ``server_round`` to ``path`` atomically (temp file + rename)."""
+def save_checkpoint(strategy: Any, server_round: int, path: Path) -> Path:
+    """Write a ``ClusteredStrategy``'s state after ``server_round`` to ``path`` atomically (temp file + rename).
+
+    The state is every attribute but the ``TRANSIENT`` wiring, so each algorithm's own state is saved too.
+    """
     state = {name: value for name, value in vars(strategy).items() if name not in TRANSIENT}
     payload = {"format": FORMAT, "strategy": type(strategy).name, "round": server_round, "state": state}
     path = Path(path)

@@ -39,8 +39,8 @@ def _sampled(grid, rnd):
 
 def test_registry_and_params_validation():
     assert {"flic", "fedmedian", "cfl-sattler"} <= set(REGISTRY)
-    with pytest.raises(ValueError, match="'resolution' parameter of FLIC must be a float > 0.0. Got 0.0"):
-        FLICParams(resolution=0.0)
+    with pytest.raises(ValueError, match="'resolution' parameter of FLIC must be a float >= 0.0. Got -1.0"):
+        FLICParams(resolution=-1.0)
     with pytest.raises(ValueError, match="'cluster-round' parameter of FLIC"):
         FLICParams(cluster_round=-1)
     with pytest.raises(ValueError, match="'eps2' parameter of CFLSattler"):
@@ -49,20 +49,40 @@ def test_registry_and_params_validation():
         CFLSattlerParams(split_after=1.5)
 
 
-def test_flic_clusters_seen_clients_and_assigns_the_unseen_by_train_loss():
+def _queried(grid, action):
+    return {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent if m.metadata.message_type == f"query.{action}"}
+
+
+def test_flic_clusters_seen_clients_and_joins_the_unseen_by_their_update():
     strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=6, fraction=0.34,
                             **{"num-clients": 9, "groups": 3, "samples-per-label": 10})
     seen = _sampled(grid, 1) | _sampled(grid, 2)
-    assert strategy.clustered_at == 3
+    assert strategy.clustered_at == 3 and strategy.resolution > 0
     assert [r["phase"] for r in strategy.history] == ["fedavg", "fedavg", "cluster", "train", "train", "train"]
-    assert sum(strategy.history[2]["cluster-sizes"]) == len(seen) < 9
-    assert _sampled(grid, 3) <= seen
-    queried = {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent if m.metadata.message_type == "query.losses"}
-    assert queried == set(range(9)) - seen
+    assert sum(strategy.history[2]["cluster-sizes"]) == 9
+    assert _queried(grid, "update") == set(range(9)) - seen == set(strategy.joined)
+    assert not _queried(grid, "losses")
     assert sorted(strategy.assignment) == list(range(9))
-    assert set(strategy.distance_pids) == set(strategy.similarity.pids)
+    assert set(strategy.distance_pids) == set(range(9))
     d = strategy.distance_matrix
-    assert d.shape == (len(strategy.distance_pids),) * 2 and np.allclose(np.diag(d), 0, atol=1e-5)
+    assert d.shape == (9, 9) and np.allclose(np.diag(d), 0, atol=1e-5)
+
+
+def test_flic_late_attackers_join_the_attackers_not_the_loyal_cluster():
+    # The attackers' data is clean: by train loss they would join the loyal cluster; by the
+    # direction of their update (minus the true one) they join the attackers.
+    strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=4, fraction=1.0, scenario="attack",
+                            attackers=4, **{"num-clients": 8, "samples-per-client": 150, "seed": 2,
+                                                              "late-clients": 0.25, "late-round": 4})
+    late = sorted(strategy.joined)
+    assert len(late) == 2 and strategy.joined[late[0]] == 4 and late == sorted(_queried(grid, "update"))
+    truth = {p: c.true_group for p, c in strategy.clients.items()}
+    clusters = {g: {strategy.assignment[p] for p in truth if truth[p] == g} for g in (0, 1)}
+    assert len(clusters[0]) == len(clusters[1]) == 1 and clusters[0] != clusters[1]
+    attackers = [p for p in late if truth[p] == 1]
+    assert attackers
+    by_loss = strategy.assign_by_loss(attackers, 5)
+    assert {by_loss[p] for p in attackers} == clusters[0] != {strategy.assignment[p] for p in attackers}
 
 
 def test_flic_similarity_rows_change_only_for_sampled_clients():

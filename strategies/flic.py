@@ -43,7 +43,7 @@ from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
-from .updates import StoredUpdates
+from .updates import StoredUpdates, float_size
 
 STABLE_PATIENCE = 3
 
@@ -154,10 +154,8 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         clustered model; the clients that do not reply are placed by train loss."""
         if not pids:
             return {}
-        size = sum(int(np.prod(a.shape)) for a in self._reference.values()
-                   if np.issubdtype(a.numpy().dtype, np.floating))
         ups = self.query_signal(keys.UPDATE_ACTION, pids, server_round, ModelUpdate.from_arrays,
-                                models=[self._reference], size=size)
+                                models=[self._reference], size=float_size(self._reference))
         replied = sorted(ups)
         placed: dict[int, int] = {}
         if replied:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import small_run_config
+from flwr.app import Array, ArrayRecord
 from inprocess import InProcessGrid
 
 from client.app import app as client_app
@@ -14,6 +15,7 @@ from server.figures import FIGURES
 from strategies import FLIC, REGISTRY, CFLSattler, FedMedian
 from strategies.cfl_sattler import CFLSattlerParams
 from strategies.flic import STABLE_PATIENCE, FLICParams
+from strategies.updates import add_flat, float_size
 
 
 def _start(cls, params=None, spy=None, **overrides):
@@ -45,6 +47,8 @@ def test_registry_and_params_validation():
         FLICParams(cluster_round=-1)
     with pytest.raises(ValueError, match="'eps2' parameter of CFLSattler"):
         CFLSattlerParams(eps2=-1.0)
+    with pytest.raises(ValueError, match="'eps1' parameter of CFLSattler"):
+        CFLSattlerParams(eps1=0.0)
     with pytest.raises(ValueError, match="'split-after' parameter of CFLSattler"):
         CFLSattlerParams(split_after=1.5)
 
@@ -125,27 +129,48 @@ def test_fedmedian_model_is_the_coordinate_median_of_the_replies():
     assert not np.allclose(strategy.models[0][name].numpy(), mean)
 
 
-def test_sattler_splits_recursively_and_keeps_partition_ids():
-    strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=4,
-                         fraction=1.0, **{"num-clients": 8, "samples-per-label": 10})
-    assert [s["round"] for s in strategy.splits][:1] == [2]
-    assert len(strategy.splits) >= 2 and len(strategy.models) == 1 + len(strategy.splits)
+def test_sattler_splits_on_every_members_update_and_keeps_partition_ids():
+    strategy, grid = _start(CFLSattler, CFLSattlerParams(eps1=1e6, split_after=1), rounds=5, fraction=0.5,
+                            **{"num-clients": 8, "samples-per-label": 10})
+    first = strategy.attempts[0]
+    assert first["round"] == 3 and first["cluster"] == 0 and sum(first["sizes"]) == 8
+    asked = [m for m in grid.sent if m.metadata.message_type == "query.update"]
+    assert {grid.pid_of[m.metadata.dst_node_id] for m in asked if m.content["config"]["server-round"] == 3} \
+        == set(range(8))
+    kept = [a for a in strategy.attempts if a["kept"]]
+    assert kept and all(a["alpha-intra-min"] > a["alpha-cross-max"] for a in kept)
+    assert all(not a["kept"] and a["alpha-intra-min"] <= a["alpha-cross-max"]
+               for a in strategy.attempts if a not in kept)
+    assert len(strategy.splits) == len(kept) and len(strategy.models) == 1 + len(kept)
     assert sorted(strategy.assignment) == list(range(8))
     sizes = np.bincount(list(strategy.assignment.values()), minlength=len(strategy.models))
     assert sizes.min() >= 1 and all(r["size"] >= 1 for r in strategy.norms)
-    assert [r["phase"] for r in strategy.history] == ["train", "cluster", "cluster", "cluster"]
+    assert [r["phase"] for r in strategy.history] == ["train"] + ["cluster"] * 4
+
+
+def test_add_flat_lays_the_update_over_the_floating_arrays_in_record_order():
+    record = ArrayRecord({"w": Array(np.ones((2, 2), np.float32)), "steps": Array(np.array([7], np.int64)),
+                          "b": Array(np.zeros(3, np.float32))})
+    assert float_size(record) == 7
+    out = add_flat(record, np.arange(7, dtype=np.float32))
+    np.testing.assert_array_equal(out["w"].numpy(), [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(out["b"].numpy(), [4, 5, 6])
+    np.testing.assert_array_equal(out["steps"].numpy(), [7])
+    assert out["w"].numpy().dtype == np.float32
+    with pytest.raises(ValueError, match="'delta' parameter of add_flat must have 7 entries"):
+        add_flat(record, np.zeros(6))
 
 
 def test_sattler_does_not_split_when_the_mean_update_is_large():
     strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e-9, eps2=1e-9, split_after=0), rounds=3,
                          fraction=1.0)
-    assert strategy.splits == [] and len(strategy.models) == 1
+    assert strategy.splits == [] == strategy.attempts and len(strategy.models) == 1
     assert [r["round"] for r in strategy.norms] == [1, 2, 3]
 
 
 def test_figures_are_written(tmp_path):
     flic, _ = _start(FLIC, FLICParams(cluster_round=2), rounds=3)
-    cfl, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=2, fraction=1.0)
+    cfl, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, split_after=1), rounds=3, fraction=1.0)
     paths = FIGURES["flic"](flic, tmp_path) + FIGURES["cfl-sattler"](cfl, tmp_path)
     assert [p.name for p in paths] == ["flic-stability.png", "flic.json", "flic-similarity.npz", "cfl-norms.png"]
     assert all(p.stat().st_size > 0 for p in paths)

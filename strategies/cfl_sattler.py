@@ -1,8 +1,9 @@
 """Sattler's clustered FL (Sattler, Mueller and Samek, IEEE TNNLS 32(8), 2021, Alg. 1).
 
-FedAvg inside each cluster. After each round, a cluster whose sampled members' updates cancel
-(``||mean update|| < eps1 * mean ||update_i||``: the joint objective is near a stationary
-point) while one member still moves (``max ||update_i|| > eps2``), with more than 2 members
+FedAvg inside each cluster. After each round, a cluster whose members' updates cancel (the
+norm of their mean below eps1 times their RMS norm, estimated from the sampled members: the
+joint objective is near a stationary point) while one member still moves
+(``max ||update_i|| > eps2``), with more than 2 members
 and after round ``split-after``, is a split candidate. At the start of the next round all its
 members send their update of the cluster model (``query.update``, clustering-signal bytes:
 Sattler's bi-partition uses every member's update at the same stationary point; the
@@ -30,6 +31,7 @@ from flwr.common import log
 
 from common import keys
 from common.clustering.bipartition import (
+    mean_update_ratio,
     separation,
     should_split,
     split_cluster,
@@ -68,8 +70,8 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
     Attributes
     ----------
     norms : list of dict
-        Per round and cluster with updates: ``round``, ``cluster``, ``size``, ``mean-norm``,
-        ``norm-mean`` (mean of the norms), ``max-norm``.
+        Per round and cluster with updates: ``round``, ``cluster``, ``size``, ``sampled``,
+        ``mean-norm``, ``rms-norm``, ``max-norm`` and ``ratio`` (``mean_update_ratio``).
     attempts : list of dict
         Each bi-partition tried: ``round``, ``cluster``, ``sizes``, ``alpha-cross-max``,
         ``alpha-intra-min``, ``gamma-max``, ``kept``.
@@ -100,12 +102,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
             deltas = {p: updates[p].delta() for p in pids}
             self.remember(pids, np.stack([deltas[p] for p in pids]), self.params.sketch_dim, self.training.seed)
             for k in sorted({self.assignment[p] for p in pids}):
-                mean_norm, norm_mean, max_norm = update_norms(np.stack([deltas[p] for p in pids
-                                                                        if self.assignment[p] == k]))
+                sampled = np.stack([deltas[p] for p in pids if self.assignment[p] == k])
+                mean_norm, rms, max_norm = update_norms(sampled)
+                ratio = mean_update_ratio(sampled)
                 size = sum(1 for c in self.assignment.values() if c == k)
-                self.norms.append({"round": server_round, "cluster": k, "size": size, "mean-norm": mean_norm,
-                                   "norm-mean": norm_mean, "max-norm": max_norm})
-                if (should_split(mean_norm, norm_mean, max_norm, size, server_round, eps1=self.params.eps1,
+                self.norms.append({"round": server_round, "cluster": k, "size": size, "sampled": len(sampled),
+                                   "mean-norm": mean_norm, "rms-norm": rms, "max-norm": max_norm, "ratio": ratio})
+                if (should_split(ratio, max_norm, size, server_round, eps1=self.params.eps1,
                                  eps2=self.params.eps2, split_after=self.params.split_after)
                         and server_round >= self._retry.get(k, 0)):
                     self._candidates.add(k)

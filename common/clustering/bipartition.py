@@ -6,9 +6,10 @@ code felisat/clustered-federated-learning). A cluster whose federated optimisati
 reached a stationary point of the joint objective (its members' updates cancel: the norm of
 their mean is small) while some client still moves far is split in two by complete linkage
 on ``1 - cos`` of its members' updates. The reference code's absolute thresholds (eps1 0.4,
-eps2 1.6) depend on the model, learning rate and local epochs; :func:`should_split` takes
-eps1 relative to the members' mean update norm (``||mean|| / mean ||update_i||`` is 1 for
-aligned updates and about ``sqrt(mean cos)`` for many mixed ones). The split is kept only
+eps2 1.6) depend on the model, learning rate and local epochs; :func:`mean_update_ratio`
+makes eps1 relative: the norm of the cluster's mean update over the members' RMS update norm,
+estimated without bias from the sampled members (1 for aligned updates, ``sqrt(mean cos)``
+for updates of equal norms, whatever the sample size). The split is kept only
 when it separates (Sattler's correctness condition, Sec. III): every cosine inside a half
 exceeds every cosine across (:func:`separation`); ``gamma_max = sqrt((1 - alpha_cross_max) / 2)``
 is the gradient noise it tolerates. The reference code returns the halves as positions inside
@@ -25,7 +26,7 @@ from sklearn.cluster import AgglomerativeClustering
 
 
 def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
-    """``(||mean update||, mean_i ||update_i||, max_i ||update_i||)`` of a cluster's updates.
+    """``(||mean update||, RMS ||update_i||, max_i ||update_i||)`` of a cluster's updates.
 
     Parameters
     ----------
@@ -41,15 +42,40 @@ def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
         raise ValueError("The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
                          f"Got shape {u.shape} instead.")
     norms = np.linalg.norm(u, axis=1)
-    return float(np.linalg.norm(u.mean(axis=0))), float(norms.mean()), float(norms.max())
+    return float(np.linalg.norm(u.mean(axis=0))), float(np.sqrt(np.mean(norms**2))), float(norms.max())
 
 
-def should_split(mean_norm: float, norm_mean: float, max_norm: float, size: int, server_round: int, *,
+def mean_update_ratio(updates: np.ndarray) -> float:
+    """``||mu|| / sqrt(E ||u||^2)`` for the cluster's update distribution, from ``m`` sampled updates.
+
+    ``E ||mean of m||^2 = ||mu||^2 + (E ||u||^2 - ||mu||^2) / m``, so ``(m ||mean||^2 - mean ||u_i||^2)
+    / (m - 1)`` estimates ``||mu||^2`` without bias (clipped at 0). For updates of equal norms the
+    ratio is the square root of their mean pairwise cosine.
+
+    Parameters
+    ----------
+    updates : ndarray of shape (m, d)
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``; NaN for fewer than 2 updates or all-zero updates.
+    """
+    u = np.asarray(updates, dtype=np.float64)
+    mean_norm, rms, _ = update_norms(u)
+    m = u.shape[0]
+    if m < 2 or rms == 0:
+        return float("nan")
+    mu2 = (m * mean_norm**2 - rms**2) / (m - 1)
+    return float(np.sqrt(np.clip(mu2, 0.0, None)) / rms)
+
+
+def should_split(ratio: float, max_norm: float, size: int, server_round: int, *,
                  eps1: float, eps2: float, split_after: int) -> bool:
-    """Sattler's criterion, eps1 relative: ``mean_norm < eps1 * norm_mean`` (the updates cancel)
-    and ``max_norm > eps2`` (absolute, as in the reference), more than 2 members,
-    ``server_round > split_after``."""
-    return mean_norm < eps1 * norm_mean and max_norm > eps2 and size > 2 and server_round > split_after
+    """Sattler's criterion with eps1 relative: ``ratio < eps1`` (:func:`mean_update_ratio`: the
+    members' updates cancel) and ``max_norm > eps2`` (absolute, as in the reference), more than
+    2 members, ``server_round > split_after``. A NaN ratio never splits."""
+    return bool(ratio < eps1) and max_norm > eps2 and size > 2 and server_round > split_after
 
 
 def separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray) -> tuple[float, float]:

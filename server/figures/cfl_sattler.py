@@ -1,4 +1,4 @@
-"""Sattler's CFL picture: per cluster, ``||mean update|| / mean ||update_i||`` with eps1, and the splits."""
+"""Sattler's CFL picture: per cluster, the mean-update ratio with eps1, the max norm, and the splits."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from . import register
 
 @register("cfl-sattler")
 def cfl_sattler_norms(strategy: Any, folder: Path) -> list[Path]:
-    """Write ``cfl-norms.png``: per cluster, the ratio ``||mean update|| / mean ||update_i||`` of its
-    sampled members (solid) and ``max ||update_i||`` (dashed, right axis) each round; eps1 and eps2
+    """Write ``cfl-norms.png``: per cluster, ``mean_update_ratio`` of its sampled members (solid) and ``max ||update_i||`` (dashed, right axis) each round; eps1 and eps2
     as horizontal lines, kept splits (red) and rejected bi-partitions (grey) as vertical lines."""
     fig = Figure(figsize=(7.0, 4.4))
     ax = fig.add_subplot()
@@ -24,7 +23,7 @@ def cfl_sattler_norms(strategy: Any, folder: Path) -> list[Path]:
         rows = [r for r in strategy.norms if r["cluster"] == k]
         x = [r["round"] for r in rows]
         colour = colours[k % len(colours)]
-        ax.plot(x, [r["mean-norm"] / max(r["norm-mean"], 1e-12) for r in rows], color=colour,
+        ax.plot(x, [r["ratio"] for r in rows], color=colour,
                 label=f"cluster {k}")
         right.plot(x, [r["max-norm"] for r in rows], color=colour, linestyle="--", linewidth=0.8)
     ax.axhline(strategy.params.eps1, color="black", linewidth=0.8, label=f"eps1 = {strategy.params.eps1}")
@@ -35,7 +34,7 @@ def cfl_sattler_norms(strategy: Any, folder: Path) -> list[Path]:
     for i, attempt in enumerate(a for a in strategy.attempts if not a["kept"]):
         ax.axvline(attempt["round"], color="grey", linestyle=":", label="no separation" if i == 0 else None)
     ax.set_xlabel("round")
-    ax.set_ylabel("||mean update|| / mean ||update_i||")
+    ax.set_ylabel("||mean update|| / RMS ||update_i|| (unbiased)")
     right.set_ylabel("max ||update_i|| (dashed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small", ncol=2, loc="upper right")

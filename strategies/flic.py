@@ -5,7 +5,8 @@ the similarity ``S = 1 + cos`` (Eq. 7), refreshing only the rows of this round's
 (``common.clustering.similarity``; ``sketch-dim`` > 0 stores a seeded Gaussian projection
 instead of the full update). At the clustering round, Louvain communities of the graph of
 ``S`` among the clients seen so far become clusters, each starting from the current global
-model; FedAvg then runs per cluster. No extra communication: updates ride on train replies.
+model; FedAvg then runs per cluster. The graph costs no extra communication: updates ride on
+train replies.
 
 Clustering round (``cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has

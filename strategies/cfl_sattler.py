@@ -1,51 +1,65 @@
 """Sattler's clustered FL (Sattler, Mueller and Samek, IEEE TNNLS 32(8), 2021, Alg. 1).
 
-FedAvg inside each cluster; after each round, a cluster whose sampled members' mean update
-is small (``||mean update|| < eps1``: the joint objective is near a stationary point) while
-one member still moves far (``max ||update|| > eps2``), with more than 2 members and after
-round ``split-after``, is split in two by complete linkage on ``1 - cos`` of its members'
-latest updates (``common.clustering.bipartition``). Defaults are the reference code's
-(felisat/clustered-federated-learning): eps1 0.4, eps2 1.6, after round 20.
+FedAvg inside each cluster. After each round, a cluster whose members' updates cancel (the
+norm of their mean below eps1 times their RMS norm, estimated from the sampled members: the
+joint objective is near a stationary point) while one member still moves
+(``max ||update_i|| > eps2``), with more than 2 members
+and after round ``split-after``, is a split candidate. At the start of the next round all its
+members send their update of the cluster model (``query.update``, clustering-signal bytes:
+Sattler's bi-partition uses every member's update at the same stationary point; the
+reference samples everyone, we sample ``fraction``), which complete linkage on ``1 - cos``
+splits in two (``common.clustering.bipartition``). The split is kept when it separates
+(every cosine inside a half above every cosine across, Sattler's correctness condition);
+otherwise the cluster is left alone for ``RETRY_AFTER`` rounds. Each half starts from the
+cluster model plus its members' mean update, as in the reference.
 
-As in the reference, both halves start from the cluster's pre-round model plus the average
-update of their own members of this round. With partial participation (``fraction`` < 1,
-the reference samples everyone) the split uses each member's latest stored update, and a
-member never sampled yet joins the larger half. Positions inside a sub-cluster are mapped
+eps1 is relative to the update norms (the reference's absolute 0.4 / 1.6 assume its model
+and learning rate: our DNN at lr 0.001 moves less than 0.55 per round and never splits);
+eps2 stays absolute, 0 (default) disables it. Positions inside a sub-cluster are mapped
 back to partition ids (the reference code's pitfall; tested).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import ArrayRecord
 from flwr.common import log
 
-from common.clustering.bipartition import should_split, split_cluster, update_norms
-from common.clustering.similarity import UpdateSimilarity
+from common import keys
+from common.clustering.bipartition import (
+    mean_update_ratio,
+    separation,
+    should_split,
+    split_cluster,
+    update_norms,
+)
+from common.clustering.similarity import UpdateSimilarity, cosine_matrix
+from common.signals.update import ModelUpdate
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
-from .updates import StoredUpdates
+from .updates import StoredUpdates, add_flat, float_size
+
+RETRY_AFTER = 5
 
 
 @dataclass(frozen=True)
 class CFLSattlerParams:
-    """``eps1`` > 0, ``eps2`` > 0, ``split_after`` >= 0, ``sketch_dim`` >= 0 (0: full updates)."""
+    """``eps1`` > 0 (relative), ``eps2`` >= 0 (absolute; 0: off), ``split_after`` >= 0, ``sketch_dim`` >= 0."""
 
-    eps1: float = 0.4
-    eps2: float = 1.6
+    eps1: float = 0.5
+    eps2: float = 0.0
     split_after: int = 20
     sketch_dim: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("eps1", "eps2"):
-            object.__setattr__(self, name, check_float(getattr(self, name), name, "CFLSattler", low=0.0,
-                                                       closed=(False, True)))
+        object.__setattr__(self, "eps1", check_float(self.eps1, "eps1", "CFLSattler", low=0.0, closed=(False, True)))
+        object.__setattr__(self, "eps2", check_float(self.eps2, "eps2", "CFLSattler", low=0.0))
         object.__setattr__(self, "split_after", check_int(self.split_after, "split-after", "CFLSattler", low=0))
         object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "CFLSattler", low=0))
 
@@ -56,9 +70,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
     Attributes
     ----------
     norms : list of dict
-        Per round and cluster with updates: ``round``, ``cluster``, ``size``, ``mean-norm``, ``max-norm``.
+        Per round and cluster with updates: ``round``, ``cluster``, ``size``, ``sampled``,
+        ``mean-norm``, ``rms-norm``, ``max-norm`` and ``ratio`` (``mean_update_ratio``).
+    attempts : list of dict
+        Each bi-partition tried: ``round``, ``cluster``, ``sizes``, ``alpha-cross-max``,
+        ``alpha-intra-min``, ``gamma-max``, ``kept``.
     splits : list of dict
-        ``round``, ``cluster`` (split) and ``new`` (the second half's index).
+        Kept splits: ``round``, ``cluster`` (split) and ``new`` (the second half's index).
     """
 
     name = "cfl-sattler"
@@ -68,7 +86,10 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
         super().init_clusters(initial)
         self.similarity: UpdateSimilarity | None = None
         self.norms: list[dict[str, Any]] = []
+        self.attempts: list[dict[str, Any]] = []
         self.splits: list[dict[str, int]] = []
+        self._candidates: set[int] = set()
+        self._retry: dict[int, int] = {}
 
     def phase(self, server_round: int) -> str:
         return "train" if server_round <= self.params.split_after else "cluster"
@@ -81,35 +102,52 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
             deltas = {p: updates[p].delta() for p in pids}
             self.remember(pids, np.stack([deltas[p] for p in pids]), self.params.sketch_dim, self.training.seed)
             for k in sorted({self.assignment[p] for p in pids}):
-                sampled = [p for p in pids if self.assignment[p] == k]
-                mean_norm, max_norm = update_norms(np.stack([deltas[p] for p in sampled]))
-                members = sorted(p for p, c in self.assignment.items() if c == k)
-                self.norms.append({"round": server_round, "cluster": k, "size": len(members),
-                                   "mean-norm": mean_norm, "max-norm": max_norm})
-                if should_split(mean_norm, max_norm, len(members), server_round, eps1=self.params.eps1,
-                                eps2=self.params.eps2, split_after=self.params.split_after):
-                    self._split(server_round, k, members, {p: updates[p] for p in sampled})
+                sampled = np.stack([deltas[p] for p in pids if self.assignment[p] == k])
+                mean_norm, rms, max_norm = update_norms(sampled)
+                ratio = mean_update_ratio(sampled)
+                size = sum(1 for c in self.assignment.values() if c == k)
+                self.norms.append({"round": server_round, "cluster": k, "size": size, "sampled": len(sampled),
+                                   "mean-norm": mean_norm, "rms-norm": rms, "max-norm": max_norm, "ratio": ratio})
+                if (should_split(ratio, max_norm, size, server_round, eps1=self.params.eps1,
+                                 eps2=self.params.eps2, split_after=self.params.split_after)
+                        and server_round >= self._retry.get(k, 0)):
+                    self._candidates.add(k)
 
-    def _split(self, server_round: int, k: int, members: list[int], sampled: dict[int, TrainUpdate]) -> None:
-        known = [p for p in members if p in self.similarity]
-        if len(known) < 2:
+    def before_round(self, server_round: int) -> None:
+        for k in sorted(self._candidates):
+            self._try_split(server_round, k)
+        self._candidates.clear()
+
+    def _try_split(self, server_round: int, k: int) -> None:
+        members = sorted(p for p, c in self.assignment.items() if c == k)
+        model = self.models[k]
+        ups = self.query_signal(keys.UPDATE_ACTION, members, server_round, ModelUpdate.from_arrays,
+                                models=[model], size=float_size(model))
+        replied = sorted(ups)
+        if len(replied) < 3:
             return
-        first, second = split_cluster(known, self.similarity.matrix(known) - 1.0)
-        unknown = [p for p in members if p not in self.similarity]
-        if unknown:
-            log(WARNING, "round %d: clients %s of cluster %d were never sampled; they join its larger half",
-                server_round, unknown, k)
-            (first if len(first) >= len(second) else second).extend(unknown)
-        reference = ArrayRecord({n: Array(a) for n, a in next(iter(sampled.values())).sent.items()})
-        halves = []
-        for half in (first, second):
-            ups = [sampled[p] for p in half if p in sampled]
-            halves.append(self.aggregate_cluster(k, ups) if ups else reference.copy())
+        deltas = np.stack([ups[p].delta for p in replied])
+        with self.clustering_timer():
+            self.remember(replied, deltas, self.params.sketch_dim, self.training.seed)
+            cos = cosine_matrix(deltas, deltas)
+            first, second = split_cluster(replied, cos)
+            at = {p: i for i, p in enumerate(replied)}
+            cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))
+        kept = intra > cross
+        self.attempts.append({"round": server_round, "cluster": k, "sizes": [len(first), len(second)],
+                              "alpha-cross-max": cross, "alpha-intra-min": intra,
+                              "gamma-max": float(np.sqrt((1.0 - cross) / 2.0)), "kept": bool(kept)})
+        if not kept:
+            self._retry[k] = server_round + RETRY_AFTER
+            log(INFO, "round %d: CFL kept cluster %d whole: its bi-partition does not separate (cross %.2f >= "
+                "intra %.2f)", server_round, k, cross, intra)
+            return
+        (first if len(first) >= len(second) else second).extend(sorted(set(members) - set(replied)))
+        halves = [add_flat(model, deltas[[at[p] for p in half if p in at]].mean(axis=0)) for half in (first, second)]
         new = len(self.models)
         self.models[k] = halves[0]
         self.models.append(halves[1])
         self.assignment.update({p: new for p in second})
         self.splits.append({"round": server_round, "cluster": k, "new": new})
-        log(INFO, "round %d: CFL split cluster %d into %d + %d clients (new cluster %d)",
-            server_round, k, len(first), len(second), new)
-
+        log(INFO, "round %d: CFL split cluster %d into %d + %d clients (new cluster %d; cross %.2f < intra %.2f)",
+            server_round, k, len(first), len(second), new, cross, intra)

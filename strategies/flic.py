@@ -5,7 +5,8 @@ the similarity ``S = 1 + cos`` (Eq. 7), refreshing only the rows of this round's
 (``common.clustering.similarity``; ``sketch-dim`` > 0 stores a seeded Gaussian projection
 instead of the full update). At the clustering round, Louvain communities of the graph of
 ``S`` among the clients seen so far become clusters, each starting from the current global
-model; FedAvg then runs per cluster. No extra communication: updates ride on train replies.
+model; FedAvg then runs per cluster. The graph costs no extra communication: updates ride on
+train replies.
 
 Clustering round (``cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has
@@ -13,9 +14,16 @@ stabilised": after the first ``STABLE_PATIENCE`` consecutive rounds whose relati
 the global model ``||w_t - w_{t-1}|| / ||w_{t-1}||`` is below ``stable-tol``, and at the
 latest before round ``rounds // 2 + 1``.
 
-Clients never sampled before clustering wait until every cluster model has trained once
-since clustering (at most ``UNSEEN_WAIT`` rounds, the paper's T_f), then join the cluster
-whose model has the lowest loss on their TRAIN split; newcomers join the same way.
+``resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
+best silhouette on ``1 - cos`` over resolutions 0.5..2.0 (``common.clustering.flic``: at a
+fixed resolution, modularity merges groups whose mutual cosine exceeds about the federation's
+mean cosine, e.g. rotation's 0 and 180 degrees); a value > 0 fixes it.
+
+Clients outside the graph (never sampled before clustering, and newcomers) send one update
+of the model Louvain clustered on (``query.update``, clustering-signal bytes) and join the
+community Louvain's local-moving step would give them (largest modularity gain, the others
+fixed). The paper instead evaluates the cluster models on their data; that cannot tell an
+attacker, whose data is clean, from a loyal client. After clustering, ``S`` is frozen.
 """
 
 from __future__ import annotations
@@ -27,32 +35,33 @@ import numpy as np
 from flwr.app import ArrayRecord
 from flwr.common import log
 
+from common import keys
+from common.clustering.flic import join_by_modularity, louvain_by_silhouette
 from common.clustering.louvain import louvain_labels
 from common.clustering.similarity import UpdateSimilarity
+from common.signals.update import ModelUpdate
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
-from .updates import StoredUpdates
+from .updates import StoredUpdates, float_size
 
 STABLE_PATIENCE = 3
-UNSEEN_WAIT = 5
 
 
 @dataclass(frozen=True)
 class FLICParams:
-    """``cluster_round`` >= 0 (0: automatic), ``resolution`` > 0, ``sketch_dim`` >= 0 (0: full updates),
-    ``stable_tol`` > 0."""
+    """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette), ``sketch_dim`` >= 0
+    (0: full updates), ``stable_tol`` > 0."""
 
     cluster_round: int = 0
-    resolution: float = 1.0
+    resolution: float = 0.0
     sketch_dim: int = 0
     stable_tol: float = 0.01
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster_round", check_int(self.cluster_round, "cluster-round", "FLIC", low=0))
-        object.__setattr__(self, "resolution", check_float(self.resolution, "resolution", "FLIC", low=0.0,
-                                                           closed=(False, True)))
+        object.__setattr__(self, "resolution", check_float(self.resolution, "resolution", "FLIC", low=0.0))
         object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "FLIC", low=0))
         object.__setattr__(self, "stable_tol", check_float(self.stable_tol, "stable-tol", "FLIC", low=0.0,
                                                            closed=(False, True)))
@@ -70,13 +79,17 @@ class FLIC(StoredUpdates, ClusteredStrategy):
     Attributes
     ----------
     similarity : UpdateSimilarity or None
-        Latest update per client seen and ``S`` among them.
+        Latest update per client seen before clustering (then frozen, plus joined clients).
     global_change : list of float
         Relative change of the global model each round before clustering.
     clustered_at : int or None
         The round whose training first ran per cluster.
     clustering_similarity : (list of int, ndarray of shape (n, n)) or None
         The clients Louvain clustered and their ``S`` at that moment.
+    resolution : float or None
+        The resolution Louvain used.
+    joined : dict of int to int
+        Round each client outside the graph joined in (by modularity gain).
     """
 
     name = "flic"
@@ -87,10 +100,12 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         self.similarity: UpdateSimilarity | None = None
         self.global_change: list[float] = []
         self.clustered_at: int | None = None
-        self.unseen: list[int] = []
-        self._trained: set[int] = set()
         self._stable_since: int | None = None
         self.clustering_similarity: tuple[list[int], np.ndarray] | None = None
+        self.resolution: float | None = None
+        self.joined: dict[int, int] = {}
+        self._labels: np.ndarray | None = None
+        self._reference: ArrayRecord | None = None
 
     def phase(self, server_round: int) -> str:
         if self.clustered_at is None or server_round < self.clustered_at:
@@ -100,12 +115,6 @@ class FLIC(StoredUpdates, ClusteredStrategy):
     def before_round(self, server_round: int) -> None:
         if self.clustered_at is None and self._due(server_round):
             self._cluster(server_round)
-        elif self.unseen and (len(self._trained) == len(self.models) or server_round == self.training.rounds
-                              or server_round >= self.clustered_at + UNSEEN_WAIT):
-            self.assignment.update(self.assign_by_loss(self.unseen, server_round))
-            log(INFO, "round %d: FLIC assigned %d never-sampled clients by train loss", server_round,
-                len(self.unseen))
-            self.unseen = []
 
     def _due(self, server_round: int) -> bool:
         if self.params.cluster_round:
@@ -117,27 +126,60 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         if len(seen) < 2:
             log(WARNING, "round %d: FLIC has updates of %d clients; clustering postponed", server_round, len(seen))
             return
+        s = self.similarity.matrix(seen)
         with self.clustering_timer():
-            labels = louvain_labels(self.similarity.matrix(seen), self.params.resolution, self.training.seed)
-        self.clustering_similarity = (seen, self.similarity.matrix(seen))
+            if self.params.resolution:
+                self.resolution = self.params.resolution
+                labels = louvain_labels(s, self.resolution, self.training.seed)
+            else:
+                labels, self.resolution = louvain_by_silhouette(s, self.training.seed)
+        self.clustering_similarity, self._labels = (seen, s), labels
+        self._reference = self.models[0].copy()
         count = int(labels.max()) + 1
         self.set_clusters([self.models[0].copy() for _ in range(count)],
                           {pid: int(k) for pid, k in zip(seen, labels, strict=True)})
-        self.unseen = sorted(set(self.clients) - set(seen))
         self.clustered_at = server_round
-        log(INFO, "round %d: FLIC Louvain found %d clusters among %d clients seen (%d never sampled)",
-            server_round, count, len(seen), len(self.unseen))
+        unseen = sorted(set(self.clients) - set(seen))
+        log(INFO, "round %d: FLIC Louvain (resolution %.2f) found %d clusters among %d clients seen "
+            "(%d never sampled)", server_round, self.resolution, count, len(seen), len(unseen))
+        self.assignment.update(self._join(unseen, server_round))
+
+    def admit(self, server_round: int, newcomers: list[int]) -> None:
+        if self.clustered_at is None:
+            super().admit(server_round, newcomers)
+        else:
+            self.assignment.update(self._join(newcomers, server_round))
+
+    def _join(self, pids: list[int], server_round: int) -> dict[int, int]:
+        """Clusters of clients outside the graph, by the modularity gain of their update of the
+        clustered model; the clients that do not reply are placed by train loss."""
+        if not pids:
+            return {}
+        ups = self.query_signal(keys.UPDATE_ACTION, pids, server_round, ModelUpdate.from_arrays,
+                                models=[self._reference], size=float_size(self._reference))
+        replied = sorted(ups)
+        placed: dict[int, int] = {}
+        if replied:
+            seen, s = self.clustering_similarity
+            with self.clustering_timer():
+                self.similarity.update(replied, np.stack([ups[p].delta for p in replied]))
+                links = self.similarity.matrix(replied + seen)[: len(replied), len(replied):]
+                labels = join_by_modularity(links, s, self._labels, self.resolution)
+            placed = {p: int(k) for p, k in zip(replied, labels, strict=True)}
+            self.joined.update({p: server_round for p in replied})
+        missing = sorted(set(pids) - set(replied))
+        placed.update(self.assign_by_loss(missing, server_round))
+        log(INFO, "round %d: FLIC placed %d clients outside the graph by modularity gain (%d by train loss)",
+            server_round, len(replied), len(missing))
+        return placed
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
-        if not updates:
+        if not updates or self.clustered_at is not None:
             return
         pids = sorted(updates)
         with self.clustering_timer():
             self.remember(pids, np.stack([updates[p].delta() for p in pids]), self.params.sketch_dim,
                           self.training.seed)
-        if self.clustered_at is not None:
-            self._trained.update(self.assignment[p] for p in pids)
-            return
         before = flat_floats(updates[pids[0]].sent)
         after = flat_floats({n: a.numpy() for n, a in self.models[0].items()})
         change = float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))
@@ -145,4 +187,3 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         recent = self.global_change[-STABLE_PATIENCE:]
         if len(recent) == STABLE_PATIENCE and max(recent) < self.params.stable_tol:
             self._stable_since = self._stable_since or server_round
-

@@ -3,11 +3,18 @@
 Sattler, Mueller and Samek, "Clustered Federated Learning: Model-Agnostic Distributed
 Multitask Optimization under Privacy Constraints", IEEE TNNLS 32(8), 2021 (Alg. 1; reference
 code felisat/clustered-federated-learning). A cluster whose federated optimisation has
-reached a stationary point of the joint objective (norm of the mean update below eps1) while
-some client still moves far (largest update norm above eps2) is split in two by complete
-linkage on ``1 - cos`` of its members' updates. The reference code returns the halves as
-positions inside the cluster; :func:`split_cluster` maps them back to client ids (tested).
-Numpy and scikit-learn only.
+reached a stationary point of the joint objective (its members' updates cancel: the norm of
+their mean is small) while some client still moves far is split in two by complete linkage
+on ``1 - cos`` of its members' updates. The reference code's absolute thresholds (eps1 0.4,
+eps2 1.6) depend on the model, learning rate and local epochs; :func:`mean_update_ratio`
+makes eps1 relative: the norm of the cluster's mean update over the members' RMS update norm,
+estimated without bias from the sampled members (1 for aligned updates, ``sqrt(mean cos)``
+for updates of equal norms, whatever the sample size). The split is kept only
+when it separates (Sattler's correctness condition, Sec. III): every cosine inside a half
+exceeds every cosine across (:func:`separation`); ``gamma_max = sqrt((1 - alpha_cross_max) / 2)``
+is the gradient noise it tolerates. The reference code returns the halves as positions inside
+the cluster; :func:`split_cluster` maps them back to client ids (tested). Numpy and
+scikit-learn only.
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ import numpy as np
 from sklearn.cluster import AgglomerativeClustering
 
 
-def update_norms(updates: np.ndarray) -> tuple[float, float]:
-    """``(||mean update||, max_i ||update_i||)`` of a cluster's updates.
+def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
+    """``(||mean update||, RMS ||update_i||, max_i ||update_i||)`` of a cluster's updates.
 
     Parameters
     ----------
@@ -34,14 +41,64 @@ def update_norms(updates: np.ndarray) -> tuple[float, float]:
     if u.ndim != 2 or u.shape[0] == 0:
         raise ValueError("The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
                          f"Got shape {u.shape} instead.")
-    return float(np.linalg.norm(u.mean(axis=0))), float(np.linalg.norm(u, axis=1).max())
+    norms = np.linalg.norm(u, axis=1)
+    return float(np.linalg.norm(u.mean(axis=0))), float(np.sqrt(np.mean(norms**2))), float(norms.max())
 
 
-def should_split(mean_norm: float, max_norm: float, size: int, server_round: int, *,
+def mean_update_ratio(updates: np.ndarray) -> float:
+    """``||mu|| / sqrt(E ||u||^2)`` for the cluster's update distribution, from ``m`` sampled updates.
+
+    ``E ||mean of m||^2 = ||mu||^2 + (E ||u||^2 - ||mu||^2) / m``, so ``(m ||mean||^2 - mean ||u_i||^2)
+    / (m - 1)`` estimates ``||mu||^2`` without bias (clipped at 0). For updates of equal norms the
+    ratio is the square root of their mean pairwise cosine.
+
+    Parameters
+    ----------
+    updates : ndarray of shape (m, d)
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``; NaN for fewer than 2 updates or all-zero updates.
+    """
+    u = np.asarray(updates, dtype=np.float64)
+    mean_norm, rms, _ = update_norms(u)
+    m = u.shape[0]
+    if m < 2 or rms == 0:
+        return float("nan")
+    mu2 = (m * mean_norm**2 - rms**2) / (m - 1)
+    return float(np.sqrt(np.clip(mu2, 0.0, None)) / rms)
+
+
+def should_split(ratio: float, max_norm: float, size: int, server_round: int, *,
                  eps1: float, eps2: float, split_after: int) -> bool:
-    """Sattler's criterion: ``mean_norm < eps1`` and ``max_norm > eps2``, more than 2 members,
-    ``server_round > split_after``."""
-    return mean_norm < eps1 and max_norm > eps2 and size > 2 and server_round > split_after
+    """Sattler's criterion with eps1 relative: ``ratio < eps1`` (:func:`mean_update_ratio`: the
+    members' updates cancel) and ``max_norm > eps2`` (absolute, as in the reference), more than
+    2 members, ``server_round > split_after``. A NaN ratio never splits."""
+    return bool(ratio < eps1) and max_norm > eps2 and size > 2 and server_round > split_after
+
+
+def separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
+    """``(alpha_cross_max, alpha_intra_min)`` of a bi-partition.
+
+    Parameters
+    ----------
+    cosine : ndarray of shape (n, n)
+        Cosine similarities of the members' updates.
+    first, second : ndarray of int
+        Positions of the two halves (non-empty, disjoint).
+
+    Returns
+    -------
+    (float, float)
+        The largest cosine across the halves and the smallest inside one (pairs of distinct
+        members; 1.0 when both halves are single members). The split separates when
+        ``alpha_intra_min > alpha_cross_max``.
+    """
+    c = np.asarray(cosine, dtype=np.float64)
+    cross = float(c[np.ix_(first, second)].max())
+    intra = [c[np.ix_(h, h)][~np.eye(len(h), dtype=bool)].min() for h in (first, second) if len(h) > 1]
+    return cross, float(min(intra)) if intra else 1.0
 
 
 def bipartition(cosine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

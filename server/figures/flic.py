@@ -2,8 +2,9 @@
 
 ``flic-stability.png`` plots ``||w_t - w_{t-1}|| / ||w_{t-1}||`` per round with ``stable-tol``
 and the clustering round (the automatic rule's evidence). ``flic.json`` gives the clustering
-round and, per final cluster, its size, its members' true groups (scoring only) and their
-mean local test accuracy of the last evaluation, e.g. for the attack scenario's loyal clusters.
+round, Louvain's resolution, the round each client outside the graph joined and, per final
+cluster, its size, its members' true groups (scoring only) and their mean local test accuracy
+of the last evaluation, e.g. for the attack scenario's loyal clusters.
 ``flic-similarity.npz`` keeps ``S`` among the clustered clients (``pids``, ``similarity``) when
 they are at most ``MAX_SAVED``, to study Louvain's resolution offline.
 """
@@ -57,7 +58,8 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
             "accuracy": float(np.mean(accs)) if accs else None,
         })
     report = folder / "flic.json"
-    report.write_text(json.dumps({"cluster-round": strategy.clustered_at,
+    report.write_text(json.dumps({"cluster-round": strategy.clustered_at, "resolution": strategy.resolution,
+                                  "joined": {str(p): r for p, r in sorted(strategy.joined.items())},
                                   "global-change": change.tolist(), "clusters": clusters}, indent=1) + "\n")
     paths = [png, report]
     if strategy.clustering_similarity is not None and len(strategy.clustering_similarity[0]) <= MAX_SAVED:

@@ -6,6 +6,8 @@ from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.bipartition import (
     bipartition,
+    mean_update_ratio,
+    separation,
     should_split,
     split_cluster,
     update_norms,
@@ -45,15 +47,44 @@ def test_louvain_resolution_and_degenerate_graphs():
     assert similarity_graph(s).number_of_edges() == len(s) * (len(s) - 1) // 2
 
 
-def test_update_norms_and_split_criterion():
-    mean_norm, max_norm = update_norms(np.array([[3.0, 0.0], [-3.0, 0.0], [0.0, 4.0]]))
-    assert mean_norm == pytest.approx(4 / 3) and max_norm == 4.0
-    kw = {"eps1": 0.4, "eps2": 1.6, "split_after": 20}
+def test_update_norms_ratio_and_relative_split_criterion():
+    mean_norm, rms, max_norm = update_norms(np.array([[3.0, 0.0], [-3.0, 0.0], [0.0, 4.0]]))
+    assert mean_norm == pytest.approx(4 / 3) and rms == pytest.approx(np.sqrt(34 / 3)) and max_norm == 4.0
+    rng = np.random.default_rng(0)
+    # Unit updates with pairwise cosine 0.25: the ratio is 0.5 whatever the sample size.
+    base = rng.normal(size=400)
+    for m in (2, 5, 50):
+        est = np.mean([mean_update_ratio(np.stack([0.5 * base / np.linalg.norm(base)
+                                                   + np.sqrt(0.75) * v / np.linalg.norm(v)
+                                                   for v in rng.normal(size=(m, 400))]))**2 for _ in range(200)])
+        assert est == pytest.approx(0.25, abs=0.03)
+    assert mean_update_ratio(np.ones((3, 4))) == pytest.approx(1.0)
+    assert mean_update_ratio(np.array([[1.0, 0.0], [-1.0, 0.0]])) == 0.0
+    assert np.isnan(mean_update_ratio(np.ones((1, 4))))
+    kw = {"eps1": 0.5, "eps2": 1.6, "split_after": 20}
     assert should_split(0.3, 2.0, 3, 21, **kw)
     assert not should_split(0.3, 2.0, 3, 20, **kw)
     assert not should_split(0.3, 2.0, 2, 21, **kw)
-    assert not should_split(0.5, 2.0, 3, 21, **kw)
+    assert not should_split(0.6, 2.0, 3, 21, **kw)
+    assert not should_split(float("nan"), 2.0, 3, 21, **kw)
     assert not should_split(0.3, 1.5, 3, 21, **kw)
+    assert should_split(0.3, 1e-3, 3, 21, **{**kw, "eps2": 0.0})
+
+
+def test_separation_accepts_distinct_groups_and_rejects_a_split_of_one_group():
+    rng = np.random.default_rng(0)
+    centre = rng.normal(size=(2, 20))
+    groups = np.repeat([0, 1], 6)
+    two = centre[groups] + 0.3 * rng.normal(size=(12, 20))
+    one = centre[np.zeros(12, dtype=int)] + 0.3 * rng.normal(size=(12, 20))
+    for u, separates in ((two, True), (one, False)):
+        unit = u / np.linalg.norm(u, axis=1, keepdims=True)
+        c = unit @ unit.T
+        a, b = bipartition(c)
+        cross, intra = separation(c, a, b)
+        assert (intra > cross) is separates
+        assert cross == pytest.approx(c[np.ix_(a, b)].max())
+    assert separation(np.array([[1.0, 0.2], [0.2, 1.0]]), np.array([0]), np.array([1])) == (0.2, 1.0)
 
 
 def test_bipartition_separates_opposite_directions():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import small_run_config
+from flwr.app import Array, ArrayRecord
 from inprocess import InProcessGrid
 
 from client.app import app as client_app
@@ -14,6 +15,7 @@ from server.figures import FIGURES
 from strategies import FLIC, REGISTRY, CFLSattler, FedMedian
 from strategies.cfl_sattler import CFLSattlerParams
 from strategies.flic import STABLE_PATIENCE, FLICParams
+from strategies.updates import add_flat, float_size
 
 
 def _start(cls, params=None, spy=None, **overrides):
@@ -39,30 +41,52 @@ def _sampled(grid, rnd):
 
 def test_registry_and_params_validation():
     assert {"flic", "fedmedian", "cfl-sattler"} <= set(REGISTRY)
-    with pytest.raises(ValueError, match="'resolution' parameter of FLIC must be a float > 0.0. Got 0.0"):
-        FLICParams(resolution=0.0)
+    with pytest.raises(ValueError, match="'resolution' parameter of FLIC must be a float >= 0.0. Got -1.0"):
+        FLICParams(resolution=-1.0)
     with pytest.raises(ValueError, match="'cluster-round' parameter of FLIC"):
         FLICParams(cluster_round=-1)
     with pytest.raises(ValueError, match="'eps2' parameter of CFLSattler"):
         CFLSattlerParams(eps2=-1.0)
+    with pytest.raises(ValueError, match="'eps1' parameter of CFLSattler"):
+        CFLSattlerParams(eps1=0.0)
     with pytest.raises(ValueError, match="'split-after' parameter of CFLSattler"):
         CFLSattlerParams(split_after=1.5)
 
 
-def test_flic_clusters_seen_clients_and_assigns_the_unseen_by_train_loss():
+def _queried(grid, action):
+    return {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent if m.metadata.message_type == f"query.{action}"}
+
+
+def test_flic_clusters_seen_clients_and_joins_the_unseen_by_their_update():
     strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=6, fraction=0.34,
                             **{"num-clients": 9, "groups": 3, "samples-per-label": 10})
     seen = _sampled(grid, 1) | _sampled(grid, 2)
-    assert strategy.clustered_at == 3
+    assert strategy.clustered_at == 3 and strategy.resolution > 0
     assert [r["phase"] for r in strategy.history] == ["fedavg", "fedavg", "cluster", "train", "train", "train"]
-    assert sum(strategy.history[2]["cluster-sizes"]) == len(seen) < 9
-    assert _sampled(grid, 3) <= seen
-    queried = {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent if m.metadata.message_type == "query.losses"}
-    assert queried == set(range(9)) - seen
+    assert sum(strategy.history[2]["cluster-sizes"]) == 9
+    assert _queried(grid, "update") == set(range(9)) - seen == set(strategy.joined)
+    assert not _queried(grid, "losses")
     assert sorted(strategy.assignment) == list(range(9))
-    assert set(strategy.distance_pids) == set(strategy.similarity.pids)
+    assert set(strategy.distance_pids) == set(range(9))
     d = strategy.distance_matrix
-    assert d.shape == (len(strategy.distance_pids),) * 2 and np.allclose(np.diag(d), 0, atol=1e-5)
+    assert d.shape == (9, 9) and np.allclose(np.diag(d), 0, atol=1e-5)
+
+
+def test_flic_late_attackers_join_the_attackers_not_the_loyal_cluster():
+    # The attackers' data is clean: by train loss they would join the loyal cluster; by the
+    # direction of their update (minus the true one) they join the attackers.
+    strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=4, fraction=1.0, scenario="attack",
+                            attackers=4, **{"num-clients": 8, "samples-per-client": 150, "seed": 2,
+                                                              "late-clients": 0.25, "late-round": 4})
+    late = sorted(strategy.joined)
+    assert len(late) == 2 and strategy.joined[late[0]] == 4 and late == sorted(_queried(grid, "update"))
+    truth = {p: c.true_group for p, c in strategy.clients.items()}
+    clusters = {g: {strategy.assignment[p] for p in truth if truth[p] == g} for g in (0, 1)}
+    assert len(clusters[0]) == len(clusters[1]) == 1 and clusters[0] != clusters[1]
+    attackers = [p for p in late if truth[p] == 1]
+    assert attackers
+    by_loss = strategy.assign_by_loss(attackers, 5)
+    assert {by_loss[p] for p in attackers} == clusters[0] != {strategy.assignment[p] for p in attackers}
 
 
 def test_flic_similarity_rows_change_only_for_sampled_clients():
@@ -105,27 +129,48 @@ def test_fedmedian_model_is_the_coordinate_median_of_the_replies():
     assert not np.allclose(strategy.models[0][name].numpy(), mean)
 
 
-def test_sattler_splits_recursively_and_keeps_partition_ids():
-    strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=4,
-                         fraction=1.0, **{"num-clients": 8, "samples-per-label": 10})
-    assert [s["round"] for s in strategy.splits][:1] == [2]
-    assert len(strategy.splits) >= 2 and len(strategy.models) == 1 + len(strategy.splits)
+def test_sattler_splits_on_every_members_update_and_keeps_partition_ids():
+    strategy, grid = _start(CFLSattler, CFLSattlerParams(eps1=1e6, split_after=1), rounds=5, fraction=0.5,
+                            **{"num-clients": 8, "samples-per-label": 10})
+    first = strategy.attempts[0]
+    assert first["round"] == 3 and first["cluster"] == 0 and sum(first["sizes"]) == 8
+    asked = [m for m in grid.sent if m.metadata.message_type == "query.update"]
+    assert {grid.pid_of[m.metadata.dst_node_id] for m in asked if m.content["config"]["server-round"] == 3} \
+        == set(range(8))
+    kept = [a for a in strategy.attempts if a["kept"]]
+    assert kept and all(a["alpha-intra-min"] > a["alpha-cross-max"] for a in kept)
+    assert all(not a["kept"] and a["alpha-intra-min"] <= a["alpha-cross-max"]
+               for a in strategy.attempts if a not in kept)
+    assert len(strategy.splits) == len(kept) and len(strategy.models) == 1 + len(kept)
     assert sorted(strategy.assignment) == list(range(8))
     sizes = np.bincount(list(strategy.assignment.values()), minlength=len(strategy.models))
     assert sizes.min() >= 1 and all(r["size"] >= 1 for r in strategy.norms)
-    assert [r["phase"] for r in strategy.history] == ["train", "cluster", "cluster", "cluster"]
+    assert [r["phase"] for r in strategy.history] == ["train"] + ["cluster"] * 4
+
+
+def test_add_flat_lays_the_update_over_the_floating_arrays_in_record_order():
+    record = ArrayRecord({"w": Array(np.ones((2, 2), np.float32)), "steps": Array(np.array([7], np.int64)),
+                          "b": Array(np.zeros(3, np.float32))})
+    assert float_size(record) == 7
+    out = add_flat(record, np.arange(7, dtype=np.float32))
+    np.testing.assert_array_equal(out["w"].numpy(), [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(out["b"].numpy(), [4, 5, 6])
+    np.testing.assert_array_equal(out["steps"].numpy(), [7])
+    assert out["w"].numpy().dtype == np.float32
+    with pytest.raises(ValueError, match="'delta' parameter of add_flat must have 7 entries"):
+        add_flat(record, np.zeros(6))
 
 
 def test_sattler_does_not_split_when_the_mean_update_is_large():
     strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e-9, eps2=1e-9, split_after=0), rounds=3,
                          fraction=1.0)
-    assert strategy.splits == [] and len(strategy.models) == 1
+    assert strategy.splits == [] == strategy.attempts and len(strategy.models) == 1
     assert [r["round"] for r in strategy.norms] == [1, 2, 3]
 
 
 def test_figures_are_written(tmp_path):
     flic, _ = _start(FLIC, FLICParams(cluster_round=2), rounds=3)
-    cfl, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, eps2=1e-9, split_after=1), rounds=2, fraction=1.0)
+    cfl, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e6, split_after=1), rounds=3, fraction=1.0)
     paths = FIGURES["flic"](flic, tmp_path) + FIGURES["cfl-sattler"](cfl, tmp_path)
     assert [p.name for p in paths] == ["flic-stability.png", "flic.json", "flic-similarity.npz", "cfl-norms.png"]
     assert all(p.stat().st_size > 0 for p in paths)

@@ -1,0 +1,128 @@
+"""FLIC's clustering choices around Louvain (Espinoza Castellon et al., IJCNN 2022, Sec. III-IV).
+
+The paper clusters the graph of ``S = 1 + cos`` (Eq. 7) with the Louvain method so that the
+number of clusters is not a parameter. On such a dense graph, modularity at resolution
+``gamma`` puts two clients together when ``S_ij`` exceeds ``gamma * k_i k_j / 2m``, about
+``gamma (1 + mean cos)``: the threshold follows the mean cosine of the whole federation, so a
+pair of groups whose updates are mildly aligned (rotation's 0 and 180 degrees, cos ~0.2)
+merges at ``gamma = 1`` as soon as other pairs are anti-aligned. :func:`louvain_by_silhouette`
+removes the fixed resolution: it runs the seeded Louvain method over a grid of resolutions and
+keeps the partition with the best silhouette on the cosine distance ``2 - S = 1 - cos``.
+
+:func:`join_by_modularity` places clients that were not in the graph (newcomers) as Louvain's
+local-moving phase would: into the community with the largest modularity gain, the other
+nodes held fixed. Numpy, scikit-learn and :mod:`common.clustering.louvain` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.metrics import silhouette_score
+
+from .louvain import louvain_labels
+
+RESOLUTIONS = tuple(np.round(np.arange(0.5, 2.01, 0.1), 2).tolist())
+
+
+def louvain_by_silhouette(similarity: np.ndarray, seed: int = 0,
+                          resolutions: Sequence[float] = RESOLUTIONS) -> tuple[np.ndarray, float]:
+    """Louvain communities at the resolution whose partition has the best silhouette.
+
+    Parameters
+    ----------
+    similarity : ndarray of shape (n, n)
+        Symmetric, in ``[0, 2]`` (FLIC: ``1 + cos``).
+    seed : int, default=0
+        Louvain's ``random_state``.
+    resolutions : sequence of float, default=0.5, 0.6, ..., 2.0
+        Candidate resolutions (> 0), tried in increasing order until one gives singletons;
+        ties keep the first.
+
+    Returns
+    -------
+    labels : ndarray of shape (n,), int64
+        Labels numbered by first appearance.
+    resolution : float
+        The chosen resolution. When no candidate gives between 2 and n - 1 communities (the
+        silhouette is undefined), the partition of the candidate closest to 1.0.
+
+    Raises
+    ------
+    ValueError
+        On a bad matrix, an empty or non-positive ``resolutions``.
+    """
+    s = np.asarray(similarity, dtype=np.float64)
+    if not len(resolutions) or min(resolutions) <= 0:
+        raise ValueError("The 'resolutions' parameter of louvain_by_silhouette must be a non-empty sequence "
+                         f"of floats > 0. Got {list(resolutions)!r} instead.")
+    distance = np.clip(2.0 - s, 0.0, 2.0)
+    np.fill_diagonal(distance, 0.0)
+    best: tuple[float, np.ndarray, float] | None = None
+    seen: dict[bytes, float] = {}
+    for gamma in sorted(resolutions):
+        labels = louvain_labels(s, float(gamma), seed)
+        key = labels.tobytes()
+        if key not in seen:
+            k = int(labels.max()) + 1
+            seen[key] = (silhouette_score(distance, labels, metric="precomputed")
+                         if 2 <= k <= len(s) - 1 else -np.inf)
+        if best is None or seen[key] > best[0]:
+            best = (seen[key], labels, float(gamma))
+        if labels.max() + 1 == len(s):
+            break
+    if best[0] == -np.inf:
+        gamma = float(min(resolutions, key=lambda g: abs(g - 1.0)))
+        return louvain_labels(s, gamma, seed), gamma
+    return best[1], best[2]
+
+
+def join_by_modularity(links: np.ndarray, similarity: np.ndarray, labels: np.ndarray,
+                       resolution: float = 1.0) -> np.ndarray:
+    """The community of each newcomer by Louvain's modularity gain, the clustered nodes fixed.
+
+    Moving an isolated node ``i`` into community ``c`` changes the modularity by a positive
+    multiple of ``k_ic - resolution * Sigma_c * k_i / (2 m)``: ``k_ic`` the weight of its
+    links into ``c``, ``Sigma_c`` the total degree of ``c``, ``k_i`` its degree and ``m`` the
+    total edge weight of the clustered graph. Each newcomer is placed alone (newcomers do
+    not see each other).
+
+    Parameters
+    ----------
+    links : ndarray of shape (m, n)
+        Similarity of each newcomer to each clustered node (FLIC: ``1 + cos``, >= 0).
+    similarity : ndarray of shape (n, n)
+        Symmetric similarity among the clustered nodes; the diagonal is ignored.
+    labels : ndarray of shape (n,)
+        Their communities ``0..K-1``.
+    resolution : float, default=1.0
+        The resolution the communities were found with (> 0).
+
+    Returns
+    -------
+    ndarray of shape (m,), int64
+        The community with the largest gain (lowest index on ties).
+
+    Raises
+    ------
+    ValueError
+        If the shapes disagree or ``resolution`` is not positive.
+    """
+    links = np.asarray(links, dtype=np.float64)
+    s = np.asarray(similarity, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    n = len(labels)
+    if links.ndim != 2 or links.shape[1] != n or s.shape != (n, n) or n == 0:
+        raise ValueError("The 'links' parameter of join_by_modularity must have shape (m, n) with n = "
+                         f"len(labels) = {n} and 'similarity' shape (n, n). Got {links.shape} and {s.shape} instead.")
+    if not resolution > 0:
+        raise ValueError("The 'resolution' parameter of join_by_modularity must be a float > 0. "
+                         f"Got {resolution!r} instead.")
+    degrees = s.sum(axis=1) - np.diag(s)
+    two_m = max(float(degrees.sum()), 1e-12)
+    onehot = np.eye(int(labels.max()) + 1)[labels]
+    k_in = links @ onehot
+    sigma = degrees @ onehot
+    gain = k_in - resolution * np.outer(links.sum(axis=1), sigma) / two_m
+    return np.argmax(gain, axis=1).astype(np.int64)

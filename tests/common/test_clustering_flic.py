@@ -1,0 +1,60 @@
+"""FLIC's resolution choice by silhouette and the modularity-gain join of clients outside the graph."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from common.clustering.flic import join_by_modularity, louvain_by_silhouette
+from common.clustering.louvain import louvain_labels
+
+
+def _rotation_like(rng, per_group=15):
+    """``1 + cos`` of four groups: cos 0.85 within, 0.2 between groups 0-2 and 1-3, -0.4 otherwise."""
+    truth = np.repeat(np.arange(4), per_group)
+    between = np.array([[0.85, -0.4, 0.2, -0.4], [-0.4, 0.85, -0.4, 0.2],
+                        [0.2, -0.4, 0.85, -0.4], [-0.4, 0.2, -0.4, 0.85]])
+    c = between[np.ix_(truth, truth)] + rng.normal(0, 0.03, (len(truth),) * 2)
+    c = np.clip((c + c.T) / 2, -1, 1)
+    np.fill_diagonal(c, 1.0)
+    perm = rng.permutation(len(truth))
+    return 1.0 + c[np.ix_(perm, perm)], truth[perm]
+
+
+def test_silhouette_resolution_finds_the_four_groups_that_resolution_one_merges():
+    s, truth = _rotation_like(np.random.default_rng(0))
+    assert len(set(louvain_labels(s, 1.0, 0))) == 2
+    labels, resolution = louvain_by_silhouette(s, seed=0)
+    assert adjusted_rand_score(truth, labels) == 1.0 and resolution != 1.0
+    again, _ = louvain_by_silhouette(s, seed=0)
+    np.testing.assert_array_equal(labels, again)
+
+
+def test_silhouette_resolution_falls_back_when_no_partition_is_scorable():
+    labels, resolution = louvain_by_silhouette(np.full((3, 3), 2.0), seed=0, resolutions=(1.0, 50.0))
+    assert resolution == 1.0 and len(labels) == 3
+    with pytest.raises(ValueError, match="'resolutions' parameter of louvain_by_silhouette"):
+        louvain_by_silhouette(np.full((3, 3), 2.0), resolutions=(0.0,))
+
+
+def test_join_by_modularity_places_newcomers_with_their_own_group():
+    s, truth = _rotation_like(np.random.default_rng(1))
+    labels = louvain_labels(s, 1.5, 0)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    out = [0, 5, 17, 33, 48]
+    keep = np.setdiff1d(np.arange(len(s)), out)
+    joined = join_by_modularity(s[np.ix_(out, keep)], s[np.ix_(keep, keep)], labels[keep], 1.5)
+    np.testing.assert_array_equal(joined, labels[out])
+
+
+def test_join_by_modularity_weighs_community_size_by_resolution():
+    # One newcomer tied to a big community (4 x 1.0) and a small one (1 x 1.5): the raw link
+    # weight prefers the big one, the null model's penalty for its degree reverses that.
+    s = np.full((5, 5), 1.0)
+    labels = np.array([0, 0, 0, 0, 1])
+    links = np.array([[1.0, 1.0, 1.0, 1.0, 1.5]])
+    assert join_by_modularity(links, s, labels, resolution=0.1)[0] == 0
+    assert join_by_modularity(links, s, labels, resolution=1.0)[0] == 1
+    with pytest.raises(ValueError, match="'links' parameter of join_by_modularity"):
+        join_by_modularity(links[:, :4], s, labels)
+    with pytest.raises(ValueError, match="'resolution' parameter of join_by_modularity"):
+        join_by_modularity(links, s, labels, resolution=0.0)

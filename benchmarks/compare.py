@@ -98,7 +98,7 @@ QUICK = Preset(
             "--eval-every", "5"),
     strategy_args={
         "cflgt": ("--pretrain-rounds", "8"),
-        "flic": ("--cluster-round", "15", "--resolution", "1.2"),
+        "flic": ("--cluster-round", "15"),
         "flag": ("--gradient-epochs", "5", "--sweep-rounds", "3"),
         "fedclust": ("--cluster-steps", "30", "--fedclust-lambda", "0.36"),
     },

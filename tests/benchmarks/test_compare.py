@@ -95,4 +95,4 @@ def test_dry_run_prints_one_command_per_cell(capsys):
                          "--dry-run", "--", "--rounds", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("umbel run --strategy") for line in lines)
-    assert lines[1].endswith("--rounds 2") and "--resolution 1.2" in lines[1]
+    assert lines[1].endswith("--rounds 2") and "--cluster-round 15" in lines[1]

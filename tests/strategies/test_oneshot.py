@@ -148,10 +148,10 @@ def _ari(strategy):
 
 
 def test_fedclust_on_digits_sends_only_the_final_layer_and_places_late_clients():
-    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 0.15, "late-clients": 0.34,
+    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 2.0, "late-clients": 0.34,
                                                      "late-round": 2})
     queries = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.FINAL_LAYER_ACTION)]
-    assert len(queries) == 6 and queries[0].content[keys.CONFIG][keys.CLUSTER_EPOCHS] == 1
+    assert len(queries) == 6 and queries[0].content[keys.CONFIG][keys.CLUSTER_STEPS] == 100
     assert _ari(s) == 1.0 and s.num_clusters == 2 and len(s.assignment) == 6
     first, second = s.history[0], s.history[1]
     head = sum(a.numpy().nbytes for n, a in s.initial.items() if n.startswith("head."))

@@ -9,7 +9,7 @@ Eq. 3 as ALGORITHMS.md states, ``sum`` the trace variant, ``reference`` the refe
 smallest angle between any two basis columns, ``mean`` the default). A shared class gives two
 clients a near-zero smallest angle, so ``smallest`` and ``reference`` cannot tell clients that
 share one class from clients that share all of them (ARI at most 0.66 on Fashion-MNIST
-label-skew-dirichlet; ``mean`` with complete linkage: 1.0). Agglomerative clustering cut at
+label-skew-dirichlet; ``mean``, p = 2, complete linkage: 1.0). Agglomerative clustering cut at
 ``pacfl-threshold`` (or into ``num-clusters``); every cluster model starts from the initial
 model. Newcomers send their bases too and join the cluster at the smallest mean angle (PACFL's
 average-linkage criterion).

@@ -1,14 +1,15 @@
 """FedClust (Islam et al., "FedClust: Tackling Data Heterogeneity in Federated Learning through
 Weight-Driven Client Clustering", ICPP 2024; Sec. 3.4-4, Alg. 1-2).
 
-Round 1: every client trains the initial model on its train split for ``cluster-epochs`` epochs
-(or ``cluster-steps`` mini-batches, when > 0: equal training for clients of unequal sizes) and
-uploads only the final layer's weight and bias (``query.head``: clustering traffic, nothing is
-aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and
-cuts an agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster
-model starts from the initial model. Newcomers (Alg. 2, run-config ``late-clients``) train the
-initial model the same way and join the cluster whose stored final-layer centroid is nearest
-(Eq. 4). ``lambda`` is a Python keyword, hence the run-config key ``fedclust-lambda``.
+Round 1: every client trains the initial model on its train split for ``cluster-steps``
+mini-batches (default 100, so that every client trains equally long; with 0, for
+``cluster-epochs`` epochs, which lets big clients move far and small ones barely) and uploads
+only the final layer's weight and bias (``query.head``: clustering traffic, nothing is
+aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and cuts an
+agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster model starts
+from the initial model. Newcomers (Alg. 2, run-config ``late-clients``) train the initial model
+the same way and join the cluster whose stored final-layer centroid is nearest (Eq. 4).
+``lambda`` is a Python keyword, hence the run-config key ``fedclust-lambda``.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class FedClustParams:
     """``fedclust_lambda`` >= 0 (the HC cut height), ``num_clusters`` >= 0 (0 = use lambda),
-    ``linkage`` in {average, complete, single}, ``cluster_epochs`` >= 1, ``cluster_steps`` >= 0
-    (> 0: that many mini-batches instead of ``cluster_epochs`` epochs)."""
+    ``linkage`` in {average, complete, single}, ``cluster_steps`` >= 0 mini-batches of training
+    before the upload (0: ``cluster_epochs`` >= 1 epochs instead)."""
 
     fedclust_lambda: float = 1.0
     num_clusters: int = 0
     linkage: str = "average"
     cluster_epochs: int = 1
-    cluster_steps: int = 0
+    cluster_steps: int = 100
 
     def __post_init__(self) -> None:
         owner = "FedClust"

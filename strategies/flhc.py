@@ -2,12 +2,15 @@
 updates to improve training on non-IID data", IJCNN 2020).
 
 ``warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
-global model for ``local-epochs`` and sends its update (``query.update``: clustering traffic);
-agglomerative clustering on the distances between the updates (``flhc-metric``, Euclidean by
-default; cosine ignores update size, which differs with client size), into ``num-clusters``
-clusters (or cut at ``flhc-threshold`` when ``num-clusters`` is 0), with ``linkage``; every
-cluster model starts from the global model; then clustered training. Newcomers after the
-clustering join the cluster whose model has the lowest loss on their train split.
+global model for ``cluster-steps`` mini-batches and sends its update (``query.update``:
+clustering traffic). With ``cluster-steps`` 0 it trains for ``local-epochs`` as Briggs et al.
+do; then a client with 20 samples takes one step per epoch and one with 2,000 a hundred, and
+clients almost without one of their labels join another group. Agglomerative clustering on
+the distances between the updates (``flhc-metric``, Euclidean by default; cosine ignores update
+size), into ``num-clusters`` clusters (or cut at ``flhc-threshold`` when ``num-clusters`` is 0),
+with ``linkage``; every cluster model starts from the global model; then clustered training.
+Newcomers after the clustering join the cluster whose model has the lowest loss on their train
+split.
 """
 
 from __future__ import annotations
@@ -30,16 +33,19 @@ from .oneshot import OneShotStrategy, check_cut
 class FLHCParams:
     """``warmup_rounds`` >= 0 FedAvg rounds before clustering, ``num_clusters`` >= 0 (0 = cut at
     ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
-    euclidean, cityblock and cosine), ``linkage``."""
+    euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
+    for the clustered update (0: ``local-epochs`` epochs)."""
 
     warmup_rounds: int = 10
     num_clusters: int = 0
     flhc_threshold: float = 1.0
     flhc_metric: str = "euclidean"
     linkage: str = "average"
+    cluster_steps: int = 100
 
     def __post_init__(self) -> None:
         owner = "FLHC"
+        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
         object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, "warmup-rounds", owner, low=0))
         object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner,
                                                                low=0.0))
@@ -65,11 +71,12 @@ class FLHC(OneShotStrategy):
         return self.models[0]
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ModelUpdate]:
-        """Each client's update from the global model after ``local-epochs`` of training."""
+        """Each client's update from the global model after ``cluster-steps`` mini-batches."""
         size = sum(int(np.prod(a.shape)) for a in self.models[0].values()
                    if np.issubdtype(a.numpy().dtype, np.floating))
         return self.query_signal(keys.UPDATE_ACTION, pids, server_round, ModelUpdate.from_arrays,
-                                 models=[self.models[0]], size=size)
+                                 models=[self.models[0]], size=size,
+                                 config={keys.CLUSTER_STEPS: self.params.cluster_steps})
 
     def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
         return pairwise_distances(np.stack([s.delta for s in signals]), self.params.flhc_metric)

@@ -5,12 +5,14 @@ Round 1: every client runs a truncated SVD of each of its classes' train data an
 first ``pacfl-vectors`` (p) left singular vectors per class (``query.subspaces``, no model).
 The server stacks each client's class bases and measures two clients' distance as the
 principal angles between their subspaces in degrees (``pacfl-measure``: ``smallest`` is PACFL
-Eq. 3 as ALGORITHMS.md states, ``sum`` the trace variant, ``mean`` the default: the smallest
-angle cannot tell clients that share one class from clients that share all of them, e.g. ARI
-0.66 against 0.96 for ``mean`` on Fashion-MNIST label-skew-dirichlet); agglomerative
-clustering cut at ``pacfl-threshold`` (or into ``num-clusters``); every cluster model starts
-from the initial model. Newcomers send their bases too and join the cluster at the smallest
-mean angle (PACFL's average-linkage criterion).
+Eq. 3 as ALGORITHMS.md states, ``sum`` the trace variant, ``reference`` the reference code's
+smallest angle between any two basis columns, ``mean`` the default). A shared class gives two
+clients a near-zero smallest angle, so ``smallest`` and ``reference`` cannot tell clients that
+share one class from clients that share all of them (ARI at most 0.66 on Fashion-MNIST
+label-skew-dirichlet; ``mean``, p = 2, complete linkage: 1.0). Agglomerative clustering cut at
+``pacfl-threshold`` (or into ``num-clusters``); every cluster model starts from the initial
+model. Newcomers send their bases too and join the cluster at the smallest mean angle (PACFL's
+average-linkage criterion).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class PACFLParams:
     """``pacfl_threshold`` >= 0 degrees, ``pacfl_vectors`` >= 1, ``pacfl_measure`` in
-    {smallest, sum, mean}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``."""
+    {smallest, sum, mean, reference}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``."""
 
     pacfl_threshold: float = 30.0
     pacfl_vectors: int = 3

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("strategy, extra", [
-    ("fedclust", ["--fedclust-lambda", "0.15", "--late-clients", "0.34", "--late-round", "2"]),
+    ("fedclust", ["--fedclust-lambda", "2.0", "--late-clients", "0.34", "--late-round", "2"]),
     ("pacfl", ["--pacfl-measure", "mean", "--pacfl-threshold", "35"]),
     ("flhc", ["--warmup-rounds", "1", "--num-clusters", "2"]),
 ])

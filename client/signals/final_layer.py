@@ -8,7 +8,8 @@ sizes train equally long ("a few local iterations", FedClust Sec. 3.4).
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import RecordDict
+import torch
+from flwr.app import ArrayRecord, RecordDict
 
 from common import keys
 from common.signals.final_layer import FinalLayer
@@ -18,19 +19,29 @@ from ..task import ClientTask, train_local
 from . import models_in, register
 
 
+def train_steps(task: ClientTask, arrays: ArrayRecord, cfg, steps: int) -> torch.nn.Module:
+    """Train the model holding ``arrays`` on exactly ``steps`` mini-batches of the train split.
+
+    The batches are drawn with replacement, seeded by the client's round seed, so that clients
+    of very different sizes train equally long. Returns the task's reused module.
+    """
+    seed = task.round_seed(int(cfg[keys.SERVER_ROUND]))
+    batch = int(cfg[keys.BATCH_SIZE])
+    rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
+    model = task.model(arrays)
+    train(model, task.data.x_train[rows], task.data.y_train[rows], epochs=1, batch_size=batch,
+          lr=float(cfg[keys.LR]), momentum=float(cfg[keys.MOMENTUM]),
+          weight_decay=float(cfg[keys.WEIGHT_DECAY]), task=task.info.task, seed=seed, device=task.device)
+    return model
+
+
 @register(keys.FINAL_LAYER_ACTION)
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """FedClust's signal: ``head.weight`` and ``head.bias`` after local training."""
     cfg = content[keys.CONFIG]
     steps = int(cfg.get(keys.CLUSTER_STEPS, 0))
     if steps > 0:
-        seed = task.round_seed(int(cfg[keys.SERVER_ROUND]))
-        batch = int(cfg[keys.BATCH_SIZE])
-        rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
-        model = task.model(models_in(content)[0])
-        train(model, task.data.x_train[rows], task.data.y_train[rows], epochs=1, batch_size=batch,
-              lr=float(cfg[keys.LR]), momentum=float(cfg[keys.MOMENTUM]),
-              weight_decay=float(cfg[keys.WEIGHT_DECAY]), task=task.info.task, seed=seed, device=task.device)
+        model = train_steps(task, models_in(content)[0], cfg, steps)
     else:
         model, _ = train_local(task, models_in(content)[0], cfg, epochs=int(cfg[keys.CLUSTER_EPOCHS]))
     head = model.head

@@ -1,4 +1,5 @@
-"""``query.update``: train the sent model for ``local-epochs`` and return the flattened update.
+"""``query.update``: train the sent model for ``local-epochs`` (or exactly ``cluster-steps``
+mini-batches when the config holds it > 0) and return the flattened update.
 
 Attackers (scenario ``attack``) send minus their true update, as in their train replies.
 """
@@ -13,13 +14,15 @@ from common.signals.update import ModelUpdate
 
 from ..task import ClientTask, train_local
 from . import models_in, register
+from .final_layer import train_steps
 
 
 @register(keys.UPDATE_ACTION)
 def model_update(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """``trained - sent`` over the model's float arrays, in its record order, as float32."""
-    sent = models_in(content)[0]
-    model, _ = train_local(task, sent, content[keys.CONFIG])
+    sent, cfg = models_in(content)[0], content[keys.CONFIG]
+    steps = int(cfg.get(keys.CLUSTER_STEPS, 0))
+    model = train_steps(task, sent, cfg, steps) if steps > 0 else train_local(task, sent, cfg)[0]
     trained = {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
     parts = []
     for name, arr in sent.items():

@@ -4,7 +4,9 @@ PACFL (Vahidian et al., "Efficient Distribution Similarity Identification in Clu
 Federated Learning via Principal Angles Between Client Data Subspaces", AAAI 2023): each client
 sends a few left singular vectors of each of its classes' data; the server measures how far
 apart two clients' data subspaces are by the principal angles between them (the smallest angle,
-Eq. 3, or their sum, the trace variant) and clusters that matrix hierarchically. FLAG reuses
+Eq. 3, or their sum, the trace variant), or as the reference code does (the smallest angle
+between any column of one basis and any column of the other), and clusters that matrix
+hierarchically. FLAG reuses
 :func:`pairwise_subspace_angles` class by class (one basis per client, ``None`` where a client
 lacks the class). numpy/scipy only.
 """
@@ -18,7 +20,7 @@ from scipy.linalg import subspace_angles
 
 from common.validation import check_choice, check_float
 
-MEASURES: tuple[str, ...] = ("smallest", "sum", "mean")
+MEASURES: tuple[str, ...] = ("smallest", "sum", "mean", "reference")
 
 
 def _basis(x: np.ndarray, name: str, owner: str, dim: int | None = None) -> np.ndarray:
@@ -63,15 +65,23 @@ def subspace_angle(a: np.ndarray, b: np.ndarray, measure: str = "smallest") -> f
     Parameters
     ----------
     a, b : ndarray of shape (d, p) and (d, q)
-    measure : {"smallest", "sum", "mean"}, default="smallest"
+    measure : {"smallest", "sum", "mean", "reference"}, default="smallest"
         ``"smallest"``: the smallest principal angle (PACFL Eq. 3); ``"sum"``: the sum of all
-        ``min(p, q)`` principal angles (PACFL's trace variant); ``"mean"``: their mean.
+        ``min(p, q)`` principal angles (PACFL's trace variant); ``"mean"``: their mean;
+        ``"reference"``: PACFL's reference code, the smallest angle between one column of ``a``
+        and one of ``b`` (columns scaled to unit length; ``|cos|``, so that the arbitrary sign
+        of a singular vector does not matter).
 
     Returns
     -------
     float
     """
     check_choice(measure, "measure", "subspace_angle", MEASURES)
+    if measure == "reference":
+        a = _basis(a, "a", "subspace_angle")
+        b = _basis(b, "b", "subspace_angle", dim=a.shape[0])
+        cos = (a / np.linalg.norm(a, axis=0)).T @ (b / np.linalg.norm(b, axis=0))
+        return float(np.degrees(np.arccos(np.clip(np.abs(cos).max(), 0.0, 1.0))))
     angles = principal_angles(a, b)
     if measure == "smallest":
         return float(angles[0])
@@ -92,7 +102,7 @@ def pairwise_subspace_angles(
     bases : sequence of length N of ndarray (d, p_i) or None
         One basis per client (all with the same ``d``); ``None`` where a client has no
         basis (FLAG: the client lacks this class).
-    measure : {"smallest", "sum", "mean"}, default="smallest"
+    measure : {"smallest", "sum", "mean", "reference"}, default="smallest"
     one_missing : float, default=90.0
         Entry when exactly one of the two bases is ``None`` (FLAG Eq. 3 uses 180).
     both_missing : float, default=0.0
@@ -161,7 +171,7 @@ def pacfl_distances(client_bases: Sequence[Sequence[np.ndarray]], measure: str =
     ----------
     client_bases : sequence of length N of sequences of ndarray (d, p_c)
         Each client's per-class bases (the classes it holds).
-    measure : {"smallest", "sum", "mean"}, default="smallest"
+    measure : {"smallest", "sum", "mean", "reference"}, default="smallest"
         See :func:`subspace_angle`.
 
     Returns

@@ -47,3 +47,38 @@ def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
     np.testing.assert_array_equal(by_steps["weight"], head(3)["weight"])
     assert not np.allclose(by_steps["weight"], by_epoch["weight"])
     assert not np.allclose(by_steps["weight"], initial["head.weight"].numpy())
+
+
+def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
+    from conftest import small_run_config
+    from flwr.app import ConfigRecord, RecordDict
+
+    import client.signals.final_layer as final_layer_module
+    from client.signals.update import model_update
+    from client.task import task_from_context
+    from common import keys
+    from server.experiment import Experiment
+
+    rc = small_run_config()
+    task = task_from_context(rc, {"partition-id": 1})
+    initial = Experiment.from_run_config(rc).initial_model()
+    seen = []
+    real_train = final_layer_module.train
+
+    def counting_train(model, x, y, **kwargs):
+        seen.append((len(x), kwargs["batch_size"]))
+        return real_train(model, x, y, **kwargs)
+
+    monkeypatch.setattr(final_layer_module, "train", counting_train)
+
+    def update(steps):
+        cfg = ConfigRecord({keys.SERVER_ROUND: 4, keys.LOCAL_EPOCHS: 1, keys.BATCH_SIZE: 8, keys.LR: 0.05,
+                            keys.MOMENTUM: 0.0, keys.WEIGHT_DECAY: 0.0, keys.CLUSTER_STEPS: steps})
+        return model_update(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: cfg}))["delta"]
+
+    by_steps = update(5)
+    assert seen == [(40, 8)]
+    by_epochs = update(0)
+    assert seen == [(40, 8)]  # epochs go through train_local, not the step sampler
+    np.testing.assert_array_equal(by_steps, update(5))
+    assert np.linalg.norm(by_steps) > 0 and not np.allclose(by_steps, by_epochs)

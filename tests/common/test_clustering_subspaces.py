@@ -66,3 +66,14 @@ def test_pacfl_distances_separate_two_groups_of_class_subspaces():
     labels = agglomerative(dist, threshold=30.0)
     assert adjusted_rand_score(np.repeat([0, 1], 5), labels) == 1.0
     assert stack_bases(clients[0]).shape == (d, 2)
+
+
+def test_reference_measure_compares_columns_not_spans():
+    rotated = np.array([[1.0, 1.0], [1.0, -1.0], [0, 0], [0, 0], [0, 0], [0, 0]]) / np.sqrt(2)
+    assert subspace_angle(_e(0, 1), rotated, "smallest") == pytest.approx(0.0, abs=1e-6)
+    assert subspace_angle(_e(0, 1), rotated, "reference") == pytest.approx(45.0)
+    assert subspace_angle(_e(0, 1), _e(1, 2), "reference") == pytest.approx(0.0, abs=1e-6)
+    assert subspace_angle(-2.0 * _e(3), _e(3), "reference") == pytest.approx(0.0, abs=1e-6)
+    assert subspace_angle(_e(0), _e(1), "reference") == pytest.approx(90.0)
+    m = pairwise_subspace_angles([_e(0, 1), rotated, _e(2)], "reference")
+    np.testing.assert_allclose(m, [[0, 45, 90], [45, 0, 90], [90, 90, 0]], atol=1e-6)

@@ -126,7 +126,7 @@ def test_flhc_clusters_updates_from_the_warm_global_model():
     (FedClustParams, "fedclust_lambda", -1.0), (FedClustParams, "cluster_epochs", 0),
     (FedClustParams, "num_clusters", -1), (FedClustParams, "linkage", "ward"),
     (PACFLParams, "pacfl_vectors", 0), (PACFLParams, "pacfl_measure", "largest"),
-    (FLHCParams, "warmup_rounds", -1), (FLHCParams, "flhc_metric", "hamming"),
+    (FLHCParams, "warmup_rounds", -1), (FLHCParams, "flhc_metric", "hamming"), (FLHCParams, "cluster_steps", -1),
 ])
 def test_params_are_validated_with_the_run_config_name(cls, field, value):
     with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of"):
@@ -148,10 +148,10 @@ def _ari(strategy):
 
 
 def test_fedclust_on_digits_sends_only_the_final_layer_and_places_late_clients():
-    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 0.15, "late-clients": 0.34,
+    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 2.0, "late-clients": 0.34,
                                                      "late-round": 2})
     queries = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.FINAL_LAYER_ACTION)]
-    assert len(queries) == 6 and queries[0].content[keys.CONFIG][keys.CLUSTER_EPOCHS] == 1
+    assert len(queries) == 6 and queries[0].content[keys.CONFIG][keys.CLUSTER_STEPS] == 100
     assert _ari(s) == 1.0 and s.num_clusters == 2 and len(s.assignment) == 6
     first, second = s.history[0], s.history[1]
     head = sum(a.numpy().nbytes for n, a in s.initial.items() if n.startswith("head."))
@@ -164,5 +164,7 @@ def test_pacfl_and_flhc_on_digits_find_the_true_groups():
     assert _ari(pacfl) == 1.0
     query = next(m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.SUBSPACES_ACTION))
     assert not query.content.array_records and query.content[keys.CONFIG][keys.SUBSPACE_VECTORS] == 3
-    flhc, _ = _run(strategy="flhc", rounds=2, **{"warmup-rounds": 1, "num-clusters": 2})
+    flhc, grid = _run(strategy="flhc", rounds=2, **{"warmup-rounds": 1, "num-clusters": 2})
     assert _ari(flhc) == 1.0 and [r["num-clusters"] for r in flhc.history] == [1, 2]
+    updates = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.UPDATE_ACTION)]
+    assert len(updates) == 6 and all(m.content[keys.CONFIG][keys.CLUSTER_STEPS] == 100 for m in updates)

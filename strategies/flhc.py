@@ -20,6 +20,7 @@ from flwr.app import ArrayRecord
 
 from common import keys
 from common.clustering.hierarchical import METRICS, pairwise_distances
+from common.clustering.similarity import sketch_rows
 from common.signals.update import ModelUpdate
 from common.validation import check_choice, check_float, check_int
 
@@ -72,4 +73,5 @@ class FLHC(OneShotStrategy):
                                  models=[self.models[0]], size=size)
 
     def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
-        return pairwise_distances(np.stack([s.delta for s in signals]), self.params.flhc_metric)
+        return pairwise_distances(sketch_rows([s.delta for s in signals], self.training.seed,
+                                              exact=self.params.flhc_metric == "cityblock"), self.params.flhc_metric)

@@ -398,12 +398,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
             note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 2,000)"),
     Variant("fedclust", "fedclust", lambda s: f"head {_fmt(s.head)} f32",
             lambda n, s: n * s.head * 8 + 4 * n * n * 8, _fedclust, note="pairwise_distances + cut_tree"),
-    Variant("pacfl", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: 4 * n * n * 8, _pacfl, note="pairwise_subspace_angles (mean) + cut_tree"),
     Variant("flhc", "flhc", lambda s: f"update {_fmt(s.params)} f32", _update_bytes, _flhc,
             note="sketch_rows (auto CountSketch) + pairwise_distances + cut_tree"),
     Variant("flag", "flag", lambda s: f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} + update "
-            f"{_fmt(s.params)} f32", lambda n, s: _update_bytes(n, s) + 6 * n * n * 8, _flag,
+            f"{_fmt(s.params)} f32", lambda n, s: _update_bytes(n, s) + 2 * n * n * 8, _flag,
             note="data_similarity + gradient_angles(sketch_rows) + proximity + sweep_cuts + cut"),
     Variant("flic", "flic", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _flic,
             note="StoredUpdates.remember over 1/fraction rounds + louvain_labels"),
@@ -416,6 +414,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
             lambda s: f"profile {GROUPS}x{_fmt(math.ceil(s.params / COMPRESSION))} f32",
             lambda n, s: 3 * n * GROUPS * math.ceil(s.params / COMPRESSION) * F32 + 2 * n * n * 8,
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION), note=f"compression-ratio {COMPRESSION:g}"),
+    Variant("pacfl", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
+            lambda n, s: 4 * n * n * 8, _pacfl, note="pairwise_subspace_angles (mean) + cut_tree"),
 ]}
 
 

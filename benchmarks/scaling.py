@@ -6,7 +6,8 @@ subspaces) with planted groups, drawn from a seeded ``numpy.random.Generator``, 
 same ``common.clustering`` / ``common.aggregation`` functions the strategy calls inside its
 ``clustering_timer``. Every (variant, N) runs in a fresh subprocess:
 
-- seconds: wall time of the step (a first pass without tracing);
+- seconds: wall time of the step (a first pass without tracing), and its CPU time (all threads
+  of the process: on a shared machine the wall time grows with the load, the CPU time less);
 - peak MB: ``tracemalloc`` peak of the step (a second pass; numpy registers its buffers),
   without the signals themselves (what clients sent is input, not the step's memory);
 - RSS MB: the process's peak RSS (``VmHWM``, reset when the step starts) minus its RSS then
@@ -82,14 +83,15 @@ class Meter:
     """Sums the wall time of measured blocks; with ``trace``, keeps the tracemalloc peak above inputs."""
 
     def __init__(self, trace: bool) -> None:
-        self.trace, self.seconds, self.peak = trace, 0.0, 0
+        self.trace, self.seconds, self.cpu_seconds, self.peak = trace, 0.0, 0.0, 0
         self.rss_base: int | None = None
         self.rss_peak = 0
 
     @contextmanager
-    def measure(self, exclude: int = 0) -> Iterator[None]:
-        """Time the block; ``exclude`` bytes of traced input are not the step's memory.
+    def measure(self, exclude: int | None = None) -> Iterator[None]:
+        """Time the block (wall and CPU); ``exclude`` bytes of traced input are not the step's memory.
 
+        ``exclude`` None: everything traced when the block starts is input (one-shot steps).
         The first block also resets the peak RSS and takes the RSS baseline (inputs made so far
         are in it).
         """
@@ -97,10 +99,13 @@ class Meter:
             reset_peak_rss()
             self.rss_base = _status_bytes("VmRSS")
         if self.trace:
+            if exclude is None:
+                exclude = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         yield
         self.seconds += time.perf_counter() - start
+        self.cpu_seconds += time.process_time() - cpu
         self.rss_peak = max(self.rss_peak, peak_rss_bytes())
         if self.trace:
             self.peak = max(self.peak, tracemalloc.get_traced_memory()[1] - exclude)
@@ -200,7 +205,7 @@ def _fedavg(n, sizes, shapes, meter, rng):
     m = max(1, math.ceil(FRACTION * n))
     models = [{k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes} for _ in range(m)]
     weights = rng.integers(100, 1000, size=m)
-    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values()) if meter.trace else 0):
+    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
         weighted_average(models, weights)
     return None, None
 
@@ -212,7 +217,7 @@ def _ifca(n, sizes, shapes, meter, rng, k: int = 8):
     truth = planted(m, GROUPS, rng)
     models = [{name: rng.standard_normal(s, dtype=np.float32) for name, s in shapes} for _ in range(m)]
     weights = rng.integers(100, 1000, size=m)
-    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values()) if meter.trace else 0):
+    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
         chosen = truth % k  # the reported cluster-id of each reply
         members: dict[int, list[int]] = {}
         for i, c in enumerate(chosen):
@@ -284,7 +289,7 @@ def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callabl
     centers = rng.standard_normal((int(truth.max()) + 1, sizes.params), dtype=np.float32)
     for rows in batches(n, rng):
         deltas = vectors(truth[rows], sizes.params, rng, noise=1.0, centers=centers)
-        with meter.measure(exclude=deltas.nbytes if meter.trace else 0):
+        with meter.measure(exclude=deltas.nbytes):
             server.remember(rows.tolist(), deltas, sketch, SEED)
             if after is not None:
                 after(deltas)
@@ -297,7 +302,7 @@ def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
 
     truth = planted(n, GROUPS, rng)
     similarity = _stored(n, sizes, meter, rng, sketch, truth)
-    with meter.measure():
+    with meter.measure(exclude=0):
         labels = louvain_labels(similarity.matrix(similarity.pids), 1.0, SEED)
     return labels, truth[np.asarray(similarity.pids)]
 
@@ -308,7 +313,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
     truth = planted(n, 2, rng)
     norms: list[tuple[float, float]] = []
     similarity = _stored(n, sizes, meter, rng, sketch, truth, after=lambda d: norms.append(update_norms(d)))
-    with meter.measure():
+    with meter.measure(exclude=0):
         should_split(*norms[-1], n, 21, eps1=0.4, eps2=1.6, split_after=20)
         known = sorted(similarity.pids)
         _, second = split_cluster(known, similarity.matrix(known) - 1.0)
@@ -353,7 +358,7 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 1.0):
     counts = {p: np.ones(k, dtype=np.int64) for p in range(n)}
     fresh = vectors(truth, size, rng, noise=1.0, centers=centers[:, 0])
     previous = rng.integers(0, k, size=n)
-    with meter.measure(exclude=fresh.nbytes if meter.trace else 0):
+    with meter.measure(exclude=fresh.nbytes):
         for p in range(n):
             blocks[p][0] = spectral.update_block(blocks[p][0], fresh[p], int(counts[p][0]))
             counts[p][0] += 1
@@ -394,8 +399,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _ifca(n, s, sh, m, r), note="per-cluster weighted_average, K = 8"),
     Variant("cflgt", "cflgt", lambda s: f"trajectory {s.classes}x2 f64",
-            lambda n, s: 6 * min(n, 2000) ** 2 * 8, _cflgt,
-            note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 2,000)"),
+            lambda n, s: 6 * min(n, 1000) ** 2 * 8, _cflgt,
+            note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 1,000)"),
     Variant("fedclust", "fedclust", lambda s: f"head {_fmt(s.head)} f32",
             lambda n, s: n * s.head * 8 + 4 * n * n * 8, _fedclust, note="pairwise_distances + cut_tree"),
     Variant("flhc", "flhc", lambda s: f"update {_fmt(s.params)} f32", _update_bytes, _flhc,
@@ -429,6 +434,7 @@ def measure(variant: str, n: int, sizes: Sizes, shapes: list, trace_limit: float
     labels, truth = spec.run(n, sizes, shapes, meter, np.random.default_rng(SEED))
     rss_mb = meter.rss_increase / 2**20
     out: dict[str, Any] = {"variant": variant, "algorithm": spec.algorithm, "n": n, "seconds": meter.seconds,
+                           "cpu_seconds": meter.cpu_seconds,
                            "rss_mb": rss_mb, "peak_mb": None, "ari": None, "clusters": None}
     if labels is not None:
         out["ari"] = float(adjusted_rand_score(truth, labels))
@@ -487,18 +493,19 @@ def _num(x: float | None, fmt: str) -> str:
 def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
     head = (f"Server clustering step, {model} (params {_fmt(sizes.params)}, head {_fmt(sizes.head)}), "
             f"{GROUPS} planted groups, seed {SEED}.\n\n"
-            "| algorithm | variant | signal per client | N | seconds | peak MB (tracemalloc) | RSS MB | ARI "
-            "| time exp. | memory exp. |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+            "| algorithm | variant | signal per client | N | seconds | CPU s | peak MB (tracemalloc) | RSS MB | ARI "
+            "| time exp. | memory exp. |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     lines = []
     for r in rows:
         spec = VARIANTS[r["variant"]]
         if r.get("status") != "ok":
             lines.append(f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
-                         f"{r['status']} | | | | {_num(r.get('time_exponent'), '.2f')} | "
+                         f"{r['status']} | | | | | {_num(r.get('time_exponent'), '.2f')} | "
                          f"{_num(r.get('memory_exponent'), '.2f')} |")
             continue
         lines.append(f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
-                     f"{r['seconds']:.3f} | {_num(r['peak_mb'], '.1f')} | {r['rss_mb']:.1f} | "
+                     f"{r['seconds']:.3f} | {_num(r.get('cpu_seconds'), '.3f')} | {_num(r['peak_mb'], '.1f')} | "
+                     f"{r['rss_mb']:.1f} | "
                      f"{_num(r['ari'], '.3f')} | {_num(r['time_exponent'], '.2f')} | "
                      f"{_num(r['memory_exponent'], '.2f')} |")
     return head + "\n".join(lines) + "\n"
@@ -511,7 +518,8 @@ def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> No
         r["step"] = VARIANTS[r["variant"]].note
     (out / "scaling.json").write_text(json.dumps({"model": model, "params": sizes.params, "head": sizes.head,
                                                   "rows": rows}, indent=1))
-    keys = ["algorithm", "variant", "signal", "n", "status", "seconds", "peak_mb", "rss_mb", "ari", "clusters",
+    keys = ["algorithm", "variant", "signal", "n", "status", "seconds", "cpu_seconds", "peak_mb", "rss_mb", "ari",
+            "clusters",
             "time_exponent", "memory_exponent", "step"]
     with open(out / "scaling.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")

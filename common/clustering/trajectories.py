@@ -177,7 +177,7 @@ def affinity_propagation(
     return APResult(labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref, True)
 
 
-AP_MAX_POINTS = 2_000
+AP_MAX_POINTS = 1_000
 """Above this many trajectories, :func:`cluster_trajectories` runs AP on a seeded sample."""
 
 

@@ -30,7 +30,7 @@ def test_every_algorithm_is_measured_with_positive_times_and_memory(rows):
     assert {scaling.VARIANTS[r["variant"]].algorithm for r in rows} == ALGORITHMS
     assert {r["variant"] for r in rows} == set(scaling.VARIANTS)
     for r in rows:
-        assert r["seconds"] > 0 and r["peak_mb"] > 0 and r["rss_mb"] >= 0, r
+        assert r["seconds"] > 0 and r["cpu_seconds"] > 0 and r["peak_mb"] > 0 and r["rss_mb"] >= 0, r
 
 
 def test_the_steps_recover_the_planted_groups(rows):

@@ -479,7 +479,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ok = [r for r in rows if r["variant"] == variant and r.get("status") == "ok"]
         ns = [r["n"] for r in ok]
         b_time = growth_exponent(ns, [r["seconds"] for r in ok])
-        b_mem = growth_exponent(ns, [r["peak_mb"] or r["rss_mb"] for r in ok])
+        b_mem = growth_exponent(ns, [r["rss_mb"] for r in ok])  # RSS: measured for every size
         for r in rows:
             if r["variant"] == variant:
                 r["time_exponent"], r["memory_exponent"] = b_time, b_mem

@@ -23,12 +23,11 @@ from flwr.common import log
 from common import keys
 from common.clustering.trajectories import (
     MEDIAN,
-    affinity_propagation,
+    cluster_trajectories,
     coefficient_of_variation,
     hopkins_statistic,
     nearest_exemplar,
     trajectories_from_forces,
-    trajectory_distances,
 )
 from common.config import TrainingParams
 from common.metrics import cluster_sizes
@@ -82,7 +81,8 @@ class CFLGT(ClusteredStrategy):
     pending : set of int
         Clients whose trajectory has not arrived (kept in the largest cluster meanwhile).
     distance_matrix : np.ndarray of shape (N, N)
-        Trajectory distances of the clients clustered by AP (``distance_pids``).
+        Trajectory distances of the clients AP ran on (``distance_pids``: all of them up to
+        ``AP_MAX_POINTS``, a seeded sample above, the others joining their nearest exemplar).
     diagnostics : dict
         Hopkins statistic, coefficients of variation of Z1' and Z2', AP preference.
     """
@@ -146,10 +146,10 @@ class CFLGT(ClusteredStrategy):
             return
         with self.clustering_timer():
             points = np.stack([self.trajectories[p] for p in pids])
-            self.distance_matrix = trajectory_distances(points)
-            self.distance_pids = pids
-            result = affinity_propagation(self.distance_matrix, damping=self.params.damping,
-                                          preference=self.params.preference, seed=self.training.seed)
+            found = cluster_trajectories(points, damping=self.params.damping, preference=self.params.preference,
+                                         seed=self.training.seed)
+            result, self.distance_matrix = found.result, found.distances
+            self.distance_pids = [pids[i] for i in found.sample]
             self.exemplars = points[result.exemplars]
             assignment = {pid: int(k) for pid, k in zip(pids, result.labels, strict=True)}
         if not result.converged:

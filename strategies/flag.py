@@ -34,6 +34,7 @@ from common.clustering.flag import (
     threshold_grid,
 )
 from common.clustering.hierarchical import relabel_by_appearance
+from common.clustering.similarity import sketch_rows
 from common.signals.flag import HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
@@ -140,7 +141,7 @@ class FLAG(OneShotStrategy):
         counts = None if self.params.uniform_weights else np.stack(
             [np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
         self.data_matrix = data_similarity(bases, counts, c, self.params.delta)
-        self.gradient_matrix = gradient_angles(np.stack([u.delta for _, u in signals]))
+        self.gradient_matrix = gradient_angles(sketch_rows([u.delta for _, u in signals], self.training.seed))
         a = proximity(self.data_matrix, self.gradient_matrix, self.params.beta)
         self._cache = (key, a)
         return a

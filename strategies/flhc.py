@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord
 
 from common import keys
 from common.clustering.hierarchical import METRICS, pairwise_distances
+from common.clustering.similarity import sketch_rows
 from common.signals.update import ModelUpdate
 from common.validation import check_choice, check_float, check_int
 
@@ -79,4 +80,5 @@ class FLHC(OneShotStrategy):
                                  config={keys.CLUSTER_STEPS: self.params.cluster_steps})
 
     def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
-        return pairwise_distances(np.stack([s.delta for s in signals]), self.params.flhc_metric)
+        return pairwise_distances(sketch_rows([s.delta for s in signals], self.training.seed,
+                                              exact=self.params.flhc_metric == "cityblock"), self.params.flhc_metric)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from common.clustering.similarity import GaussianSketch, UpdateSimilarity
+from common.clustering.similarity import CountSketch, UpdateSimilarity, auto_sketch_dim
 
 
 class StoredUpdates:
@@ -13,11 +13,16 @@ class StoredUpdates:
 
     similarity: UpdateSimilarity | None
     assignment: dict[int, int]
+    clients: dict
 
     def remember(self, pids: list[int], deltas: np.ndarray, sketch_dim: int, seed: int) -> None:
-        """Store this round's updates, shape (len(pids), d); the first call fixes the (seeded) sketch."""
+        """Store this round's updates, shape (len(pids), d); the first call fixes the (seeded) sketch.
+
+        ``sketch_dim`` 0 keeps full updates unless all clients' would pass 2 GiB (``auto_sketch_dim``).
+        """
         if self.similarity is None:
-            sketch = GaussianSketch(deltas.shape[1], sketch_dim, seed) if sketch_dim else None
+            sketch_dim = auto_sketch_dim(len(self.clients), deltas.shape[1], sketch_dim)
+            sketch = CountSketch(deltas.shape[1], sketch_dim, seed) if sketch_dim else None
             self.similarity = UpdateSimilarity(sketch)
         self.similarity.update(pids, deltas)
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from scipy.cluster import hierarchy
+from scipy.spatial.distance import squareform
 
-from common.validation import check_float, check_int
+from common.validation import check_choice, check_float, check_int
 
-from .hierarchical import agglomerative, check_distance_matrix
+from .hierarchical import LINKAGES, check_distance_matrix, relabel_by_appearance
 from .subspaces import pairwise_subspace_angles
 
 ONE_MISSING = 180.0
@@ -171,8 +173,56 @@ def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarra
     ndarray of shape (N, N), float64
         In degrees x weight, symmetric, zero diagonal.
     """
-    weights = class_weights(counts, delta, num_clients=len(bases), num_classes=num_classes)
-    return weighted_class_similarity(class_angles(bases, num_classes), weights)
+    owner = "data_similarity"
+    num_classes = check_int(num_classes, "num_classes", owner, low=1)
+    delta = check_float(delta, "delta", owner, low=0.0, high=1.0)
+    if len(bases) == 0:
+        raise ValueError(f"The 'bases' parameter of {owner} must hold one mapping per client. "
+                         "Got an empty sequence instead.")
+    bad = sorted({int(c) for b in bases for c in b if not 0 <= int(c) < num_classes})
+    if bad:
+        raise ValueError(f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). "
+                         f"Got classes {bad} instead.")
+    n = len(bases)
+    logs = None
+    if counts is not None:
+        cnt = np.asarray(counts, dtype=np.float64)
+        if cnt.shape != (n, num_classes) or not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
+            raise ValueError(f"The 'counts' parameter of {owner} must be a non-negative finite array of shape "
+                             f"{(n, num_classes)}. Got shape {cnt.shape} instead.")
+        logs = np.log(cnt + 1.0)  # Eq. 4 with eps = 1, as class_weights
+    # Eq. 5's w_min is 1 (a client with itself); w_max the largest max/min log-count ratio of a class.
+    w_max = 1.0 if logs is None else max(
+        (logs[cnt[:, c] > 0, c].max() / logs[cnt[:, c] > 0, c].min() for c in range(num_classes)
+         if np.any(cnt[:, c] > 0)), default=1.0)
+
+    def weights(rows: np.ndarray, cols: np.ndarray, c: int) -> np.ndarray | float:
+        """Eq. 4-5 for the pairs rows x cols of class c, as :func:`class_weights` gives them."""
+        if logs is None:
+            return 1.0
+        li, lj = logs[rows, c][:, None], logs[cols, c][None, :]
+        hi_, hj = (cnt[rows, c] > 0)[:, None], (cnt[cols, c] > 0)[None, :]
+        both = hi_ & hj
+        out = np.where(hi_ ^ hj, 1.0 + delta, 1.0)
+        if w_max > 1.0:
+            raw = np.divide(np.maximum(li, lj), np.minimum(li, lj), out=np.ones(both.shape), where=both)
+            out = np.where(both, (1 - delta) + (raw - 1.0) * (2 * delta) / (w_max - 1.0), out)
+        return out
+
+    # One class at a time into one (N, N) sum, never the (C, N, N) stacks of Eq. 3-5.
+    total = np.zeros((n, n))
+    for c in range(num_classes):
+        held = np.array([c in b for b in bases])
+        rows, others = np.flatnonzero(held), np.flatnonzero(~held)
+        if rows.size == 0:
+            continue
+        angles = pairwise_subspace_angles([bases[i][c] for i in rows], "smallest")
+        total[np.ix_(rows, rows)] += angles * weights(rows, rows, c)
+        if others.size:
+            gap = ONE_MISSING * weights(rows, others, c)
+            total[np.ix_(rows, others)] += gap
+            total[np.ix_(others, rows)] += np.transpose(gap)
+    return total / num_classes
 
 
 def gradient_angles(updates: np.ndarray) -> np.ndarray:
@@ -281,9 +331,23 @@ def sweep_cuts(distances: np.ndarray, alphas: Sequence[float], linkage: str = "a
     Returns
     -------
     list of ndarray of shape (N,), int64
-        One per alpha, labels numbered by first appearance (equal clusterings compare equal).
+        One per alpha, labels numbered by first appearance (equal clusterings compare equal),
+        the same as :func:`~common.clustering.hierarchical.agglomerative` at each threshold,
+        from one linkage tree instead of one per threshold.
     """
-    return [agglomerative(distances, threshold=float(a), linkage=linkage) for a in alphas]
+    d = check_distance_matrix(distances, "sweep_cuts")
+    check_choice(linkage, "linkage", "sweep_cuts", LINKAGES)
+    thresholds = [check_float(a, "alphas", "sweep_cuts", low=0.0) for a in alphas]
+    if d.shape[0] == 1:
+        return [np.zeros(1, dtype=np.int64) for _ in thresholds]
+    # One tree for every threshold: scikit-learn's distance_threshold cut of the same scipy
+    # linkage keeps the merges below the threshold, i.e. undoes those at or above it.
+    tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
+    heights = tree[:, 2]
+    n = d.shape[0]
+    return [relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=int(np.count_nonzero(heights >= t)) + 1)
+                                  .ravel()) if np.count_nonzero(heights >= t) + 1 < n
+            else np.arange(n, dtype=np.int64) for t in thresholds]
 
 
 def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:

@@ -7,9 +7,11 @@ seen so far and ``k`` stored coordinates, never ``O(N^2 k)``. Because a refreshe
 recomputed against every stored update, ``S`` always equals the similarity of the latest
 updates (the paper's "keep the most recent similarity").
 
-``GaussianSketch`` optionally replaces each update by a seeded Gaussian random projection
-(Johnson-Lindenstrauss: cosines preserved up to ``O(1/sqrt(k))``), so that 10,000 clients
-of a large model fit in memory. Only numpy; no Flower, no torch.
+A sketch optionally replaces each update by a seeded random projection (Johnson-Lindenstrauss:
+cosines preserved up to ``O(1/sqrt(k))``), so that 10,000 clients of a large model fit in
+memory: ``GaussianSketch`` (dense, ``O(d k)`` per update) or ``CountSketch`` (one random sign
+and bucket per coordinate, ``O(d)`` per update: what the strategies use). numpy and
+scipy.sparse only; no Flower, no torch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import sparse
 
 
 def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -123,12 +126,135 @@ class GaussianSketch:
         return out[0] if single else out
 
 
+class CountSketch:
+    """Seeded sparse sign projection (CountSketch / feature hashing): ``x -> x R``, ``R`` of shape (d, k).
+
+    Every input coordinate ``j`` is added, with a random sign ``s_j``, to one random output
+    coordinate ``h_j`` (Charikar et al. 2002; Weinberger et al. 2009; a JL transform for
+    inner products, Clarkson and Woodruff 2013): ``E[<x R, y R>] = <x, y>`` with variance at most
+    ``2 ||x||^2 ||y||^2 / k``, like :class:`GaussianSketch`, but projecting costs ``O(d)`` per
+    vector instead of ``O(d k)``, and ``R`` (one sign and bucket per coordinate) takes ``O(d)``.
+
+    Parameters
+    ----------
+    dim : int
+        Input dimension d (>= 1).
+    sketch_dim : int
+        Output dimension k (>= 1).
+    seed : int
+        The run's seed; ``R`` depends only on ``(seed, d, k)``.
+
+    Raises
+    ------
+    ValueError
+        If ``dim`` or ``sketch_dim`` is below 1.
+    """
+
+    def __init__(self, dim: int, sketch_dim: int, seed: int) -> None:
+        for name, value in (("dim", dim), ("sketch_dim", sketch_dim)):
+            if int(value) < 1:
+                raise ValueError(f"The '{name}' parameter of CountSketch must be an int >= 1. "
+                                 f"Got {value!r} instead.")
+        self.dim, self.sketch_dim, self.seed = int(dim), int(sketch_dim), int(seed)
+        rng = np.random.default_rng([self.seed, self.dim, self.sketch_dim])
+        buckets = rng.integers(0, self.sketch_dim, size=self.dim)
+        signs = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=self.dim)
+        self._matrix = sparse.csr_matrix((signs, (np.arange(self.dim), buckets)),
+                                         shape=(self.dim, self.sketch_dim), dtype=np.float32)
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        """Project rows: ``(m, d)`` or ``(d,)`` to ``(m, k)`` or ``(k,)``, float32.
+
+        Raises
+        ------
+        ValueError
+            If the last axis is not ``d``.
+        """
+        x = np.asarray(x, dtype=np.float32)
+        single = x.ndim == 1
+        x2 = x[None, :] if single else x
+        if x2.ndim != 2 or x2.shape[1] != self.dim:
+            raise ValueError(f"The 'x' parameter of CountSketch.project must have {self.dim} columns. "
+                             f"Got shape {x.shape} instead.")
+        out = np.asarray((self._matrix.T @ x2.T).T, dtype=np.float32)
+        return out[0] if single else out
+
+
+AUTO_SKETCH_BYTES = 2 * 2**30
+"""Full float32 updates of all clients above this size are sketched when no sketch is asked for."""
+AUTO_SKETCH_DIM = 4096
+"""The automatic sketch's dimension (cosines and distances kept to about 2-3%)."""
+
+
+def auto_sketch_dim(num_clients: int, dim: int, sketch_dim: int = 0) -> int:
+    """The sketch dimension to use: ``sketch_dim`` when given (> 0), else automatic.
+
+    With ``sketch_dim == 0``, updates stay exact (0 is returned) while ``num_clients`` full
+    float32 updates of ``dim`` coordinates take at most ``AUTO_SKETCH_BYTES`` (2 GiB: 3,376
+    clients of the 159,010-parameter DNN), or when ``dim <= AUTO_SKETCH_DIM``; above, it is
+    ``AUTO_SKETCH_DIM``, so 10,000 clients of any model take 160 MB instead of tens of GB.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'num_clients'``, ``'dim'`` or ``'sketch_dim'`` when negative.
+    """
+    for name, value in (("num_clients", num_clients), ("dim", dim), ("sketch_dim", sketch_dim)):
+        if int(value) < 0:
+            raise ValueError(f"The '{name}' parameter of auto_sketch_dim must be an int >= 0. "
+                             f"Got {value!r} instead.")
+    if sketch_dim:
+        return int(sketch_dim)
+    big = int(num_clients) * int(dim) * 4 > AUTO_SKETCH_BYTES and int(dim) > AUTO_SKETCH_DIM
+    return AUTO_SKETCH_DIM if big else 0
+
+
+def sketch_rows(rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0,
+                exact: bool = False, chunk: int = 512) -> np.ndarray:
+    """Clients' vectors as one array, sketched when large (:func:`auto_sketch_dim`).
+
+    Parameters
+    ----------
+    rows : sequence of N arrays of shape (d,), or ndarray of shape (N, d)
+        One flattened update per client.
+    seed : int
+        The run's seed (the :class:`CountSketch`).
+    sketch_dim : int, default=0
+        > 0: always sketch to this dimension; 0: automatic.
+    exact : bool, default=False
+        Never sketch (e.g. for L1 distances, which a sketch does not keep).
+    chunk : int, default=512
+        Rows stacked at a time while sketching (the full ``(N, d)`` is never stacked).
+
+    Returns
+    -------
+    ndarray of shape (N, d) as given (stacked), or (N, k) float32 when sketched.
+
+    Raises
+    ------
+    ValueError
+        If ``rows`` is empty or its rows differ in length.
+    """
+    n = len(rows)
+    if n == 0:
+        raise ValueError("The 'rows' parameter of sketch_rows must hold at least one vector. Got none instead.")
+    dim = int(np.shape(rows[0])[-1])
+    if any(np.shape(r) != (dim,) for r in rows):
+        raise ValueError(f"The 'rows' parameter of sketch_rows must hold vectors of one length {dim}. "
+                         "Got vectors of other shapes instead.")
+    k = 0 if exact else auto_sketch_dim(n, dim, sketch_dim)
+    if not k:
+        return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(rows)
+    sketch = CountSketch(dim, k, seed)
+    return np.concatenate([sketch.project(np.stack(rows[i:i + chunk])) for i in range(0, n, chunk)])
+
+
 class UpdateSimilarity:
     """The latest update of every client seen and ``S = 1 + cos`` among them, refreshed incrementally.
 
     Parameters
     ----------
-    sketch : GaussianSketch, optional
+    sketch : GaussianSketch or CountSketch, optional
         Store projected updates instead of the full vectors.
 
     Attributes
@@ -137,7 +263,7 @@ class UpdateSimilarity:
         Clients with a stored update, in the order first seen (row order of ``S``).
     """
 
-    def __init__(self, sketch: GaussianSketch | None = None) -> None:
+    def __init__(self, sketch: GaussianSketch | CountSketch | None = None) -> None:
         self.sketch = sketch
         self.pids: list[int] = []
         self._row: dict[int, int] = {}

@@ -108,13 +108,32 @@ def _uses_gram(g: np.ndarray) -> bool:
     return g.ndim == 2 and g.shape[0] >= g.shape[1] and g.shape[1] <= GRAM_MAX_COLUMNS
 
 
-def singular_values(matrix: np.ndarray) -> np.ndarray:
-    """All ``min(rows, N)`` singular values of ``G`` ``(rows, N)``, descending.
+SPECTRUM_VALUES = 16
+"""Singular values kept for large ``G`` (App. G's gap search needs ``max-clusters + 1``)."""
 
-    Computed from the smaller Gram matrix (exact up to rounding, and cheap because N, the
-    number of clients, is small).
+
+def _large(g: np.ndarray) -> bool:
+    return min(g.shape) > GRAM_MAX_COLUMNS and g.size > RANDOMIZED_MIN_SIZE
+
+
+def _top_svd(g: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seeded randomised SVD of ``g`` to ``count`` components (float32 stays float32)."""
+    count = min(count, min(g.shape) - 1)
+    return randomized_svd(g if g.dtype == np.float32 else g.astype(np.float64), n_components=count,
+                          n_iter=7, random_state=seed)
+
+
+def singular_values(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
+    """The singular values of ``G`` ``(rows, N)``, descending.
+
+    All ``min(rows, N)`` of them from the smaller Gram matrix (exact up to rounding) while that
+    has at most ``GRAM_MAX_COLUMNS`` columns; for a larger ``G`` (thousands of clients and
+    coordinates: an ``N x N`` eigendecomposition would take minutes) the top
+    ``SPECTRUM_VALUES`` by seeded randomised SVD.
     """
     g = np.asarray(matrix)
+    if _large(g):
+        return _top_svd(g, SPECTRUM_VALUES, seed)[1].astype(np.float64)
     return _gram_spectrum(g if g.shape[0] >= g.shape[1] else g.T)[0]
 
 
@@ -233,14 +252,19 @@ def spectral_clustering(matrix: np.ndarray, k: int, previous: np.ndarray,
     labels : ndarray of shape (N,), int64
     features : ndarray of shape (N, k)
         The projected columns ``U^T G`` (transposed) the labels come from.
-    values : ndarray of shape (min(rows, N),)
-        All singular values of ``G`` (for tall ``G`` from the same Gram matrix, at no extra cost).
+    values : ndarray of shape (min(rows, N),) or (SPECTRUM_VALUES,)
+        The singular values of ``G`` (for tall ``G`` from the same Gram matrix, at no extra cost;
+        the top ``SPECTRUM_VALUES`` when both sides exceed ``GRAM_MAX_COLUMNS``).
     """
     g = np.asarray(matrix)
     k = check_int(k, "k", "spectral_clustering", low=1, high=min(g.shape))
     if _uses_gram(g):
         values, v = _gram_spectrum(g)
         features = v[:, :k] * values[:k]
+    elif _large(g):
+        _, values, vt = _top_svd(g, max(k, SPECTRUM_VALUES), seed)
+        values = values.astype(np.float64)
+        features = vt[:k].T.astype(np.float64) * values[:k]
     else:
         values, features = singular_values(g), project(g, k, seed)
     if k == 1:
@@ -302,7 +326,7 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
         raise ValueError(f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
                          f"(clients). Got shape {g.shape} instead.")
     k_max = min(k_max, g.shape[1] - 1)
-    values = singular_values(g)
+    values = singular_values(g, seed)
     s = largest_gap(values, k_max)
     features = project(g, s, seed)
     silhouettes = {}

@@ -132,17 +132,73 @@ def pairwise_subspace_angles(
         raise ValueError(f"The 'bases' parameter of {owner} must hold bases with one row count d. "
                          f"Got row counts {sorted(dims)} instead.")
     n = len(present)
+    held = np.array([b is not None for b in present])
+    out = np.full((n, n), one_missing)
+    out[np.ix_(~held, ~held)] = both_missing
+    rows = np.flatnonzero(held)
+    if rows.size:
+        out[np.ix_(rows, rows)] = _angles_among([present[i] for i in rows], measure)
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def orthonormal_basis(a: np.ndarray, rcond: float | None = None) -> np.ndarray:
+    """An orthonormal basis ``(d, r)`` of the column space of ``a`` ``(d, p)``, ``r`` its rank.
+
+    The left singular vectors whose singular values exceed ``rcond * s_max`` (default
+    ``eps * max(d, p)``), as ``scipy.linalg.orth`` (which ``scipy.linalg.subspace_angles`` uses).
+    """
+    u, sv, _ = np.linalg.svd(a, full_matrices=False)
+    tol = (np.finfo(float).eps * max(a.shape) if rcond is None else rcond) * (sv[0] if sv.size else 0.0)
+    return u[:, : int(np.sum(sv > tol))]
+
+
+BLOCK_ENTRIES = 4_000_000
+"""Cross products computed at a time by :func:`_angles_among` (about 32 MB of float64)."""
+
+
+def _angles_among(bases: Sequence[np.ndarray], measure: str) -> np.ndarray:
+    """:func:`subspace_angle` between every pair of ``bases`` (all present, one ``d``), vectorised.
+
+    Each basis is orthonormalised once; then, for blocks of pairs, the cosines of the principal
+    angles are the singular values of ``Q_i^T Q_j``, taken as square roots of the eigenvalues of
+    the smaller of ``M M^T`` and ``M^T M`` (batched LAPACK, no Python loop over pairs). Pairs are
+    grouped by the ranks of their bases. Agrees with scipy's ``subspace_angles`` to about 1e-6
+    degrees. Returns ``(n, n)`` with a zero diagonal.
+    """
+    q = [orthonormal_basis(b) for b in bases]
+    n = len(q)
     out = np.zeros((n, n))
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = present[i], present[j]
-            if a is None and b is None:
-                value = both_missing
-            elif a is None or b is None:
-                value = one_missing
-            else:
-                value = subspace_angle(a, b, measure)
-            out[i, j] = out[j, i] = value
+    ranks = np.array([x.shape[1] for x in q])
+    groups = {int(r): np.flatnonzero(ranks == r) for r in np.unique(ranks)}
+    stacked = {r: np.stack([q[i] for i in idx]) for r, idx in groups.items() if r > 0}
+    for ra, ia in groups.items():
+        for rb, ib in groups.items():
+            if rb < ra:
+                continue
+            if ra == 0 or rb == 0:
+                out[np.ix_(ia, ib)] = 90.0
+                out[np.ix_(ib, ia)] = 90.0
+                continue
+            qa, qb = stacked[ra], stacked[rb]
+            step = max(1, BLOCK_ENTRIES // max(1, len(ib) * ra * rb))
+            for start in range(0, len(ia), step):
+                stop = min(start + step, len(ia))
+                cols = ib[start:] if ra == rb else ib  # within one group, the pairs i <= j only
+                right = qb[start:] if ra == rb else qb
+                left = qa[start:stop].transpose(0, 2, 1).reshape(-1, qa.shape[1])  # (b * ra, d)
+                m = (left @ right.transpose(1, 0, 2).reshape(qa.shape[1], -1))  # (b * ra, nb * rb)
+                m = m.reshape(stop - start, ra, len(cols), rb).transpose(0, 2, 1, 3)
+                gram = m @ m.transpose(0, 1, 3, 2)  # (b, nb, ra, ra), ra <= rb
+                cos2 = np.clip(np.linalg.eigvalsh(gram)[..., ::-1], 0.0, 1.0)  # descending cosines^2
+                angles = np.degrees(np.arccos(np.sqrt(cos2)))  # ascending angles
+                if measure == "smallest":
+                    value = angles[..., 0]
+                else:
+                    value = angles.sum(axis=-1) if measure == "sum" else angles.mean(axis=-1)
+                out[np.ix_(ia[start:stop], cols)] = value
+                out[np.ix_(cols, ia[start:stop])] = value.T
+    np.fill_diagonal(out, 0.0)
     return out
 
 

@@ -177,6 +177,71 @@ def affinity_propagation(
     return APResult(labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref, True)
 
 
+AP_MAX_POINTS = 1_000
+"""Above this many trajectories, :func:`cluster_trajectories` runs AP on a seeded sample."""
+
+
+@dataclass(frozen=True)
+class TrajectoryClusters:
+    """The outcome of :func:`cluster_trajectories`.
+
+    Attributes
+    ----------
+    result : APResult
+        Labels of every trajectory; exemplars as row indices into all trajectories.
+    sample : np.ndarray of shape (M,), int64
+        Rows AP ran on (all N when N <= ``max_points``), sorted.
+    distances : np.ndarray of shape (M, M)
+        Their trajectory distances.
+    """
+
+    result: APResult
+    sample: np.ndarray
+    distances: np.ndarray
+
+
+def cluster_trajectories(trajectories: np.ndarray, *, damping: float = 0.5, preference: float | str = MEDIAN,
+                         seed: int = 0, max_points: int = AP_MAX_POINTS) -> TrajectoryClusters:
+    """CFLGT's clustering of N trajectories, bounded in time and memory for large N.
+
+    Up to ``max_points`` trajectories: :func:`affinity_propagation` on all their
+    :func:`trajectory_distances` (exactly CFLGT Alg. 1, line 11). Above: AP on a uniform sample
+    of ``max_points`` trajectories drawn with ``seed`` (AP is ``O(N^2)`` in memory and time per
+    iteration: 4 GB and minutes at N = 10,000), then every other trajectory joins its
+    :func:`nearest_exemplar`, the rule CFLGT already applies to newcomers.
+
+    Parameters
+    ----------
+    trajectories : np.ndarray of shape (N, C, 2)
+    damping, preference, seed
+        As :func:`affinity_propagation`.
+    max_points : int, default=AP_MAX_POINTS
+        >= 1.
+
+    Returns
+    -------
+    TrajectoryClusters
+
+    Raises
+    ------
+    ValueError
+        As :func:`trajectory_distances` and :func:`affinity_propagation`, or naming ``'max_points'``.
+    """
+    points = _check_trajectories(trajectories, "trajectories", "cluster_trajectories")
+    max_points = check_int(max_points, "max_points", "cluster_trajectories", low=1)
+    n = points.shape[0]
+    sample = np.arange(n, dtype=np.int64) if n <= max_points else np.sort(
+        np.random.default_rng(seed).choice(n, size=max_points, replace=False)).astype(np.int64)
+    distances = trajectory_distances(points[sample])
+    result = affinity_propagation(distances, damping=damping, preference=preference, seed=seed)
+    if n > max_points:
+        exemplars = sample[result.exemplars]
+        labels = nearest_exemplar(points, points[exemplars])
+        labels[exemplars] = np.arange(len(exemplars))
+        result = APResult(labels, exemplars, result.preference, result.converged)
+    return TrajectoryClusters(result, sample, distances)
+
+
 def nearest_exemplar(trajectories: np.ndarray, exemplars: np.ndarray) -> np.ndarray:
     """Index of the nearest exemplar trajectory of each trajectory (newcomers' cluster).
 

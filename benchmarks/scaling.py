@@ -1,0 +1,579 @@
+"""Server scaling: time and peak memory of every algorithm's server-side clustering step.
+
+Each algorithm's step is fed synthetic client signals of the real sizes (the parameter count
+and final-layer size of the DNN or LeNet-5 on Fashion-MNIST shapes, 784-dimensional data
+subspaces) with planted groups, drawn from a seeded ``numpy.random.Generator``, and calls the
+same ``common.clustering`` / ``common.aggregation`` functions the strategy calls inside its
+``clustering_timer``. Every (variant, N) runs in a fresh subprocess:
+
+- seconds: wall time of the step (a first pass without tracing), and its CPU time (all threads
+  of the process: on a shared machine the wall time grows with the load, the CPU time less);
+- peak MB: ``tracemalloc`` peak of the step (a second pass; numpy registers its buffers),
+  without the signals themselves (what clients sent is input, not the step's memory);
+- RSS MB: the process's peak RSS (``VmHWM``, reset when the step starts) minus its RSS then
+  (first pass; for the round-by-round variants it also holds later rounds' received signals);
+- ARI of the step's labels against the planted groups (a sanity check that it did real work).
+
+The growth exponent ``b`` of ``seconds ~ N^b`` (and of memory) is the least-squares slope on
+log-log over the sizes measured. Variants whose input alone would not fit (``--max-gb``) are
+listed with the reason instead of run. Writes scaling.md, scaling.csv and scaling.json.
+
+Example::
+
+    nice -n 19 python benchmarks/scaling.py --sizes 100,1000,10000 --model dnn
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+FEATURES = 784
+NUM_CLASSES = 10
+GROUPS = 5
+FRACTION = 0.2  # run-config default: the share of clients that train (and report) per round
+COMPRESSION = 64.0
+SUBSPACE_VECTORS = 3  # PACFL's p and FLAG's flag-vectors default
+CLASSES_PER_CLIENT = 2
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The model's float parameter count, its final layer's input size and the class count."""
+
+    params: int
+    head_in: int
+    classes: int = NUM_CLASSES
+
+    @property
+    def head(self) -> int:
+        return self.classes * self.head_in + self.classes
+
+
+def model_sizes(model: str) -> tuple[Sizes, list[tuple[str, tuple[int, ...]]]]:
+    """Sizes and float array shapes of ``model`` built by common.models on Fashion-MNIST shapes."""
+    from common.models import build_model
+
+    net = build_model(model, (1, 28, 28), NUM_CLASSES)
+    shapes = [(k, tuple(v.shape)) for k, v in net.state_dict().items() if v.is_floating_point()]
+    return Sizes(sum(math.prod(s) for _, s in shapes), net.head.in_features), shapes
+
+
+# ------------------------------------------------------------------ measuring
+class Meter:
+    """Sums the wall time of measured blocks; with ``trace``, keeps the tracemalloc peak above inputs."""
+
+    def __init__(self, trace: bool) -> None:
+        self.trace, self.seconds, self.cpu_seconds, self.peak = trace, 0.0, 0.0, 0
+        self.rss_base: int | None = None
+        self.rss_peak = 0
+
+    @contextmanager
+    def measure(self, exclude: int | None = None) -> Iterator[None]:
+        """Time the block (wall and CPU); ``exclude`` bytes of traced input are not the step's memory.
+
+        ``exclude`` None: everything traced when the block starts is input (one-shot steps).
+        The first block also resets the peak RSS and takes the RSS baseline (inputs made so far
+        are in it).
+        """
+        if self.rss_base is None:
+            reset_peak_rss()
+            self.rss_base = _status_bytes("VmRSS")
+        if self.trace:
+            if exclude is None:
+                exclude = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+        start, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.seconds += time.perf_counter() - start
+        self.cpu_seconds += time.process_time() - cpu
+        self.rss_peak = max(self.rss_peak, peak_rss_bytes())
+        if self.trace:
+            self.peak = max(self.peak, tracemalloc.get_traced_memory()[1] - exclude)
+
+    @property
+    def rss_increase(self) -> int:
+        """Peak RSS during the measured blocks minus the RSS when the first began, in bytes."""
+        return 0 if self.rss_base is None else max(0, self.rss_peak - self.rss_base)
+
+
+def _status_bytes(field: str) -> int:
+    """``VmRSS`` or ``VmHWM`` (peak RSS) of this process from /proc/self/status, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak_rss() -> None:
+    """Restart the kernel's peak-RSS count (``VmHWM``) at the current RSS (Linux >= 4.0).
+
+    ``getrusage``'s ``ru_maxrss`` cannot be reset (and a subprocess inherits its parent's value
+    through fork + exec), so it is read only as a fallback where this fails.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_bytes() -> int:
+    """Peak RSS since the last :func:`reset_peak_rss` (``VmHWM``; ``ru_maxrss`` as fallback)."""
+    try:
+        return _status_bytes("VmHWM")
+    except (OSError, RuntimeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# ------------------------------------------------------------------ planted signals
+def planted(n: int, groups: int, rng: np.random.Generator) -> np.ndarray:
+    """Balanced group labels ``(n,)`` in random order."""
+    return rng.permutation(np.arange(n) % groups)
+
+
+def vectors(truth: np.ndarray, dim: int, rng: np.random.Generator, noise: float = 0.5,
+            centers: np.ndarray | None = None) -> np.ndarray:
+    """``(n, dim)`` float32 rows: their group's Gaussian centre plus Gaussian noise."""
+    if centers is None:
+        centers = rng.standard_normal((int(truth.max()) + 1, dim), dtype=np.float32)
+    out = rng.standard_normal((len(truth), dim), dtype=np.float32)
+    out *= np.float32(noise)
+    out += centers[truth]
+    return out
+
+
+def class_bases(truth: np.ndarray, rng: np.random.Generator, vectors_per_class: int = SUBSPACE_VECTORS,
+                noise: float = 0.05) -> list[dict[int, np.ndarray]]:
+    """Per client ``{class: (784, p) orthonormal basis}`` for its group's classes.
+
+    Group g holds classes ``2g, 2g + 1`` (mod C); each class has its own true subspace, and a
+    client's basis is that subspace plus noise, orthonormalised (as truncated SVD returns).
+    """
+    true = [np.linalg.qr(rng.standard_normal((FEATURES, vectors_per_class)))[0] for _ in range(NUM_CLASSES)]
+    out = []
+    for g in truth:
+        held = [(CLASSES_PER_CLIENT * int(g) + i) % NUM_CLASSES for i in range(CLASSES_PER_CLIENT)]
+        out.append({c: np.linalg.qr(true[c] + noise * rng.standard_normal(true[c].shape))[0] for c in held})
+    return out
+
+
+def batches(n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Disjoint per-round samples of ``FRACTION`` of the clients, covering all ``n``."""
+    order = rng.permutation(n)
+    size = max(1, math.ceil(FRACTION * n))
+    return [np.sort(order[i:i + size]) for i in range(0, n, size)]
+
+
+# ------------------------------------------------------------------ the steps
+@dataclass(frozen=True)
+class Variant:
+    """One row family of the table."""
+
+    name: str
+    algorithm: str
+    signal: Callable[[Sizes], str]
+    input_bytes: Callable[[int, Sizes], int]
+    run: Callable[[int, Sizes, list, Meter, np.random.Generator], tuple[np.ndarray | None, np.ndarray | None]]
+    groups: int = GROUPS
+    note: str = ""
+
+
+def _fedavg(n, sizes, shapes, meter, rng):
+    from common.aggregation import weighted_average
+
+    m = max(1, math.ceil(FRACTION * n))
+    models = [{k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes} for _ in range(m)]
+    weights = rng.integers(100, 1000, size=m)
+    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
+        weighted_average(models, weights)
+    return None, None
+
+
+def _ifca(n, sizes, shapes, meter, rng, k: int = 8):
+    from common.aggregation import weighted_average
+
+    m = max(1, math.ceil(FRACTION * n))
+    truth = planted(m, GROUPS, rng)
+    models = [{name: rng.standard_normal(s, dtype=np.float32) for name, s in shapes} for _ in range(m)]
+    weights = rng.integers(100, 1000, size=m)
+    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
+        chosen = truth % k  # the reported cluster-id of each reply
+        members: dict[int, list[int]] = {}
+        for i, c in enumerate(chosen):
+            members.setdefault(int(c), []).append(i)
+        for _, rows in sorted(members.items()):
+            weighted_average([models[i] for i in rows], weights[rows])
+        labels = np.asarray(chosen)
+    return labels, truth
+
+
+def _cflgt(n, sizes, shapes, meter, rng):
+    from common.clustering.trajectories import cluster_trajectories
+
+    truth = planted(n, GROUPS, rng)
+    centers = rng.uniform(0.0, 4.0, size=(GROUPS, sizes.classes, 2))
+    points = centers[truth] + 0.1 * rng.standard_normal((n, sizes.classes, 2))
+    with meter.measure():
+        labels = cluster_trajectories(points, damping=0.5, preference="median", seed=SEED).result.labels
+    return labels, truth
+
+
+def _fedclust(n, sizes, shapes, meter, rng):
+    from common.clustering.hierarchical import cut_tree, pairwise_distances
+
+    truth = planted(n, GROUPS, rng)
+    heads = vectors(truth, sizes.head, rng, noise=0.3)
+    with meter.measure():
+        labels = cut_tree(pairwise_distances(heads), threshold=1.0, num_clusters=GROUPS)
+    return labels, truth
+
+
+def _pacfl(n, sizes, shapes, meter, rng):
+    from common.clustering.hierarchical import cut_tree
+    from common.clustering.subspaces import pairwise_subspace_angles, stack_bases
+
+    truth = planted(n, GROUPS, rng)
+    stacked = [stack_bases([b[c] for c in sorted(b)]) for b in class_bases(truth, rng)]
+    with meter.measure():
+        labels = cut_tree(pairwise_subspace_angles(stacked, "mean"), threshold=30.0, num_clusters=GROUPS)
+    return labels, truth
+
+
+def _flhc(n, sizes, shapes, meter, rng):
+    from common.clustering.hierarchical import cut_tree, pairwise_distances
+    from common.clustering.similarity import sketch_rows
+
+    truth = planted(n, GROUPS, rng)
+    updates = vectors(truth, sizes.params, rng, noise=1.0)
+    with meter.measure():
+        rows = sketch_rows(list(updates), SEED, exact=False)
+        labels = cut_tree(pairwise_distances(rows, "euclidean"), threshold=1.0, num_clusters=GROUPS)
+    return labels, truth
+
+
+class _Server:
+    """What ``StoredUpdates.remember`` reads of a strategy: its clients and its similarity."""
+
+    def __init__(self, n: int) -> None:
+        self.clients = dict.fromkeys(range(n))
+        self.similarity = None
+        self.assignment: dict[int, int] = {}
+
+
+def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callable | None = None):
+    """FLIC's / Sattler's per-round storage of the sampled clients' updates (``StoredUpdates.remember``)."""
+    from strategies.updates import StoredUpdates
+
+    server = type("Stored", (StoredUpdates, _Server), {})(n)
+    centers = rng.standard_normal((int(truth.max()) + 1, sizes.params), dtype=np.float32)
+    for rows in batches(n, rng):
+        deltas = vectors(truth[rows], sizes.params, rng, noise=1.0, centers=centers)
+        with meter.measure(exclude=deltas.nbytes):
+            server.remember(rows.tolist(), deltas, sketch, SEED)
+            if after is not None:
+                after(deltas)
+        del deltas
+    return server.similarity
+
+
+def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
+    from common.clustering.louvain import louvain_labels
+
+    truth = planted(n, GROUPS, rng)
+    similarity = _stored(n, sizes, meter, rng, sketch, truth)
+    with meter.measure(exclude=0):
+        labels = louvain_labels(similarity.matrix(similarity.pids), 1.0, SEED)
+    return labels, truth[np.asarray(similarity.pids)]
+
+
+def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
+    from common.clustering.bipartition import should_split, split_cluster, update_norms
+
+    truth = planted(n, 2, rng)
+    norms: list[tuple[float, float]] = []
+    similarity = _stored(n, sizes, meter, rng, sketch, truth, after=lambda d: norms.append(update_norms(d)))
+    with meter.measure(exclude=0):
+        should_split(*norms[-1], n, 21, eps1=0.4, eps2=1.6, split_after=20)
+        known = sorted(similarity.pids)
+        _, second = split_cluster(known, similarity.matrix(known) - 1.0)
+        labels = np.zeros(n, dtype=np.int64)
+        labels[np.asarray(second, dtype=np.int64)] = 1
+    return labels, truth
+
+
+def _flag(n, sizes, shapes, meter, rng):
+    from common.clustering.flag import (
+        data_similarity,
+        gradient_angles,
+        proximity,
+        sweep_cuts,
+        threshold_grid,
+    )
+    from common.clustering.hierarchical import cut_tree
+    from common.clustering.similarity import sketch_rows
+
+    truth = planted(n, GROUPS, rng)
+    bases = class_bases(truth, rng)
+    counts = np.zeros((n, sizes.classes))
+    for i, b in enumerate(bases):
+        counts[i, sorted(b)] = rng.integers(50, 500, size=len(b))
+    updates = vectors(truth, sizes.params, rng, noise=1.0)
+    with meter.measure():
+        gradient = gradient_angles(sketch_rows(list(updates), SEED))
+        a = proximity(data_similarity(bases, counts, sizes.classes, 0.5), gradient, 0.5)
+        sweep_cuts(a, threshold_grid(0.1), "average")
+        labels = cut_tree(a, threshold=1.0, num_clusters=GROUPS)
+    return labels, truth
+
+
+def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 1.0):
+    from common.clustering import compression, spectral
+
+    k = GROUPS
+    size = compression.compressed_size(sizes.params, ratio)
+    truth = planted(n, GROUPS, rng)
+    centers = rng.standard_normal((GROUPS, k, size), dtype=np.float32)
+    blocks = {p: centers[truth[p]] + rng.standard_normal((k, size), dtype=np.float32) for p in range(n)}
+    counts = {p: np.ones(k, dtype=np.int64) for p in range(n)}
+    fresh = vectors(truth, size, rng, noise=1.0, centers=centers[:, 0])
+    previous = rng.integers(0, k, size=n)
+    with meter.measure(exclude=fresh.nbytes):
+        for p in range(n):
+            blocks[p][0] = spectral.update_block(blocks[p][0], fresh[p], int(counts[p][0]))
+            counts[p][0] += 1
+        pids = sorted(blocks)
+        matrix = spectral.profile_matrix(np.stack([blocks[p] for p in pids]))
+        labels, _, _ = spectral.spectral_clustering(matrix, k, previous, SEED)
+    return labels, truth
+
+
+def _fmt(x: int) -> str:
+    return f"{x:,}"
+
+
+F32 = 4
+
+
+def _update_bytes(n: int, s: Sizes) -> int:
+    """All N updates received (float32) plus their float64 copy or sketch, plus N x N matrices."""
+    from common.clustering.similarity import AUTO_SKETCH_DIM, auto_sketch_dim
+
+    kept = AUTO_SKETCH_DIM * F32 if auto_sketch_dim(n, s.params) else s.params * 8
+    return n * (s.params * F32 + kept) + 4 * n * n * 8
+
+
+def _stored_bytes(n: int, s: Sizes) -> int:
+    """One round's updates plus the stored (full or sketched) updates (with growth) and S."""
+    from common.clustering.similarity import auto_sketch_dim
+
+    kept = auto_sketch_dim(n, s.params) or s.params
+    return math.ceil(FRACTION * n) * s.params * F32 + 3 * n * kept * F32 + 4 * n * n * 8
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in [
+    Variant("fedavg", "fedavg", lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
+            lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
+            lambda n, s, sh, m, r: _fedavg(n, s, sh, m, r), note="weighted_average of one round's replies"),
+    Variant("ifca", "ifca", lambda s: f"model {_fmt(s.params)} f32 + cluster-id (x {FRACTION:g} N)",
+            lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
+            lambda n, s, sh, m, r: _ifca(n, s, sh, m, r), note="per-cluster weighted_average, K = 8"),
+    Variant("cflgt", "cflgt", lambda s: f"trajectory {s.classes}x2 f64",
+            lambda n, s: 6 * min(n, 1000) ** 2 * 8, _cflgt,
+            note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 1,000)"),
+    Variant("fedclust", "fedclust", lambda s: f"head {_fmt(s.head)} f32",
+            lambda n, s: n * s.head * 8 + 4 * n * n * 8, _fedclust, note="pairwise_distances + cut_tree"),
+    Variant("flhc", "flhc", lambda s: f"update {_fmt(s.params)} f32", _update_bytes, _flhc,
+            note="sketch_rows (auto CountSketch) + pairwise_distances + cut_tree"),
+    Variant("flag", "flag", lambda s: f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} + update "
+            f"{_fmt(s.params)} f32", lambda n, s: _update_bytes(n, s) + 2 * n * n * 8, _flag,
+            note="data_similarity + gradient_angles(sketch_rows) + proximity + sweep_cuts + cut"),
+    Variant("flic", "flic", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _flic,
+            note="StoredUpdates.remember over 1/fraction rounds + louvain_labels"),
+    Variant("cfl-sattler", "cfl-sattler", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _sattler,
+            groups=2, note="remember + update_norms per round + split_cluster of all N"),
+    Variant("cfl-gp", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
+            lambda n, s: 3 * n * GROUPS * s.params * F32, _cflgp,
+            note="update_block + spectral_clustering, K = 5, compression-ratio 1"),
+    Variant(f"cfl-gp-c{COMPRESSION:g}", "cfl-gp",
+            lambda s: f"profile {GROUPS}x{_fmt(math.ceil(s.params / COMPRESSION))} f32",
+            lambda n, s: 3 * n * GROUPS * math.ceil(s.params / COMPRESSION) * F32 + 2 * n * n * 8,
+            lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION), note=f"compression-ratio {COMPRESSION:g}"),
+    Variant("pacfl", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
+            lambda n, s: 4 * n * n * 8, _pacfl, note="pairwise_subspace_angles (mean) + cut_tree"),
+]}
+
+
+# ------------------------------------------------------------------ one measurement (subprocess)
+def measure(variant: str, n: int, sizes: Sizes, shapes: list, trace_limit: float = 60.0) -> dict[str, Any]:
+    """Run ``variant`` at ``n`` clients: a timed pass, then a traced pass if the first took <= trace_limit s."""
+    from sklearn.metrics import adjusted_rand_score
+
+    spec = VARIANTS[variant]
+    meter = Meter(trace=False)
+    labels, truth = spec.run(n, sizes, shapes, meter, np.random.default_rng(SEED))
+    rss_mb = meter.rss_increase / 2**20
+    out: dict[str, Any] = {"variant": variant, "algorithm": spec.algorithm, "n": n, "seconds": meter.seconds,
+                           "cpu_seconds": meter.cpu_seconds,
+                           "rss_mb": rss_mb, "peak_mb": None, "ari": None, "clusters": None}
+    if labels is not None:
+        out["ari"] = float(adjusted_rand_score(truth, labels))
+        out["clusters"] = len(np.unique(labels))
+    del labels, truth
+    if meter.seconds <= trace_limit:
+        traced = Meter(trace=True)
+        tracemalloc.start()
+        spec.run(n, sizes, shapes, traced, np.random.default_rng(SEED))
+        tracemalloc.stop()
+        out["peak_mb"] = traced.peak / 2**20
+    return out
+
+
+def run_worker(variant: str, n: int, model: str, shapes: list, timeout: float, trace_limit: float) -> dict[str, Any]:
+    """``measure`` in a fresh interpreter (its own RSS and allocator state; no torch imported there)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", variant, "--n", str(n), "--model", model,
+           "--trace-limit", str(trace_limit), "--shapes", json.dumps(shapes)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"variant": variant, "n": n, "status": f"timed out after {timeout:g} s"}
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"variant": variant, "n": n, "status": f"failed (exit {proc.returncode}): {proc.stderr[-300:]}"}
+    return {**json.loads(lines[-1]), "status": "ok"}
+
+
+# ------------------------------------------------------------------ table
+def growth_exponent(sizes: list[float], values: list[float]) -> float | None:
+    """Least-squares slope ``b`` of ``log(value) = a + b log(N)``; None with fewer than 2 positive points."""
+    pts = [(math.log(n), math.log(v)) for n, v in zip(sizes, values, strict=True) if v and v > 0]
+    if len(pts) < 2:
+        return None
+    x, y = np.array(pts).T
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add each variant's time and memory exponents (over its successful sizes) to its rows."""
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        ok = [r for r in rows if r["variant"] == variant and r.get("status") == "ok"]
+        ns = [r["n"] for r in ok]
+        b_time = growth_exponent(ns, [r["seconds"] for r in ok])
+        b_mem = growth_exponent(ns, [r["rss_mb"] for r in ok])  # RSS: measured for every size
+        for r in rows:
+            if r["variant"] == variant:
+                r["time_exponent"], r["memory_exponent"] = b_time, b_mem
+    return rows
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
+    head = (f"Server clustering step, {model} (params {_fmt(sizes.params)}, head {_fmt(sizes.head)}), "
+            f"{GROUPS} planted groups, seed {SEED}.\n\n"
+            "| algorithm | variant | signal per client | N | seconds | CPU s | peak MB (tracemalloc) | RSS MB | ARI "
+            "| time exp. | memory exp. |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    lines = []
+    for r in rows:
+        spec = VARIANTS[r["variant"]]
+        if r.get("status") != "ok":
+            lines.append(f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
+                         f"{r['status']} | | | | | {_num(r.get('time_exponent'), '.2f')} | "
+                         f"{_num(r.get('memory_exponent'), '.2f')} |")
+            continue
+        lines.append(f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
+                     f"{r['seconds']:.3f} | {_num(r.get('cpu_seconds'), '.3f')} | {_num(r['peak_mb'], '.1f')} | "
+                     f"{r['rss_mb']:.1f} | "
+                     f"{_num(r['ari'], '.3f')} | {_num(r['time_exponent'], '.2f')} | "
+                     f"{_num(r['memory_exponent'], '.2f')} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        r["signal"] = VARIANTS[r["variant"]].signal(sizes)
+        r["step"] = VARIANTS[r["variant"]].note
+    (out / "scaling.json").write_text(json.dumps({"model": model, "params": sizes.params, "head": sizes.head,
+                                                  "rows": rows}, indent=1))
+    keys = ["algorithm", "variant", "signal", "n", "status", "seconds", "cpu_seconds", "peak_mb", "rss_mb", "ari",
+            "clusters",
+            "time_exponent", "memory_exponent", "step"]
+    with open(out / "scaling.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({**r, "algorithm": VARIANTS[r["variant"]].algorithm} for r in rows)
+    (out / "scaling.md").write_text(markdown(rows, model, sizes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated client counts N")
+    parser.add_argument("--model", default="dnn", choices=("dnn", "lenet5"))
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "scaling")
+    parser.add_argument("--only", default="", help="comma-separated algorithms or variants (default: all)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per (variant, N) subprocess")
+    parser.add_argument("--trace-limit", type=float, default=120.0,
+                        help="skip the traced pass when the timed pass took longer (seconds)")
+    parser.add_argument("--max-gb", type=float, default=12.0,
+                        help="do not run a (variant, N) whose estimated memory exceeds this")
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        shapes = [(k, tuple(s)) for k, s in json.loads(args.shapes)]
+        head = dict(shapes)["head.weight"]
+        sizes = Sizes(sum(math.prod(s) for _, s in shapes), head[1], head[0])
+        print(json.dumps(measure(args.worker, args.n, sizes, shapes, args.trace_limit)))
+        return 0
+    sizes, shapes = model_sizes(args.model)
+    try:
+        ns = sorted(int(x) for x in args.sizes.split(",") if x.strip())
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated ints. Got {args.sizes!r} instead.")
+    wanted = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = [w for w in wanted if w not in VARIANTS and w not in {v.algorithm for v in VARIANTS.values()}]
+    if unknown:
+        parser.error(f"--only must name algorithms or variants from {sorted(VARIANTS)}. Got {unknown} instead.")
+    variants = [v for v in VARIANTS.values() if not wanted or v.name in wanted or v.algorithm in wanted]
+    rows = []
+    for v in variants:
+        for n in ns:
+            need = v.input_bytes(n, sizes) / 2**30
+            if need > args.max_gb:
+                row = {"variant": v.name, "n": n, "status": f"not run: needs ~{need:.0f} GB"}
+            else:
+                row = run_worker(v.name, n, args.model, shapes, args.timeout, args.trace_limit)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    rows = summarise(rows)
+    write(rows, args.out, args.model, sizes)
+    print(markdown(rows, args.model, sizes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

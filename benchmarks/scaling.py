@@ -308,15 +308,26 @@ def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
 
 
 def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.bipartition import should_split, split_cluster, update_norms
+    from common.clustering.bipartition import (
+        mean_update_ratio,
+        separation,
+        should_split,
+        split_cluster,
+        update_norms,
+    )
+    from common.clustering.similarity import cosine_matrix, sketch_rows
 
     truth = planted(n, 2, rng)
-    norms: list[tuple[float, float]] = []
-    similarity = _stored(n, sizes, meter, rng, sketch, truth, after=lambda d: norms.append(update_norms(d)))
+    ratios: list[tuple[float, float]] = []
+    _stored(n, sizes, meter, rng, sketch, truth,
+            after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2])))
+    fresh = vectors(truth, sizes.params, rng, noise=1.0)  # a split asks every member for a fresh update
     with meter.measure(exclude=0):
-        should_split(*norms[-1], n, 21, eps1=0.4, eps2=1.6, split_after=20)
-        known = sorted(similarity.pids)
-        _, second = split_cluster(known, similarity.matrix(known) - 1.0)
+        should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
+        rows = sketch_rows(fresh, SEED, sketch_dim=sketch)
+        cos = cosine_matrix(rows, rows)
+        first, second = split_cluster(list(range(n)), cos)
+        separation(cos, np.asarray(first), np.asarray(second))
         labels = np.zeros(n, dtype=np.int64)
         labels[np.asarray(second, dtype=np.int64)] = 1
     return labels, truth

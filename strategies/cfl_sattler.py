@@ -37,7 +37,7 @@ from common.clustering.bipartition import (
     split_cluster,
     update_norms,
 )
-from common.clustering.similarity import UpdateSimilarity, cosine_matrix
+from common.clustering.similarity import UpdateSimilarity, cosine_matrix, sketch_rows
 from common.signals.update import ModelUpdate
 from common.validation import check_float, check_int
 
@@ -129,7 +129,8 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
         deltas = np.stack([ups[p].delta for p in replied])
         with self.clustering_timer():
             self.remember(replied, deltas, self.params.sketch_dim, self.training.seed)
-            cos = cosine_matrix(deltas, deltas)
+            rows = sketch_rows(deltas, self.training.seed, sketch_dim=self.params.sketch_dim)
+            cos = cosine_matrix(rows, rows)
             first, second = split_cluster(replied, cos)
             at = {p: i for i, p in enumerate(replied)}
             cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))

@@ -23,7 +23,7 @@ def _superlinks(home):
 def test_umbel_run_on_digits(tmp_path):
     run_name = f"it-{tmp_path.name}"
     home = cli.PROJECT_ROOT / ".flwr" / run_name
-    cmd = [sys.executable, "-m", "server.cli", "run", "--dataset", "digits", "--num-clients", "6",
+    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "fedavg", "--dataset", "digits", "--num-clients", "6",
            "--groups", "2", "--samples-per-label", "20", "--seed", "1", "--rounds", "3", "--fraction", "0.5",
            "--eval-every", "1", "--lr", "0.05", "--local-epochs", "2", "--results-dir", str(tmp_path / "results"),
            "--run-name", run_name]
@@ -48,7 +48,7 @@ def test_umbel_run_on_digits(tmp_path):
 def test_sigterm_stops_the_run_and_its_superlink(tmp_path):
     run_name = f"term-{tmp_path.name}"
     home = cli.PROJECT_ROOT / ".flwr" / run_name
-    cmd = [sys.executable, "-m", "server.cli", "run", "--dataset", "digits", "--num-clients", "4",
+    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "fedavg", "--dataset", "digits", "--num-clients", "4",
            "--groups", "2", "--samples-per-label", "20", "--rounds", "500", "--fraction", "0.5",
            "--results-dir", str(tmp_path / "results"), "--run-name", run_name]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

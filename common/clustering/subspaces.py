@@ -137,7 +137,8 @@ def pairwise_subspace_angles(
     out[np.ix_(~held, ~held)] = both_missing
     rows = np.flatnonzero(held)
     if rows.size:
-        out[np.ix_(rows, rows)] = _angles_among([present[i] for i in rows], measure)
+        chosen = [present[i] for i in rows]
+        out[np.ix_(rows, rows)] = _reference_among(chosen) if measure == "reference" else _angles_among(chosen, measure)
     np.fill_diagonal(out, 0.0)
     return out
 
@@ -155,6 +156,28 @@ def orthonormal_basis(a: np.ndarray, rcond: float | None = None) -> np.ndarray:
 
 BLOCK_ENTRIES = 4_000_000
 """Cross products computed at a time by :func:`_angles_among` (about 32 MB of float64)."""
+
+
+def _reference_among(bases: Sequence[np.ndarray]) -> np.ndarray:
+    """The ``"reference"`` measure between every pair of ``bases``: blocks of column cosines, no pair loop.
+
+    Returns ``(n, n)`` with a zero diagonal; the largest ``|cos|`` of each pair of bases is a
+    block-wise maximum (``np.maximum.reduceat``) of the cosines between all unit columns.
+    """
+    cols = np.concatenate([b / np.linalg.norm(b, axis=0) for b in bases], axis=1)
+    starts = np.concatenate([[0], np.cumsum([b.shape[1] for b in bases])[:-1]])
+    n = len(bases)
+    out = np.zeros((n, n))
+    step = max(1, BLOCK_ENTRIES // max(1, cols.shape[1]))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        first, last = starts[lo], starts[hi] if hi < n else cols.shape[1]
+        cos = np.abs(cols[:, first:last].T @ cols)
+        cos = np.maximum.reduceat(np.maximum.reduceat(cos, starts[lo:hi] - first, axis=0), starts, axis=1)
+        out[lo:hi] = np.degrees(np.arccos(np.clip(cos, 0.0, 1.0)))
+    out = np.minimum(out, out.T)  # equal up to rounding; exactly symmetric
+    np.fill_diagonal(out, 0.0)
+    return out
 
 
 def _angles_among(bases: Sequence[np.ndarray], measure: str) -> np.ndarray:

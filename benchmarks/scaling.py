@@ -249,14 +249,14 @@ def _fedclust(n, sizes, shapes, meter, rng):
     return labels, truth
 
 
-def _pacfl(n, sizes, shapes, meter, rng):
+def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
     from common.clustering.hierarchical import cut_tree
     from common.clustering.subspaces import pairwise_subspace_angles, stack_bases
 
     truth = planted(n, GROUPS, rng)
     stacked = [stack_bases([b[c] for c in sorted(b)]) for b in class_bases(truth, rng)]
     with meter.measure():
-        labels = cut_tree(pairwise_subspace_angles(stacked, "mean"), threshold=30.0, num_clusters=GROUPS)
+        labels = cut_tree(pairwise_subspace_angles(stacked, measure), threshold=30.0, num_clusters=GROUPS)
     return labels, truth
 
 
@@ -432,6 +432,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION), note=f"compression-ratio {COMPRESSION:g}"),
     Variant("pacfl", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
             lambda n, s: 4 * n * n * 8, _pacfl, note="pairwise_subspace_angles (mean) + cut_tree"),
+    Variant("pacfl-reference", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
+            lambda n, s: 4 * n * n * 8, lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
+            note="pairwise_subspace_angles (reference: block-wise column cosines) + cut_tree"),
 ]}
 
 

@@ -57,7 +57,8 @@ class RoundClock:
 def run_flower_fedavg(grid: Grid, experiment: Experiment, clock: RoundClock) -> Result:
     """Train with Flower's FedAvg: every round samples as many clients as umbel would.
 
-    Flower samples with Python's ``random``; it is seeded with the run's seed here.
+    Flower samples node ids with Python's ``random``, seeded here with the run's seed; node ids
+    change from run to run, so which clients it samples still differs between runs.
     """
     training = experiment.training
     num_clients = experiment.scenario.num_clients

@@ -1,6 +1,7 @@
 """End to end through `umbel run`: flwr run, a local SuperLink, Ray, real messages."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,3 +63,4 @@ def test_sigterm_stops_the_run_and_its_superlink(tmp_path):
     rest, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, rest[-3000:]
     assert _superlinks(home) == []
+    shutil.rmtree(home, ignore_errors=True)  # kept on failure for its log; this one failed on purpose

@@ -57,13 +57,7 @@ def class_angles(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int) ->
     """
     owner = "class_angles"
     num_classes = check_int(num_classes, "num_classes", owner, low=1)
-    if len(bases) == 0:
-        raise ValueError(f"The 'bases' parameter of {owner} must hold one mapping per client. "
-                         "Got an empty sequence instead.")
-    bad = sorted({int(c) for b in bases for c in b if not 0 <= int(c) < num_classes})
-    if bad:
-        raise ValueError(f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). "
-                         f"Got classes {bad} instead.")
+    _check_bases(bases, num_classes, owner)
     return np.stack([
         pairwise_subspace_angles([b.get(c) for b in bases], "smallest",
                                  one_missing=ONE_MISSING, both_missing=BOTH_MISSING)
@@ -176,13 +170,7 @@ def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarra
     owner = "data_similarity"
     num_classes = check_int(num_classes, "num_classes", owner, low=1)
     delta = check_float(delta, "delta", owner, low=0.0, high=1.0)
-    if len(bases) == 0:
-        raise ValueError(f"The 'bases' parameter of {owner} must hold one mapping per client. "
-                         "Got an empty sequence instead.")
-    bad = sorted({int(c) for b in bases for c in b if not 0 <= int(c) < num_classes})
-    if bad:
-        raise ValueError(f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). "
-                         f"Got classes {bad} instead.")
+    _check_bases(bases, num_classes, owner)
     n = len(bases)
     logs = None
     if counts is not None:
@@ -431,3 +419,14 @@ def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | Non
         return None
     rows = list(first.values())
     return rows[elbow(list(first), [float(accuracy[i]) for i in rows])]
+
+
+def _check_bases(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int, owner: str) -> None:
+    """A ValueError naming ``'bases'`` when empty or holding a class outside ``[0, num_classes)``."""
+    if len(bases) == 0:
+        raise ValueError(f"The 'bases' parameter of {owner} must hold one mapping per client. "
+                         "Got an empty sequence instead.")
+    bad = sorted({int(c) for b in bases for c in b if not 0 <= int(c) < num_classes})
+    if bad:
+        raise ValueError(f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). "
+                         f"Got classes {bad} instead.")

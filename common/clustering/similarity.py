@@ -40,12 +40,26 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ValueError
         If the inputs are not 2-D with the same number of columns.
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError("The 'a' and 'b' parameters of cosine_matrix must be 2-D arrays with the same "
                          f"number of columns. Got shapes {a.shape} and {b.shape} instead.")
+    if a.dtype == b.dtype == np.float32 and a.size + b.size > FLOAT32_GRAM_ENTRIES:
+        # float64 copies of large update sets would take several times their size (1,000 DNN
+        # updates: 1.3 GB each); the float32 Gram matrix is exact to about 1e-5
+        na = np.linalg.norm(a, axis=1).astype(np.float64)
+        nb = np.linalg.norm(b, axis=1).astype(np.float64)
+        outer = np.outer(na, nb)
+        gram = (a @ b.T).astype(np.float64)
+        cos = np.divide(gram, outer, out=np.zeros_like(gram), where=outer > 0)
+        return np.clip(cos, -1.0, 1.0)
+    a = a.astype(np.float64, copy=False)
+    b = b.astype(np.float64, copy=False)
     return np.clip(_unit(a) @ _unit(b).T, -1.0, 1.0)
+
+
+FLOAT32_GRAM_ENTRIES = 1 << 26
+"""Above this many input entries (256 MB of float32), float32 inputs are multiplied in float32."""
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -113,12 +127,7 @@ class GaussianSketch:
         ValueError
             If the last axis is not ``d``.
         """
-        x = np.asarray(x, dtype=np.float32)
-        single = x.ndim == 1
-        x2 = x[None, :] if single else x
-        if x2.ndim != 2 or x2.shape[1] != self.dim:
-            raise ValueError(f"The 'x' parameter of GaussianSketch.project must have {self.dim} columns. "
-                             f"Got shape {x.shape} instead.")
+        x2, single = _sketch_input(x, self.dim, "GaussianSketch.project")
         out = np.zeros((x2.shape[0], self.sketch_dim), dtype=np.float32)
         for b in range(-(-self.dim // self.block)):
             start = b * self.block
@@ -170,12 +179,7 @@ class CountSketch:
         ValueError
             If the last axis is not ``d``.
         """
-        x = np.asarray(x, dtype=np.float32)
-        single = x.ndim == 1
-        x2 = x[None, :] if single else x
-        if x2.ndim != 2 or x2.shape[1] != self.dim:
-            raise ValueError(f"The 'x' parameter of CountSketch.project must have {self.dim} columns. "
-                             f"Got shape {x.shape} instead.")
+        x2, single = _sketch_input(x, self.dim, "CountSketch.project")
         out = np.asarray((self._matrix.T @ x2.T).T, dtype=np.float32)
         return out[0] if single else out
 
@@ -340,3 +344,13 @@ class UpdateSimilarity:
                              f"stored update. Got unseen {missing} instead.")
         rows = np.array([self._row[p] for p in pids], dtype=np.int64)
         return self._s[np.ix_(rows, rows)].astype(np.float64)
+
+
+def _sketch_input(x: np.ndarray, dim: int, owner: str) -> tuple[np.ndarray, bool]:
+    """``x`` as float32 rows ``(m, dim)`` and whether it was one row ``(dim,)``; else a ValueError."""
+    arr = np.asarray(x, dtype=np.float32)
+    single = arr.ndim == 1
+    rows = arr[None, :] if single else arr
+    if rows.ndim != 2 or rows.shape[1] != dim:
+        raise ValueError(f"The 'x' parameter of {owner} must have {dim} columns. Got shape {arr.shape} instead.")
+    return rows, single

@@ -6,7 +6,14 @@ from scipy.linalg import subspace_angles
 from scipy.spatial.distance import pdist, squareform
 from sklearn.metrics import adjusted_rand_score
 
-from common.clustering import hierarchical, louvain, spectral, subspaces, trajectories
+from common.clustering import (
+    hierarchical,
+    louvain,
+    similarity,
+    spectral,
+    subspaces,
+    trajectories,
+)
 from common.clustering.flag import (
     class_angles,
     class_weights,
@@ -216,3 +223,14 @@ def test_updates_are_sketched_only_when_they_would_pass_the_budget(monkeypatch):
     assert adjusted_rand_score(truth, labels) == 1.0
     with pytest.raises(ValueError, match="'rows' parameter of sketch_rows"):
         sketch_rows([rows[0], rows[1][:5]], 0)
+
+
+def test_large_float32_cosines_skip_float64_copies_and_agree(monkeypatch):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((40, 500)).astype(np.float32)
+    a[5] = 0.0
+    exact = similarity.cosine_matrix(a.astype(np.float64), a.astype(np.float64))
+    monkeypatch.setattr(similarity, "FLOAT32_GRAM_ENTRIES", 10)
+    fast = similarity.cosine_matrix(a, a)
+    assert fast.dtype == np.float64 and np.all(fast[5] == 0.0)
+    np.testing.assert_allclose(fast, exact, atol=1e-5)

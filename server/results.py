@@ -102,7 +102,11 @@ class RunRecorder:
         return summary
 
     def finish_reference(self, strategy_name: str, rounds: int) -> dict[str, Any]:
-        """``summary.json`` of a run of Flower's own FedAvg loop (no clusters, no local evaluation)."""
+        """``summary.json`` of a run of Flower's own FedAvg loop (no clusters, no local evaluation).
+
+        Flower's loop gives no per-round records, so the empty ``metrics.jsonl`` is removed.
+        """
+        self._metrics.unlink(missing_ok=True)
         summary = {"rounds": rounds, "final-accuracy": None, "final-ari": None, "strategy": strategy_name,
                    "server-loop": "flower", "wall-seconds": round(time.time() - self.started, 3),
                    "config": self.run_config}

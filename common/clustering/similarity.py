@@ -180,7 +180,10 @@ class CountSketch:
             If the last axis is not ``d``.
         """
         x2, single = _sketch_input(x, self.dim, "CountSketch.project")
-        out = np.asarray((self._matrix.T @ x2.T).T, dtype=np.float32)
+        out = np.empty((x2.shape[0], self.sketch_dim), dtype=np.float32)
+        step = max(1, (1 << 24) // max(1, self.dim))  # rows at a time: bounds the transposed copy to 64 MB
+        for lo in range(0, x2.shape[0], step):
+            out[lo:lo + step] = (self._matrix.T @ x2[lo:lo + step].T).T
         return out[0] if single else out
 
 

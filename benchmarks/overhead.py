@@ -22,6 +22,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runs import ROOT, read_run, run_cli, training_round_seconds
@@ -29,10 +30,11 @@ from runs import ROOT, read_run, run_cli, training_round_seconds
 LOOPS = ("umbel", "flower")
 
 
-def run_pair(index: int, common: Sequence[str], folder: Path) -> dict[str, list[float]]:
-    """One umbel run and one Flower run (order alternating with ``index``); their round times."""
+def run_pair(index: int, common: Sequence[str], folder: Path) -> dict[str, Any]:
+    """One umbel run and one Flower run (order alternating with ``index``): each loop's training-round
+    seconds under its name, and its last train loss under ``<loop>-train-loss``."""
     order = LOOPS if index % 2 == 0 else LOOPS[::-1]
-    times = {}
+    times: dict[str, Any] = {}
     for loop in order:
         run = read_run(run_cli(["--strategy", "fedavg", "--server-loop", loop, *common], f"{loop}-{index}", folder))
         times[loop] = training_round_seconds(run)
@@ -40,7 +42,7 @@ def run_pair(index: int, common: Sequence[str], folder: Path) -> dict[str, list[
     return times
 
 
-def ratio_report(pairs: Sequence[dict[str, list[float]]]) -> dict[str, float | list[float]]:
+def ratio_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean round time of each loop over all pairs, their ratio, and the per-pair ratios."""
     umbel = [s for p in pairs for s in p["umbel"]]
     flower = [s for p in pairs for s in p["flower"]]

@@ -51,7 +51,7 @@ class RunRecorder:
         self.run_config = dict(run_config)
         self.started = time.time()
         self._metrics = self.folder / "metrics.jsonl"
-        self._metrics.write_text("")
+        self._metrics.unlink(missing_ok=True)  # a re-used run name starts afresh; rounds append
         self._assignments: list[dict[str, Any]] = []
 
     def replay(self, history: list[dict[str, Any]]) -> None:
@@ -102,11 +102,7 @@ class RunRecorder:
         return summary
 
     def finish_reference(self, strategy_name: str, rounds: int) -> dict[str, Any]:
-        """``summary.json`` of a run of Flower's own FedAvg loop (no clusters, no local evaluation).
-
-        Flower's loop gives no per-round records, so the empty ``metrics.jsonl`` is removed.
-        """
-        self._metrics.unlink(missing_ok=True)
+        """``summary.json`` of a run of Flower's own FedAvg loop (no clusters, no local evaluation)."""
         summary = {"rounds": rounds, "final-accuracy": None, "final-ari": None, "strategy": strategy_name,
                    "server-loop": "flower", "wall-seconds": round(time.time() - self.started, 3),
                    "config": self.run_config}

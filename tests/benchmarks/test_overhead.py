@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import overhead  # noqa: E402
+import overhead
 
 
 def test_ratio_is_of_the_mean_round_times_over_all_pairs():

@@ -21,6 +21,7 @@ Generated material goes to ``deploy/secrets/`` by default (git-ignored). ``super
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import ipaddress
 import os
@@ -31,6 +32,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -375,20 +377,28 @@ def supervise(cmd: list[str], env: Mapping[str, str]) -> int:
 
     SIGINT and SIGTERM are passed on to it. Returns one of ``EXIT_CODES``.
     """
-    proc = subprocess.Popen(cmd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     handlers = {sig: signal.signal(sig, lambda s, _f: proc.send_signal(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
     tail: list[str] = []
-    try:
-        assert proc.stdout is not None
+
+    def relay() -> None:
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
             sys.stdout.write(line)
             sys.stdout.flush()
-            tail = [*tail[-199:], line]
+            tail[:] = [*tail[-199:], line]
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+    try:
         code = proc.wait()
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)  # a SuperExec it left behind would hold the pipe open
+        reader.join(timeout=10)
     if code == 0:
         return EXIT_OK
     problem = diagnose_flower_log("".join(tail))

@@ -7,6 +7,7 @@ client -> cluster history), ``summary.json`` and PNG plots.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -97,8 +98,9 @@ class RunRecorder:
         figure = FIGURES.get(type(strategy).name)
         if figure is not None:
             figure(strategy, self.folder)
-        log(INFO, "final accuracy %s, final ARI %s; results in %s",
-            summary["final-accuracy"], summary["final-ari"], self.folder)
+        cover = summary["coverage"]
+        log(INFO, "final accuracy %s (%s), final ARI %s (%s); results in %s", summary["final-accuracy"],
+            cover.get("final-accuracy", "n/a"), summary["final-ari"], cover.get("final-ari", "n/a"), self.folder)
         return summary
 
     def finish_reference(self, strategy_name: str, rounds: int) -> dict[str, Any]:
@@ -142,6 +144,7 @@ def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -
         "final-ari": last.get("ari"),
         "final-ami": last.get("ami"),
         "final-num-clusters": last.get("num-clusters"),
+        "coverage": coverage(history, fraction),
         "rounds-to-truth": first_round_reaching([r["round"] for r in history], [r["ari"] for r in history]),
         **totals,
         "failures": sum(r["failures"] for r in history),
@@ -149,6 +152,29 @@ def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -
         "clustering-seconds": round(sum(r["clustering-seconds"] for r in history), 6),
         "training-seconds": round(sum(r["round-seconds"] for r in history), 3),
     }
+
+
+def coverage(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, str]:
+    """How many clients each final figure covers, e.g. ``{"final-accuracy": "over 19 of 20 clients"}``.
+
+    Accuracy counts the clients whose evaluation came back, at least in every round
+    ``final-accuracy`` averages (the fewest of them); clustering scores count the clients
+    with a cluster in the last round. Records without these counts give nothing.
+    """
+    out: dict[str, str] = {}
+    evaluated = [r for r in history if r.get("accuracy") is not None and r.get("eval-clients") is not None]
+    if evaluated:
+        final = evaluated[-max(1, math.ceil(fraction * len(evaluated))):]
+        out["final-accuracy"] = (f"over {min(r['eval-clients'] for r in final)} of "
+                                 f"{max(r['num-clients'] for r in final)} clients")
+    if history and history[-1].get("num-clients") is not None:
+        last = history[-1]
+        gone: set[int] = set()
+        for record in history:
+            gone = (gone | set(record.get("clients-lost", []))) - set(record.get("clients-rejoined", []))
+        out["final-ari"] = out["final-ami"] = (f"over {last['num-clients']} clients "
+                                               f"({len(gone)} of them offline at the end)")
+    return out
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -440,7 +440,8 @@ def compose_config(nodes: int, *, fleet_port: int = 8000, max_retries: int = 10,
     """
     check_int(nodes, "nodes", "compose_config", low=1)
     link = {
-        "build": {"context": "..", "dockerfile": "deploy/Dockerfile"},
+        "build": {"context": "..", "dockerfile": "deploy/Dockerfile",
+                  "args": {"UID": "${UMBEL_UID:-10001}", "GID": "${UMBEL_GID:-10001}"}},
         "image": "umbel:latest",
         "command": ["umbel", "deploy", "superlink", "--host", "0.0.0.0", "--port", str(fleet_port),
                     "--control-port", str(CONTROL_PORT), "--certs", "/secrets", "--database", "/state/superlink.db"],

@@ -499,7 +499,7 @@ class ClusteredStrategy(Strategy):
         lost = {pid for pid, info in {**self.waiting, **self.clients}.items() if info.node_id not in live}
         s = self._stats
         s.lost = sorted(lost - self._lost)
-        s.rejoined = sorted(((self._lost - lost) | set(found)) - set(newcomers))
+        s.rejoined = sorted(((self._lost - lost) | set(found) | set(self.membership.restarted(live))) - set(newcomers))
         self._lost = lost
         if s.lost:
             log(WARNING, "round %d: clients lost (their nodes are offline): %s", server_round, s.lost)

@@ -168,12 +168,14 @@ class Claim:
 
     ``key`` is the node's public key as the SuperLink shows it (empty where Flower shows
     none, as in simulation); ``registered`` says the operator registered that key by name
-    (``flwr supernode register --name``, which ``umbel deploy register`` does for every key).
+    (``flwr supernode register --name``, which ``umbel deploy register`` does for every key);
+    ``activated`` is when the SuperNode last connected (a restart changes it).
     """
 
     node_id: int
     key: bytes = b""
     registered: bool = False
+    activated: str = ""
 
 
 class Membership:
@@ -213,6 +215,17 @@ class Membership:
                     "has another key")
         self.claims[pid] = new
         return None
+
+    def restarted(self, live: Mapping[int, Any]) -> list[int]:
+        """Client ids whose node reconnected under the same node id since last seen (a registered key)."""
+        out = []
+        for pid, held in sorted(self.claims.items()):
+            now = _claim_of(held.node_id, live.get(held.node_id)) if held.node_id in live else None
+            if now is not None and now.activated and now.activated != held.activated:
+                self.claims[pid] = now
+                if held.activated:
+                    out.append(pid)
+        return out
 
     def unknown(self, live: Mapping[int, Any], max_unanswered: int = 3) -> list[int]:
         """Online nodes that hold no client id and may be asked who they are now."""
@@ -293,7 +306,8 @@ def discover_clients(
 def _claim_of(node: int, info: Any) -> Claim:
     if info is None:
         return Claim(node)
-    return Claim(node, bytes(getattr(info, "public_key", b"") or b""), bool(getattr(info, "name", "")))
+    return Claim(node, bytes(getattr(info, "public_key", b"") or b""), bool(getattr(info, "name", "")),
+                 str(getattr(info, "last_activated_at", "") or ""))
 
 
 def _identity_of(node: int, content: RecordDict) -> ClientInfo:

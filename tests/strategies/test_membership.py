@@ -39,14 +39,15 @@ class ChangingGrid(InProcessGrid):
         self.keys = {node: f"key-{node}".encode() for node in self.pid_of}
         self.names = {node: f"supernode-{pid}" for node, pid in self.pid_of.items()} if registered else {}
         self.offline: set[int] = set()
+        self.activated = dict.fromkeys(self.pid_of, "t0")
         self._next = 900_000
 
     def get_node_ids(self) -> list[int]:
         return [n for n in self.pid_of if n not in self.offline]
 
     def get_nodes(self):
-        return [SimpleNamespace(node_id=n, public_key=self.keys[n], name=self.names.get(n, ""))
-                for n in self.get_node_ids()]
+        return [SimpleNamespace(node_id=n, public_key=self.keys[n], name=self.names.get(n, ""),
+                                last_activated_at=self.activated.get(n, "t0")) for n in self.get_node_ids()]
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
@@ -153,8 +154,10 @@ def test_with_registered_keys_an_offline_clients_id_is_not_taken_by_another_key(
         if record["round"] == 1:  # client 1's node dies; another registered key claims client 1
             grid.offline.add(grid.node_of[1])
             state["other"] = grid.add(1, name="supernode-x")
+            grid.activated[grid.node_of[4]] = "t1"  # client 4's node restarts between two rounds
         if record["round"] == 2:  # the registered node restarts: same node id, same key
             grid.offline.discard(grid.node_of[1])
+            grid.activated[grid.node_of[1]] = "t2"
 
     with caplog.at_level(logging.WARNING):
         strategy, grid = _start(make, rounds=3, on_round=events)
@@ -163,7 +166,7 @@ def test_with_registered_keys_an_offline_clients_id_is_not_taken_by_another_key(
     assert not [m for m in grid.sent if m.metadata.dst_node_id == state["other"]
                 and m.metadata.message_type != "query.identity"]
     assert [r["clients-lost"] for r in strategy.history] == [[], [1], []]
-    assert [r["clients-rejoined"] for r in strategy.history] == [[], [], [1]]
+    assert [r["clients-rejoined"] for r in strategy.history] == [[], [4], [1]]
 
 
 def test_membership_rules():

@@ -227,9 +227,11 @@ def _check_results(folder: Path, rounds: int) -> tuple[list[dict], dict]:
     return lines, summary
 
 
-def _run_output(dep: Deployment, run_name: str, proc: subprocess.Popen, until: str) -> None:
+def _wait_for_round(dep: Deployment, run_name: str, proc: subprocess.Popen) -> None:
+    """Return once the run has recorded a round (its first line of metrics.jsonl)."""
+    metrics = dep.root / "results" / run_name / "metrics.jsonl"
     deadline = time.monotonic() + RUN_TIMEOUT
-    while until not in dep.log(run_name).read_text(errors="replace"):
+    while not (metrics.exists() and metrics.read_text().strip()):
         assert proc.poll() is None and time.monotonic() < deadline, dep.tails(run_name)
         time.sleep(1.0)
 
@@ -256,7 +258,7 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mod
     dep: Deployment = request.getfixturevalue(mode)
     run_name = f"dep-{mode}"
     proc = dep.submit(run_name)
-    _run_output(dep, run_name, proc, "round 1/")
+    _wait_for_round(dep, run_name, proc)
     dep.stop(f"node{RESTARTED}")
     dep.start_node(RESTARTED, f"node{RESTARTED}", dep.keys / f"supernode-{RESTARTED}" if dep.secure else None)
     dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE if dep.secure else None)

@@ -1,21 +1,23 @@
 """``umbel deploy``: run umbel as real processes, a SuperLink and one SuperNode per client.
 
-Subcommands, in the order a deployment uses them (README "Run on real machines"):
+Subcommands, in the order a deployment uses them (docs/deployment.md):
 
 - ``certs``: a private CA and a SuperLink server certificate whose subjectAltNames are the
   names and addresses the SuperNodes and the CLI dial;
 - ``keys``: one EC P-384 key pair per SuperNode (OpenSSH format, as Flower's node
   authentication reads them);
-- ``superlink``: start ``flower-superlink`` (TLS unless ``--insecure``; ``--auth`` admits only
-  registered SuperNode keys);
+- ``superlink``: start the SuperLink with its Fleet API alone on ``--host:--port`` and the
+  Control and ServerAppIo APIs on ``--control-host:--control-port`` (127.0.0.1);
+  TLS and SuperNode authentication unless ``--insecure`` or ``--tls-without-auth``;
 - ``connection``: write the Flower CLI's connection entry to ``$FLWR_HOME/config.toml``;
 - ``register``: ``flwr supernode register`` every public key of a folder;
-- ``supernode``: start ``flower-supernode`` for one partition, with its data folder and device
-  in its node config.
+- ``supernode``: check that the SuperLink answers over this transport, then run
+  ``flower-supernode`` for one partition, with its data folder and device in its node
+  config; a refusal or a lost SuperLink ends it with an exit code that says why;
+- ``compose``: write Docker compose files for one SuperLink and N SuperNodes.
 
-Generated material goes to ``deploy/secrets/`` by default (git-ignored). ``superlink`` and
-``supernode`` replace this process with Flower's own (so signals and the PID are Flower's);
-``--dry-run`` prints the command instead.
+Generated material goes to ``deploy/secrets/`` by default (git-ignored). ``superlink``
+replaces this process with the SuperLink's; ``--dry-run`` prints the command instead.
 """
 
 from __future__ import annotations

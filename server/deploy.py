@@ -295,9 +295,9 @@ EXIT_CODES = {
 }
 # (pattern in Flower's SuperNode log, exit code, what to tell the user)
 _FLOWER_FAILURES = (
-    ("[code: 2004]", EXIT_REFUSED, ("the SuperLink does not know this node's key. Register its .pub on the "
-                                    "SuperLink's host (umbel deploy register), or check that --key is the key "
-                                    "that was registered.")),
+    ("[code: 2004]", EXIT_REFUSED, ("the SuperLink did not activate this node's key: it does not know the key "
+                                    "(register its .pub on the SuperLink's host: umbel deploy register; or check "
+                                    "that --key is the key that was registered).")),
     ("[code: 2001]", EXIT_REFUSED, ("the SuperLink admits only registered SuperNode keys and this node has "
                                     "none: give --key <private key> whose .pub is registered.")),
     ("Giving up reconnection", EXIT_UNREACHABLE, "the SuperLink stopped answering and the retries ran out."),
@@ -374,14 +374,21 @@ def diagnose_flower_log(text: str) -> tuple[int, str] | None:
     return None
 
 
-def supervise(cmd: list[str], env: Mapping[str, str]) -> int:
+def supervise(cmd: list[str], env: Mapping[str, str]) -> tuple[int, str | None]:
     """Run Flower's SuperNode, pass its output through, and explain a known failure.
 
-    SIGINT and SIGTERM are passed on to it. Returns one of ``EXIT_CODES``.
+    SIGINT and SIGTERM are passed on to it (in its own session, so that it deactivates
+    itself at the SuperLink before it exits). Returns one of ``EXIT_CODES`` and the reason.
     """
     proc = subprocess.Popen(cmd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    handlers = {sig: signal.signal(sig, lambda s, _f: proc.send_signal(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signalled: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        signalled.append(sig)
+        proc.send_signal(sig)
+
+    handlers = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     tail: list[str] = []
 
     def relay() -> None:
@@ -401,15 +408,40 @@ def supervise(cmd: list[str], env: Mapping[str, str]) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)  # a SuperExec it left behind would hold the pipe open
         reader.join(timeout=10)
-    if code == 0:
-        return EXIT_OK
+    if code == 0 or signalled:
+        return EXIT_OK, None
     problem = diagnose_flower_log("".join(tail))
     if problem is None:
-        print(f"umbel deploy supernode: flower-supernode exited with status {code}; see its 'Exit Code' above.",
-              file=sys.stderr)
-        return EXIT_FLOWER
-    print(f"umbel deploy supernode: refused: {problem[1]}", file=sys.stderr)
-    return problem[0]
+        what = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}; see its 'Exit Code' above"
+        return EXIT_FLOWER, f"flower-supernode {what}."
+    return problem
+
+
+def run_supernode(cmd: list[str], env: Mapping[str, str], *, max_retries: int, max_wait_time: float,
+                  sleep=time.sleep) -> int:
+    """``supervise`` the SuperNode; restart it while the SuperLink refuses to activate its key.
+
+    A registered key is refused while a previous session of it is still online (a SuperNode
+    killed without deactivating stays online for Flower's heartbeat window, about 60 s), so
+    that refusal is retried within ``max_retries`` and ``max_wait_time``; any other outcome
+    ends it. Returns one of ``EXIT_CODES``.
+    """
+    start = time.monotonic()
+    for attempt in range(max_retries + 1):
+        code, reason = supervise(cmd, env)
+        if not (code == EXIT_REFUSED and reason == _FLOWER_FAILURES[0][2]):
+            break
+        delay = min(10.0, 2.0 ** attempt)
+        if attempt == max_retries or time.monotonic() - start + delay > max_wait_time:
+            reason += f" (Refused {attempt + 1} times in {time.monotonic() - start:.0f} s.)"
+            break
+        print(f"umbel deploy supernode: not activated: {reason} A previous session of this key may also still be "
+              f"online (up to about 60 s after it was killed); retrying in {delay:g} s ({attempt + 1} of "
+              f"{max_retries} retries).", file=sys.stderr, flush=True)
+        sleep(delay)
+    if reason is not None:
+        print(f"umbel deploy supernode: {'refused: ' if code == EXIT_REFUSED else ''}{reason}", file=sys.stderr)
+    return code
 
 
 def register_commands(keys_dir: Path, connection: str) -> list[list[str]]:
@@ -672,7 +704,7 @@ def _supernode(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"umbel deploy supernode: cannot connect: {problem[1]}", file=sys.stderr, flush=True)
         return problem[0]
-    return supervise(cmd, deploy_env())
+    return run_supernode(cmd, deploy_env(), max_retries=args.max_retries, max_wait_time=args.max_wait_time)
 
 
 def _compose(args: argparse.Namespace) -> int:

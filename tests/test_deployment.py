@@ -103,6 +103,15 @@ class Deployment:
     def log(self, name: str) -> Path:
         return self.root / f"{name}.log"
 
+    def stop_gracefully(self, name: str) -> None:
+        """SIGTERM to the ``umbel deploy`` process alone (as ``docker stop`` or Ctrl-C does), then wait."""
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            self.stop(name)
+
     def stop(self, name: str | None = None) -> None:
         """Stop one process (or all) and every child it started, by PID."""
         _kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
@@ -259,7 +268,7 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mod
     run_name = f"dep-{mode}"
     proc = dep.submit(run_name)
     _wait_for_round(dep, run_name, proc)
-    dep.stop(f"node{RESTARTED}")
+    dep.stop_gracefully(f"node{RESTARTED}")
     dep.start_node(RESTARTED, f"node{RESTARTED}", dep.keys / f"supernode-{RESTARTED}" if dep.secure else None)
     dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE if dep.secure else None)
     try:
@@ -320,7 +329,7 @@ def test_an_unregistered_supernode_key_is_refused(secure, tmp_path):
     code, log = _umbel_node(secure, "intruder", "--partition-id", 0, "--root-certificates",
                             secure.certs / "ca.crt", "--key", key)
     assert code == deploy.EXIT_REFUSED and "Failed to activate SuperNode" in log, log[-3000:]
-    assert "does not know this node's key" in log
+    assert "did not activate this node's key" in log and "Refused 4 times" in log
     assert _node_status(secure).get("online", 0) == online
 
 
@@ -484,6 +493,21 @@ def test_the_probe_names_each_connection_problem(tmp_path):
     code, why = deploy.wait_for_superlink(f"127.0.0.1:{closed}", None, max_retries=3, max_wait_time=100,
                                           sleep=naps.append)
     assert code == deploy.EXIT_UNREACHABLE and "Gave up after 3 retries" in why and naps == [1.0, 2.0, 4.0]
+
+
+def test_a_refused_activation_is_retried_within_the_bounds_then_explained(tmp_path, capsys):
+    refused = [sys.executable, "-c", ("print('Exit Code: 305'); print('[code: 2004] Failed to activate SuperNode.');"
+               " raise SystemExit(1)")]
+    naps = []
+    code = deploy.run_supernode(refused, os.environ, max_retries=2, max_wait_time=100, sleep=naps.append)
+    err = capsys.readouterr().err
+    assert code == deploy.EXIT_REFUSED and naps == [1.0, 2.0] and "Refused 3 times" in err
+    assert err.count("retrying in") == 2 and "umbel deploy register" in err
+    other = [sys.executable, "-c", "print('Exit Code: 999'); raise SystemExit(1)"]
+    assert deploy.run_supernode(other, os.environ, max_retries=5, max_wait_time=100, sleep=naps.append) == 1
+    assert naps == [1.0, 2.0]  # only a refused activation is retried
+    fine = [sys.executable, "-c", "print('bye')"]
+    assert deploy.run_supernode(fine, os.environ, max_retries=5, max_wait_time=100) == deploy.EXIT_OK
 
 
 def test_flower_refusals_are_explained_with_their_own_exit_code():

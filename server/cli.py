@@ -132,6 +132,10 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     print(f"umbel run: partition checked in {time.monotonic() - start:.1f} s; starting Flower's simulation "
           f"(the clients identify themselves first)", flush=True)
     get_device(experiment.device)  # simulated clients run on this machine
+    if experiment.output.tensorboard:
+        from server.tracking import check_tensorboard
+
+        check_tensorboard()
     if experiment.output.resume_from:
         from strategies.checkpoint import load_checkpoint
 

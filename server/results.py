@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from strategies import ClusteredStrategy
 
 from . import plots
 from .figures import FIGURES
+from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
 
@@ -43,10 +44,14 @@ class RunRecorder:
         ``results/<run-name>``; created if missing.
     run_config : mapping
         The full run-config, stored in ``summary.json``.
+    loggers : sequence of MetricsLogger, default=()
+        Trackers that get every round's record too (``server.tracking``).
     """
 
-    def __init__(self, folder: Path, run_config: Mapping[str, Any]) -> None:
+    def __init__(self, folder: Path, run_config: Mapping[str, Any],
+                 loggers: Sequence[MetricsLogger] = ()) -> None:
         self.folder = Path(folder)
+        self.loggers = list(loggers)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.run_config = dict(run_config)
         self.started = time.time()
@@ -65,6 +70,8 @@ class RunRecorder:
         with self._metrics.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         log(INFO, "%s", progress_line(record, strategy.training.rounds))
+        for logger in self.loggers:
+            logger.log_round(record)
         current = {str(pid): k for pid, k in sorted(strategy.assignment.items())}
         if not self._assignments or self._assignments[-1]["assignment"] != current:
             self._assignments.append({"round": record["round"], "assignment": current})
@@ -89,6 +96,8 @@ class RunRecorder:
         figure = FIGURES.get(type(strategy).name)
         if figure is not None:
             figure(strategy, self.folder)
+        for logger in self.loggers:
+            logger.close()
         log(INFO, "final accuracy %s, final ARI %s; results in %s",
             summary["final-accuracy"], summary["final-ari"], self.folder)
         return summary

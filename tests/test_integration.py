@@ -9,6 +9,7 @@ import time
 
 import psutil
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from server import cli
 
@@ -27,7 +28,7 @@ def test_umbel_run_on_digits(tmp_path):
     cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "fedavg", "--dataset", "digits", "--num-clients", "6",
            "--groups", "2", "--samples-per-label", "20", "--seed", "1", "--rounds", "3", "--fraction", "0.5",
            "--eval-every", "1", "--lr", "0.05", "--local-epochs", "2", "--results-dir", str(tmp_path / "results"),
-           "--run-name", run_name]
+           "--run-name", run_name, "--tensorboard"]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=420)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -43,6 +44,10 @@ def test_umbel_run_on_digits(tmp_path):
     assert summary["final-accuracy"] == lines[-1]["accuracy"] and summary["num-clients"] == 6
     assignments = json.loads((folder / "assignments.json").read_text())
     assert sorted(assignments["true-groups"]) == [str(i) for i in range(6)]
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("accuracy/mean")] == [
+        (r["round"], pytest.approx(r["accuracy"])) for r in lines]
     for png in ("accuracy.png", "clustering.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert _superlinks(home) == [] and not home.exists()

@@ -56,7 +56,7 @@ def plot_accuracy(
     ax = fig.add_subplot()
     ax.plot(x, m, marker="." if len(x) < 50 else None, label="mean")
     # accuracy (and R^2) never exceeds 1, so neither may the band
-    ax.fill_between(x, m - s, np.minimum(m + s, 1.0), alpha=0.25, label="+-std")
+    ax.fill_between(x, m - s, np.minimum(m + s, 1.0), alpha=0.25, label="± std across clients")
     for i, mark in enumerate(marks):
         ax.axvline(mark, color="tab:red", linestyle="--", linewidth=1.0,
                    label=f"clustering (round {mark})" if len(marks) == 1 else ("clusters change" if i == 0 else None))

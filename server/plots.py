@@ -61,6 +61,7 @@ def plot_accuracy(
         ax.axvline(mark, color="tab:red", linestyle="--", linewidth=1.0,
                    label=f"clustering (round {mark})" if len(marks) == 1 else ("clusters change" if i == 0 else None))
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("local test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
@@ -110,6 +111,7 @@ def plot_clustering(
     if np.isfinite(k).any():
         bottom.set_ylim(0, np.nanmax(k) + 1)
     bottom.set_xlabel("round")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.grid(alpha=0.3)
     return _save(fig, path, title)
 

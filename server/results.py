@@ -140,7 +140,7 @@ def distance_name(strategy: ClusteredStrategy) -> str:
         "flag": "A = beta V + (1 - beta) G (data and gradient angles)",
         "flic": "cosine distance 1 - cos of updates",
         "cfl-sattler": "cosine distance 1 - cos of updates",
-        "cfl-gp": "distance of spectral profile features",
+        "cfl-gp": "Euclidean distance of the profiles' spectral features",
     }
     return names.get(type(strategy).name, "client distance")
 

@@ -8,7 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 
 
 def github_anchor(heading: str) -> str:
@@ -20,7 +20,7 @@ def github_anchor(heading: str) -> str:
 
 def anchors(page: Path) -> set[str]:
     text = FENCE.sub("", page.read_text())
-    return {github_anchor(m.group(1)) for m in re.finditer(r"^#+\s+(.+)$", text, re.M)}
+    return {github_anchor(m.group(1)) for m in re.finditer(r"^#+\s+(.+)$", text, re.MULTILINE)}
 
 
 def links(page: Path) -> list[str]:

@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         print(f"umbel run: configuration and data are valid ({num_clients} clients).")
         return 0
+    print("umbel run: starting Flower's simulation; the clients identify themselves first", flush=True)
     home = (args.flwr_home or _work_root() / ".flwr" / folder.name).resolve()
     code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus)
     if code in (130, 128 + signal.SIGTERM):
@@ -129,8 +130,7 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
           flush=True)
     start = time.monotonic()
     experiment.partition()
-    print(f"umbel run: partition checked in {time.monotonic() - start:.1f} s; starting Flower's simulation "
-          f"(the clients identify themselves first)", flush=True)
+    print(f"umbel run: partition checked in {time.monotonic() - start:.1f} s", flush=True)
     get_device(experiment.device)  # simulated clients run on this machine
     if experiment.output.tensorboard:
         from server.tracking import check_tensorboard

@@ -20,7 +20,7 @@ from flwr.serverapp import Grid
 
 from common import keys
 
-PROGRESS_SECONDS = 5.0
+PROGRESS_SECONDS = 10.0
 
 
 @dataclass(frozen=True)

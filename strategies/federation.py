@@ -22,6 +22,7 @@ from flwr.serverapp import Grid
 from common import keys
 
 SUPERLINK_NODE_ID = 1  # errors the SuperLink makes (a dead node, an expired message) come from node 1
+PROGRESS_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class ClientInfo:
@@ -132,11 +133,29 @@ class Outbox:
         return out
 
 
-def send(grid: Grid, outbox: Outbox, timeout: float) -> Exchange:
-    """Send every queued message, wait up to ``timeout`` seconds, and collect."""
+def send(grid: Grid, outbox: Outbox, timeout: float, progress: str = "") -> Exchange:
+    """Send every queued message, wait up to ``timeout`` seconds, and collect.
+
+    With ``progress`` (e.g. "clients identified"), log the count of replies every
+    ``PROGRESS_SECONDS`` while waiting.
+    """
     if not outbox.messages:
         return Exchange(phase=outbox.message_type)
-    replies = grid.send_and_receive(outbox.messages, timeout=timeout)
+    if not progress:
+        return outbox.collect(grid.send_and_receive(outbox.messages, timeout=timeout), timeout)
+    pending = set(grid.push_messages(outbox.messages))
+    total, start = len(pending), time.monotonic()
+    replies: list[Message] = []
+    shown = start
+    while pending and time.monotonic() - start < timeout:
+        pulled = list(grid.pull_messages(pending))
+        replies.extend(pulled)
+        pending.difference_update(m.metadata.reply_to_message_id for m in pulled)
+        if pending and time.monotonic() - shown >= PROGRESS_SECONDS:
+            shown = time.monotonic()
+            log(INFO, "%d of %d %s (%.0f s)", total - len(pending), total, progress, shown - start)
+        if pending:
+            time.sleep(0.2)
     return outbox.collect(replies, timeout)
 
 
@@ -244,6 +263,7 @@ def live_nodes(grid: Grid) -> dict[int, Any]:
 
 def identify(
     grid: Grid, node_ids: Iterable[int], membership: Membership, live: Mapping[int, Any], *, reply_timeout: float,
+    progress: str = "",
 ) -> tuple[dict[int, ClientInfo], Exchange]:
     """Ask ``node_ids`` who they are; bind each valid claim in ``membership``.
 
@@ -261,7 +281,7 @@ def identify(
     outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity")
     for node in node_ids:
         outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
-    exchange = send(grid, outbox, reply_timeout)
+    exchange = send(grid, outbox, reply_timeout, progress=progress)
     for node, cause in sorted(exchange.failures.items()):
         membership.unanswered[node] = membership.unanswered.get(node, 0) + 1
         log(WARNING, "Node %d did not give its identity: %s", node, cause)
@@ -297,7 +317,8 @@ def discover_clients(
     node_ids = wait_for_nodes(grid, expected, wait_timeout)
     live = live_nodes(grid)
     live.update({n: live.get(n) for n in node_ids})
-    clients, exchange = identify(grid, node_ids, membership or Membership(), live, reply_timeout=reply_timeout)
+    clients, exchange = identify(grid, node_ids, membership or Membership(), live, reply_timeout=reply_timeout,
+                                 progress="clients identified")
     log(INFO, "%d clients identified (of %d nodes) in %.1f s", len(clients), len(node_ids),
         exchange.seconds)
     return clients, exchange

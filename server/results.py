@@ -79,6 +79,7 @@ class RunRecorder:
             "num-clients": len(strategy.clients),
             "wall-seconds": round(time.time() - self.started, 3),
             "config": self.run_config,
+            "details": strategy.run_details(),
         })
         _write_json(self.folder / "summary.json", summary)
         _write_json(self.folder / "assignments.json", {

@@ -10,13 +10,17 @@ given number of clusters) all end here. numpy in, numpy out.
 from __future__ import annotations
 
 import numpy as np
+from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, pdist, squareform
 from sklearn.cluster import AgglomerativeClustering
+from sklearn.metrics import silhouette_score
 
 from common.validation import check_choice, check_float, check_int
 
 LINKAGES: tuple[str, ...] = ("average", "complete", "single")
 METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
+AUTO_MAX_CLUSTERS = 100
+""":func:`auto_cut` scores the cuts into 2 .. this many clusters."""
 
 
 def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:
@@ -287,3 +291,53 @@ def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0,
     if num_clusters and num_clusters > 0:
         return agglomerative(distances, num_clusters=min(int(num_clusters), max(n, 1)), linkage=linkage)
     return agglomerative(distances, threshold=threshold, linkage=linkage)
+
+
+def auto_cut(distances: np.ndarray, linkage: str = "average",
+             max_clusters: int = AUTO_MAX_CLUSTERS) -> tuple[np.ndarray, float | None]:
+    """The cut of the HC tree chosen without a threshold: the best silhouette.
+
+    Every cut of the tree into ``2 .. min(N - 1, max_clusters)`` clusters is scored by the
+    silhouette on ``distances`` (scikit-learn, precomputed); the best one is kept (the fewest
+    clusters on ties). When no cut scores above 0 (no cluster is closer inside than across)
+    everything stays in one cluster.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+    linkage : {"average", "complete", "single"}, default="average"
+    max_clusters : int, default=AUTO_MAX_CLUSTERS
+        >= 2.
+
+    Returns
+    -------
+    labels : ndarray of shape (N,), int64
+        Numbered by first appearance.
+    silhouette : float or None
+        The chosen cut's silhouette; None when one cluster was kept (or N < 3).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'distances'``, ``'linkage'`` or ``'max_clusters'``.
+    """
+    owner = "auto_cut"
+    d = check_distance_matrix(distances, owner)
+    check_choice(linkage, "linkage", owner, LINKAGES)
+    max_clusters = check_int(max_clusters, "max_clusters", owner, low=2)
+    n = d.shape[0]
+    one = np.zeros(n, dtype=np.int64)
+    if n < 3 or not np.any(d):
+        return one, None
+    tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
+    best: tuple[float, np.ndarray] | None = None
+    for k in range(2, min(n - 1, max_clusters) + 1):
+        labels = hierarchy.fcluster(tree, k, criterion="maxclust")
+        if len(np.unique(labels)) < 2:
+            continue
+        score = float(silhouette_score(d, labels, metric="precomputed"))
+        if best is None or score > best[0]:
+            best = (score, labels)
+    if best is None or best[0] <= 0:
+        return one, None
+    return relabel_by_appearance(best[1]), best[0]

@@ -17,7 +17,9 @@ from sklearn.metrics import silhouette_score
 
 from common.validation import check_choice, check_float, check_int
 
-LINKAGES: tuple[str, ...] = ("average", "complete", "single")
+LINKAGES: tuple[str, ...] = ("average", "complete", "single", "weighted")
+"""``average`` is UPGMA (scikit-learn's and PACFL's paper); ``weighted`` is WPGMA, what PACFL's
+reference code calls "average" (the mean of the two merged rows)."""
 METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
 AUTO_MAX_CLUSTERS = 100
 """:func:`auto_cut` scores the cuts into 2 .. this many clusters."""
@@ -160,8 +162,9 @@ def agglomerative(
         smallest gives one cluster per point.
     num_clusters : int, optional
         In ``[1, N]``.
-    linkage : {"average", "complete", "single"}, default="average"
+    linkage : {"average", "complete", "single", "weighted"}, default="average"
         ``"ward"`` is refused: it needs Euclidean feature vectors, not precomputed distances.
+        ``"weighted"`` (WPGMA) goes through scipy.
 
     Returns
     -------
@@ -191,6 +194,10 @@ def agglomerative(
         threshold = check_float(threshold, "threshold", owner, low=0.0)
     if n == 1:
         return np.zeros(1, dtype=np.int64)
+    if linkage == "weighted":  # scikit-learn has no WPGMA: scipy's tree, cut as scikit-learn cuts
+        tree = hierarchy.linkage(squareform(d, checks=False), method="weighted")
+        k = num_clusters if num_clusters is not None else int(np.count_nonzero(tree[:, 2] >= threshold)) + 1
+        return relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=min(k, n)).ravel())
     model = AgglomerativeClustering(
         n_clusters=num_clusters, metric="precomputed", linkage=linkage,
         distance_threshold=threshold, compute_full_tree=True if threshold is not None else "auto")

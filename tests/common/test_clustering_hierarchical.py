@@ -119,3 +119,14 @@ def test_auto_cut_finds_the_number_of_blobs_by_silhouette():
     assert auto_cut(np.zeros((4, 4)))[1] is None and set(auto_cut(np.zeros((4, 4)))[0].tolist()) == {0}
     with pytest.raises(ValueError, match="'max_clusters'"):
         auto_cut(pairwise_distances(x), max_clusters=1)
+
+
+def test_weighted_linkage_is_wpgma_not_upgma():
+    x = np.array([[0.0], [1.0], [3.0], [10.0]])
+    # {0, 1} merge at 1; with 3.0 at (3 + 2) / 2 = 2.5; then with 10.0: WPGMA ((10 + 9) / 2 + 7) / 2 = 8.25,
+    # UPGMA (10 + 9 + 7) / 3 = 8.67
+    dist = pairwise_distances(x)
+    assert agglomerative(dist, threshold=8.3, linkage="weighted").tolist() == [0, 0, 0, 0]
+    assert agglomerative(dist, threshold=8.3, linkage="average").tolist() == [0, 0, 0, 1]
+    assert agglomerative(dist, threshold=8.25, linkage="weighted").tolist() == [0, 0, 0, 1]  # merges below only
+    assert agglomerative(dist, num_clusters=2, linkage="weighted").tolist() == [0, 0, 0, 1]

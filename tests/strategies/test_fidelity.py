@@ -244,3 +244,17 @@ def test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_up
     unrelated = rng.normal(size=(7, 50)).astype(np.float32)  # no group structure: cosines near 0
     s = _sattler(unrelated)
     assert len(s.models) == 1 and not s.attempts[0]["kept"] and set(s.assignment.values()) == {0}
+
+
+def test_pacfl_reference_signed_is_the_reference_codes_signed_cosine():
+    a, b = _bases(60.0)
+    signals = {0: ClassSubspaces(np.array([0]), (a,)), 1: ClassSubspaces(np.array([0]), (-b,)),
+               2: ClassSubspaces(np.array([0]), (a,))}
+    got = {}
+    for measure in ("reference", "reference-signed"):
+        s = _offline(PACFL(TrainingParams(), PACFLParams(pacfl_measure=measure, pacfl_vectors=2)), signals, [0, 1, 0])
+        s.cluster(1)
+        got[measure] = s.distance_matrix[0, 1]
+    # |cos| ignores the sign of -b: 45 degrees; signed, the largest cosine is e2 . -b2 = cos(60) / sqrt(2)
+    assert got["reference"] == pytest.approx(45.0, abs=1e-4)
+    assert got["reference-signed"] == pytest.approx(np.degrees(np.arccos(0.5 / np.sqrt(2))), abs=1e-4)

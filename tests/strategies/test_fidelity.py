@@ -32,6 +32,7 @@ from strategies.cfl_sattler import CFLSattlerParams
 from strategies.fedclust import FedClustParams
 from strategies.federation import ClientInfo
 from strategies.pacfl import PACFLParams
+from strategies.replies import TrainUpdate
 
 
 def _run(**overrides):
@@ -258,3 +259,23 @@ def test_pacfl_reference_signed_is_the_reference_codes_signed_cosine():
     # |cos| ignores the sign of -b: 45 degrees; signed, the largest cosine is e2 . -b2 = cos(60) / sqrt(2)
     assert got["reference"] == pytest.approx(45.0, abs=1e-4)
     assert got["reference-signed"] == pytest.approx(np.degrees(np.arccos(0.5 / np.sqrt(2))), abs=1e-4)
+
+
+def test_sattler_eps_absolute_compares_the_mean_update_norm_with_eps1():
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=50)
+    updates = np.stack([v + 0.1 * rng.normal(size=50) for _ in range(6)]).astype(np.float32)  # aligned: ratio ~1
+    norm = float(np.linalg.norm(updates.mean(axis=0)))
+    for absolute, eps1, splits in ((False, 0.5, False), (True, norm * 1.01, True), (True, norm * 0.99, False)):
+        s = CFLSattler(TrainingParams(), CFLSattlerParams(eps1=eps1, split_after=0, eps_absolute=absolute))
+        s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in range(6)}
+        s.initial = ArrayRecord({"w": Array(np.zeros(50, np.float32))})
+        s.init_clusters(s.initial)
+        updates_of = {p: _train_update(s.initial, updates[p]) for p in range(6)}
+        s.after_train(1, updates_of)
+        assert (0 in s._candidates) == splits, (absolute, eps1)
+
+
+def _train_update(sent: ArrayRecord, delta: np.ndarray) -> TrainUpdate:
+    w0 = sent["w"].numpy()
+    return TrainUpdate({"w": w0 + delta}, 10, 1.0, {"w": w0})

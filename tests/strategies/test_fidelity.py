@@ -129,6 +129,10 @@ def test_fedclust_newcomers_train_the_initial_model():
     initial = exp.initial_model()
     assert all(_same(m.content[keys.ARRAYS], initial) for m in queries)
     assert not any(_same(model, initial) for model in s.models)  # two rounds of training moved them
+    details = s.run_details()
+    late_pids = {grid.pid_of[m.metadata.dst_node_id] for m in late}
+    assert s.newcomers == late_pids and details["newcomers"] == 2
+    assert details["newcomer-accuracy"] == pytest.approx(np.mean([s.last_eval[p][0] for p in late_pids]))
 
 
 def _offline(strategy, signals, truth):

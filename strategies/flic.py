@@ -10,9 +10,10 @@ train replies.
 
 Clustering round (``cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has
-stabilised": after the first round whose last ``STABLE_PATIENCE`` rounds lowered the mean
-training loss by less than ``stable-tol`` times what the first ``STABLE_PATIENCE`` rounds did
-(``loss_plateau``), and at the latest before round ``rounds // 2 + 1``. The relative change
+stabilised": after the first round at which the mean training loss of the last
+``STABLE_PATIENCE`` rounds fell, from the ``STABLE_PATIENCE`` rounds before, by less than
+``stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
+the latest before round ``rounds // 2 + 1``. The relative change
 of the global model is no such test: at a fixed learning rate it stays near its first value.
 
 ``resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the

@@ -69,7 +69,7 @@ MUTATIONS = [
      "return cross, float(min(intra)) if intra else 1.0", "return float(min(intra)) if intra else 1.0, cross",
      [FIDELITY + "test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_updates"]),
     ("flic plateau against the first round only", "common/clustering/flic.py",
-     "early = loss[0] - loss[window]", "early = loss[0] - loss[1]",
+     "early = loss[:window].mean() - loss[window:2 * window].mean()", "early = loss[0] - loss[1]",
      ["tests/common/test_clustering_flic.py::test_loss_plateau_fires_where_the_recent_fall_drops_below_tol_of_the_early_one"]),
     ("flag elbow to the far end of a plateau", "common/clustering/flag.py",
      "        return int(order[plateau])\n", "        return int(order[-1] if y[-1] >= y.max() else order[plateau])\n",

@@ -135,11 +135,13 @@ def join_by_modularity(links: np.ndarray, similarity: np.ndarray, labels: np.nda
 def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     """Whether a training loss has levelled off relative to its early fall.
 
-    With the mean training loss ``L_1 .. L_t`` of rounds ``1 .. t``: true when
-    ``t >= 2 window + 1`` and ``L_{t-window} - L_t < tol (L_1 - L_{1+window})``, i.e. the last
-    ``window`` rounds lowered the loss by less than ``tol`` times what the first ``window``
-    rounds did. A relative change of the model itself is no test: at a fixed learning rate it
-    stays near its first value for tens of rounds.
+    With the mean training loss ``L_1 .. L_t`` of rounds ``1 .. t`` and ``m(a, b)`` the mean of
+    ``L_a .. L_b``: true when ``t >= 2 window`` and the fall between the last two windows,
+    ``m(t - 2w + 1, t - w) - m(t - w + 1, t)``, is below ``tol`` times the fall between the
+    first two, ``m(1, w) - m(w + 1, 2w)``. Window means, not single rounds: with a sampled
+    fraction of clients one round's mean loss is noisy, and a single noisy rise must not end
+    FedAvg. A relative change of the model itself is no test: at a fixed learning rate it stays
+    near its first value for tens of rounds.
 
     Parameters
     ----------
@@ -153,6 +155,7 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     Returns
     -------
     bool
+        Also true when the loss did not fall between the first two windows.
 
     Raises
     ------
@@ -165,7 +168,8 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     if loss.ndim != 1 or not np.all(np.isfinite(loss)):
         raise ValueError(f"The 'losses' parameter of loss_plateau must be a finite 1-D sequence. "
                          f"Got shape {loss.shape} instead.")
-    if loss.size < 2 * window + 1:
+    if loss.size < 2 * window:
         return False
-    early = loss[0] - loss[window]
-    return bool(loss[-1 - window] - loss[-1] < tol * early) if early > 0 else True
+    early = loss[:window].mean() - loss[window:2 * window].mean()
+    recent = loss[-2 * window:-window].mean() - loss[-window:].mean()
+    return bool(recent < tol * early) if early > 0 else True

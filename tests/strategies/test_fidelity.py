@@ -21,16 +21,18 @@ from client.signals.update import model_update
 from client.task import task_from_context, train_local
 from common import keys
 from common.clustering.compression import block_seed, coordinate_subset
+from common.clustering.flag import data_similarity
 from common.config import TrainingParams
 from common.signals.final_layer import FinalLayer
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
 from common.training import evaluate, train
 from server.experiment import Experiment
-from strategies import PACFL, CFLSattler, FedClust
+from strategies import FLAG, PACFL, CFLSattler, FedClust
 from strategies.cfl_sattler import CFLSattlerParams
 from strategies.fedclust import FedClustParams
 from strategies.federation import ClientInfo
+from strategies.flag import FLAGParams
 from strategies.pacfl import PACFLParams
 from strategies.replies import TrainUpdate
 
@@ -283,3 +285,34 @@ def test_sattler_eps_absolute_compares_the_mean_update_norm_with_eps1():
 def _train_update(sent: ArrayRecord, delta: np.ndarray) -> TrainUpdate:
     w0 = sent["w"].numpy()
     return TrainUpdate({"w": w0 + delta}, 10, 1.0, {"w": w0})
+
+
+def test_flag_vectors_zero_is_one_percent_of_each_class():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(420, 30)).astype(np.float32)
+    y = np.repeat([0, 1, 2], [300, 70, 50])
+    got = class_bases(x, y, 0, torch.device("cpu"))
+    assert [b.shape[1] for b in got.bases] == [3, 1, 1]
+    assert [b.shape[1] for b in class_bases(x, y, 2, torch.device("cpu")).bases] == [2, 2, 2]
+
+
+def test_flag_uniform_weights_ignores_the_class_counts():
+    e = np.eye(6)
+    signals = {p: (ClassSubspaces(np.array([0, 1]) if p < 4 else np.array([2, 3]),
+                                  (e[:, [0]], e[:, [1]]) if p < 4 else (e[:, [2]], e[:, [3]]),
+                                  np.array([10 + 20 * p, 30])), ModelUpdate(np.eye(5)[p // 4]))
+               for p in range(8)}
+    matrices = {}
+    for uniform in (False, True):
+        s = FLAG(TrainingParams(), FLAGParams(alpha=0.5, uniform_weights=uniform))
+        s.clients = {p: ClientInfo(p, 1000 + p, 40, 5, p // 4) for p in signals}
+        s.initial = ArrayRecord({"head.weight": Array(np.zeros((4, 5), np.float32)),
+                                 "head.bias": Array(np.zeros(4, np.float32))})
+        s.init_clusters(s.initial)
+        s.collect = lambda pids, rnd: {p: signals[p] for p in pids}
+        s.cluster(1)
+        matrices[uniform] = s.data_matrix
+        assert [s.assignment[p] for p in range(8)] == [0] * 4 + [1] * 4
+    bases = [dict(zip(sig.classes.tolist(), sig.bases, strict=True)) for sig, _ in signals.values()]
+    np.testing.assert_allclose(matrices[True], data_similarity(bases, None, 4))
+    assert not np.allclose(matrices[True], matrices[False])

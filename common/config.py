@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from . import keys
+from .metrics import final_stretch
 from .validation import check_bool, check_float, check_int, check_str
 
 OWNER = "the run config"
@@ -101,8 +102,8 @@ class TrainingParams:
         return self.late_round or self.rounds // 2 + 1
 
     def is_eval_round(self, server_round: int) -> bool:
-        """Evaluate every ``eval-every`` rounds and always in the last round."""
-        return server_round % self.eval_every == 0 or server_round == self.rounds
+        """Evaluate every ``eval-every`` rounds and every round of the ``final_stretch``."""
+        return server_round % self.eval_every == 0 or server_round > self.rounds - final_stretch(self.rounds)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,16 @@ def final_mean(values: Sequence[float | None], fraction: float = 0.1) -> float:
     return float(kept[-count:].mean())
 
 
+def final_stretch(rounds: int) -> int:
+    """Rounds at the end of a run that are all evaluated and averaged into its final accuracy.
+
+    The last 10% of the rounds, and at least ``min(20, rounds // 5)`` (the CFLGT paper averages
+    its last 20 rounds): 6 of 30, 20 of 100, 20 of 200, 1 of 1.
+    """
+    rounds = check_int(rounds, "rounds", "final_stretch", low=1)
+    return max(1, math.ceil(0.1 * rounds), min(20, rounds // 5))
+
+
 def first_round_reaching(
     rounds: Sequence[int],
     values: Sequence[float | None],

@@ -144,7 +144,7 @@ KEYS: tuple[Key, ...] = (
     _k("num-clusters", 0, SHARED, "cut into / keep this many clusters; 0 = not given (each strategy's own rule)",
        read_by=("fedclust", "pacfl", "flhc", "cfl-gp", "ifca", "flag")),
     _k("linkage", "average", SHARED, "hierarchical clustering's linkage (ward needs raw features)",
-       ("average", "complete", "single"), ("fedclust", "pacfl", "flhc", "flag")),
+       ("average", "complete", "single", "weighted"), ("fedclust", "pacfl", "flhc", "flag")),
     _k("cluster-steps", 100, SHARED, "mini-batches of local training for the clustering signal; 0: epochs "
        "(cluster-epochs for fedclust, local-epochs for flhc)", read_by=("fedclust", "flhc")),
     _k("max-clusters", 8, SHARED, "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
@@ -155,13 +155,14 @@ KEYS: tuple[Key, ...] = (
     _k("preference", "median", "cflgt", "affinity propagation's preference: median of the similarities, or a "
        "number (larger: more clusters)"),
     _k("cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
-    _k("fedclust-lambda", 1.0, "fedclust", "cut height: Euclidean distance between final layers; > 0"),
+    _k("fedclust-lambda", 1.0, "fedclust", "cut height: Euclidean distance between final layers; 0 with "
+       "num-clusters 0: automatic cut (best silhouette)"),
     _k("pacfl-vectors", 3, "pacfl", "p: left singular vectors per class each client sends"),
-    _k("pacfl-threshold", 30.0, "pacfl", "cut height in degrees"),
+    _k("pacfl-threshold", 30.0, "pacfl", "cut height in degrees; 0 with num-clusters 0: automatic cut"),
     _k("pacfl-measure", "mean", "pacfl", "the subspace distance (smallest = PACFL Eq. 3)",
-       ("smallest", "sum", "mean", "reference")),
+       ("smallest", "sum", "mean", "reference", "reference-signed")),
     _k("warmup-rounds", 10, "flhc", "FedAvg rounds before clustering"),
-    _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0"),
+    _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0; 0: automatic cut"),
     _k("flhc-metric", "euclidean", "flhc", "distance between client updates",
        ("euclidean", "cosine", "cityblock", "sqeuclidean")),
     _k("beta", 0.5, "flag", "weight of the data angles against the gradient angles, in [0, 1]"),
@@ -172,15 +173,19 @@ KEYS: tuple[Key, ...] = (
     _k("sweep-rounds", 5, "flag", "rounds of clustered FL that score each swept clustering"),
     _k("gradient-epochs", 20, "flag", "local epochs of the gradient signal"),
     _k("uniform-weights", False, "flag", "true: no class counts, uniform weights"),
-    _k("flag-vectors", 3, "flag", "principal vectors per class each client sends"),
-    _k("cluster-round", 0, "flic", "the clustering round; 0: after 3 stable rounds (stable-tol), "
+    _k("flag-vectors", 3, "flag", "principal vectors per class each client sends; 0 = the paper's about 1% "
+       "of the class's samples (3 is modified)"),
+    _k("cluster-round", 0, "flic", "the clustering round; 0: once the training loss plateaus (stable-tol), "
        "at the latest rounds // 2 + 1"),
     _k("resolution", 0.0, "flic", "Louvain's resolution; 0 = the best silhouette over 0.5..2.0"),
     _k("sketch-dim", 0, "flic", "keep a seeded k-dim projection of each update; 0 = full updates",
        read_by=("flic", "cfl-sattler")),
-    _k("stable-tol", 0.01, "flic", "relative change of the global model below which a round is stable"),
+    _k("stable-tol", 0.1, "flic", "plateau: the last 3 rounds lowered the mean training loss by less than "
+       "stable-tol times the first 3 rounds did; > 0"),
     _k("eps1", 0.5, "cfl-sattler", "split a cluster when ||mean update|| < eps1 x RMS ||update||"),
     _k("eps2", 0.0, "cfl-sattler", "and its largest update norm exceeds eps2; 0 = off"),
+    _k("eps-absolute", False, "cfl-sattler", "true: the paper's criterion, eps1 bounds the mean update's norm "
+       "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm"),
     _k("split-after", 20, "cfl-sattler", "no split before this round"),
     _k("cluster-period", 2, "cfl-gp", "a profile update every P rounds"),
     _k("cluster-until", 0, "cfl-gp", "no profile update from this round on; 0 = no limit"),

@@ -90,7 +90,8 @@ def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:
             text += f" [read by {', '.join(key.read_by)}]"
         extra: dict[str, Any] = {"nargs": "?", "const": True} if isinstance(key.default, bool) else {}
         groups[key.group].add_argument(f"--{key.name}", type=_parser_for(key), default=key.default,
-                                       metavar=type(key.default).__name__.upper(), help=text, **extra)
+                                       metavar=type(key.default).__name__.upper(), help=text.replace("%", "%%"),
+                                       **extra)
 
 
 def _interrupted(folder: Path, config: Mapping[str, Any], code: int) -> int:

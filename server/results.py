@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from flwr.common import log
 
-from common.metrics import final_mean, first_round_reaching
+from common.metrics import final_mean, final_stretch, first_round_reaching
 from strategies import ClusteredStrategy
 
 from . import plots
@@ -86,6 +86,7 @@ class RunRecorder:
             "num-clients": len(strategy.clients),
             "wall-seconds": round(time.time() - self.started, 3),
             "config": self.run_config,
+            "details": strategy.run_details(),
         })
         _write_json(self.folder / "summary.json", summary)
         _write_json(self.folder / "assignments.json", {
@@ -190,10 +191,19 @@ def write_partial(folder: Path, run_config: Mapping[str, Any]) -> int:
 def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, Any]:
     """Headline numbers of a run from its per-round records.
 
-    ``final-accuracy`` is the mean over the last ``fraction`` of evaluated rounds (never
-    the best round); ``rounds-to-truth`` the first round whose ARI reached 1.0.
+    ``final-accuracy`` is the mean over the evaluations in the run's ``final_stretch`` (every
+    round there is evaluated; never the best round), ``final-accuracy-spread`` their standard
+    deviation across those rounds and ``final-evaluations`` how many there are. Without any
+    there (a resumed run, old records) it falls back to the last ``fraction`` of evaluated
+    rounds. ``rounds-to-truth`` is the first round whose ARI reached 1.0.
     """
     evaluated = [r for r in history if r["accuracy"] is not None]
+    last_round = history[-1]["round"] if history else 0
+    stretch = [r for r in evaluated if r["round"] > last_round - final_stretch(max(last_round, 1))]
+    if stretch:
+        evaluated = stretch
+        fraction = 1.0
+    final = [r["accuracy"] for r in evaluated][-max(1, int(np.ceil(fraction * len(evaluated)))):]
     accuracy = final_mean([r["accuracy"] for r in evaluated], fraction) if evaluated else None
     last = history[-1] if history else {}
     totals = {key: sum(r[key] for r in history) for key in (
@@ -202,6 +212,9 @@ def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -
         "rounds": len(history),
         "final-accuracy": accuracy,
         "final-accuracy-std": final_mean([r["accuracy-std"] for r in evaluated], fraction) if evaluated else None,
+        "final-accuracy-spread": float(np.std(final)) if final else None,
+        "final-accuracy-range": [min(final), max(final)] if final else None,
+        "final-evaluations": len(final),
         "final-ari": last.get("ari"),
         "final-ami": last.get("ami"),
         "final-num-clusters": last.get("num-clusters"),

@@ -358,6 +358,10 @@ class ClusteredStrategy(Strategy):
         log(INFO, "%s: %s, %d clients, %d cluster models, sizes %s", type(self).__name__,
             self.params, len(self.clients), len(self.models), sizes)
 
+    def run_details(self) -> dict[str, Any]:
+        """Strategy-specific facts for ``summary.json`` (key -> JSON value); none by default."""
+        return {}
+
     # ----------------------------------------------------------------- the run
     def checkpoint_to(self, path: Path, every: int) -> None:
         """Save the whole state to ``path`` every ``every`` rounds and after the last one."""

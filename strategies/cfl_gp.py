@@ -7,9 +7,12 @@ local training (Alg. 4, default) or one mini-batch gradient (Alg. 1), restricted
 coordinate subset (App. E.1). The server averages it into that model's block of the client's
 profile and re-clusters: top-K left singular vectors, k-means, relabelling by linear
 assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
-``stable-updates`` updates. With ``num-clusters`` 0, one model trains until ``estimate-after``
-updates, then K comes from the profile's spectrum (App. G). The K models start as copies of
-the initial model: random clusters and the profiles make them differ.
+``stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
+CFL-GP until ``estimate-after`` updates, then K comes from the spectrum of the centred
+profile, and the K clusters continue from the model most of their members trained. The K
+models start as copies of the initial model: random clusters and the profiles make them
+differ. With ``profile-fraction`` < 1, the blocks a client has not answered are imputed
+(its cluster's mean, refined by a rank-K completion of ``G``), never left at zero.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class CFLGP(ClusteredStrategy):
         if p.num_clusters > len(self.clients):
             raise ValueError(f"The 'num-clusters' parameter of {OWNER} must be at most the "
                              f"{len(self.clients)} clients. Got {p.num_clusters} instead.")
-        self.k = p.num_clusters or 1
+        self.k = p.num_clusters or min(p.max_clusters, len(self.clients))
         self.size = compression.compressed_size(_float_size(initial), p.compression_ratio)
         self.blocks: dict[int, np.ndarray] = {}
         self.counts: dict[int, np.ndarray] = {}
@@ -137,22 +140,29 @@ class CFLGP(ClusteredStrategy):
 
     def _matrix(self) -> tuple[list[int], np.ndarray]:
         pids = sorted(self.blocks)
-        return pids, spectral.profile_matrix(np.stack([self.blocks[p] for p in pids]))
+        blocks, counts = np.stack([self.blocks[p] for p in pids]), np.stack([self.counts[p] for p in pids])
+        if np.any(counts == 0):
+            blocks = spectral.impute_blocks(blocks, counts, np.array([self.assignment[p] for p in pids]),
+                                            rank=self.k, seed=self.training.seed)
+        return pids, spectral.profile_matrix(blocks)
 
     def _estimate_k(self, server_round: int) -> None:
-        """App. G on the one-model profile, then K copies of the model and of each block."""
+        """App. G on the K_max-model profile; each of the K clusters keeps the model most of it trained."""
         if len(self.blocks) < 3:
             return
-        _, matrix = self._matrix()
+        pids, matrix = self._matrix()
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
-        self.k = self.estimate.num_clusters
-        log(INFO, "round %d: CFL-GP estimates K = %d (largest singular-value gap after %d; silhouettes %s)",
-            server_round, self.k, self.estimate.gap_dims,
+        labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
+        source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
+        log(INFO, "round %d: CFL-GP estimates K = %d (largest gap of the centred spectrum after %d; "
+            "silhouettes %s)", server_round, len(source), self.estimate.gap_dims,
             {k: round(v, 3) for k, v in self.estimate.silhouettes.items()})
-        self.set_clusters([self.models[0].copy() for _ in range(self.k)], {pid: 0 for pid in self.assignment})
-        self.blocks = {p: np.repeat(b[:1], self.k, axis=0) for p, b in self.blocks.items()}
-        self.counts = {p: np.repeat(c[:1], self.k) for p, c in self.counts.items()}
-        self.last_block = 0
+        self.k = len(source)
+        self.set_clusters([self.models[m].copy() for m in source],
+                          {**{pid: 0 for pid in self.assignment}, **dict(zip(pids, labels.tolist(), strict=True))})
+        self.blocks = {p: b[source] for p, b in self.blocks.items()}
+        self.counts = {p: c[source] for p, c in self.counts.items()}
+        self.last_block = self.k - 1
 
     def _recluster(self, server_round: int) -> None:
         if len(self.blocks) < self.k:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -84,7 +85,8 @@ class CFLGT(ClusteredStrategy):
         Trajectory distances of the clients AP ran on (``distance_pids``: all of them up to
         ``AP_MAX_POINTS``, a seeded sample above, the others joining their nearest exemplar).
     diagnostics : dict
-        Hopkins statistic, coefficients of variation of Z1' and Z2', AP preference.
+        Hopkins statistic, coefficients of variation of Z1' and Z2', AP preference, whether AP
+        converged and the damping it converged at (``AP_RETRIES`` after a failure).
     """
 
     name = "cflgt"
@@ -102,7 +104,7 @@ class CFLGT(ClusteredStrategy):
         self.pending: set[int] = set()
         self.distance_matrix: np.ndarray | None = None
         self.distance_pids: list[int] = []
-        self.diagnostics: dict[str, float] = {}
+        self.diagnostics: dict[str, float | bool] = {}
 
     @property
     def clustering_round(self) -> int:
@@ -153,13 +155,19 @@ class CFLGT(ClusteredStrategy):
             self.exemplars = points[result.exemplars]
             assignment = {pid: int(k) for pid, k in zip(pids, result.labels, strict=True)}
         if not result.converged:
-            log(WARNING, "round %d: affinity propagation did not converge; one cluster", server_round)
+            log(WARNING, "round %d: affinity propagation did not converge up to damping %.2f; one cluster",
+                server_round, result.damping)
+        elif result.damping != self.params.damping:
+            log(WARNING, "round %d: affinity propagation converged only at damping %.2f", server_round,
+                result.damping)
         self.diagnostics = {
             "hopkins": hopkins_statistic(points.reshape(len(pids), -1), seed=self.training.seed)
             if len(pids) > 1 else float("nan"),
             "cv-pull": coefficient_of_variation(points[..., 0]),
             "cv-push": coefficient_of_variation(points[..., 1]),
             "preference": result.preference,
+            "converged": result.converged,
+            "damping": result.damping,
         }
         self.set_clusters([self.reference.copy() for _ in range(len(self.exemplars))], assignment)
         self.pending = set()
@@ -168,6 +176,9 @@ class CFLGT(ClusteredStrategy):
             "CV of Z1' %.3f and Z2' %.3f, AP preference %.4g", server_round, len(self.exemplars),
             cluster_sizes(self.assignment, len(self.models)), len(pids), self.diagnostics["hopkins"],
             self.diagnostics["cv-pull"], self.diagnostics["cv-push"], result.preference)
+
+    def run_details(self) -> dict[str, Any]:
+        return {"ap-" + k: None if isinstance(v, float) and np.isnan(v) else v for k, v in self.diagnostics.items()}
 
     def _place(self, pids: list[int], server_round: int) -> None:
         """Nearest-exemplar clusters for ``pids``; those without a trajectory wait in the largest."""

@@ -8,16 +8,22 @@ only the final layer's weight and bias (``query.head``: clustering traffic, noth
 aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and cuts an
 agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster model starts
 from the initial model. Newcomers (Alg. 2, run-config ``late-clients``) train the initial model
-the same way and join the cluster whose stored final-layer centroid is nearest (Eq. 4).
+the same way and join the cluster whose stored final-layer centroid is nearest (Eq. 4); their
+accuracy is logged apart at each evaluation and in ``summary.json`` (the paper's Table 6 lets
+them personalise for 5 epochs first; here they train with their cluster as everyone does).
 ``lambda`` is a Python keyword, hence the run-config key ``fedclust-lambda``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from logging import INFO
+from typing import Any
 
 import numpy as np
+from flwr.app import Message, MetricRecord
+from flwr.common import log
 
 from common import keys
 from common.clustering.hierarchical import centroids, nearest, pairwise_distances
@@ -63,6 +69,30 @@ class FedClust(OneShotStrategy):
     def __init__(self, training=None, params=None) -> None:
         super().__init__(training, params)
         self.centroids: np.ndarray | None = None
+        self.newcomers: set[int] = set()
+
+    def admit(self, server_round: int, newcomers: list[int]) -> None:
+        self.newcomers.update(newcomers)
+        super().admit(server_round, newcomers)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """As every strategy's, and the newcomers' mean accuracy logged apart (Table 6)."""
+        metrics = super().aggregate_evaluate(server_round, replies)
+        details = self.run_details()
+        if details.get("newcomer-accuracy") is not None:
+            log(INFO, "round %d: newcomers' accuracy %.4f (%d clients), the others' %.4f", server_round,
+                details["newcomer-accuracy"], details["newcomers"], details["resident-accuracy"])
+        return metrics
+
+    def run_details(self) -> dict[str, Any]:
+        """With late clients: the last evaluation's mean accuracy of the newcomers and of the others."""
+        if not self.newcomers:
+            return {}
+        acc = {p: a for p, (a, _) in self.last_eval.items()}
+        new = [acc[p] for p in sorted(self.newcomers) if p in acc]
+        old = [a for p, a in acc.items() if p not in self.newcomers]
+        return {"newcomers": len(self.newcomers), "newcomer-accuracy": float(np.mean(new)) if new else None,
+                "resident-accuracy": float(np.mean(old)) if old else None}
 
     @property
     def threshold(self) -> float:

@@ -2,7 +2,8 @@
 in Heterogeneous Settings", under review; Alg. 1-3, Sec. 4, appendix 8-10).
 
 Round 1, before training: every client sends, per class it holds, ``flag-vectors`` principal
-vectors of its TRAIN data with its class counts (``query.subspaces``; no counts with
+vectors of its TRAIN data (0: the paper's rule, about 1% of the class's samples; the default 3
+is modified) with its class counts (``query.subspaces``; no counts with
 ``uniform-weights``), and its update after ``gradient-epochs`` of local SGD from the initial
 model (``query.update``). The server builds A = beta V + (1 - beta) G (common.clustering.flag)
 and cuts the average-linkage HC tree of A at ``alpha``. ``alpha = 0`` means not given: sweep
@@ -48,7 +49,8 @@ HOLDOUT = 0.1  # the paper's validation share of a sampled client's train data
 @dataclass(frozen=True)
 class FLAGParams:
     """``beta``, ``delta`` in [0, 1]; ``alpha`` in [0, 1] (0 = sweep); ``sweep_step`` in (0, 1];
-    ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs``, ``flag_vectors`` >= 1;
+    ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs`` >= 1; ``flag_vectors`` >= 0 (0: the
+    paper's about 1% of each class's samples; default 3, modified);
     ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``."""
 
     beta: float = 0.5
@@ -68,8 +70,9 @@ class FLAGParams:
         for name in ("beta", "delta", "alpha"):
             put(name, check_float(getattr(self, name), name, owner, low=0.0, high=1.0))
         put("sweep_step", check_float(self.sweep_step, "sweep-step", owner, low=0.0, high=1.0, closed=(False, True)))
-        for name in ("sweep_clients", "sweep_rounds", "gradient_epochs", "flag_vectors"):
+        for name in ("sweep_clients", "sweep_rounds", "gradient_epochs"):
             put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
+        put("flag_vectors", check_int(self.flag_vectors, "flag-vectors", owner, low=0))
         put("uniform_weights", check_bool(self.uniform_weights, "uniform-weights", owner))
         check_cut(self, owner)
 
@@ -117,9 +120,10 @@ class FLAG(OneShotStrategy):
             got, self._pending = self._pending, None
             return got
         p, counts = self.params, not self.params.uniform_weights
+        most = p.flag_vectors or max(1, round(0.01 * max(self.clients[q].num_train for q in pids)))
         subs = self.query_signal(keys.SUBSPACES_ACTION, pids, server_round, ClassSubspaces.from_arrays,
                                  config={keys.SUBSPACE_VECTORS: p.flag_vectors, keys.WITH_COUNTS: counts},
-                                 dim=None, num_classes=self._num_classes, max_vectors=p.flag_vectors,
+                                 dim=None, num_classes=self._num_classes, max_vectors=most,
                                  with_counts=counts)
         dims = [s.dim for s in subs.values()]
         for pid in sorted(q for q, s in subs.items() if s.dim != max(set(dims), key=dims.count)):

@@ -10,9 +10,11 @@ train replies.
 
 Clustering round (``cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has
-stabilised": after the first ``STABLE_PATIENCE`` consecutive rounds whose relative change of
-the global model ``||w_t - w_{t-1}|| / ||w_{t-1}||`` is below ``stable-tol``, and at the
-latest before round ``rounds // 2 + 1``.
+stabilised": after the first round at which the mean training loss of the last
+``STABLE_PATIENCE`` rounds fell, from the ``STABLE_PATIENCE`` rounds before, by less than
+``stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
+the latest before round ``rounds // 2 + 1``. The relative change
+of the global model is no such test: at a fixed learning rate it stays near its first value.
 
 ``resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
 best silhouette on ``1 - cos`` over resolutions 0.5..2.0 (``common.clustering.flic``: at a
@@ -30,13 +32,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flic import join_by_modularity, louvain_by_silhouette
+from common.clustering.flic import (
+    join_by_modularity,
+    loss_plateau,
+    louvain_by_silhouette,
+)
 from common.clustering.louvain import louvain_labels
 from common.clustering.similarity import UpdateSimilarity
 from common.signals.update import ModelUpdate
@@ -57,7 +64,7 @@ class FLICParams:
     cluster_round: int = 0
     resolution: float = 0.0
     sketch_dim: int = 0
-    stable_tol: float = 0.01
+    stable_tol: float = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster_round", check_int(self.cluster_round, "cluster-round", "FLIC", low=0))
@@ -67,12 +74,6 @@ class FLICParams:
                                                            closed=(False, True)))
 
 
-def flat_floats(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """Every floating array of a model, flattened and concatenated: shape (d,), float64."""
-    return np.concatenate([a.astype(np.float64).ravel() for a in arrays.values()
-                           if np.issubdtype(a.dtype, np.floating)])
-
-
 class FLIC(StoredUpdates, ClusteredStrategy):
     """FedAvg, then Louvain on the incremental update similarity, then FedAvg per cluster.
 
@@ -80,8 +81,8 @@ class FLIC(StoredUpdates, ClusteredStrategy):
     ----------
     similarity : UpdateSimilarity or None
         Latest update per client seen before clustering (then frozen, plus joined clients).
-    global_change : list of float
-        Relative change of the global model each round before clustering.
+    train_loss : list of float
+        Mean training loss (weighted by examples) of each round before clustering.
     clustered_at : int or None
         The round whose training first ran per cluster.
     clustering_similarity : (list of int, ndarray of shape (n, n)) or None
@@ -98,7 +99,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):
     def init_clusters(self, initial: ArrayRecord) -> None:
         super().init_clusters(initial)
         self.similarity: UpdateSimilarity | None = None
-        self.global_change: list[float] = []
+        self.train_loss: list[float] = []
         self.clustered_at: int | None = None
         self._stable_since: int | None = None
         self.clustering_similarity: tuple[list[int], np.ndarray] | None = None
@@ -169,9 +170,15 @@ class FLIC(StoredUpdates, ClusteredStrategy):
             self.joined.update({p: server_round for p in replied})
         missing = sorted(set(pids) - set(replied))
         placed.update(self.assign_by_loss(missing, server_round))
-        log(INFO, "round %d: FLIC placed %d clients outside the graph by modularity gain (%d by train loss)",
-            server_round, len(replied), len(missing))
+        log(INFO, "round %d: FLIC placed %d clients outside the graph by modularity gain on an uploaded update "
+            "(%d by train loss)", server_round, len(replied), len(missing))
         return placed
+
+    def run_details(self) -> dict[str, Any]:
+        """The clustering round and how many clients joined by uploading a full update."""
+        return {"clustered-at": self.clustered_at, "joined-by-upload": len(self.joined),
+                "graph-clients": 0 if self._labels is None else len(self._labels),
+                "train-loss-before-clustering": self.train_loss}
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
         if not updates or self.clustered_at is not None:
@@ -180,10 +187,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         with self.clustering_timer():
             self.remember(pids, np.stack([updates[p].delta() for p in pids]), self.params.sketch_dim,
                           self.training.seed)
-        before = flat_floats(updates[pids[0]].sent)
-        after = flat_floats({n: a.numpy() for n, a in self.models[0].items()})
-        change = float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))
-        self.global_change.append(change)
-        recent = self.global_change[-STABLE_PATIENCE:]
-        if len(recent) == STABLE_PATIENCE and max(recent) < self.params.stable_tol:
+        self.train_loss.append(float(np.average([updates[p].loss for p in pids],
+                                                weights=[max(updates[p].num_examples, 1) for p in pids])))
+        if loss_plateau(self.train_loss, STABLE_PATIENCE, self.params.stable_tol):
             self._stable_since = self._stable_since or server_round

@@ -5,7 +5,8 @@ FL+HC, Briggs et al. IJCNN 2020).
 Subclasses say which signal they collect (``collect``), how far apart two signals are
 (``distances``), the cut height (``threshold``) and the model every cluster starts from
 (``start_model``). The shared run-config keys are ``num-clusters`` (0 = cut at the threshold)
-and ``linkage``.
+and ``linkage``. With the threshold and ``num-clusters`` both 0 the cut is chosen without
+tuning (beyond the papers): the best silhouette over the tree's cuts (``auto_cut``), logged.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 from flwr.common import log
 
-from common.clustering.hierarchical import LINKAGES, cut_tree
+from common.clustering.hierarchical import LINKAGES, auto_cut, cut_tree
 from common.metrics import cluster_sizes
 from common.validation import check_choice, check_int
 
@@ -53,6 +54,7 @@ class OneShotStrategy(ClusteredStrategy):
         self.signals: dict[int, Any] = {}
         self.clustered = False
         self.pending: set[int] = set()
+        self.auto_silhouette: float | None = None
 
     # --------------------------------------------------------------- what subclasses say
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, Any]:
@@ -130,8 +132,13 @@ class OneShotStrategy(ClusteredStrategy):
         p = self.params
         with self.clustering_timer():
             self.distance_matrix = self.distances([signals[pid] for pid in got])
-            labels = cut_tree(self.distance_matrix, threshold=self.threshold,
-                              num_clusters=p.num_clusters, linkage=p.linkage)
+            if p.num_clusters == 0 and self.threshold == 0:
+                labels, self.auto_silhouette = auto_cut(self.distance_matrix, p.linkage)
+                log(INFO, "round %d: automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
+                    server_round, int(labels.max()) + 1, self.auto_silhouette)
+            else:
+                labels = cut_tree(self.distance_matrix, threshold=self.threshold,
+                                  num_clusters=p.num_clusters, linkage=p.linkage)
         assignment = {pid: int(k) for pid, k in zip(got, labels, strict=True)}
         start = self.start_model()
         self.set_clusters([start.copy() for _ in range(int(labels.max()) + 1)], assignment)

@@ -5,8 +5,12 @@ Round 1: every client runs a truncated SVD of each of its classes' train data an
 first ``pacfl-vectors`` (p) left singular vectors per class (``query.subspaces``, no model).
 The server stacks each client's class bases and measures two clients' distance as the
 principal angles between their subspaces in degrees (``pacfl-measure``: ``smallest`` is PACFL
-Eq. 3 as ALGORITHMS.md states, ``sum`` the trace variant, ``reference`` the reference code's
-smallest angle between any two basis columns, ``mean`` the default). A shared class gives two
+Eq. 3 as ALGORITHMS.md states, ``sum`` the trace variant, ``reference-signed`` the reference
+code's smallest angle between any two basis columns on the signed cosine, ``reference`` the
+same on ``|cos|`` (a singular vector's sign is arbitrary), ``mean`` the default: modified, not
+the paper's). The reference code's "average" linkage is WPGMA: ``linkage weighted``; the
+paper's settings are thus ``--pacfl-measure smallest`` or ``--pacfl-measure reference-signed
+--linkage weighted``. A shared class gives two
 clients a near-zero smallest angle, so ``smallest`` and ``reference`` cannot tell clients that
 share one class from clients that share all of them (ARI at most 0.66 on Fashion-MNIST
 label-skew-dirichlet; ``mean``, p = 2, complete linkage: 1.0). Agglomerative clustering cut at
@@ -39,7 +43,7 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class PACFLParams:
     """``pacfl_threshold`` >= 0 degrees, ``pacfl_vectors`` >= 1, ``pacfl_measure`` in
-    {smallest, sum, mean, reference}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``."""
+    {smallest, sum, mean, reference, reference-signed}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``."""
 
     pacfl_threshold: float = 30.0
     pacfl_vectors: int = 3

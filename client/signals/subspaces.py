@@ -26,7 +26,8 @@ def class_bases(x: np.ndarray, y: np.ndarray, p: int, device: torch.device) -> C
     y : ndarray of shape (n,)
         Integer class labels.
     p : int
-        Vectors per class, >= 1.
+        Vectors per class, >= 1; 0 = FLAG's rule, about 1% of the class's samples
+        (``max(1, round(0.01 n_c))``).
     device : torch.device
         Where the SVD runs.
 
@@ -35,8 +36,8 @@ def class_bases(x: np.ndarray, y: np.ndarray, p: int, device: torch.device) -> C
     ClassSubspaces
         With class counts.
     """
-    if p < 1:
-        raise ValueError(f"The 'subspace-vectors' parameter of query.subspaces must be an int >= 1. Got {p} instead.")
+    if p < 0:
+        raise ValueError(f"The 'subspace-vectors' parameter of query.subspaces must be an int >= 0. Got {p} instead.")
     flat = x.reshape(len(x), -1)
     classes = np.unique(y).astype(np.int64)
     bases, counts = [], []
@@ -44,7 +45,8 @@ def class_bases(x: np.ndarray, y: np.ndarray, p: int, device: torch.device) -> C
         rows = torch.as_tensor(flat[y == c], dtype=torch.float32, device=device)
         # Right singular vectors of the (n_c, d) sample matrix = left ones of D_c = rows^T.
         _, _, vh = torch.linalg.svd(rows, full_matrices=False)
-        bases.append(vh[:min(p, vh.shape[0])].T.cpu().numpy())
+        keep = p or max(1, round(0.01 * rows.shape[0]))
+        bases.append(vh[:min(keep, vh.shape[0])].T.cpu().numpy())
         counts.append(int(rows.shape[0]))
     return ClassSubspaces(classes, tuple(bases), np.asarray(counts, dtype=np.int64))
 

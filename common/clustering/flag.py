@@ -30,6 +30,8 @@ from .hierarchical import LINKAGES, check_distance_matrix, relabel_by_appearance
 from .subspaces import pairwise_subspace_angles
 
 ONE_MISSING = 180.0
+ELBOW_TOL = 0.01
+"""Validation accuracies within this of the best count as reaching it (noise of a 30-client sample)."""
 BOTH_MISSING = 0.0
 
 
@@ -338,16 +340,16 @@ def sweep_cuts(distances: np.ndarray, alphas: Sequence[float], linkage: str = "a
             else np.arange(n, dtype=np.int64) for t in thresholds]
 
 
-def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
+def elbow(num_clusters: Sequence[float], accuracy: Sequence[float], tol: float = ELBOW_TOL) -> int:
     """Index of the elbow (knee) of accuracy against the number of clusters (Kneedle).
 
     The points are sorted by cluster count and both axes min-max normalised to ``[0, 1]``;
     the knee is the point farthest above the chord from the first to the last point (for a
-    rising curve Kneedle's ``argmax(y - x)``): where a steep rise turns into a plateau, the
-    point of maximum curvature of a concave curve. A curve that is still rising at its last
-    point (the most clusters is the most accurate) has no knee yet: the last point is taken.
-    Fewer than three points, or a flat accuracy, give the most accurate point (the first on
-    ties).
+    rising curve Kneedle's ``argmax(y - x)``): where a steep rise turns into a plateau. The
+    paper keeps the number of clusters minimal, so the knee is never past the smallest count
+    whose accuracy is within ``tol`` of the best. A curve whose last point reaches the best
+    (still rising, or a tied or noisy plateau) has no knee: that smallest count is taken, not
+    the far end. Fewer than three points, or an accuracy spread within ``tol``, give it too.
 
     Parameters
     ----------
@@ -355,6 +357,8 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
         Cluster count of each clustering, distinct values expected.
     accuracy : sequence of length M
         Its validation accuracy.
+    tol : float, default=ELBOW_TOL
+        >= 0, in accuracy units: how far below the best a count still "reaches" it.
 
     Returns
     -------
@@ -364,10 +368,11 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
     Raises
     ------
     ValueError
-        Naming ``'num_clusters'`` or ``'accuracy'`` (empty, other length, not finite).
+        Naming ``'num_clusters'``, ``'accuracy'`` (empty, other length, not finite) or ``'tol'``.
     """
     k = np.asarray(num_clusters, dtype=np.float64)
     acc = np.asarray(accuracy, dtype=np.float64)
+    tol = check_float(tol, "tol", "elbow", low=0.0)
     if k.ndim != 1 or k.size == 0 or not np.all(np.isfinite(k)):
         raise ValueError("The 'num_clusters' parameter of elbow must be a finite non-empty 1-D sequence. "
                          f"Got shape {k.shape} instead.")
@@ -376,14 +381,13 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float]) -> int:
                          f"Got shape {acc.shape} instead.")
     order = np.argsort(k, kind="stable")
     x, y = k[order], acc[order]
-    if x.size < 3 or np.ptp(y) == 0 or np.ptp(x) == 0:
-        return int(order[np.argmax(y)])
-    if y[-1] >= y.max():
-        return int(order[-1])
+    plateau = int(np.argmax(y >= y.max() - tol))
+    if x.size < 3 or np.ptp(y) <= tol or np.ptp(x) == 0 or y[-1] >= y.max() - tol:
+        return int(order[plateau])
     xn = (x - x[0]) / np.ptp(x)
     yn = (y - y.min()) / np.ptp(y)
     chord = yn[0] + (yn[-1] - yn[0]) * xn
-    return int(order[np.argmax(yn - chord)])
+    return int(order[min(int(np.argmax(yn - chord)), plateau)])
 
 
 def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | None]) -> int | None:

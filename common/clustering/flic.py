@@ -11,7 +11,9 @@ keeps the partition with the best silhouette on the cosine distance ``2 - S = 1 
 
 :func:`join_by_modularity` places clients that were not in the graph (newcomers) as Louvain's
 local-moving phase would: into the community with the largest modularity gain, the other
-nodes held fixed. Numpy, scikit-learn and :mod:`common.clustering.louvain` only.
+nodes held fixed. :func:`loss_plateau` is the automatic clustering round's test: FedAvg has
+stabilised when the training loss has stopped falling, relative to how fast it fell at first.
+Numpy, scikit-learn and :mod:`common.clustering.louvain` only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from sklearn.metrics import silhouette_score
+
+from common.validation import check_float, check_int
 
 from .louvain import louvain_labels
 
@@ -126,3 +130,46 @@ def join_by_modularity(links: np.ndarray, similarity: np.ndarray, labels: np.nda
     sigma = degrees @ onehot
     gain = k_in - resolution * np.outer(links.sum(axis=1), sigma) / two_m
     return np.argmax(gain, axis=1).astype(np.int64)
+
+
+def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
+    """Whether a training loss has levelled off relative to its early fall.
+
+    With the mean training loss ``L_1 .. L_t`` of rounds ``1 .. t`` and ``m(a, b)`` the mean of
+    ``L_a .. L_b``: true when ``t >= 2 window`` and the fall between the last two windows,
+    ``m(t - 2w + 1, t - w) - m(t - w + 1, t)``, is below ``tol`` times the fall between the
+    first two, ``m(1, w) - m(w + 1, 2w)``. Window means, not single rounds: with a sampled
+    fraction of clients one round's mean loss is noisy, and a single noisy rise must not end
+    FedAvg. A relative change of the model itself is no test: at a fixed learning rate it stays
+    near its first value for tens of rounds.
+
+    Parameters
+    ----------
+    losses : sequence of float
+        One finite value per round, in round order.
+    window : int
+        >= 1.
+    tol : float
+        > 0.
+
+    Returns
+    -------
+    bool
+        Also true when the loss did not fall between the first two windows.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'window'``, ``'tol'`` or ``'losses'`` (not finite).
+    """
+    window = check_int(window, "window", "loss_plateau", low=1)
+    tol = check_float(tol, "tol", "loss_plateau", low=0.0, closed=(False, True))
+    loss = np.asarray(losses, dtype=np.float64)
+    if loss.ndim != 1 or not np.all(np.isfinite(loss)):
+        raise ValueError(f"The 'losses' parameter of loss_plateau must be a finite 1-D sequence. "
+                         f"Got shape {loss.shape} instead.")
+    if loss.size < 2 * window:
+        return False
+    early = loss[:window].mean() - loss[window:2 * window].mean()
+    recent = loss[-2 * window:-window].mean() - loss[-window:].mean()
+    return bool(recent < tol * early) if early > 0 else True

@@ -10,13 +10,19 @@ given number of clusters) all end here. numpy in, numpy out.
 from __future__ import annotations
 
 import numpy as np
+from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, pdist, squareform
 from sklearn.cluster import AgglomerativeClustering
+from sklearn.metrics import silhouette_score
 
 from common.validation import check_choice, check_float, check_int
 
-LINKAGES: tuple[str, ...] = ("average", "complete", "single")
+LINKAGES: tuple[str, ...] = ("average", "complete", "single", "weighted")
+"""``average`` is UPGMA (scikit-learn's and PACFL's paper); ``weighted`` is WPGMA, what PACFL's
+reference code calls "average" (the mean of the two merged rows)."""
 METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
+AUTO_MAX_CLUSTERS = 100
+""":func:`auto_cut` scores the cuts into 2 .. this many clusters."""
 
 
 def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:
@@ -156,8 +162,9 @@ def agglomerative(
         smallest gives one cluster per point.
     num_clusters : int, optional
         In ``[1, N]``.
-    linkage : {"average", "complete", "single"}, default="average"
+    linkage : {"average", "complete", "single", "weighted"}, default="average"
         ``"ward"`` is refused: it needs Euclidean feature vectors, not precomputed distances.
+        ``"weighted"`` (WPGMA) goes through scipy.
 
     Returns
     -------
@@ -187,6 +194,10 @@ def agglomerative(
         threshold = check_float(threshold, "threshold", owner, low=0.0)
     if n == 1:
         return np.zeros(1, dtype=np.int64)
+    if linkage == "weighted":  # scikit-learn has no WPGMA: scipy's tree, cut as scikit-learn cuts
+        tree = hierarchy.linkage(squareform(d, checks=False), method="weighted")
+        k = num_clusters if num_clusters is not None else int(np.count_nonzero(tree[:, 2] >= threshold)) + 1
+        return relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=min(k, n)).ravel())
     model = AgglomerativeClustering(
         n_clusters=num_clusters, metric="precomputed", linkage=linkage,
         distance_threshold=threshold, compute_full_tree=True if threshold is not None else "auto")
@@ -287,3 +298,53 @@ def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0,
     if num_clusters and num_clusters > 0:
         return agglomerative(distances, num_clusters=min(int(num_clusters), max(n, 1)), linkage=linkage)
     return agglomerative(distances, threshold=threshold, linkage=linkage)
+
+
+def auto_cut(distances: np.ndarray, linkage: str = "average",
+             max_clusters: int = AUTO_MAX_CLUSTERS) -> tuple[np.ndarray, float | None]:
+    """The cut of the HC tree chosen without a threshold: the best silhouette.
+
+    Every cut of the tree into ``2 .. min(N - 1, max_clusters)`` clusters is scored by the
+    silhouette on ``distances`` (scikit-learn, precomputed); the best one is kept (the fewest
+    clusters on ties). When no cut scores above 0 (no cluster is closer inside than across)
+    everything stays in one cluster.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+    linkage : {"average", "complete", "single"}, default="average"
+    max_clusters : int, default=AUTO_MAX_CLUSTERS
+        >= 2.
+
+    Returns
+    -------
+    labels : ndarray of shape (N,), int64
+        Numbered by first appearance.
+    silhouette : float or None
+        The chosen cut's silhouette; None when one cluster was kept (or N < 3).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'distances'``, ``'linkage'`` or ``'max_clusters'``.
+    """
+    owner = "auto_cut"
+    d = check_distance_matrix(distances, owner)
+    check_choice(linkage, "linkage", owner, LINKAGES)
+    max_clusters = check_int(max_clusters, "max_clusters", owner, low=2)
+    n = d.shape[0]
+    one = np.zeros(n, dtype=np.int64)
+    if n < 3 or not np.any(d):
+        return one, None
+    tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
+    best: tuple[float, np.ndarray] | None = None
+    for k in range(2, min(n - 1, max_clusters) + 1):
+        labels = hierarchy.fcluster(tree, k, criterion="maxclust")
+        if len(np.unique(labels)) < 2:
+            continue
+        score = float(silhouette_score(d, labels, metric="precomputed"))
+        if best is None or score > best[0]:
+            best = (score, labels)
+    if best is None or best[0] <= 0:
+        return one, None
+    return relabel_by_appearance(best[1]), best[0]

@@ -108,6 +108,9 @@ def _uses_gram(g: np.ndarray) -> bool:
     return g.ndim == 2 and g.shape[0] >= g.shape[1] and g.shape[1] <= GRAM_MAX_COLUMNS
 
 
+IMPUTE_ITERS = 10
+"""Hard-impute iterations of :func:`impute_blocks` for blocks a client has not answered."""
+
 SPECTRUM_VALUES = 16
 """Singular values kept for large ``G`` (App. G's gap search needs ``max-clusters + 1``)."""
 
@@ -281,15 +284,19 @@ class NumClustersEstimate:
     num_clusters : int
         The k in ``2..K_max`` with the best silhouette on the ``s``-dimensional projection.
     gap_dims : int
-        ``s``: the number of singular values before the largest gap.
-    singular_values : ndarray of shape (min(rows, N),)
+        ``s``: the number of singular values of the centred profile before the largest gap.
+    singular_values : ndarray
+        Those singular values, descending.
     silhouettes : dict of int to float
+    labels : ndarray of shape (N,), int64
+        The k-means clusters of the chosen K on that projection.
     """
 
     num_clusters: int
     gap_dims: int
     singular_values: np.ndarray
     silhouettes: dict[int, float]
+    labels: np.ndarray
 
 
 def largest_gap(values: np.ndarray, max_dims: int) -> int:
@@ -311,9 +318,13 @@ def largest_gap(values: np.ndarray, max_dims: int) -> int:
 def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) -> NumClustersEstimate:
     """App. G: number of clusters from the profile's spectrum, confirmed by the silhouette.
 
-    ``s`` is the position of the largest gap among the first ``max_clusters + 1`` singular
-    values; the columns are projected on the top-``s`` left singular vectors, and k-means with
-    k in ``2..min(max_clusters, N - 1)`` is scored by silhouette; the best k is returned.
+    The columns are centred first (the mean client profile subtracted): real profiles share
+    a direction, all clients' gradients on one model pointing much the same way, and that
+    direction alone gives the largest gap after the first singular value. ``s`` is then the
+    position of the largest gap among the first ``max_clusters + 1`` singular values of the
+    centred profile (``K`` groups span ``K - 1`` centred directions); the centred columns are
+    projected on its top-``s`` left singular vectors, and k-means with k in
+    ``2..min(max_clusters, N - 1)`` is scored by silhouette; the best k is returned.
 
     Raises
     ------
@@ -326,12 +337,82 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
         raise ValueError(f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
                          f"(clients). Got shape {g.shape} instead.")
     k_max = min(k_max, g.shape[1] - 1)
+    g = g - g.mean(axis=1, keepdims=True)
     values = singular_values(g, seed)
     s = largest_gap(values, k_max)
     features = project(g, s, seed)
-    silhouettes = {}
+    silhouettes, labels = {}, {}
     for k in range(2, k_max + 1):
-        labels = kmeans_labels(features, k, seed)
-        silhouettes[k] = float(silhouette_score(features, labels)) if len(set(labels)) > 1 else -1.0
+        labels[k] = kmeans_labels(features, k, seed)
+        silhouettes[k] = float(silhouette_score(features, labels[k])) if len(set(labels[k])) > 1 else -1.0
     best = max(silhouettes, key=lambda k: (silhouettes[k], -k))
-    return NumClustersEstimate(best, s, values, silhouettes)
+    return NumClustersEstimate(best, s, values, silhouettes, labels[best])
+
+
+def impute_blocks(blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, rank: int = 0,
+                  iters: int = IMPUTE_ITERS, seed: int = 0) -> np.ndarray:
+    """Fill the blocks a client never answered: cluster means, then a rank-``rank`` completion.
+
+    With ``profile-fraction`` < 1 a client's block of model ``k`` stays empty until it is
+    sampled at a broadcast of ``k``; left at zero it pulls the client towards the origin of the
+    spectral projection, away from its group. It first gets the mean of the answered blocks of
+    ``k`` in its current cluster (of all clients when none there answered; zero when none did).
+    With ``rank`` > 0 the missing blocks are then refined ``iters`` times by the rank-``rank``
+    approximation of ``G`` (hard-impute matrix completion; CFL-GP's clusters are the rank-K
+    structure of ``G``), the answered blocks held fixed.
+
+    Parameters
+    ----------
+    blocks : ndarray of shape (N, K, D)
+    counts : ndarray of shape (N, K)
+        Updates averaged into each block (0 = never answered).
+    labels : ndarray of shape (N,)
+        Each client's current cluster.
+    rank : int, default=0
+        >= 0; 0 keeps the cluster means.
+    iters : int, default=IMPUTE_ITERS
+    seed : int, default=0
+        For the SVD of large ``G``.
+
+    Returns
+    -------
+    ndarray of shape (N, K, D)
+        A copy, answered blocks unchanged.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'counts'`` or ``'labels'`` when their shapes do not match ``blocks``.
+    """
+    b = np.array(blocks, copy=True)
+    c = np.asarray(counts)
+    lab = np.asarray(labels)
+    if b.ndim != 3 or c.shape != b.shape[:2]:
+        raise ValueError(f"The 'counts' parameter of impute_blocks must have shape {b.shape[:2]}. "
+                         f"Got {c.shape} instead.")
+    if lab.shape != (b.shape[0],):
+        raise ValueError(f"The 'labels' parameter of impute_blocks must have shape {(b.shape[0],)}. "
+                         f"Got {lab.shape} instead.")
+    for k in range(b.shape[1]):
+        answered = c[:, k] > 0
+        if answered.all() or not answered.any():
+            continue
+        overall = b[answered, k].mean(axis=0)
+        for cluster in np.unique(lab[~answered]):
+            peers = answered & (lab == cluster)
+            b[~answered & (lab == cluster), k] = b[peers, k].mean(axis=0) if peers.any() else overall
+    missing = c == 0
+    rank = min(check_int(rank, "rank", "impute_blocks", low=0), min(b.shape[0], b.shape[1] * b.shape[2]))
+    if rank == 0 or not missing.any() or missing.all():
+        return b
+    for _ in range(check_int(iters, "iters", "impute_blocks", low=0)):
+        g = profile_matrix(b)
+        u, _ = top_left_singular_vectors(g, rank, seed)
+        low = profile_matrix_blocks(u @ (u.T @ g.astype(np.float64)), b.shape)
+        b[missing] = low[missing]
+    return b
+
+
+def profile_matrix_blocks(matrix: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The inverse of :func:`profile_matrix`: ``G`` ``(K * D, N)`` back to blocks of ``shape`` ``(N, K, D)``."""
+    return np.asarray(matrix).T.reshape(shape)

@@ -20,7 +20,7 @@ from scipy.linalg import subspace_angles
 
 from common.validation import check_choice, check_float
 
-MEASURES: tuple[str, ...] = ("smallest", "sum", "mean", "reference")
+MEASURES: tuple[str, ...] = ("smallest", "sum", "mean", "reference", "reference-signed")
 
 
 def _basis(x: np.ndarray, name: str, owner: str, dim: int | None = None) -> np.ndarray:
@@ -70,18 +70,20 @@ def subspace_angle(a: np.ndarray, b: np.ndarray, measure: str = "smallest") -> f
         ``min(p, q)`` principal angles (PACFL's trace variant); ``"mean"``: their mean;
         ``"reference"``: PACFL's reference code, the smallest angle between one column of ``a``
         and one of ``b`` (columns scaled to unit length; ``|cos|``, so that the arbitrary sign
-        of a singular vector does not matter).
+        of a singular vector does not matter); ``"reference-signed"``: the reference code
+        exactly, ``min arccos(clip(a^T b))`` on the signed cosine.
 
     Returns
     -------
     float
     """
     check_choice(measure, "measure", "subspace_angle", MEASURES)
-    if measure == "reference":
+    if measure.startswith("reference"):
         a = _basis(a, "a", "subspace_angle")
         b = _basis(b, "b", "subspace_angle", dim=a.shape[0])
         cos = (a / np.linalg.norm(a, axis=0)).T @ (b / np.linalg.norm(b, axis=0))
-        return float(np.degrees(np.arccos(np.clip(np.abs(cos).max(), 0.0, 1.0))))
+        cos = cos if measure == "reference-signed" else np.abs(cos)
+        return float(np.degrees(np.arccos(np.clip(cos.max(), -1.0, 1.0))))
     angles = principal_angles(a, b)
     if measure == "smallest":
         return float(angles[0])
@@ -138,7 +140,8 @@ def pairwise_subspace_angles(
     rows = np.flatnonzero(held)
     if rows.size:
         chosen = [present[i] for i in rows]
-        out[np.ix_(rows, rows)] = _reference_among(chosen) if measure == "reference" else _angles_among(chosen, measure)
+        out[np.ix_(rows, rows)] = (_reference_among(chosen, signed=measure == "reference-signed")
+                                   if measure.startswith("reference") else _angles_among(chosen, measure))
     np.fill_diagonal(out, 0.0)
     return out
 
@@ -158,7 +161,7 @@ BLOCK_ENTRIES = 4_000_000
 """Cross products computed at a time by :func:`_angles_among` (about 32 MB of float64)."""
 
 
-def _reference_among(bases: Sequence[np.ndarray]) -> np.ndarray:
+def _reference_among(bases: Sequence[np.ndarray], signed: bool = False) -> np.ndarray:
     """The ``"reference"`` measure between every pair of ``bases``: blocks of column cosines, no pair loop.
 
     Returns ``(n, n)`` with a zero diagonal; the largest ``|cos|`` of each pair of bases is a
@@ -172,9 +175,10 @@ def _reference_among(bases: Sequence[np.ndarray]) -> np.ndarray:
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         first, last = starts[lo], starts[hi] if hi < n else cols.shape[1]
-        cos = np.abs(cols[:, first:last].T @ cols)
+        cos = cols[:, first:last].T @ cols
+        cos = cos if signed else np.abs(cos)
         cos = np.maximum.reduceat(np.maximum.reduceat(cos, starts[lo:hi] - first, axis=0), starts, axis=1)
-        out[lo:hi] = np.degrees(np.arccos(np.clip(cos, 0.0, 1.0)))
+        out[lo:hi] = np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
     out = np.minimum(out, out.T)  # equal up to rounding; exactly symmetric
     np.fill_diagonal(out, 0.0)
     return out

@@ -105,13 +105,21 @@ class APResult:
     preference : float
         The preference actually used.
     converged : bool
-        False when AP did not converge; every input is then in one cluster with exemplar 0.
+        False when AP did not converge at any damping tried; every input is then in one
+        cluster with exemplar 0.
+    damping : float
+        The damping of the run that gave the labels (the last one tried if none converged).
     """
 
     labels: np.ndarray
     exemplars: np.ndarray
     preference: float
     converged: bool
+    damping: float = 0.5
+
+
+AP_RETRIES = ((0.7, 2), (0.9, 4))
+"""After a run that does not converge: (damping at least, times ``max_iter``) of each retry."""
 
 
 def affinity_propagation(
@@ -122,6 +130,7 @@ def affinity_propagation(
     max_iter: int = 1000,
     convergence_iter: int = 15,
     seed: int = 0,
+    retries: tuple[tuple[float, int], ...] = AP_RETRIES,
 ) -> APResult:
     """Affinity Propagation on precomputed similarities ``-distances`` (scikit-learn).
 
@@ -130,7 +139,8 @@ def affinity_propagation(
     distances : np.ndarray of shape (N, N)
         Symmetric, finite, non-negative distances (e.g. :func:`trajectory_distances`).
     damping : float, default=0.5
-        In ``[0.5, 1.0)``.
+        In ``[0.5, 1.0)``. When AP does not converge it is run again at the dampings and
+        iteration counts of ``retries`` (oscillations die out under heavier damping).
     preference : float or "median", default="median"
         Self-similarity of every point (larger = more clusters). ``"median"`` is the median
         of the similarity matrix, diagonal included (scikit-learn's own default).
@@ -138,12 +148,15 @@ def affinity_propagation(
         As scikit-learn's.
     seed : int, default=0
         scikit-learn's ``random_state`` (the tie-breaking noise).
+    retries : tuple of (float, int), default=AP_RETRIES
+        (damping at least, times ``max_iter``) of each further run after one that does not
+        converge; ``()`` runs once.
 
     Returns
     -------
     APResult
         One cluster holding everything when ``N == 1``, when all distances are zero, or
-        when AP does not converge (``converged`` False then).
+        when AP does not converge at any damping tried (``converged`` False then).
 
     Raises
     ------
@@ -163,18 +176,23 @@ def affinity_propagation(
     pref = float(np.median(similarities)) if preference == MEDIAN else check_float(
         preference, "preference", owner)
     n = d.shape[0]
-    one = APResult(np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64), pref, True)
+    one = APResult(np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64), pref, True, damping)
     if n == 1 or not np.any(d):
         return one
-    ap = AffinityPropagation(affinity="precomputed", damping=damping, preference=pref, max_iter=max_iter,
-                             convergence_iter=convergence_iter, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ConvergenceWarning)
-        try:
-            labels = ap.fit_predict(similarities)
-        except ConvergenceWarning:
-            return APResult(one.labels, one.exemplars, pref, False)
-    return APResult(labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref, True)
+    schedule = [(damping, max_iter)] + [(max(damping, floor), max_iter * factor) for floor, factor in retries
+                                        if floor > damping]
+    for run_damping, run_iter in schedule:
+        ap = AffinityPropagation(affinity="precomputed", damping=run_damping, preference=pref, max_iter=run_iter,
+                                 convergence_iter=convergence_iter, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            try:
+                labels = ap.fit_predict(similarities)
+            except ConvergenceWarning:
+                continue
+        return APResult(labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref,
+                        True, run_damping)
+    return APResult(one.labels, one.exemplars, pref, False, schedule[-1][0])
 
 
 AP_MAX_POINTS = 1_000
@@ -238,7 +256,7 @@ def cluster_trajectories(trajectories: np.ndarray, *, damping: float = 0.5, pref
         exemplars = sample[result.exemplars]
         labels = nearest_exemplar(points, points[exemplars])
         labels[exemplars] = np.arange(len(exemplars))
-        result = APResult(labels, exemplars, result.preference, result.converged)
+        result = APResult(labels, exemplars, result.preference, result.converged, result.damping)
     return TrajectoryClusters(result, sample, distances)
 
 

@@ -1,6 +1,6 @@
-"""FLIC's picture and report: the global model's relative change before clustering, and the clusters.
+"""FLIC's picture and report: the training loss before clustering, and the clusters.
 
-``flic-stability.png`` plots ``||w_t - w_{t-1}|| / ||w_{t-1}||`` per round with ``stable-tol``
+``flic-stability.png`` plots the mean training loss per round (``loss_plateau`` reads it)
 and the clustering round (the automatic rule's evidence). ``flic.json`` gives the clustering
 round, Louvain's resolution, the round each client outside the graph joined and, per final
 cluster, its size, its members' true groups (scoring only) and their mean local test accuracy
@@ -33,18 +33,17 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
-    change = np.asarray(strategy.global_change, dtype=np.float64)
-    if change.size:
-        ax.semilogy(np.arange(1, change.size + 1), change, marker=".", label="relative change of the global model")
-    ax.axhline(strategy.params.stable_tol, color="tab:red", linestyle="--", label="stable-tol")
+    loss = np.asarray(strategy.train_loss, dtype=np.float64)
+    if loss.size:
+        ax.plot(np.arange(1, loss.size + 1), loss, marker=".", label="mean training loss")
     if strategy.clustered_at is not None:
         ax.axvline(strategy.clustered_at, color="tab:green", label=f"clustering (round {strategy.clustered_at})")
     ax.set_xlabel("round")
-    ax.set_ylabel(r"relative change $\|w_t - w_{t-1}\| \,/\, \|w_{t-1}\|$")
+    ax.set_ylabel("mean training loss of the sampled clients")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
-    png = _save(fig, folder / "flic-stability.png", "FLIC: change of the global model before clustering")
+    png = _save(fig, folder / "flic-stability.png", "FLIC: training loss before clustering")
     clusters = []
     for k in range(len(strategy.models)):
         members = sorted(p for p, c in strategy.assignment.items() if c == k)
@@ -58,7 +57,7 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     report = folder / "flic.json"
     report.write_text(json.dumps({"cluster-round": strategy.clustered_at, "resolution": strategy.resolution,
                                   "joined": {str(p): r for p, r in sorted(strategy.joined.items())},
-                                  "global-change": change.tolist(), "clusters": clusters}, indent=1) + "\n")
+                                  "train-loss": loss.tolist(), "clusters": clusters}, indent=1) + "\n")
     paths = [png, report]
     if strategy.clustering_similarity is not None and len(strategy.clustering_similarity[0]) <= MAX_SAVED:
         pids, matrix = strategy.clustering_similarity

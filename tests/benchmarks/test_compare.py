@@ -95,4 +95,25 @@ def test_dry_run_prints_one_command_per_cell(capsys):
                          "--dry-run", "--", "--rounds", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("umbel run --strategy") for line in lines)
-    assert lines[1].endswith("--rounds 2") and "--cluster-round 15" in lines[1]
+    assert lines[1].endswith("--rounds 2") and "--cluster-round" not in lines[1]  # FLIC's automatic round
+
+
+def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(capsys):
+    assert compare.main(["--preset", "paper", "--strategies", "pacfl,pacfl-reference,cfl-sattler-paper,cflgt",
+                         "--scenarios", "label-groups-1", "--seeds", "0", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("umbel run --strategy pacfl ") and "--pacfl-measure" not in lines[0]
+    assert lines[1].startswith("umbel run --strategy pacfl ")
+    assert lines[1].endswith("--pacfl-measure reference-signed --linkage weighted")
+    assert "--eps-absolute true --eps1 0.4 --eps2 1.6" in lines[2]
+    cflgt = lines[3].split()
+    assert cflgt[len(cflgt) - 1 - cflgt[::-1].index("--rounds") + 1] == "125"  # 100 rounds after 25 pre-training
+
+
+def test_markdown_labels_modified_defaults():
+    row = {"scenario": "s", "final-accuracy-mean": 0.5, "final-accuracy-std": None, "final-ari": 1.0,
+           "ari-1.0-round": "1", "final-clusters": "2", "signal-bytes-up-per-client": 1.0, "model-mb": 1.0,
+           "round-time-vs-fedavg": 1.0, "wall-seconds": 1.0}
+    text = compare.markdown([{**row, "strategy": "pacfl"}, {**row, "strategy": "pacfl-eq3"}], compare.PAPER)
+    assert "| pacfl (modified) |" in text and "| pacfl-eq3 |" in text
+    assert "(modified) pacfl: mean principal angle" in text

@@ -102,6 +102,27 @@ def test_elbow_on_a_made_up_curve() -> None:
         elbow([1, 2], [0.5])
 
 
+def test_elbow_takes_the_fewest_clusters_on_a_tied_plateau() -> None:
+    # the sweep reuses a score when the sampled clients are cut alike: equal accuracies at several counts
+    assert elbow([1, 2, 4, 8, 26], [0.55, 0.90, 0.90, 0.90, 0.90]) == 1
+    assert elbow([1, 3, 5, 9, 26], [0.40, 0.60, 0.95, 0.95, 0.95]) == 2
+    assert elbow([26, 9, 5, 3, 1], [0.95, 0.95, 0.95, 0.60, 0.40]) == 2  # order of the sweep does not matter
+
+
+def test_elbow_is_not_pushed_to_the_end_by_noise_on_the_plateau() -> None:
+    rng = np.random.default_rng(0)
+    k = [1, 2, 3, 4, 6, 9, 14, 26]
+    for _ in range(20):
+        acc = [0.5, 0.7, 0.93, *(0.93 + rng.uniform(-0.004, 0.004, 5))]
+        acc[-1] = max(acc) + 0.003  # the noisy far end is the best, by less than the tolerance
+        assert elbow(k, acc) == 2
+    # beyond the tolerance the extra clusters are worth it
+    assert elbow([1, 2, 3, 4], [0.5, 0.9, 0.9, 0.97]) == 3
+    assert elbow([1, 2, 3, 4], [0.5, 0.9, 0.9, 0.97], tol=0.1) == 1
+    with pytest.raises(ValueError, match="'tol'"):
+        elbow([1, 2, 3], [0.5, 0.6, 0.7], tol=-1)
+
+
 @pytest.mark.parametrize(("call", "name"), [
     (lambda: proximity(V_WEIGHTED, G, beta=1.5), "'beta'"),
     (lambda: proximity(V_WEIGHTED, G, beta=-0.1), "'beta'"),

@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from common.clustering.flic import join_by_modularity, louvain_by_silhouette
+from common.clustering.flic import (
+    join_by_modularity,
+    loss_plateau,
+    louvain_by_silhouette,
+)
 from common.clustering.louvain import louvain_labels
 
 
@@ -58,3 +62,28 @@ def test_join_by_modularity_weighs_community_size_by_resolution():
         join_by_modularity(links[:, :4], s, labels)
     with pytest.raises(ValueError, match="'resolution' parameter of join_by_modularity"):
         join_by_modularity(links, s, labels, resolution=0.0)
+
+
+def _first_plateau(losses, window, tol):
+    return next((t for t in range(1, len(losses) + 1) if loss_plateau(losses[:t], window, tol)), None)
+
+
+@pytest.mark.parametrize(("tol", "expected"), [(0.1, 14), (0.2, 12), (0.5, 9)])
+def test_loss_plateau_fires_where_the_recent_fall_drops_below_tol_of_the_early_one(tol, expected):
+    # L_t = exp(-0.3 t) + 0.5: the fall between the windows ending at t - 3 and t is exp(-0.3 (t - 6))
+    # times the fall between the windows 1-3 and 4-6
+    losses = np.exp(-0.3 * np.arange(1, 30)) + 0.5
+    assert _first_plateau(losses, 3, tol) == min(t for t in range(6, 30) if np.exp(-0.3 * (t - 6)) < tol)
+    assert _first_plateau(losses, 3, tol) == expected
+
+
+def test_loss_plateau_needs_two_windows_and_a_steady_fall_never_plateaus():
+    assert not loss_plateau([2.0, 1.0, 0.9, 0.85, 0.84], 3, 100.0)  # 5 < 2 * 3 rounds
+    assert loss_plateau([2.0, 1.0, 0.9, 0.85, 0.84, 0.84, 0.84, 0.84, 0.84], 3, 0.1)
+    # one noisy round up while the loss still falls fast does not count as a plateau
+    assert not loss_plateau([2.32, 2.20, 2.11, 2.07, 1.89, 1.83, 1.76, 1.89], 3, 0.1)
+    steady = 2.0 - 0.01 * np.arange(40)  # a straight line: the recent fall equals the early one
+    assert _first_plateau(steady, 3, 0.5) is None
+    assert loss_plateau([1.0, 1.0, 1.0, 1.2, 1.1, 1.0, 1.0], 3, 0.1)  # no early fall: stable from the start
+    with pytest.raises(ValueError, match="'tol'"):
+        loss_plateau([1.0], 3, 0.0)

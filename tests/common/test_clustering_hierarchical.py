@@ -6,6 +6,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.hierarchical import (
     agglomerative,
+    auto_cut,
     centroids,
     check_distance_matrix,
     nearest,
@@ -101,3 +102,31 @@ def test_centroids_and_nearest_assign_new_points_to_their_blob():
         centroids(x, truth[:-1])
     with pytest.raises(ValueError, match="'num_clusters'"):
         centroids(x, truth, num_clusters=1)
+
+
+def test_auto_cut_finds_the_number_of_blobs_by_silhouette():
+    rng = np.random.default_rng(0)
+    for k in (2, 3, 6):
+        centres = rng.normal(scale=10.0, size=(k, 4))
+        truth = np.repeat(np.arange(k), 5)
+        x = centres[truth] + rng.normal(scale=0.3, size=(len(truth), 4))
+        labels, score = auto_cut(pairwise_distances(x))
+        assert adjusted_rand_score(truth, labels) == 1.0 and score > 0.8
+    # two tight blobs far apart are not split further into noise
+    x = np.concatenate([rng.normal(size=(8, 2)) * 0.1, rng.normal(size=(8, 2)) * 0.1 + 50])
+    labels, _ = auto_cut(pairwise_distances(x), "complete")
+    assert len(set(labels.tolist())) == 2
+    assert auto_cut(np.zeros((4, 4)))[1] is None and set(auto_cut(np.zeros((4, 4)))[0].tolist()) == {0}
+    with pytest.raises(ValueError, match="'max_clusters'"):
+        auto_cut(pairwise_distances(x), max_clusters=1)
+
+
+def test_weighted_linkage_is_wpgma_not_upgma():
+    x = np.array([[0.0], [1.0], [3.0], [10.0]])
+    # {0, 1} merge at 1; with 3.0 at (3 + 2) / 2 = 2.5; then with 10.0: WPGMA ((10 + 9) / 2 + 7) / 2 = 8.25,
+    # UPGMA (10 + 9 + 7) / 3 = 8.67
+    dist = pairwise_distances(x)
+    assert agglomerative(dist, threshold=8.3, linkage="weighted").tolist() == [0, 0, 0, 0]
+    assert agglomerative(dist, threshold=8.3, linkage="average").tolist() == [0, 0, 0, 1]
+    assert agglomerative(dist, threshold=8.25, linkage="weighted").tolist() == [0, 0, 0, 1]  # merges below only
+    assert agglomerative(dist, num_clusters=2, linkage="weighted").tolist() == [0, 0, 0, 1]

@@ -50,8 +50,8 @@ def _loop_angles(bases, measure, one_missing=90.0, both_missing=0.0):
             a, b = bases[i], bases[j]
             if a is None or b is None:
                 value = both_missing if a is None and b is None else one_missing
-            elif measure == "reference":  # the pair-by-pair definition in subspaces.py
-                value = subspaces.subspace_angle(a, b, "reference")
+            elif measure.startswith("reference"):  # the pair-by-pair definition in subspaces.py
+                value = subspaces.subspace_angle(a, b, measure)
             else:
                 angles = np.sort(np.degrees(subspace_angles(a, b)))
                 value = {"smallest": angles[0], "sum": angles.sum(), "mean": angles.mean()}[measure]

@@ -1,6 +1,7 @@
 import pytest
 
 from common.config import OutputParams, TrainingParams
+from common.metrics import final_stretch
 
 
 def test_defaults_match_the_papers_setting():
@@ -30,7 +31,10 @@ def test_bad_values_name_the_key(key, value, pattern):
 def test_sampling_size_and_eval_rounds():
     t = TrainingParams(rounds=10, fraction=0.2, eval_every=4)
     assert t.num_sampled(100) == 20 and t.num_sampled(3) == 1 and t.num_sampled(1) == 1
-    assert [r for r in range(1, 11) if t.is_eval_round(r)] == [4, 8, 10]
+    assert [r for r in range(1, 11) if t.is_eval_round(r)] == [4, 8, 9, 10]  # and the final stretch of 2
+    t = TrainingParams(rounds=30, eval_every=5)
+    assert [r for r in range(1, 31) if t.is_eval_round(r)] == [5, 10, 15, 20, 25, 26, 27, 28, 29, 30]
+    assert [final_stretch(r) for r in (1, 10, 30, 100, 200, 1000)] == [1, 2, 6, 20, 20, 100]
 
 
 def test_output_params_reject_paths_as_run_names():

@@ -107,8 +107,60 @@ def test_estimate_num_clusters_finds_the_groups(num_groups):
     groups = [g for g in range(num_groups) for _ in range(6)]
     estimate = spectral.estimate_num_clusters(_profiles(groups, dim=80), 8, seed=0)
     assert estimate.num_clusters == num_groups
-    assert estimate.gap_dims == num_groups
+    assert estimate.gap_dims == num_groups - 1  # K groups span K - 1 directions around their mean
     assert set(estimate.silhouettes) == set(range(2, 9))
+    assert adjusted_rand_score(groups, estimate.labels) == 1.0
+
+
+@pytest.mark.parametrize("num_groups", [2, 3, 5])
+def test_estimate_num_clusters_sees_past_a_direction_every_client_shares(num_groups):
+    # real profiles: every client's gradient on one model points much the same way
+    groups = [g for g in range(num_groups) for _ in range(6)]
+    rng = np.random.default_rng(1)
+    shared = 8.0 * rng.normal(size=(80, 1))
+    g = _profiles(groups, dim=80) + shared
+    assert spectral.largest_gap(spectral.singular_values(g), 8) == 1  # uncentred, the shared one stands out
+    estimate = spectral.estimate_num_clusters(g, 8, seed=0)
+    assert estimate.num_clusters == num_groups
+    assert adjusted_rand_score(groups, estimate.labels) == 1.0
+
+
+def _masked(seed: int, fraction: float):
+    """Blocks (N, K, D) of 4 groups on 4 models around a shared block each; ``fraction`` of them answered."""
+    rng = np.random.default_rng(0)
+    truth = np.repeat(np.arange(4), 8)
+    centres, shared = rng.normal(size=(4, 4, 30)), 3 * rng.normal(size=(4, 30))
+    blocks = np.stack([shared + centres[:, g] + 0.1 * rng.normal(size=(4, 30)) for g in truth])
+    r = np.random.default_rng(seed)
+    counts = (r.random((len(truth), 4)) < fraction).astype(np.int64)
+    counts[np.arange(len(truth)), r.integers(0, 4, len(truth))] = 1
+    return blocks * counts[:, :, None], counts, truth, r.integers(0, 4, len(truth))
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.3])
+def test_unanswered_blocks_are_imputed_not_left_at_zero(fraction):
+    scores = {"zero": [], "mean": [], "completed": []}
+    for seed in range(6):
+        blocks, counts, truth, previous = _masked(seed, fraction)
+        for name, b in (("zero", blocks), ("mean", spectral.impute_blocks(blocks, counts, previous)),
+                        ("completed", spectral.impute_blocks(blocks, counts, previous, rank=4))):
+            labels, _, _ = spectral.spectral_clustering(spectral.profile_matrix(b), 4, previous, seed)
+            scores[name].append(adjusted_rand_score(truth, labels))
+    assert np.mean(scores["zero"]) < 0.2
+    assert np.mean(scores["completed"]) > 0.8 and np.mean(scores["completed"]) > np.mean(scores["mean"])
+
+
+def test_impute_blocks_keeps_answered_blocks_and_uses_the_cluster_mean():
+    blocks = np.zeros((4, 2, 3))
+    blocks[0, 1], blocks[1, 1], blocks[2, 1] = 1.0, 3.0, 10.0
+    blocks[:, 0] = np.arange(4)[:, None]
+    counts = np.array([[1, 1], [1, 1], [1, 1], [1, 0]])
+    out = spectral.impute_blocks(blocks, counts, np.array([0, 0, 1, 0]))
+    np.testing.assert_array_equal(out[:3], blocks[:3])
+    np.testing.assert_array_equal(out[3, 0], blocks[3, 0])
+    np.testing.assert_array_equal(out[3, 1], [2.0, 2.0, 2.0])  # the mean of cluster 0's answers, not 0 or 14 / 3
+    with pytest.raises(ValueError, match="'counts'"):
+        spectral.impute_blocks(blocks, counts[:2], np.zeros(4))
 
 
 def test_estimate_num_clusters_checks_its_input():

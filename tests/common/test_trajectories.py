@@ -7,6 +7,7 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.trajectories import (
+    AP_RETRIES,
     affinity_propagation,
     coefficient_of_variation,
     hopkins_statistic,
@@ -87,6 +88,27 @@ def test_nonconvergence_gives_one_cluster():
     points, _ = _groups(noise=1.0)
     result = affinity_propagation(trajectory_distances(points), max_iter=2, convergence_iter=1)
     assert not result.converged and set(result.labels.tolist()) == {0}
+    assert result.damping == AP_RETRIES[-1][0]
+
+
+def _ring(groups=4, per_group=2, seed=9):
+    """Groups of near-identical trajectories on a circle: AP oscillates at damping 0.5 on this one."""
+    angles = np.linspace(0, 2 * np.pi, groups, endpoint=False)
+    centres = np.stack([np.cos(angles), np.sin(angles)], 1)[:, None, :].repeat(3, 1)
+    rng = np.random.default_rng(seed)
+    return np.repeat(centres, per_group, 0) + rng.normal(scale=0.001, size=(groups * per_group, 3, 2))
+
+
+def test_affinity_propagation_retries_with_heavier_damping_when_it_does_not_converge():
+    d = trajectory_distances(_ring())
+    # the input oscillates at 0.5 (one run, no retries), and converges at 0.7
+    no_retry = affinity_propagation(d, damping=0.5, seed=9, retries=())
+    assert not no_retry.converged and len(no_retry.exemplars) == 1
+    result = affinity_propagation(d, damping=0.5, seed=9)
+    assert result.converged and result.damping == 0.7 and len(result.exemplars) > 1
+    truth = np.repeat(np.arange(4), 2)
+    assert adjusted_rand_score(truth, result.labels) > 0.5
+    assert affinity_propagation(d, damping=0.7, seed=9).damping == 0.7
 
 
 def test_nearest_exemplar():

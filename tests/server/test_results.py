@@ -12,11 +12,16 @@ def _record(rnd, acc=None, ari=None, clusters=1):
             "bytes-down-signal": 8, "bytes-up-signal": 16, "clustering-seconds": 0.5, "round-seconds": 2.0}
 
 
-def test_summary_uses_the_last_tenth_of_evaluated_rounds_not_the_best():
+def test_summary_averages_the_final_stretch_not_the_best_round():
     history = [_record(r, acc=(0.9 if r == 10 else 0.5 + r / 100) if r % 2 == 0 else None,
                        ari=1.0 if r >= 6 else 0.3) for r in range(1, 21)]
     summary = summarise(history)
-    assert summary["final-accuracy"] == pytest.approx(0.70)  # round 20 only (10% of 10 evaluations)
+    # the final stretch of 20 rounds is rounds 17-20; 18 and 20 were evaluated
+    assert summary["final-accuracy"] == pytest.approx(0.69) and summary["final-evaluations"] == 2
+    assert summary["final-accuracy-spread"] == pytest.approx(0.01)
+    assert summary["final-accuracy-range"] == pytest.approx([0.68, 0.70])
+    every = summarise([_record(r, acc=0.5 + r / 100) for r in range(1, 31)])
+    assert every["final-evaluations"] == 6 and every["final-accuracy"] == pytest.approx(0.5 + 27.5 / 100)
     assert summary["rounds-to-truth"] == 6 and summary["final-ari"] == 1.0
     assert summary["bytes-up-signal"] == 320 and summary["failures"] == 20
     assert summary["clustering-seconds"] == pytest.approx(10.0)

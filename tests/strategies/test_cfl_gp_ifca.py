@@ -14,6 +14,7 @@ from client.app import app as client_app
 from client.signals.profile import gradient_profile
 from client.task import task_from_context
 from common import keys
+from common.clustering import spectral
 from common.clustering.compression import block_seed, compressed_size, coordinate_subset
 from common.config import TrainingParams
 from common.training import evaluate
@@ -110,9 +111,22 @@ def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path):
     with caplog.at_level(logging.INFO):
         strategy, _, _ = _run("cfl-gp", rounds=3, **{"num-clusters": 0, "max-clusters": 4})
     assert strategy.estimate is not None and strategy.k == 2 == len(strategy.models)
-    assert strategy.history[0]["num-clusters"] == 1 and strategy.history[-1]["ari"] == 1.0
+    # App. G: max-clusters models until the estimate, then K clusters from the centred profile
+    assert strategy.history[0]["num-clusters"] == 4 and strategy.history[-1]["ari"] == 1.0
     assert "CFL-GP estimates K = 2" in caplog.text
     assert FIGURES["cfl-gp"](strategy, tmp_path)[0].stat().st_size > 0
+
+
+def test_cflgp_with_a_profile_fraction_imputes_the_blocks_a_client_has_not_answered(monkeypatch):
+    seen = []
+    original = spectral.impute_blocks
+    monkeypatch.setattr(spectral, "impute_blocks", lambda *a, **k: seen.append((a[1].copy(), k)) or original(*a, **k))
+    strategy, grid, _ = _run("cfl-gp", rounds=5, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 0,
+                                                    "profile-fraction": 0.5})
+    queries = _sent(grid, keys.query_type(keys.PROFILE_ACTION))
+    assert len(queries) == 5 * 3
+    assert seen and all(np.any(counts == 0) and k["rank"] == 2 for counts, k in seen)
+    assert strategy.history[-1]["ari"] == 1.0
 
 
 def test_ifca_sends_all_models_and_clients_choose_by_train_loss():

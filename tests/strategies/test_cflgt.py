@@ -61,8 +61,10 @@ def test_pretraining_then_one_query_to_all_clients_then_true_clusters():
     assert first["bytes-down-signal"] == 0 and strategy.history[3]["bytes-up-signal"] == 0
     assert strategy.distance_matrix.shape == (6, 6) and strategy.distance_pids == list(range(6))
     assert strategy.exemplars.shape == (2, 10, 2)
-    assert set(strategy.diagnostics) == {"hopkins", "cv-pull", "cv-push", "preference"}
+    assert set(strategy.diagnostics) == {"hopkins", "cv-pull", "cv-push", "preference", "converged", "damping"}
     assert 0 <= strategy.diagnostics["hopkins"] <= 1
+    details = strategy.run_details()
+    assert details["ap-converged"] is True and details["ap-damping"] == 0.5
 
 
 def test_clusters_start_from_the_pretrained_model():

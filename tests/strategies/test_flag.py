@@ -111,7 +111,7 @@ def test_holdout_result_round_trip_and_rejections():
 
 @pytest.mark.parametrize("field, value", [
     ("beta", 1.5), ("beta", -0.1), ("delta", 2.0), ("alpha", 1.5), ("sweep_step", 0.0), ("sweep_step", 1.5),
-    ("sweep_clients", 0), ("sweep_rounds", 0), ("gradient_epochs", 0), ("flag_vectors", 0),
+    ("sweep_clients", 0), ("sweep_rounds", 0), ("gradient_epochs", 0), ("flag_vectors", -1),
     ("uniform_weights", 1), ("num_clusters", -1),
 ])
 def test_params_are_validated_with_the_run_config_name(field, value):

@@ -104,11 +104,20 @@ def test_flic_similarity_rows_change_only_for_sampled_clients():
     assert set(strategy.similarity.pids) == _sampled(grid, 1) | _sampled(grid, 2) | _sampled(grid, 3)
 
 
-def test_flic_automatic_round_waits_for_a_stable_global_model():
-    loose, _ = _start(FLIC, FLICParams(stable_tol=100.0), rounds=8, **{"eval-every": 10})
-    assert loose.clustered_at == STABLE_PATIENCE + 1
+def test_flic_automatic_round_waits_for_a_training_loss_plateau():
+    seen = []
+    loose, _ = _start(FLIC, FLICParams(stable_tol=100.0), spy=lambda s, rnd, ups: seen.append(ups), rounds=16,
+                      fraction=1.0, **{"eval-every": 100})
+    # the first round the test can pass is 2 * STABLE_PATIENCE; clustering runs before the next one
+    assert loose.clustered_at == 2 * STABLE_PATIENCE + 1 < 16 // 2 + 1
+    expected = [np.average([u.loss for u in ups.values()], weights=[u.num_examples for u in ups.values()])
+                for ups in seen[:2 * STABLE_PATIENCE]]
+    np.testing.assert_allclose(loose.train_loss, expected)
+    assert loose.train_loss[0] > loose.train_loss[STABLE_PATIENCE]  # digits at lr 0.05: the loss falls
+    details = loose.run_details()
+    assert details["clustered-at"] == loose.clustered_at and details["joined-by-upload"] == 0
     strict, _ = _start(FLIC, FLICParams(stable_tol=1e-12), rounds=4, **{"eval-every": 10})
-    assert strict.clustered_at == 4 // 2 + 1 and len(strict.global_change) == 2
+    assert strict.clustered_at == 4 // 2 + 1 and len(strict.train_loss) == 2
 
 
 def test_flic_sketch_is_seeded_and_close_to_the_full_similarity():

@@ -168,3 +168,16 @@ def test_pacfl_and_flhc_on_digits_find_the_true_groups():
     assert _ari(flhc) == 1.0 and [r["num-clusters"] for r in flhc.history] == [1, 2]
     updates = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.UPDATE_ACTION)]
     assert len(updates) == 6 and all(m.content[keys.CONFIG][keys.CLUSTER_STEPS] == 100 for m in updates)
+
+
+def test_threshold_and_num_clusters_zero_cut_automatically(caplog):
+    rng = np.random.default_rng(0)
+    s = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=0.0)), _layers(rng, range(8)))
+    with caplog.at_level("INFO"):
+        s.cluster(1)
+    assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0 and s.auto_silhouette > 0.9
+    assert "automatic cut (threshold and num-clusters 0): 2 clusters" in caplog.text
+    given = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=0.0, num_clusters=3)),
+                     _layers(rng, range(8)))
+    given.cluster(1)
+    assert given.num_clusters == 3 and given.auto_silhouette is None

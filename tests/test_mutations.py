@@ -1,0 +1,126 @@
+"""Mutation check: each formula error below, injected into a copy of the project, fails its tests.
+
+A test that passes whatever the code computes checks nothing. Every entry replaces one exact
+text in one file of a temporary copy of the source tree (the text must occur once, so a
+refactoring that removes it fails here loudly instead of silently testing nothing) and runs
+the named tests on the copy in a subprocess; they must fail (pytest exit code 1, not a
+collection error). Add an entry with every fix of a formula.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIDELITY = "tests/strategies/test_fidelity.py::"
+
+# (name, file, original text, mutated text, tests that must fail)
+MUTATIONS = [
+    ("cflgt forces on the initial model", "strategies/cflgt.py",
+     "self.reference = self.models[0].copy()", "self.reference = self.initial.copy()",
+     [FIDELITY + "test_cflgt_forces_and_cluster_models_come_from_the_pretrained_model"]),
+    ("cflgt clusters start from the initial model", "strategies/cflgt.py",
+     "self.set_clusters([self.reference.copy() for", "self.set_clusters([self.initial.copy() for",
+     [FIDELITY + "test_cflgt_forces_and_cluster_models_come_from_the_pretrained_model"]),
+    ("forces on the test split", "client/signals/forces.py",
+     "class_forces(task.model(arrays), task.data.x_train, task.data.y_train,",
+     "class_forces(task.model(arrays), task.data.x_test, task.data.y_test,",
+     [FIDELITY + "test_forces_bases_and_holdout_accuracy_read_the_train_split"]),
+    ("flag bases on the test split", "client/signals/subspaces.py",
+     "class_bases(task.data.x_train, task.data.y_train,", "class_bases(task.data.x_test, task.data.y_test,",
+     [FIDELITY + "test_forces_bases_and_holdout_accuracy_read_the_train_split"]),
+    ("flag sweep accuracy on the test split", "client/signals/flag.py",
+     "_, accuracy = evaluate(model, x[val], y[val],",
+     "_, accuracy = evaluate(model, task.data.x_test, task.data.y_test,",
+     [FIDELITY + "test_forces_bases_and_holdout_accuracy_read_the_train_split"]),
+    ("flag gradient-epochs ignored", "strategies/flag.py",
+     "config={keys.LOCAL_EPOCHS: p.gradient_epochs},", "config={},",
+     [FIDELITY + "test_flag_update_trains_gradient_epochs_not_local_epochs"]),
+    ("fedclust newcomers from the cluster model", "strategies/fedclust.py",
+     "models=[self.initial], config={keys.CLUSTER_EPOCHS", "models=[self.models[0]], config={keys.CLUSTER_EPOCHS",
+     [FIDELITY + "test_fedclust_newcomers_train_the_initial_model"]),
+    ("fedclust squared euclidean", "strategies/fedclust.py",
+     "return pairwise_distances(np.stack([s.vector() for s in signals]))",
+     "return pairwise_distances(np.stack([s.vector() for s in signals]), \"sqeuclidean\")",
+     [FIDELITY + "test_fedclust_distance_is_plain_euclidean_and_cuts_by_it"]),
+    ("pacfl measure ignored", "strategies/pacfl.py",
+     "[s.stacked() for s in signals], self.params.pacfl_measure)", "[s.stacked() for s in signals], \"smallest\")",
+     [FIDELITY + "test_pacfl_measures_differ_on_subspaces_that_are_not_axis_aligned"]),
+    ("cfl-gp one coordinate subset for every model", "strategies/cfl_gp.py",
+     "compression.block_seed(self.training.seed, k)}", "compression.block_seed(self.training.seed, 0)}",
+     [FIDELITY + "test_cflgp_server_blocks_are_the_clients_compressed_profiles_per_model"]),
+    ("cfl-gp blocks not averaged", "strategies/cfl_gp.py",
+     "spectral.update_block(blocks[k], signal.vector, int(counts[k]))",
+     "spectral.update_block(blocks[k], signal.vector, 0)",
+     [FIDELITY + "test_cflgp_server_blocks_are_the_clients_compressed_profiles_per_model"]),
+    ("fedprox mu doubled", "common/training.py",
+     "objective = loss + 0.5 * proximal_mu * gap", "objective = loss + proximal_mu * gap",
+     [FIDELITY + "test_fedprox_step_adds_mu_times_the_distance_to_the_start"]),
+    ("sattler keeps splits that do not separate", "strategies/cfl_sattler.py",
+     "kept = intra > cross", "kept = intra > cross - 2.0",
+     [FIDELITY + "test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_updates"]),
+    ("sattler separation swapped", "common/clustering/bipartition.py",
+     "return cross, float(min(intra)) if intra else 1.0", "return float(min(intra)) if intra else 1.0, cross",
+     [FIDELITY + "test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_updates"]),
+    ("flic plateau against the first round only", "common/clustering/flic.py",
+     "early = loss[:window].mean() - loss[window:2 * window].mean()", "early = loss[0] - loss[1]",
+     ["tests/common/test_clustering_flic.py::test_loss_plateau_fires_where_the_recent_fall_drops_below_tol_of_the_early_one"]),
+    ("flag elbow to the far end of a plateau", "common/clustering/flag.py",
+     "        return int(order[plateau])\n", "        return int(order[-1] if y[-1] >= y.max() else order[plateau])\n",
+     ["tests/common/test_clustering_flag.py::test_elbow_takes_the_fewest_clusters_on_a_tied_plateau",
+      "tests/common/test_clustering_flag.py::test_elbow_is_not_pushed_to_the_end_by_noise_on_the_plateau"]),
+    ("cfl-gp estimate on the uncentred profile", "common/clustering/spectral.py",
+     "g = g - g.mean(axis=1, keepdims=True)", "g = g",
+     ["tests/common/test_spectral.py::test_estimate_num_clusters_sees_past_a_direction_every_client_shares"]),
+    ("cfl-gp unanswered blocks not completed", "common/clustering/spectral.py",
+     "b[missing] = low[missing]", "b[missing] = b[missing]",
+     ["tests/common/test_spectral.py::test_unanswered_blocks_are_imputed_not_left_at_zero"]),
+    ("affinity propagation not retried", "common/clustering/trajectories.py",
+     "for floor, factor in retries", "for floor, factor in ()",
+     ["tests/common/test_trajectories.py::test_affinity_propagation_retries_with_heavier_damping_when_it_does_not_converge"]),
+]
+
+COPIED = ("client", "common", "server", "strategies", "tests", "benchmarks", "pyproject.toml")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A copy of the source tree (no caches, no results) to mutate."""
+    root = tmp_path_factory.mktemp("mutant")
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results"))
+        elif src.exists():
+            shutil.copy2(src, root / name)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "path", "old", "new", "tests"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_each_mutation_is_caught(tree, name, path, old, new, tests):
+    target = tree / path
+    original = target.read_text()
+    assert original.count(old) == 1, f"{name}: the text to mutate occurs {original.count(old)} times in {path}"
+    target.write_text(original.replace(old, new))
+    try:
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                             check=False, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        target.write_text(original)
+    assert run.returncode == 1, f"{name} was not caught (pytest exit {run.returncode}):\n{run.stdout[-2000:]}"
+
+
+def test_every_mutation_names_text_that_is_in_the_source_once():
+    for name, path, old, new, tests in MUTATIONS:
+        assert old != new and (ROOT / path).read_text().count(old) == 1, name
+        for test in tests:
+            file, _, function = test.partition("::")
+            assert f"def {function}(" in (ROOT / file).read_text(), (name, test)

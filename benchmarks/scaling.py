@@ -159,7 +159,8 @@ def vectors(truth: np.ndarray, dim: int, rng: np.random.Generator, noise: float 
         centers = rng.standard_normal((int(truth.max()) + 1, dim), dtype=np.float32)
     out = rng.standard_normal((len(truth), dim), dtype=np.float32)
     out *= np.float32(noise)
-    out += centers[truth]
+    for lo in range(0, len(truth), 1024):  # not centers[truth] whole: a second (n, dim) array
+        out[lo:lo + 1024] += centers[truth[lo:lo + 1024]]
     return out
 
 
@@ -316,18 +317,25 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
         update_norms,
     )
     from common.clustering.similarity import cosine_matrix, sketch_rows
+    from strategies.cfl_sattler import CHUNK
+    from strategies.updates import mean_rows
 
     truth = planted(n, 2, rng)
+    # A split asks every member for a fresh update: received input, drawn before the RSS baseline.
+    fresh = list(vectors(truth, sizes.params, rng, noise=1.0))
     ratios: list[tuple[float, float]] = []
-    _stored(n, sizes, meter, rng, sketch, truth,
-            after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2])))
-    fresh = vectors(truth, sizes.params, rng, noise=1.0)  # a split asks every member for a fresh update
-    with meter.measure(exclude=0):
+    similarity = _stored(n, sizes, meter, rng, sketch, truth,
+                         after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2])))
+    with meter.measure(exclude=n * sizes.params * F32):
         should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
-        rows = sketch_rows(fresh, SEED, sketch_dim=sketch)
+        for lo in range(0, n, CHUNK):  # CFLSattler._try_split
+            similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo:lo + CHUNK]))
+        rows = sketch_rows(fresh, SEED, sketch_dim=sketch, chunk=CHUNK)
         cos = cosine_matrix(rows, rows)
         first, second = split_cluster(list(range(n)), cos)
         separation(cos, np.asarray(first), np.asarray(second))
+        for half in (first, second):
+            mean_rows([fresh[i] for i in half], CHUNK)
         labels = np.zeros(n, dtype=np.int64)
         labels[np.asarray(second, dtype=np.int64)] = 1
     return labels, truth

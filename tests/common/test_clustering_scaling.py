@@ -235,6 +235,12 @@ def test_large_float32_cosines_skip_float64_copies_and_agree(monkeypatch):
     fast = similarity.cosine_matrix(a, a)
     assert fast.dtype == np.float64 and np.all(fast[5] == 0.0)
     np.testing.assert_allclose(fast, exact, atol=1e-5)
+    b = (rng.standard_normal((25, 500)) * rng.uniform(0.1, 10.0, size=(25, 1))).astype(np.float32)
+    b[3] = 0.0
+    cross = similarity.cosine_matrix(a, b)
+    assert cross.shape == (40, 25) and np.all(cross[:, 3] == 0.0)
+    monkeypatch.setattr(similarity, "FLOAT32_GRAM_ENTRIES", 1 << 26)
+    np.testing.assert_allclose(cross, similarity.cosine_matrix(a, b), atol=1e-5)
 
 
 def test_closed_form_smallest_angle_equals_the_eigensolver_path(monkeypatch):

@@ -366,11 +366,11 @@ def _flag(n, sizes, shapes, meter, rng):
     return labels, truth
 
 
-def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 1.0):
+def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
     from common.clustering import compression, spectral
 
     k = GROUPS
-    size = compression.compressed_size(sizes.params, ratio)
+    size = compression.compressed_size(sizes.params, ratio or compression.automatic_ratio(n, k, sizes.params))
     truth = planted(n, GROUPS, rng)
     centers = rng.standard_normal((GROUPS, k, size), dtype=np.float32)
     blocks = {p: centers[truth[p]] + rng.standard_normal((k, size), dtype=np.float32) for p in range(n)}
@@ -402,6 +402,12 @@ def _update_bytes(n: int, s: Sizes) -> int:
     return n * (s.params * F32 + kept) + 4 * n * n * 8
 
 
+def _auto_size(n: int, s: Sizes) -> int:
+    from common.clustering import compression
+
+    return compression.compressed_size(s.params, compression.automatic_ratio(n, GROUPS, s.params))
+
+
 def _stored_bytes(n: int, s: Sizes) -> int:
     """One round's updates plus the stored (full or sketched) updates (with growth) and S."""
     from common.clustering.similarity import auto_sketch_dim
@@ -431,9 +437,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
             note="StoredUpdates.remember over 1/fraction rounds + louvain_labels"),
     Variant("cfl-sattler", "cfl-sattler", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _sattler,
             groups=2, note="remember + update_norms per round + split_cluster of all N"),
-    Variant("cfl-gp", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
-            lambda n, s: 3 * n * GROUPS * s.params * F32, _cflgp,
-            note="update_block + spectral_clustering, K = 5, compression-ratio 1"),
+    Variant("cfl-gp", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
+            lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32, _cflgp,
+            note="update_block + spectral_clustering, K = 5, compression-ratio 0 (automatic)"),
+    Variant("cfl-gp-c1", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
+            lambda n, s: 3 * n * GROUPS * s.params * F32, lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, 1.0),
+            note="compression-ratio 1 (the paper's profile)"),
     Variant(f"cfl-gp-c{COMPRESSION:g}", "cfl-gp",
             lambda s: f"profile {GROUPS}x{_fmt(math.ceil(s.params / COMPRESSION))} f32",
             lambda n, s: 3 * n * GROUPS * math.ceil(s.params / COMPRESSION) * F32 + 2 * n * n * 8,

@@ -127,11 +127,8 @@ class OneShotStrategy(ClusteredStrategy):
         if not got:
             log(WARNING, "round %d: no client sent a clustering signal; clustering again next round", server_round)
             return
-        p = self.params
         with self.clustering_timer():
-            self.distance_matrix = self.distances([signals[pid] for pid in got])
-            labels = cut_tree(self.distance_matrix, threshold=self.threshold,
-                              num_clusters=p.num_clusters, linkage=p.linkage)
+            labels = self.cluster_labels([signals[pid] for pid in got])
         assignment = {pid: int(k) for pid, k in zip(got, labels, strict=True)}
         start = self.start_model()
         self.set_clusters([start.copy() for _ in range(int(labels.max()) + 1)], assignment)
@@ -140,6 +137,13 @@ class OneShotStrategy(ClusteredStrategy):
         self.on_clustered(got, labels)
         log(INFO, "round %d: %s formed %d clusters, sizes %s", server_round, type(self).__name__,
             self.num_clusters, cluster_sizes(self.assignment, len(self.models)))
+
+    def cluster_labels(self, signals: Sequence[Any]) -> np.ndarray:
+        """Labels of the clients that sent ``signals``: the HC tree of ``distances`` cut (kept in
+        ``distance_matrix``)."""
+        p = self.params
+        self.distance_matrix = self.distances(signals)
+        return cut_tree(self.distance_matrix, threshold=self.threshold, num_clusters=p.num_clusters, linkage=p.linkage)
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
         """Called once after clustering with the clustered clients and their labels."""

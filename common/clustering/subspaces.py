@@ -13,7 +13,7 @@ lacks the class). numpy/scipy only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.linalg import subspace_angles
@@ -300,3 +300,81 @@ def pacfl_distances(client_bases: Sequence[Sequence[np.ndarray]], measure: str =
         In degrees, symmetric, zero diagonal.
     """
     return pairwise_subspace_angles([stack_bases(b) for b in client_bases], measure)
+
+
+def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], measure: str = "smallest") -> np.ndarray:
+    """:func:`subspace_angle` of every basis in ``first`` with every basis in ``second``, shape (n, m).
+
+    Vectorised over ``first`` (grouped by rank) for each basis of ``second``: meant for many
+    clients against a few references. Agrees with :func:`pairwise_subspace_angles`.
+    """
+    check_choice(measure, "measure", "angles_between", MEASURES)
+    out = np.empty((len(first), len(second)))
+    if measure == "reference":
+        cols = [b / np.linalg.norm(b, axis=0) for b in first]
+        starts = np.concatenate([[0], np.cumsum([c.shape[1] for c in cols])[:-1]])
+        stacked = np.concatenate(cols, axis=1)
+        for j, b in enumerate(second):
+            cos = np.abs(stacked.T @ (b / np.linalg.norm(b, axis=0))).max(axis=1)
+            out[:, j] = np.degrees(np.arccos(np.clip(np.maximum.reduceat(cos, starts), 0.0, 1.0)))
+        return out
+    q = [orthonormal_basis(b) for b in first]
+    ranks = np.array([x.shape[1] for x in q])
+    groups = {int(r): (np.flatnonzero(ranks == r), np.stack([q[i] for i in np.flatnonzero(ranks == r)]))
+              for r in np.unique(ranks) if r > 0}
+    out[ranks == 0] = 90.0
+    for j, b in enumerate(second):
+        qb = orthonormal_basis(b)
+        if qb.shape[1] == 0:
+            out[:, j] = 90.0
+            continue
+        for r, (rows, stacked) in groups.items():
+            m = np.einsum("gdr,ds->grs", stacked, qb)
+            gram = m @ m.transpose(0, 2, 1) if r <= qb.shape[1] else m.transpose(0, 2, 1) @ m
+            cos2 = np.clip(np.linalg.eigvalsh(gram)[..., ::-1], 0.0, 1.0)
+            angles = np.degrees(np.arccos(np.sqrt(cos2)))
+            out[rows, j] = angles[:, 0] if measure == "smallest" else (
+                angles.sum(axis=1) if measure == "sum" else angles.mean(axis=1))
+    return out
+
+
+SAMPLE_SIZE = 2_000
+"""Above this many clients, :func:`sampled_clusters` clusters a seeded sample of this size."""
+REFERENCES_PER_CLUSTER = 20
+"""Members of each sample cluster that the other clients are compared with."""
+
+
+def sampled_clusters(bases: Sequence[np.ndarray], measure: str, cut: Callable[[np.ndarray], np.ndarray],
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cluster a seeded sample exactly, then place every other client by its mean angle.
+
+    Up to ``SAMPLE_SIZE`` clients: ``cut(pairwise_subspace_angles(bases, measure))`` itself.
+    Above: the same on a uniform sample of ``SAMPLE_SIZE``; each other client joins the sample
+    cluster with the smallest mean angle to up to ``REFERENCES_PER_CLUSTER`` of its members
+    (PACFL's average-linkage rule for newcomers). ``O(S^2 + N K R)`` principal-angle problems
+    instead of ``O(N^2)``.
+
+    Returns
+    -------
+    labels : ndarray of shape (N,), int64
+    sample : ndarray of shape (S,), int64
+        The clients clustered exactly (sorted).
+    matrix : ndarray of shape (S, S)
+        Their angle matrix.
+    """
+    n = len(bases)
+    sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, size=SAMPLE_SIZE, replace=False))
+    matrix = pairwise_subspace_angles([bases[i] for i in sample], measure)
+    sample_labels = np.asarray(cut(matrix), dtype=np.int64)
+    labels = np.full(n, -1, dtype=np.int64)
+    labels[sample] = sample_labels
+    rest = np.setdiff1d(np.arange(n), sample)
+    if rest.size:
+        clusters = np.unique(sample_labels)
+        refs = [np.sort(rng.choice(sample[sample_labels == k], size=min(REFERENCES_PER_CLUSTER,
+                                   int(np.sum(sample_labels == k))), replace=False)) for k in clusters]
+        angles = angles_between([bases[i] for i in rest], [bases[i] for r in refs for i in r], measure)
+        sizes = np.array([len(r) for r in refs])
+        means = np.add.reduceat(angles, np.concatenate([[0], np.cumsum(sizes)[:-1]]), axis=1) / sizes
+        labels[rest] = clusters[np.argmin(means, axis=1)]
+    return labels, sample, matrix

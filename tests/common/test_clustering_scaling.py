@@ -264,3 +264,39 @@ def test_closed_form_smallest_angle_equals_the_eigensolver_path(monkeypatch):
     assert fast[0, 1] < 1e-5 and fast[0, 2] < 1e-5 and abs(fast[3, 4] - 90.0) < 1e-9
     assert fast[3, 5] < 1e-6 and 0 < fast[0, 6] < 1e-3
     assert np.array_equal(fast, fast.T)
+
+
+@pytest.mark.parametrize("measure", subspaces.MEASURES)
+def test_angles_to_references_equal_the_pairwise_matrix(measure):
+    rng = np.random.default_rng(8)
+    bases = [rng.standard_normal((30, int(rng.integers(1, 6)))) for _ in range(20)]
+    bases[3] = np.zeros((30, 2))  # rank 0
+    bases[5] = bases[6] + 1e-8 * rng.standard_normal(bases[6].shape)
+    full = subspaces.pairwise_subspace_angles(bases, measure)
+    got = subspaces.angles_between(bases[:14], bases[14:] + [bases[6], bases[3]], measure)
+    np.testing.assert_allclose(got[:, :6], full[:14, 14:], atol=1e-5)
+    np.testing.assert_allclose(got[:, 6], full[:14, 6], atol=1e-5)
+    np.testing.assert_allclose(np.delete(got[:, 7], 3), np.delete(full[:14, 3], 3), atol=1e-5)  # but itself
+
+
+@pytest.mark.parametrize("measure", ["mean", "reference"])
+def test_sampled_subspace_clusters_are_exact_below_the_sample_size_and_place_the_rest(measure, monkeypatch):
+    rng = np.random.default_rng(9)
+    truth = rng.permutation(np.arange(60) % 3)
+    classes = [np.linalg.qr(rng.standard_normal((40, 2)))[0] for _ in range(6)]
+    bases = [np.column_stack([classes[2 * g] + 0.05 * rng.standard_normal((40, 2)),
+                              classes[2 * g + 1] + 0.05 * rng.standard_normal((40, 2))]) for g in truth]
+
+    def cut(d):
+        return agglomerative(d, num_clusters=3)
+
+    labels, sample, matrix = subspaces.sampled_clusters(bases, measure, cut, np.random.default_rng(0))
+    assert sample.tolist() == list(range(60))
+    assert labels.tolist() == cut(subspaces.pairwise_subspace_angles(bases, measure)).tolist()
+    monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 15)
+    monkeypatch.setattr(subspaces, "REFERENCES_PER_CLUSTER", 3)
+    labels, sample, matrix = subspaces.sampled_clusters(bases, measure, cut, np.random.default_rng(0))
+    assert len(sample) == 15 and matrix.shape == (15, 15)
+    assert labels[sample].tolist() == cut(subspaces.pairwise_subspace_angles([bases[i] for i in sample],
+                                                                            measure)).tolist()
+    assert adjusted_rand_score(truth, labels) == 1.0

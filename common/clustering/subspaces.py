@@ -320,7 +320,8 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
         return out
     q = [orthonormal_basis(b) for b in first]
     ranks = np.array([x.shape[1] for x in q])
-    groups = {int(r): (np.flatnonzero(ranks == r), np.stack([q[i] for i in np.flatnonzero(ranks == r)]))
+    groups = {int(r): (np.flatnonzero(ranks == r),  # (g * r, d): one matrix product per reference
+                       np.stack([q[i].T for i in np.flatnonzero(ranks == r)]).reshape(-1, q[0].shape[0]))
               for r in np.unique(ranks) if r > 0}
     out[ranks == 0] = 90.0
     for j, b in enumerate(second):
@@ -329,7 +330,7 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
             out[:, j] = 90.0
             continue
         for r, (rows, stacked) in groups.items():
-            m = np.einsum("gdr,ds->grs", stacked, qb)
+            m = (stacked @ qb).reshape(len(rows), r, qb.shape[1])
             gram = m @ m.transpose(0, 2, 1) if r <= qb.shape[1] else m.transpose(0, 2, 1) @ m
             cos2 = np.clip(np.linalg.eigvalsh(gram)[..., ::-1], 0.0, 1.0)
             angles = np.degrees(np.arccos(np.sqrt(cos2)))

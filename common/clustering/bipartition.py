@@ -37,12 +37,15 @@ def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
     ValueError
         If ``updates`` is not a non-empty 2-D array.
     """
-    u = np.asarray(updates, dtype=np.float64)
+    u = np.asarray(updates)
+    u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
     if u.ndim != 2 or u.shape[0] == 0:
         raise ValueError("The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
                          f"Got shape {u.shape} instead.")
-    norms = np.linalg.norm(u, axis=1)
-    return float(np.linalg.norm(u.mean(axis=0))), float(np.sqrt(np.mean(norms**2))), float(norms.max())
+    # float64 sums without a float64 copy of the updates (2,000 DNN updates: 2.5 GB)
+    norms = np.sqrt(np.einsum("ij,ij->i", u, u, dtype=np.float64))
+    mean = u.mean(axis=0, dtype=np.float64)
+    return float(np.linalg.norm(mean)), float(np.sqrt(np.mean(norms**2))), float(norms.max())
 
 
 def mean_update_ratio(updates: np.ndarray) -> float:
@@ -61,7 +64,7 @@ def mean_update_ratio(updates: np.ndarray) -> float:
     float
         In ``[0, 1]``; NaN for fewer than 2 updates or all-zero updates.
     """
-    u = np.asarray(updates, dtype=np.float64)
+    u = np.asarray(updates)
     mean_norm, rms, _ = update_norms(u)
     m = u.shape[0]
     if m < 2 or rms == 0:

@@ -137,3 +137,20 @@ def test_bipartition_equals_scikit_learn_complete_linkage_and_separation_the_mas
         assert b.tolist() == np.flatnonzero(labels != labels[0]).tolist()
         intra = [c[np.ix_(h, h)][~np.eye(len(h), dtype=bool)].min() for h in (a, b) if len(h) > 1]
         assert separation(c, a, b) == (c[np.ix_(a, b)].max(), min(intra) if intra else 1.0)
+
+
+def test_update_norms_of_float32_updates_are_float64_sums_without_a_float64_copy():
+    import tracemalloc
+
+    u = np.random.default_rng(2).normal(size=(50, 20_000)).astype(np.float32)
+    u64 = u.astype(np.float64)
+    norms = np.linalg.norm(u64, axis=1)
+    tracemalloc.start()
+    got = update_norms(u)
+    ratio = mean_update_ratio(u)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(got, (np.linalg.norm(u64.mean(axis=0)), np.sqrt(np.mean(norms**2)), norms.max()),
+                               rtol=1e-12)
+    assert ratio == pytest.approx(mean_update_ratio(u64), rel=1e-12)
+    assert peak < u.nbytes / 4

@@ -23,6 +23,7 @@ from .flower_loop import (
     run_flower_fedavg,
 )
 from .results import RunRecorder
+from .tracking import open_loggers
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 
@@ -38,7 +39,7 @@ def main(grid: Grid, context: Context) -> None:
     folder = experiment.results_path()
     log(INFO, "umbel: %s on %s/%s with %d clients; results in %s", experiment.strategy,
         experiment.scenario.dataset, experiment.scenario.scenario, experiment.scenario.num_clients, folder)
-    recorder = RunRecorder(folder, context.run_config)
+    recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
     clock = RoundClock()
     if experiment.server_loop == "flower":
         result = run_flower_fedavg(grid, experiment, clock)

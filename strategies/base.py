@@ -47,9 +47,12 @@ from .checkpoint import rebind_clients, save_checkpoint
 from .federation import (
     ClientInfo,
     Exchange,
+    Membership,
     Outbox,
     Traffic,
     discover_clients,
+    identify,
+    live_nodes,
     packed,
     send,
 )
@@ -119,6 +122,8 @@ class ClusteredStrategy(Strategy):
         self._outbox: Outbox | None = None
         self._sent_cluster: dict[int, int] = {}
         self._stats = _RoundStats()
+        self.membership = Membership()
+        self._lost: set[int] = set()
 
     @classmethod
     def from_run_config(cls, training: TrainingParams, rc: Mapping[str, Any]) -> ClusteredStrategy:
@@ -387,7 +392,7 @@ class ClusteredStrategy(Strategy):
         if self._resume is not None or not self.clients:
             clients, _ = discover_clients(
                 grid, expected_clients, wait_timeout=self.training.node_wait_timeout,
-                reply_timeout=self.training.round_timeout)
+                reply_timeout=self.training.round_timeout, membership=self.membership)
             if not clients:
                 raise RuntimeError("No client answered the identity query; nothing to train.")
             if self._resume is not None:
@@ -400,6 +405,7 @@ class ClusteredStrategy(Strategy):
         result = Result()
         for rnd in range(first_round, self.training.rounds + 1):
             self._stats = _RoundStats(start=time.perf_counter())
+            self._refresh_membership(rnd)
             if self.waiting and rnd >= self.training.admission_round:
                 self._admit_waiting(rnd)
             self.before_round(rnd)
@@ -440,7 +446,9 @@ class ClusteredStrategy(Strategy):
         """Load a checkpoint's state onto this strategy; the first round still to run."""
         state = checkpoint["state"]
         rebound = rebind_clients({**state["clients"], **state["waiting"]}, found)
+        membership = self.membership  # this run's node ids, not the saved run's
         vars(self).update(state)
+        self.membership, self._lost = membership, set()
         self.clients = {pid: rebound[pid] for pid in state["clients"]}
         self.waiting = {pid: rebound[pid] for pid in state["waiting"]}
         self._resume = None
@@ -469,6 +477,38 @@ class ClusteredStrategy(Strategy):
         log(INFO, "round %d: newcomers %s joined clusters %s", server_round, newcomers,
             [self.assignment[p] for p in newcomers])
 
+    def _refresh_membership(self, server_round: int) -> None:
+        """Identify nodes never seen (restarted, late); note the clients lost and rejoined."""
+        grid = self._require_grid()
+        live = live_nodes(grid)
+        found: dict[int, ClientInfo] = {}
+        unknown = self.membership.unknown(live)
+        if unknown:
+            found, exchange = identify(grid, unknown, self.membership, live, reply_timeout=self.training.round_timeout)
+            self._stats.down += exchange.down
+            self._stats.up += exchange.up
+        newcomers = []
+        for pid, info in sorted(found.items()):
+            if pid in self.clients:
+                self.clients[pid] = info
+            elif pid in self.waiting:
+                self.waiting[pid] = info
+            else:
+                self.waiting[pid] = info
+                newcomers.append(pid)
+        lost = {pid for pid, info in {**self.waiting, **self.clients}.items() if info.node_id not in live}
+        s = self._stats
+        s.lost = sorted(lost - self._lost)
+        s.rejoined = sorted(((self._lost - lost) | set(found) | set(self.membership.restarted(live))) - set(newcomers))
+        self._lost = lost
+        if s.lost:
+            log(WARNING, "round %d: clients lost (their nodes are offline): %s", server_round, s.lost)
+        if s.rejoined:
+            log(INFO, "round %d: clients rejoined, with their cluster state: %s (nodes %s)", server_round,
+                s.rejoined, [self.clients.get(p, self.waiting.get(p)).node_id for p in s.rejoined])
+        if newcomers:
+            log(INFO, "round %d: clients never seen before arrived: %s", server_round, newcomers)
+
     def _nodes(self) -> dict[int, int]:
         return {pid: info.node_id for pid, info in self.clients.items()}
 
@@ -486,6 +526,7 @@ class ClusteredStrategy(Strategy):
         return exchange
 
     def _account(self, exchange: Exchange, server_round: int) -> None:
+        self._stats.rejected += len(exchange.refused)
         for pid, cause in sorted(exchange.failures.items()):
             if pid not in self._stats.logged:
                 log(WARNING, "round %d %s: client %d failed: %s", server_round, exchange.phase, pid, cause)
@@ -514,6 +555,10 @@ class ClusteredStrategy(Strategy):
             "ari": None if scores is None else scores[0],
             "ami": None if scores is None else scores[1],
             "num-clusters": self.num_clusters,
+            "num-clients": len(pids),
+            "eval-clients": None if eval_metrics is None else len(self.last_eval),
+            "clients-lost": s.lost,
+            "clients-rejoined": s.rejoined,
             "cluster-sizes": cluster_sizes(self.assignment, len(self.models)),
             "train-replies": s.train_replies,
             "failures": s.failures,
@@ -535,6 +580,8 @@ class _RoundStats:
     failures: int = 0
     rejected: int = 0
     clustering_seconds: float = 0.0
+    lost: list[int] = field(default_factory=list)
+    rejoined: list[int] = field(default_factory=list)
     down: Traffic = field(default_factory=Traffic)
     up: Traffic = field(default_factory=Traffic)
     logged: set[int] = field(default_factory=set)  # clients whose failure this round is logged

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
@@ -20,6 +21,8 @@ from flwr.serverapp import Grid
 
 from common import keys
 
+SUPERLINK_NODE_ID = 1  # errors the SuperLink makes (a dead node, an expired message) come from node 1
+PROGRESS_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class ClientInfo:
@@ -64,6 +67,7 @@ class Exchange:
     down: Traffic = field(default_factory=Traffic)
     up: Traffic = field(default_factory=Traffic)
     seconds: float = 0.0
+    refused: list[str] = field(default_factory=list)  # replies no client is charged with: why each was refused
 
 
 class Outbox:
@@ -103,16 +107,25 @@ class Outbox:
         Call after ``grid.send_and_receive(self.messages)``, which fills message ids.
         """
         by_id = {m.metadata.message_id: k for m, k in zip(self.messages, self._key_of, strict=True)}
+        dst = {m.metadata.message_id: m.metadata.dst_node_id for m in self.messages}
         out = Exchange(phase=self.message_type, down=self.down)
         for reply in replies:
-            key = by_id.get(reply.metadata.reply_to_message_id)
+            mid, src = reply.metadata.reply_to_message_id, reply.metadata.src_node_id
+            key = by_id.get(mid)
             if key is None:
-                continue
-            if reply.has_error():
+                out.refused.append(f"a reply from node {src} to message {mid!r}, which this {self.message_type} "
+                                   "exchange never sent")
+            elif key in out.replies or key in out.failures:
+                out.refused.append(f"a second reply from node {src} to the message sent to node {dst[mid]}")
+            elif src != dst[mid] and not (src == SUPERLINK_NODE_ID and reply.has_error()):
+                out.refused.append(f"a reply from node {src} to the message sent to node {dst[mid]}")
+            elif reply.has_error():
                 out.failures[key] = f"error code {reply.error.code}: {reply.error.reason}"
             else:
                 out.replies[key] = reply.content
                 out.up.add(reply.content)
+        for reason in out.refused:
+            log(WARNING, "%s refused: %s", self.message_type, reason)
         for key in self._key_of:
             if key not in out.replies and key not in out.failures:
                 out.failures[key] = f"no reply within {timeout:g} s"
@@ -120,11 +133,29 @@ class Outbox:
         return out
 
 
-def send(grid: Grid, outbox: Outbox, timeout: float) -> Exchange:
-    """Send every queued message, wait up to ``timeout`` seconds, and collect."""
+def send(grid: Grid, outbox: Outbox, timeout: float, progress: str = "") -> Exchange:
+    """Send every queued message, wait up to ``timeout`` seconds, and collect.
+
+    With ``progress`` (e.g. "clients identified"), log the count of replies every
+    ``PROGRESS_SECONDS`` while waiting.
+    """
     if not outbox.messages:
         return Exchange(phase=outbox.message_type)
-    replies = grid.send_and_receive(outbox.messages, timeout=timeout)
+    if not progress:
+        return outbox.collect(grid.send_and_receive(outbox.messages, timeout=timeout), timeout)
+    pending = set(grid.push_messages(outbox.messages))
+    total, start = len(pending), time.monotonic()
+    replies: list[Message] = []
+    shown = start
+    while pending and time.monotonic() - start < timeout:
+        pulled = list(grid.pull_messages(pending))
+        replies.extend(pulled)
+        pending.difference_update(m.metadata.reply_to_message_id for m in pulled)
+        if pending and time.monotonic() - shown >= PROGRESS_SECONDS:
+            shown = time.monotonic()
+            log(INFO, "%d of %d %s (%.0f s)", total - len(pending), total, progress, shown - start)
+        if pending:
+            time.sleep(0.2)
     return outbox.collect(replies, timeout)
 
 
@@ -150,41 +181,154 @@ def wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:
         time.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class Claim:
+    """The node a client id is bound to for the run.
+
+    ``key`` is the node's public key as the SuperLink shows it (empty where Flower shows
+    none, as in simulation); ``registered`` says the operator registered that key by name
+    (``flwr supernode register --name``, which ``umbel deploy register`` does for every key);
+    ``activated`` is when the SuperNode last connected (a restart changes it).
+    """
+
+    node_id: int
+    key: bytes = b""
+    registered: bool = False
+    activated: str = ""
+
+
+class Membership:
+    """Which node holds which client id during a run, and who may claim one.
+
+    A client id is bound to the node that first claims it. Another node may take it over
+    only when the holder is offline and its key was not registered by the operator (an
+    insecure SuperNode gets a new node id and key at every restart). A node with a
+    registered key keeps its node id across restarts, so its client id needs no takeover.
+    """
+
+    def __init__(self) -> None:
+        self.claims: dict[int, Claim] = {}
+        self.refused: set[int] = set()  # nodes refused for good: not asked again this run
+        self.contested: dict[int, int] = {}  # node -> the online node holding the id it claimed
+        self.unanswered: dict[int, int] = {}  # node -> identity queries it left unanswered
+
+    def claim(self, pid: int, node: int, live: Mapping[int, Any]) -> str | None:
+        """Bind ``pid`` to ``node`` if allowed; the reason for a refusal otherwise.
+
+        A node refused because the holder is online is asked again once the holder is
+        offline (a killed SuperNode stays online for a heartbeat timeout); any other
+        refusal is final for the run.
+        """
+        new = _claim_of(node, live.get(node))
+        held = self.claims.get(pid)
+        self.contested.pop(node, None)
+        if held is None or held.node_id == node or (held.key and held.key == new.key):
+            self.claims[pid] = new
+            return None
+        if held.node_id in live:
+            self.contested[node] = held.node_id
+            return f"client {pid} is held by node {held.node_id}, which is online"
+        if held.registered:
+            self.refused.add(node)
+            return (f"client {pid} is bound to the registered key of node {held.node_id}; node {node} "
+                    "has another key")
+        self.claims[pid] = new
+        return None
+
+    def restarted(self, live: Mapping[int, Any]) -> list[int]:
+        """Client ids whose node reconnected under the same node id since last seen (a registered key)."""
+        out = []
+        for pid, held in sorted(self.claims.items()):
+            now = _claim_of(held.node_id, live.get(held.node_id)) if held.node_id in live else None
+            if now is not None and now.activated and now.activated != held.activated:
+                self.claims[pid] = now
+                if held.activated:
+                    out.append(pid)
+        return out
+
+    def unknown(self, live: Mapping[int, Any], max_unanswered: int = 3) -> list[int]:
+        """Online nodes that hold no client id and may be asked who they are now."""
+        held = {c.node_id for c in self.claims.values()}
+        return sorted(n for n in live if n not in held and n not in self.refused
+                      and self.contested.get(n) not in live and self.unanswered.get(n, 0) < max_unanswered)
+
+
+def live_nodes(grid: Grid) -> dict[int, Any]:
+    """Online node ids, each with Flower's ``NodeInfo`` where the grid gives it (else ``None``)."""
+    get_nodes = getattr(grid, "get_nodes", None)
+    if get_nodes is None:
+        return dict.fromkeys(grid.get_node_ids())
+    return {int(info.node_id): info for info in get_nodes()}
+
+
+def identify(
+    grid: Grid, node_ids: Iterable[int], membership: Membership, live: Mapping[int, Any], *, reply_timeout: float,
+    progress: str = "",
+) -> tuple[dict[int, ClientInfo], Exchange]:
+    """Ask ``node_ids`` who they are; bind each valid claim in ``membership``.
+
+    Malformed identities and refused claims (a client id another node holds) are logged
+    and their nodes are not asked again this run.
+
+    Returns
+    -------
+    clients : dict of int to ClientInfo
+        The accepted claims, by partition id.
+    exchange : Exchange
+        The raw exchange, keyed by node id.
+    """
+    node_ids = sorted(node_ids)
+    outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity")
+    for node in node_ids:
+        outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
+    exchange = send(grid, outbox, reply_timeout, progress=progress)
+    for node, cause in sorted(exchange.failures.items()):
+        membership.unanswered[node] = membership.unanswered.get(node, 0) + 1
+        log(WARNING, "Node %d did not give its identity: %s", node, cause)
+    clients: dict[int, ClientInfo] = {}
+    for node in sorted(exchange.replies):
+        try:
+            info = _identity_of(node, exchange.replies[node])
+        except (KeyError, TypeError, ValueError) as err:
+            membership.refused.add(node)
+            log(WARNING, "Node %d sent a malformed identity (%s); it is left out.", node, err)
+            continue
+        reason = membership.claim(info.partition_id, node, live)
+        if reason is not None:
+            log(WARNING, "Node %d refused: it claims client %d, but %s.", node, info.partition_id, reason)
+            continue
+        clients[info.partition_id] = info
+    return clients, exchange
+
+
 def discover_clients(
-    grid: Grid, expected: int, *, wait_timeout: float, reply_timeout: float
+    grid: Grid, expected: int, *, wait_timeout: float, reply_timeout: float, membership: Membership | None = None,
 ) -> tuple[dict[int, ClientInfo], Exchange]:
     """Ask every online node for its identity once; key the federation by partition id.
 
     Returns
     -------
     clients : dict of int to ClientInfo
-        By partition id. A partition id claimed by two nodes keeps the lower node id.
+        By partition id. A partition id claimed by two nodes goes to the lower node id;
+        the other is refused (``membership``).
     exchange : Exchange
         The raw exchange (for traffic accounting and failures, keyed by node id).
     """
     node_ids = wait_for_nodes(grid, expected, wait_timeout)
-    outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity")
-    for node in node_ids:
-        outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
-    exchange = send(grid, outbox, reply_timeout)
-    clients: dict[int, ClientInfo] = {}
-    for node, cause in sorted(exchange.failures.items()):
-        log(WARNING, "Node %d did not give its identity: %s", node, cause)
-    for node in sorted(exchange.replies):
-        try:
-            info = _identity_of(node, exchange.replies[node])
-        except (KeyError, TypeError, ValueError) as err:
-            log(WARNING, "Node %d sent a malformed identity (%s); it is left out.", node, err)
-            continue
-        if info.partition_id in clients:
-            log(WARNING, "Partition %d is claimed by nodes %d and %d; keeping %d.",
-                info.partition_id, clients[info.partition_id].node_id, node,
-                clients[info.partition_id].node_id)
-            continue
-        clients[info.partition_id] = info
+    live = live_nodes(grid)
+    live.update({n: live.get(n) for n in node_ids})
+    clients, exchange = identify(grid, node_ids, membership or Membership(), live, reply_timeout=reply_timeout,
+                                 progress="clients identified")
     log(INFO, "%d clients identified (of %d nodes) in %.1f s", len(clients), len(node_ids),
         exchange.seconds)
     return clients, exchange
+
+
+def _claim_of(node: int, info: Any) -> Claim:
+    if info is None:
+        return Claim(node)
+    return Claim(node, bytes(getattr(info, "public_key", b"") or b""), bool(getattr(info, "name", "")),
+                 str(getattr(info, "last_activated_at", "") or ""))
 
 
 def _identity_of(node: int, content: RecordDict) -> ClientInfo:

@@ -3,19 +3,24 @@
 Two module-scoped deployments (insecure; TLS + SuperNode authentication) are started through
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
 children, in the fixture teardown, whatever the outcome. Deployment costs 6-10 s per message
-round trip (FLOWER.md 7.1), so the runs are short: digits, 4 clients, 2 rounds.
-The fast tests at the end check the command builders, the key and certificate material, and
-the per-node overrides of the ClientApp without starting anything.
+round trip (FLOWER.md 7.1), so there is one short run per deployment (digits, 4 clients, 3
+rounds), in which a SuperNode restarts and a second node claims a held client id. The other
+deployment tests only connect (seconds each). The fast tests at the end check the command
+builders, the probe and its diagnoses, the Fleet-only filter, the key and certificate
+material and the compose files without starting Flower.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -32,14 +37,17 @@ from cryptography.hazmat.primitives.serialization import (
 from client.task import task_from_context
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
+from server.superlink import FleetOnly, fleet_paths
 
 # FedClust: the clustering round (query.head) is one more real round trip before training.
 STRATEGY = {"strategy": "fedclust", "num-clusters": 2}
 EXPECTED_CLUSTERS = 2
 NUM_NODES = 4
-ROUNDS = 2
-RUN_TIMEOUT = 900  # seconds for one `flwr run`: ~1.5 min on an idle 2-core box, ~6 min on a loaded one
-DEAD_NODE = 3
+ROUNDS = 3  # node RESTARTED restarts after round 1; it is back by round 3 at the latest
+RUN_TIMEOUT = 900  # seconds for one `flwr run`: ~2 min on an idle 2-core box, ~6 min on a loaded one
+RESTARTED = 3
+DUPLICATE = "dup"  # a node claiming client 0, which node0 holds (in secure mode: a registered key)
+NODE_RETRIES = ["--max-retries", "3", "--max-wait-time", "60"]
 
 
 class Deployment:
@@ -47,7 +55,8 @@ class Deployment:
 
     def __init__(self, root: Path, secure: bool) -> None:
         self.root, self.secure = root, secure
-        self.port = free_port()
+        self.port = free_port()  # the Fleet API: what SuperNodes dial
+        self.control_port = free_port()  # the Control and ServerAppIo APIs: the flwr CLI only
         self.procs: dict[str, subprocess.Popen] = {}
         self.cli_home = root / "cli-home"
         self.certs = root / "certs"
@@ -59,29 +68,33 @@ class Deployment:
         if self.secure:
             _umbel("certs", "--out", self.certs)
             _umbel("keys", "--out", self.keys, "--count", NUM_NODES)
-            sec = ["--certs", self.certs, "--auth"]
+            _umbel("keys", "--out", self.keys, "--name", DUPLICATE)
+            sec = ["--certs", self.certs]
         self.spawn("superlink", "superlink", "--host", "127.0.0.1", "--port", self.port,
-                   "--database", self.root / "state.db", *sec)
-        _wait_for_port(self.port, self.procs["superlink"], self.log("superlink"))
+                   "--control-port", self.control_port, "--database", self.root / "state.db", *sec)
+        for port in (self.port, self.control_port):
+            _wait_for_port(port, self.procs["superlink"], self.log("superlink"))
         conn = ["--root-certificates", self.certs / "ca.crt"] if self.secure else ["--insecure"]
-        _umbel("connection", "dep", "--address", f"127.0.0.1:{self.port}", "--flwr-home", self.cli_home, *conn)
+        _umbel("connection", "dep", "--address", f"127.0.0.1:{self.control_port}", "--flwr-home", self.cli_home,
+               *conn)
         if self.secure:
             _umbel("register", "dep", "--keys", self.keys, "--flwr-home", self.cli_home)
         for pid in range(NUM_NODES):
             self.start_node(pid, f"node{pid}", self.keys / f"supernode-{pid}" if self.secure else None)
 
-    def start_node(self, pid: int, name: str, key: Path | None) -> subprocess.Popen:
+    def start_node(self, pid: int, name: str, key: Path | None, *, secure: bool | None = None) -> subprocess.Popen:
+        """``umbel deploy supernode`` for partition ``pid``; ``secure`` defaults to the SuperLink's mode."""
         sec = ["--insecure"]
-        if self.secure:
-            sec = ["--root-certificates", self.certs / "ca.crt", "--key", key]
+        if self.secure if secure is None else secure:
+            sec = ["--root-certificates", self.certs / "ca.crt"] + (["--key", key] if key is not None else [])
         return self.spawn(name, "supernode", "--superlink", f"127.0.0.1:{self.port}", "--partition-id", pid,
-                          "--num-partitions", NUM_NODES, "--port", free_port(), *sec)
+                          "--num-partitions", NUM_NODES, "--port", free_port(), *NODE_RETRIES, *sec)
 
     def spawn(self, name: str, *args) -> subprocess.Popen:
         home = self.root / f"{name}-home"
         home.mkdir(parents=True, exist_ok=True)
         env = deploy.deploy_env(home)
-        with self.log(name).open("w") as log:
+        with self.log(name).open("a") as log:
             proc = subprocess.Popen([sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
                                     cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs[name] = proc
@@ -89,6 +102,15 @@ class Deployment:
 
     def log(self, name: str) -> Path:
         return self.root / f"{name}.log"
+
+    def stop_gracefully(self, name: str) -> None:
+        """SIGTERM to the ``umbel deploy`` process alone (as ``docker stop`` or Ctrl-C does), then wait."""
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            self.stop(name)
 
     def stop(self, name: str | None = None) -> None:
         """Stop one process (or all) and every child it started, by PID."""
@@ -203,7 +225,7 @@ def _metrics(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def _check_results(folder: Path, rounds: int) -> list[dict]:
+def _check_results(folder: Path, rounds: int) -> tuple[list[dict], dict]:
     lines = _metrics(folder)
     assert [r["round"] for r in lines] == list(range(1, rounds + 1))
     assert all(r["num-clusters"] == EXPECTED_CLUSTERS for r in lines), [r["num-clusters"] for r in lines]
@@ -211,29 +233,69 @@ def _check_results(folder: Path, rounds: int) -> list[dict]:
     assert all(r["ari"] is not None for r in lines) and lines[-1]["accuracy"] is not None
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["num-clients"] == NUM_NODES and 0.0 <= summary["final-accuracy"] <= 1.0
-    return lines
+    return lines, summary
+
+
+def _wait_for_round(dep: Deployment, run_name: str, proc: subprocess.Popen) -> None:
+    """Return once the run has recorded a round (its first line of metrics.jsonl)."""
+    metrics = dep.root / "results" / run_name / "metrics.jsonl"
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, dep.tails(run_name)
+        time.sleep(1.0)
+
+
+def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
+    """Run ``umbel deploy supernode`` to its end; its exit code and output."""
+    node = dep.spawn(name, "supernode", "--superlink", f"127.0.0.1:{dep.port}", "--num-partitions", NUM_NODES,
+                     "--port", free_port(), *NODE_RETRIES, *args)
+    try:
+        code = node.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the SuperNode kept running:\n{dep.log(name).read_text()[-3000:]}")
+    finally:
+        dep.stop(name)
+    return code, dep.log(name).read_text(errors="replace")
 
 
 # ---------------------------------------------------------------------- deployment tests
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["insecure", "secure"])
-def test_umbel_runs_on_a_real_deployment(mode, request):
+def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mode, request):
+    """The one full run per deployment: node RESTARTED restarts after round 1 (insecure: a new node id;
+    secure: the same registered key) and a second node claims client 0, which node0 holds."""
     dep: Deployment = request.getfixturevalue(mode)
     run_name = f"dep-{mode}"
-    folder = dep.finish(run_name, dep.submit(run_name))
-    lines = _check_results(folder, ROUNDS)
-    assert all(r["failures"] == 0 and r["train-replies"] == NUM_NODES for r in lines), lines
+    proc = dep.submit(run_name)
+    _wait_for_round(dep, run_name, proc)
+    dep.stop_gracefully(f"node{RESTARTED}")
+    dep.start_node(RESTARTED, f"node{RESTARTED}", dep.keys / f"supernode-{RESTARTED}" if dep.secure else None)
+    dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE if dep.secure else None)
+    try:
+        folder = dep.finish(run_name, proc)
+    finally:
+        dep.stop_gracefully(DUPLICATE)
+    lines, summary = _check_results(folder, ROUNDS)
     out = dep.log(run_name).read_text()
     assert f"{NUM_NODES} clients identified (of {NUM_NODES} nodes)" in out
+    assert f"clients rejoined, with their cluster state: [{RESTARTED}]" in out, out[-4000:]
+    assert "refused: it claims client 0, but client 0 is held by node" in out, out[-4000:]
+    assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
+    assert any(r["clients-rejoined"] == [RESTARTED] for r in lines), lines
+    assert summary["coverage"]["final-accuracy"] == f"over {NUM_NODES} of {NUM_NODES} clients"
     link = dep.log("superlink").read_text()
     assert ("https://" if dep.secure else "http://") + f"127.0.0.1:{dep.port}" in link
     if dep.secure:
         assert "SuperNode authentication is disabled" not in link
 
 
+def _flwr(dep: Deployment, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([deploy._executable("flwr"), *map(str, args)], env=deploy.deploy_env(dep.cli_home),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
 def _node_status(dep: Deployment) -> dict[str, int]:
-    out = subprocess.run([deploy._executable("flwr"), "supernode", "list", "dep", "--format", "json"],
-                         env=deploy.deploy_env(dep.cli_home), capture_output=True, text=True, timeout=120, check=False)
+    out = _flwr(dep, "supernode", "list", "dep", "--format", "json")
     assert out.returncode == 0, out.stdout + out.stderr
     statuses: dict[str, int] = {}
     for node in json.loads(out.stdout)["nodes"]:
@@ -242,38 +304,43 @@ def _node_status(dep: Deployment) -> dict[str, int]:
 
 
 @pytest.mark.slow
+def test_a_client_host_with_only_ca_crt_cannot_register_or_control_through_the_exposed_port(secure, tmp_path):
+    registered = sum(_node_status(secure).values())
+    _umbel("connection", "exposed", "--address", f"127.0.0.1:{secure.port}", "--flwr-home", secure.cli_home,
+           "--root-certificates", secure.certs / "ca.crt", "--no-default")
+    (key,) = deploy.make_keys(tmp_path, ["intruder"])
+    for args in (["supernode", "register", f"{key}.pub", "exposed"], ["ls", "exposed"],
+                 ["supernode", "list", "exposed"]):
+        out = _flwr(secure, *args)
+        assert out.returncode != 0 and "only the Fleet API" in out.stdout + out.stderr, (args, out.stdout, out.stderr)
+    assert sum(_node_status(secure).values()) == registered  # nothing was registered
+    code, log = _umbel_node(secure, "keyless", "--partition-id", 1, "--root-certificates", secure.certs / "ca.crt")
+    assert code == deploy.EXIT_REFUSED and "admits only registered SuperNode keys" in log, log[-3000:]
+
+
+@pytest.mark.slow
 def test_an_unregistered_supernode_key_is_refused(secure, tmp_path):
     deadline = time.monotonic() + 180
     while _node_status(secure).get("online", 0) < NUM_NODES:  # the registered keys get in
         assert time.monotonic() < deadline, (_node_status(secure), secure.tails())
         time.sleep(2.0)
+    before = _node_status(secure)
     (key,) = deploy.make_keys(tmp_path, ["intruder"])
-    node = secure.start_node(0, "intruder", key)
-    try:
-        code = node.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the unregistered SuperNode kept running:\n{secure.log('intruder').read_text()[-3000:]}")
-    log = secure.log("intruder").read_text()
-    assert code != 0 and "Failed to activate SuperNode" in log, log[-3000:]
-    assert _node_status(secure).get("online", 0) == NUM_NODES
+    code, log = _umbel_node(secure, "intruder", "--partition-id", 0, "--root-certificates",
+                            secure.certs / "ca.crt", "--key", key, "--max-retries", 1)
+    assert code == deploy.EXIT_REFUSED and "Failed to activate SuperNode" in log, log[-3000:]
+    assert "did not activate this node's key" in log and "Refused 2 times" in log
+    after = _node_status(secure)
+    assert sum(after.values()) == sum(before.values()) and after.get("online", 0) <= before["online"]
 
 
 @pytest.mark.slow
-def test_a_supernode_killed_mid_run_does_not_stop_the_run(insecure):
-    run_name = "dep-kill"
-    proc = insecure.submit(run_name)
-    metrics = insecure.root / "results" / run_name / "metrics.jsonl"
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert proc.poll() is None and time.monotonic() < deadline, insecure.tails(run_name)
-        time.sleep(1.0)
-    insecure.stop(f"node{DEAD_NODE}")  # after round 1: rounds 2.. go to a dead node
-    folder = insecure.finish(run_name, proc)
-    lines = _check_results(folder, ROUNDS)
-    assert lines[0]["failures"] == 0 and lines[0]["train-replies"] == NUM_NODES
-    assert all(r["failures"] >= 1 and r["train-replies"] == NUM_NODES - 1 for r in lines[1:]), lines
-    out = insecure.log(run_name).read_text()
-    assert f"round 2 train: client {DEAD_NODE} failed" in out, out[-4000:]
+def test_a_node_with_the_wrong_transport_is_told_why(insecure, secure):
+    code, log = _umbel_node(secure, "plain-to-tls", "--partition-id", 1, "--insecure")
+    assert code == deploy.EXIT_TLS and "it speaks TLS" in log, log[-3000:]
+    code, log = _umbel_node(insecure, "tls-to-plain", "--partition-id", 1, "--root-certificates",
+                            secure.certs / "ca.crt")
+    assert code == deploy.EXIT_TLS and "does not speak TLS" in log, log[-3000:]
 
 
 # ---------------------------------------------------------------------- fast checks
@@ -305,20 +372,155 @@ def test_supernode_keys_are_p384_openssh_pairs(tmp_path):
 
 
 def test_commands_carry_security_and_node_config(tmp_path):
-    cmd = deploy.superlink_command(host="0.0.0.0", port=9100, database=tmp_path / "s.db", certs=tmp_path, auth=True)
-    assert cmd[cmd.index("--ssl-certfile") + 1] == str(tmp_path / "server.pem") and "--enable-supernode-auth" in cmd
-    assert "--insecure" in deploy.superlink_command()
+    cmd = deploy.superlink_command(host="0.0.0.0", port=9100, database=tmp_path / "s.db", certs=tmp_path)
+    flower = cmd[cmd.index("--") + 1:]
+    assert cmd[cmd.index("--fleet-host") + 1] == "0.0.0.0" and cmd[cmd.index("--fleet-port") + 1] == "9100"
+    assert flower[flower.index("--host") + 1] == "127.0.0.1" and flower[flower.index("--port") + 1] == "9093"
+    assert flower[flower.index("--ssl-certfile") + 1] == str(tmp_path / "server.pem")
+    assert "--enable-supernode-auth" in flower  # authentication comes with TLS unless refused by name
+    assert "--enable-supernode-auth" not in deploy.superlink_command(certs=tmp_path, auth=False)
+    assert "--insecure" in deploy.superlink_command(insecure=True)
+    with pytest.raises(ValueError, match="'certs'"):
+        deploy.superlink_command(insecure=False)
     with pytest.raises(ValueError, match="'auth'"):
-        deploy.superlink_command(auth=True)
+        deploy.superlink_command(insecure=True, auth=True)
+    with pytest.raises(ValueError, match="'control_port'"):
+        deploy.superlink_command(certs=tmp_path, port=9093)
     cmd = deploy.supernode_command(superlink="h:1", partition_id=2, num_partitions=4, data_dir=str(tmp_path),
-                                   device="cuda:1", root_certificates=tmp_path / "ca.crt", key=tmp_path / "k")
+                                   device="cuda:1", root_certificates=tmp_path / "ca.crt", key=tmp_path / "k",
+                                   max_retries=3, max_wait_time=60.0)
     assert cmd[cmd.index("--node-config") + 1] == (
         f'partition-id=2 num-partitions=4 data-dir="{tmp_path}" device="cuda:1"')
     assert cmd[cmd.index("--auth-supernode-private-key") + 1] == str(tmp_path / "k")
+    assert cmd[cmd.index("--max-retries") + 1] == "3" and cmd[cmd.index("--max-wait-time") + 1] == "60"
     with pytest.raises(ValueError, match="'partition-id'"):
         deploy.supernode_command(superlink="h:1", partition_id=4, num_partitions=4)
     with pytest.raises(ValueError, match="'device'"):
         deploy.supernode_command(superlink="h:1", partition_id=0, num_partitions=4, device="gpu")
+    with pytest.raises(ValueError, match="'max-retries'"):
+        deploy.supernode_command(superlink="h:1", partition_id=0, num_partitions=4, max_retries=-1)
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", "deploy", *map(str, args)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_superlink_cli_is_secure_unless_told_and_says_what_insecure_means(tmp_path):
+    out = _cli("superlink", "--certs", tmp_path / "none", "--dry-run")
+    assert out.returncode == 0 and "--enable-supernode-auth" in out.stdout and "127.0.0.1:8000" in out.stdout
+    out = _cli("superlink", "--certs", tmp_path / "none")  # no certificates: refused before starting
+    assert out.returncode == 2 and "umbel deploy certs" in out.stderr and "--insecure" in out.stderr
+    out = _cli("superlink", "--insecure", "--dry-run")
+    assert out.returncode == 0 and "INSECURE" in out.stderr and "claim a client id" in out.stderr
+    out = _cli("superlink", "--tls-without-auth", "--dry-run", "--certs", tmp_path)
+    assert "--enable-supernode-auth" not in out.stdout and "WITHOUT SUPERNODE AUTHENTICATION" in out.stderr
+    out = _cli("superlink", "--insecure", "--tls-without-auth", "--dry-run")
+    assert out.returncode == 2
+
+
+def test_the_exposed_address_passes_only_exact_fleet_paths():
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    from starlette.testclient import TestClient
+
+    client = TestClient(FleetOnly(app))
+    assert "/v1/fleet/pull-messages" in fleet_paths() and "/v1/fleet/register-node" in fleet_paths()
+    assert client.post("/v1/fleet/pull-messages").status_code == 200 and client.get("/health").status_code == 200
+    for path in ("/v1/control/list-runs", "/v1/control/register-node", "/v1/runtime/get-nodes", "/docs",
+                 "/openapi.json", "/v1/fleet/", "/v1/fleet/pull-messages/x", "/V1/FLEET/pull-messages"):
+        response = client.post(path)
+        assert response.status_code == 404 and "only the Fleet API" in response.text, path
+    assert seen == ["/v1/fleet/pull-messages", "/health"]
+    sent = []
+
+    async def receive():
+        return {"type": "http.request"}
+
+    async def send(message):
+        sent.append(message)
+
+    import asyncio
+
+    asyncio.run(FleetOnly(app)({"type": "http", "path": "/v1/fleet/../control/list-runs"}, receive, send))
+    asyncio.run(FleetOnly(app)({"type": "websocket", "path": "/v1/fleet/pull-messages"}, receive, send))
+    assert sent[0]["status"] == 404 and sent[-1] == {"type": "websocket.close", "code": 1008}
+    assert seen == ["/v1/fleet/pull-messages", "/health"]
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(tls_dir: Path | None) -> tuple[http.server.HTTPServer, int]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
+    if tls_dir is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls_dir / "server.pem", tls_dir / "server.key")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def test_the_probe_names_each_connection_problem(tmp_path):
+    certs = deploy.make_certificates(tmp_path / "c")
+    other = deploy.make_certificates(tmp_path / "other")
+    tls, tls_port = _serve(tmp_path / "c")
+    plain, plain_port = _serve(None)
+    try:
+        assert deploy.probe_superlink(f"127.0.0.1:{tls_port}", certs["ca"]) is None
+        assert deploy.probe_superlink(f"127.0.0.1:{plain_port}", None) is None
+        code, why = deploy.probe_superlink(f"127.0.0.1:{tls_port}", None)
+        assert code == deploy.EXIT_TLS and "it speaks TLS" in why
+        code, why = deploy.probe_superlink(f"127.0.0.1:{plain_port}", certs["ca"])
+        assert code == deploy.EXIT_TLS and "does not speak TLS" in why
+        code, why = deploy.probe_superlink(f"127.0.0.1:{tls_port}", other["ca"])
+        assert code == deploy.EXIT_TLS and "does not verify" in why
+    finally:
+        tls.shutdown()
+        plain.shutdown()
+    closed = free_port()
+    naps = []
+    code, why = deploy.wait_for_superlink(f"127.0.0.1:{closed}", None, max_retries=3, max_wait_time=100,
+                                          sleep=naps.append)
+    assert code == deploy.EXIT_UNREACHABLE and "Gave up after 3 retries" in why and naps == [1.0, 2.0, 4.0]
+
+
+def test_a_refused_activation_is_retried_within_the_bounds_then_explained(tmp_path, capsys):
+    refused = [sys.executable, "-c", ("print('Exit Code: 305'); print('[code: 2004] Failed to activate SuperNode.');"
+               " raise SystemExit(1)")]
+    naps = []
+    code = deploy.run_supernode(refused, os.environ, max_retries=2, max_wait_time=100, sleep=naps.append)
+    err = capsys.readouterr().err
+    assert code == deploy.EXIT_REFUSED and naps == [1.0, 2.0] and "Refused 3 times" in err
+    assert err.count("retrying in") == 2 and "umbel deploy register" in err
+    other = [sys.executable, "-c", "print('Exit Code: 999'); raise SystemExit(1)"]
+    assert deploy.run_supernode(other, os.environ, max_retries=5, max_wait_time=100, sleep=naps.append) == 1
+    assert naps == [1.0, 2.0]  # only a refused activation is retried
+    fine = [sys.executable, "-c", "print('bye')"]
+    assert deploy.run_supernode(fine, os.environ, max_retries=5, max_wait_time=100) == deploy.EXIT_OK
+
+
+def test_flower_refusals_are_explained_with_their_own_exit_code():
+    # the lines Flower 1.41 logs (seen in this repository's deployment tests)
+    unregistered = ("ERROR :     Exit Code: 305\nFailed to initialize the connection to the SuperLink.\n"
+                    "[code: 2004] Failed to activate SuperNode.\n")
+    keyless = "Exit Code: 305\n[code: 2001] SuperNode authentication is enabled. All SuperNodes must be registered"
+    assert deploy.diagnose_flower_log(unregistered)[0] == deploy.EXIT_REFUSED
+    assert "--key" in deploy.diagnose_flower_log(keyless)[1]
+    assert deploy.diagnose_flower_log("WARNING : Giving up reconnection after 60 s")[0] == deploy.EXIT_UNREACHABLE
+    assert deploy.diagnose_flower_log("INFO : all fine") is None
+    assert len(set(deploy.EXIT_CODES)) == 6 and deploy.EXIT_OK == 0
 
 
 def test_connection_entries_are_added_without_losing_others(tmp_path):
@@ -343,18 +545,51 @@ def test_node_config_overrides_device_and_data_dir(monkeypatch):
         task_from_context(rc, {"partition-id": 1, "data-dir": 3})
 
 
-def test_compose_files_give_each_supernode_its_partition_key_and_gpu():
+def test_compose_files_give_each_supernode_its_partition_key_and_gpu(tmp_path):
     yaml = pytest.importorskip("yaml")
-    base = yaml.safe_load((PROJECT_ROOT / "deploy" / "compose.yaml").read_text())
-    gpu = yaml.safe_load((PROJECT_ROOT / "deploy" / "compose.gpu.yaml").read_text())
+    committed = {name: (PROJECT_ROOT / "deploy" / name).read_text() for name in ("compose.yaml", "compose.gpu.yaml")}
+    deploy.write_compose(tmp_path, NUM_NODES, gpus=1)
+    for name, text in committed.items():  # the files in deploy/ are the generator's output
+        assert (tmp_path / name).read_text() == text, f"regenerate deploy/{name}: umbel deploy compose --nodes 4"
+    deploy.write_compose(tmp_path, 3, gpus=2, fleet_port=8100)
+    base = yaml.safe_load((tmp_path / "compose.yaml").read_text())
+    gpu = yaml.safe_load((tmp_path / "compose.gpu.yaml").read_text())
     nodes = sorted(name for name in base["services"] if name.startswith("supernode-"))
-    assert len(nodes) == NUM_NODES and set(gpu["services"]) == {"superlink", *nodes}
+    assert nodes == ["supernode-0", "supernode-1", "supernode-2"] and set(gpu["services"]) == {"superlink", *nodes}
     link = base["services"]["superlink"]
-    assert "--enable-supernode-auth" in link["command"] and "--ssl-certfile" in link["command"]
-    assert not any("ca.key" in v or v.startswith("./secrets/keys") for v in link["volumes"])
+    assert link["ports"] == ["8100:8100"]  # the Fleet port alone is published
+    assert link["command"][link["command"].index("--control-port") + 1] == "9093"
+    assert "--insecure" not in link["command"] and "--tls-without-auth" not in link["command"]
+    assert not any("ca.key" in v or (v.startswith("./secrets/keys") and ".pub:" not in v) for v in link["volumes"])
+    assert "healthcheck" in link and "9093/health" in " ".join(link["healthcheck"]["test"])
     for i, name in enumerate(nodes):
         service = base["services"][name]
-        assert f"partition-id={i} " in service["command"] and "superlink:8000" in service["command"]
-        assert f"./secrets/keys/supernode-{i}:/secrets/key:ro" in service["volumes"]
+        cmd = service["command"]
+        assert cmd[cmd.index("--partition-id") + 1] == str(i) and cmd[cmd.index("--num-partitions") + 1] == "3"
+        assert cmd[cmd.index("--superlink") + 1] == "superlink:8100" and "--max-retries" in cmd
+        assert service["volumes"][:2] == ["./secrets/certs/ca.crt:/secrets/ca.crt:ro",
+                                          f"./secrets/keys/supernode-{i}:/secrets/key:ro"]
+        assert "ports" not in service and "healthcheck" in service
         (device,) = gpu["services"][name]["deploy"]["resources"]["reservations"]["devices"]
-        assert device["device_ids"] == [str(i)] and device["capabilities"] == ["gpu"]
+        assert device["device_ids"] == [str(i % 2)] and device["capabilities"] == ["gpu"]
+    one = deploy.gpu_override(5, gpus=1)  # one GPU: every SuperNode shares GPU 0
+    assert {s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
+            for n, s in one["services"].items() if n != "superlink"} == {"0"}
+
+
+def test_image_runs_as_a_user_and_the_build_context_holds_no_secrets():
+    dockerfile = (PROJECT_ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+    froms = [line for line in dockerfile if line.startswith("FROM ")]
+    assert len(froms) == 1 and ":3.11.7-slim-bookworm" in froms[0]  # an exact tag, not a floating one
+    users = [line.split()[1] for line in dockerfile if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    assert any("-c constraints.txt" in line for line in dockerfile)  # the exact set CI tests
+    pins = [line for line in (PROJECT_ROOT / "constraints.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert all("==" in line for line in pins) and "flwr==1.41.0" in pins
+    ignore = [line.strip() for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert ignore[0] == "*"  # everything out, then an allow-list
+    allowed = [line[1:] for line in ignore if line.startswith("!")]
+    assert not any(a.startswith(("deploy/secrets", "results", "data", ".git")) or a in ("deploy/", "deploy")
+                   for a in allowed), allowed

@@ -159,7 +159,8 @@ def vectors(truth: np.ndarray, dim: int, rng: np.random.Generator, noise: float 
         centers = rng.standard_normal((int(truth.max()) + 1, dim), dtype=np.float32)
     out = rng.standard_normal((len(truth), dim), dtype=np.float32)
     out *= np.float32(noise)
-    out += centers[truth]
+    for lo in range(0, len(truth), 1024):  # not centers[truth] whole: a second (n, dim) array
+        out[lo:lo + 1024] += centers[truth[lo:lo + 1024]]
     return out
 
 
@@ -251,12 +252,21 @@ def _fedclust(n, sizes, shapes, meter, rng):
 
 def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
     from common.clustering.hierarchical import cut_tree
-    from common.clustering.subspaces import pairwise_subspace_angles, stack_bases
+    from common.clustering.subspaces import (
+        SAMPLE_SIZE,
+        pairwise_subspace_angles,
+        sampled_clusters,
+        stack_bases,
+    )
 
     truth = planted(n, GROUPS, rng)
     stacked = [stack_bases([b[c] for c in sorted(b)]) for b in class_bases(truth, rng)]
     with meter.measure():
-        labels = cut_tree(pairwise_subspace_angles(stacked, measure), threshold=30.0, num_clusters=GROUPS)
+        if n <= SAMPLE_SIZE:  # PACFL.cluster_labels
+            labels = cut_tree(pairwise_subspace_angles(stacked, measure), threshold=30.0, num_clusters=GROUPS)
+        else:
+            labels = sampled_clusters(stacked, measure, lambda d: cut_tree(d, threshold=30.0, num_clusters=GROUPS),
+                                      np.random.default_rng(SEED))[0]
     return labels, truth
 
 
@@ -316,18 +326,25 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
         update_norms,
     )
     from common.clustering.similarity import cosine_matrix, sketch_rows
+    from strategies.cfl_sattler import CHUNK
+    from strategies.updates import mean_rows
 
     truth = planted(n, 2, rng)
+    # A split asks every member for a fresh update: received input, drawn before the RSS baseline.
+    fresh = list(vectors(truth, sizes.params, rng, noise=1.0))
     ratios: list[tuple[float, float]] = []
-    _stored(n, sizes, meter, rng, sketch, truth,
-            after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2])))
-    fresh = vectors(truth, sizes.params, rng, noise=1.0)  # a split asks every member for a fresh update
-    with meter.measure(exclude=0):
+    similarity = _stored(n, sizes, meter, rng, sketch, truth,
+                         after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2])))
+    with meter.measure(exclude=n * sizes.params * F32):
         should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
-        rows = sketch_rows(fresh, SEED, sketch_dim=sketch)
+        for lo in range(0, n, CHUNK):  # CFLSattler._try_split
+            similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo:lo + CHUNK]))
+        rows = sketch_rows(fresh, SEED, sketch_dim=sketch, chunk=CHUNK)
         cos = cosine_matrix(rows, rows)
         first, second = split_cluster(list(range(n)), cos)
         separation(cos, np.asarray(first), np.asarray(second))
+        for half in (first, second):
+            mean_rows([fresh[i] for i in half], CHUNK)
         labels = np.zeros(n, dtype=np.int64)
         labels[np.asarray(second, dtype=np.int64)] = 1
     return labels, truth
@@ -358,11 +375,11 @@ def _flag(n, sizes, shapes, meter, rng):
     return labels, truth
 
 
-def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 1.0):
+def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
     from common.clustering import compression, spectral
 
     k = GROUPS
-    size = compression.compressed_size(sizes.params, ratio)
+    size = compression.compressed_size(sizes.params, ratio or compression.automatic_ratio(n, k, sizes.params))
     truth = planted(n, GROUPS, rng)
     centers = rng.standard_normal((GROUPS, k, size), dtype=np.float32)
     blocks = {p: centers[truth[p]] + rng.standard_normal((k, size), dtype=np.float32) for p in range(n)}
@@ -394,6 +411,12 @@ def _update_bytes(n: int, s: Sizes) -> int:
     return n * (s.params * F32 + kept) + 4 * n * n * 8
 
 
+def _auto_size(n: int, s: Sizes) -> int:
+    from common.clustering import compression
+
+    return compression.compressed_size(s.params, compression.automatic_ratio(n, GROUPS, s.params))
+
+
 def _stored_bytes(n: int, s: Sizes) -> int:
     """One round's updates plus the stored (full or sketched) updates (with growth) and S."""
     from common.clustering.similarity import auto_sketch_dim
@@ -423,18 +446,22 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
             note="StoredUpdates.remember over 1/fraction rounds + louvain_labels"),
     Variant("cfl-sattler", "cfl-sattler", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _sattler,
             groups=2, note="remember + update_norms per round + split_cluster of all N"),
-    Variant("cfl-gp", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
-            lambda n, s: 3 * n * GROUPS * s.params * F32, _cflgp,
-            note="update_block + spectral_clustering, K = 5, compression-ratio 1"),
+    Variant("cfl-gp", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
+            lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32, _cflgp,
+            note="update_block + spectral_clustering, K = 5, compression-ratio 0 (automatic)"),
+    Variant("cfl-gp-c1", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
+            lambda n, s: 3 * n * GROUPS * s.params * F32, lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, 1.0),
+            note="compression-ratio 1 (the paper's profile)"),
     Variant(f"cfl-gp-c{COMPRESSION:g}", "cfl-gp",
             lambda s: f"profile {GROUPS}x{_fmt(math.ceil(s.params / COMPRESSION))} f32",
             lambda n, s: 3 * n * GROUPS * math.ceil(s.params / COMPRESSION) * F32 + 2 * n * n * 8,
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION), note=f"compression-ratio {COMPRESSION:g}"),
     Variant("pacfl", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: 4 * n * n * 8, _pacfl, note="pairwise_subspace_angles (mean) + cut_tree"),
+            lambda n, s: 4 * n * n * 8, _pacfl,
+            note="pairwise_subspace_angles (mean) + cut_tree; above 2,000: sampled_clusters"),
     Variant("pacfl-reference", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
             lambda n, s: 4 * n * n * 8, lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
-            note="pairwise_subspace_angles (reference: block-wise column cosines) + cut_tree"),
+            note="reference measure (block-wise column cosines); above 2,000: sampled_clusters"),
 ]}
 
 

@@ -193,7 +193,8 @@ KEYS: tuple[Key, ...] = (
     _k("profile-protocol", "model-gap", "cfl-gp", "model-gap (Alg. 4) or gradient (Alg. 1)",
        ("model-gap", "gradient")),
     _k("profile-fraction", 1.0, "cfl-gp", "share of the clients asked for their profile per update"),
-    _k("compression-ratio", 1.0, "cfl-gp", "clients return ceil(d / ratio) seeded coordinates"),
+    _k("compression-ratio", 0.0, "cfl-gp", "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
+       "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)"),
     _k("estimate-after", 2, "cfl-gp", "profile updates before K is estimated (num-clusters 0)"),
     _k("proximal-mu", 0.01, "fedprox", "FedProx's mu: weight of the proximal term; >= 0"),
 )

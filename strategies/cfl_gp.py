@@ -4,9 +4,10 @@ K cluster models from random initial clusters. Every ``cluster-period`` rounds (
 round is below ``cluster-until``), the next model in round-robin order is broadcast to every
 client (or ``profile-fraction`` of them) as ``query.profile``; each returns its model gap after
 local training (Alg. 4, default) or one mini-batch gradient (Alg. 1), restricted to a seeded
-coordinate subset (App. E.1). The server averages it into that model's block of the client's
-profile and re-clusters: top-K left singular vectors, k-means, relabelling by linear
-assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
+coordinate subset (App. E.1; ``compression-ratio`` 0, the default, keeps every coordinate unless
+all clients' profiles would pass 2 GiB, and then logs the ratio it picks). The server averages it
+into that model's block of the client's profile and re-clusters: top-K left singular vectors,
+k-means, relabelling by linear assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
 ``stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
 CFL-GP until ``estimate-after`` updates, then K comes from the spectrum of the centred
 profile, and the K clusters continue from the model most of their members trained. The K
@@ -46,7 +47,7 @@ class CFLGPParams:
     stable_updates: int = 5
     profile_protocol: str = "model-gap"
     profile_fraction: float = 1.0
-    compression_ratio: float = 1.0
+    compression_ratio: float = 0.0
     estimate_after: int = 2
 
     def __post_init__(self) -> None:
@@ -57,8 +58,9 @@ class CFLGPParams:
                            check_choice(self.profile_protocol, "profile-protocol", OWNER, PROTOCOLS))
         object.__setattr__(self, "profile_fraction", check_float(
             self.profile_fraction, "profile-fraction", OWNER, low=0.0, high=1.0, closed=(False, True)))
-        object.__setattr__(self, "compression_ratio",
-                           check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0))
+        if self.compression_ratio != 0:  # 0: automatic (compression.automatic_ratio)
+            object.__setattr__(self, "compression_ratio",
+                               check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0))
 
 
 def _float_size(record: ArrayRecord) -> int:
@@ -89,7 +91,13 @@ class CFLGP(ClusteredStrategy):
             raise ValueError(f"The 'num-clusters' parameter of {OWNER} must be at most the "
                              f"{len(self.clients)} clients. Got {p.num_clusters} instead.")
         self.k = p.num_clusters or min(p.max_clusters, len(self.clients))
-        self.size = compression.compressed_size(_float_size(initial), p.compression_ratio)
+        dim = _float_size(initial)
+        self.ratio = p.compression_ratio or compression.automatic_ratio(len(self.clients), self.k, dim)
+        if p.compression_ratio == 0 and self.ratio > 1:
+            log(INFO, "CFL-GP compresses profiles %gx (%d of %d coordinates): %d clients x %d blocks would pass "
+                "%.0f GiB", self.ratio, compression.compressed_size(dim, self.ratio), dim, len(self.clients),
+                self.k, compression.PROFILE_BUDGET_BYTES / 2**30)
+        self.size = compression.compressed_size(dim, self.ratio)
         self.blocks: dict[int, np.ndarray] = {}
         self.counts: dict[int, np.ndarray] = {}
         self.last_block = self.k - 1

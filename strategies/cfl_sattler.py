@@ -45,9 +45,11 @@ from common.validation import check_bool, check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
-from .updates import StoredUpdates, add_flat, float_size
+from .updates import StoredUpdates, add_flat, float_size, mean_rows
 
 RETRY_AFTER = 5
+CHUNK = 512
+"""Updates stacked at a time in a split (sketching, storing, averaging)."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,12 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
         replied = sorted(ups)
         if len(replied) < 3:
             return
-        deltas = np.stack([ups[p].delta for p in replied])
+        deltas = [ups[p].delta for p in replied]  # never stacked whole: 10,000 DNN updates are 6.4 GB
         with self.clustering_timer():
-            self.remember(replied, deltas, self.params.sketch_dim, self.training.seed)
-            rows = sketch_rows(deltas, self.training.seed, sketch_dim=self.params.sketch_dim)
+            for lo in range(0, len(replied), CHUNK):
+                self.remember(replied[lo:lo + CHUNK], np.stack(deltas[lo:lo + CHUNK]), self.params.sketch_dim,
+                              self.training.seed)
+            rows = sketch_rows(deltas, self.training.seed, sketch_dim=self.params.sketch_dim, chunk=CHUNK)
             cos = cosine_matrix(rows, rows)
             first, second = split_cluster(replied, cos)
             at = {p: i for i, p in enumerate(replied)}
@@ -150,7 +154,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
                 "intra %.2f)", server_round, k, cross, intra)
             return
         (first if len(first) >= len(second) else second).extend(sorted(set(members) - set(replied)))
-        halves = [add_flat(model, deltas[[at[p] for p in half if p in at]].mean(axis=0)) for half in (first, second)]
+        halves = [add_flat(model, mean_rows([deltas[at[p]] for p in half if p in at], CHUNK)) for half in (first, second)]
         new = len(self.models)
         self.models[k] = halves[0]
         self.models.append(halves[1])

@@ -129,16 +129,8 @@ class OneShotStrategy(ClusteredStrategy):
         if not got:
             log(WARNING, "round %d: no client sent a clustering signal; clustering again next round", server_round)
             return
-        p = self.params
         with self.clustering_timer():
-            self.distance_matrix = self.distances([signals[pid] for pid in got])
-            if p.num_clusters == 0 and self.threshold == 0:
-                labels, self.auto_silhouette = auto_cut(self.distance_matrix, p.linkage)
-                log(INFO, "round %d: automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
-                    server_round, int(labels.max()) + 1, self.auto_silhouette)
-            else:
-                labels = cut_tree(self.distance_matrix, threshold=self.threshold,
-                                  num_clusters=p.num_clusters, linkage=p.linkage)
+            labels = self.cluster_labels([signals[pid] for pid in got])
         assignment = {pid: int(k) for pid, k in zip(got, labels, strict=True)}
         start = self.start_model()
         self.set_clusters([start.copy() for _ in range(int(labels.max()) + 1)], assignment)
@@ -147,6 +139,22 @@ class OneShotStrategy(ClusteredStrategy):
         self.on_clustered(got, labels)
         log(INFO, "round %d: %s formed %d clusters, sizes %s", server_round, type(self).__name__,
             self.num_clusters, cluster_sizes(self.assignment, len(self.models)))
+
+    def cluster_labels(self, signals: Sequence[Any]) -> np.ndarray:
+        """Labels of the clients that sent ``signals``: the HC tree of ``distances`` cut (kept in
+        ``distance_matrix``)."""
+        self.distance_matrix = self.distances(signals)
+        return self.cut(self.distance_matrix)
+
+    def cut(self, distances: np.ndarray) -> np.ndarray:
+        """The HC tree of ``distances`` cut at the threshold or count; both 0: the automatic cut."""
+        p = self.params
+        if p.num_clusters == 0 and self.threshold == 0:
+            labels, self.auto_silhouette = auto_cut(distances, p.linkage)
+            log(INFO, "automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
+                int(labels.max()) + 1, self.auto_silhouette)
+            return labels
+        return cut_tree(distances, threshold=self.threshold, num_clusters=p.num_clusters, linkage=p.linkage)
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
         """Called once after clustering with the clustered clients and their labels."""

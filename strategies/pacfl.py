@@ -16,19 +16,22 @@ share one class from clients that share all of them (ARI at most 0.66 on Fashion
 label-skew-dirichlet; ``mean``, p = 2, complete linkage: 1.0). Agglomerative clustering cut at
 ``pacfl-threshold`` (or into ``num-clusters``); every cluster model starts from the initial
 model. Newcomers send their bases too and join the cluster at the smallest mean angle (PACFL's
-average-linkage criterion).
+average-linkage criterion). Above 2,000 clients, the HC runs on a seeded sample of 2,000 and
+every other client joins the sample cluster at the smallest mean angle to 20 of its members (the
+same rule; N^2 principal-angle problems would take minutes at 10,000 clients).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from logging import WARNING
+from logging import INFO, WARNING
 
 import numpy as np
 from flwr.common import log
 
 from common import keys
+from common.clustering import subspaces
 from common.clustering.subspaces import (
     MEASURES,
     pairwise_subspace_angles,
@@ -92,6 +95,20 @@ class PACFL(OneShotStrategy):
 
     def distances(self, signals: Sequence[ClassSubspaces]) -> np.ndarray:
         return pairwise_subspace_angles([s.stacked() for s in signals], self.params.pacfl_measure)
+
+    def cluster_labels(self, signals: Sequence[ClassSubspaces]) -> np.ndarray:
+        """Exact HC up to ``subspaces.SAMPLE_SIZE`` clients; above, ``sampled_clusters`` (no distance matrix)."""
+        if len(signals) <= subspaces.SAMPLE_SIZE:
+            return super().cluster_labels(signals)
+        p = self.params
+        labels, sample, _ = subspaces.sampled_clusters(
+            [s.stacked() for s in signals], p.pacfl_measure,
+            self.cut, self.rng)
+        self.distance_matrix = None
+        log(INFO, "PACFL: HC of a seeded sample of %d of %d clients; the others join the sample cluster at the "
+            "smallest mean angle to up to %d of its members", len(sample), len(signals),
+            subspaces.REFERENCES_PER_CLUSTER)
+        return labels
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
         """Each newcomer joins the cluster with the smallest mean angle to its members."""

@@ -43,6 +43,14 @@ def float_size(record: ArrayRecord) -> int:
     return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
 
 
+def mean_rows(rows: list[np.ndarray], chunk: int = 512) -> np.ndarray:
+    """Mean of equal-length vectors, stacking ``chunk`` at a time (float64 sum; never the whole set)."""
+    total = np.zeros(np.shape(rows[0]), dtype=np.float64)
+    for lo in range(0, len(rows), chunk):
+        total += np.stack(rows[lo:lo + chunk]).sum(axis=0, dtype=np.float64)
+    return total / len(rows)
+
+
 def add_flat(record: ArrayRecord, delta: np.ndarray) -> ArrayRecord:
     """``record + delta`` with ``delta`` of shape (``float_size(record)``,) laid over its floating
     arrays in record order (the order of ``ModelUpdate``); other arrays are copied."""

@@ -56,3 +56,32 @@ def block_seed(run_seed: int, block: int) -> int:
     """The subset seed of model ``block``'s profile block: fixed for the run, so averages line up."""
     return int(np.random.SeedSequence([check_int(run_seed, "run_seed", "block_seed", low=0),
                                        check_int(block, "block", "block_seed", low=0)]).generate_state(1)[0])
+
+
+PROFILE_BUDGET_BYTES = 2 * 2**30
+"""Largest float32 profile of all clients (N x K x d_hat) kept without automatic compression."""
+
+
+def automatic_ratio(num_clients: int, num_blocks: int, dim: int, budget: int | None = None) -> float:
+    """The compression ratio for ``compression-ratio`` 0: 1 while the profile fits ``budget``.
+
+    The profile holds ``num_blocks`` float32 blocks of ``d_hat`` coordinates per client (and the
+    server stacks them once more to cluster). Above ``budget`` bytes (default
+    ``PROFILE_BUDGET_BYTES``), the smallest power of 2
+    whose ``d_hat = ceil(dim / ratio)`` brings it within ``budget`` (CFL-GP's App. E keeps its
+    clustering up to ratio 1000).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'num_clients'``, ``'num_blocks'``, ``'dim'`` (ints >= 1) or ``'budget'`` (>= 1).
+    """
+    owner = "automatic_ratio"
+    n = check_int(num_clients, "num_clients", owner, low=1)
+    k = check_int(num_blocks, "num_blocks", owner, low=1)
+    dim = check_int(dim, "dim", owner, low=1)
+    budget = check_int(PROFILE_BUDGET_BYTES if budget is None else budget, "budget", owner, low=1)
+    ratio = 1
+    while ratio < dim and n * k * compressed_size(dim, ratio) * 4 > budget:
+        ratio *= 2
+    return float(min(ratio, dim))

@@ -27,6 +27,7 @@ from scipy.spatial.distance import squareform
 from common.validation import check_choice, check_float, check_int
 
 from .hierarchical import LINKAGES, check_distance_matrix, relabel_by_appearance
+from .similarity import cosine_matrix
 from .subspaces import pairwise_subspace_angles
 
 ONE_MISSING = 180.0
@@ -200,7 +201,11 @@ def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarra
         return out
 
     # One class at a time into one (N, N) sum, never the (C, N, N) stacks of Eq. 3-5.
+    # A pair where one client holds c (basis and count) and the other neither adds 180 x (1 + delta)
+    # (x 1 without counts): summed over classes by one product of indicator matrices.
     total = np.zeros((n, n))
+    has = np.zeros((n, num_classes))
+    lacks = np.zeros((n, num_classes))
     for c in range(num_classes):
         held = np.array([c in b for b in bases])
         rows, others = np.flatnonzero(held), np.flatnonzero(~held)
@@ -208,10 +213,17 @@ def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarra
             continue
         angles = pairwise_subspace_angles([bases[i][c] for i in rows], "smallest")
         total[np.ix_(rows, rows)] += angles * weights(rows, rows, c)
-        if others.size:
-            gap = ONE_MISSING * weights(rows, others, c)
-            total[np.ix_(rows, others)] += gap
-            total[np.ix_(others, rows)] += np.transpose(gap)
+        odd = np.zeros(n, dtype=bool) if logs is None else held != (cnt[:, c] > 0)
+        has[:, c], lacks[:, c] = held & ~odd, ~held & ~odd
+        for first, second in ((rows, others[odd[others]]), (rows[odd[rows]], others[~odd[others]])):
+            if first.size and second.size:
+                gap = ONE_MISSING * weights(first, second, c)
+                total[np.ix_(first, second)] += gap
+                total[np.ix_(second, first)] += np.transpose(gap)
+    gap = ONE_MISSING * (1.0 if logs is None else 1.0 + delta)
+    step = max(1, (1 << 22) // n)
+    for lo in range(0, n, step):
+        total[lo:lo + step] += gap * (has[lo:lo + step] @ lacks.T + lacks[lo:lo + step] @ has.T)
     return total / num_classes
 
 
@@ -234,15 +246,16 @@ def gradient_angles(updates: np.ndarray) -> np.ndarray:
     ValueError
         Naming ``'updates'`` unless it is a finite non-empty 2-D array.
     """
-    u = np.asarray(updates, dtype=np.float64)
+    u = np.asarray(updates)
+    u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
     if u.ndim != 2 or 0 in u.shape or not np.all(np.isfinite(u)):
         raise ValueError("The 'updates' parameter of gradient_angles must be a finite non-empty (N, P) "
                          f"array. Got shape {u.shape} instead.")
-    norms = np.linalg.norm(u, axis=1)
-    unit = np.divide(u, norms[:, None], out=np.zeros_like(u), where=norms[:, None] > 0)
-    out = np.degrees(np.arccos(np.clip(unit @ unit.T, -1.0, 1.0)))
+    out = np.degrees(np.arccos(cosine_matrix(u, u)))  # float32 Gram for large float32 sketches
     np.fill_diagonal(out, 0.0)
-    return (out + out.T) / 2
+    out += out.T
+    out *= 0.5
+    return out
 
 
 def min_max(matrix: np.ndarray) -> np.ndarray:
@@ -332,12 +345,11 @@ def sweep_cuts(distances: np.ndarray, alphas: Sequence[float], linkage: str = "a
         return [np.zeros(1, dtype=np.int64) for _ in thresholds]
     # One tree for every threshold: scikit-learn's distance_threshold cut of the same scipy
     # linkage keeps the merges below the threshold, i.e. undoes those at or above it.
+    # These linkages never invert, so the merges below t are those whose subtree height is at most
+    # the float just below t: fcluster's O(N) cut instead of cut_tree's O(N^2).
     tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
-    heights = tree[:, 2]
-    n = d.shape[0]
-    return [relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=int(np.count_nonzero(heights >= t)) + 1)
-                                  .ravel()) if np.count_nonzero(heights >= t) + 1 < n
-            else np.arange(n, dtype=np.int64) for t in thresholds]
+    return [relabel_by_appearance(hierarchy.fcluster(tree, np.nextafter(t, -np.inf), criterion="distance"))
+            for t in thresholds]
 
 
 def elbow(num_clusters: Sequence[float], accuracy: Sequence[float], tol: float = ELBOW_TOL) -> int:

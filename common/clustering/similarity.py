@@ -46,13 +46,12 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                          f"number of columns. Got shapes {a.shape} and {b.shape} instead.")
     if a.dtype == b.dtype == np.float32 and a.size + b.size > FLOAT32_GRAM_ENTRIES:
         # float64 copies of large update sets would take several times their size (1,000 DNN
-        # updates: 1.3 GB each); the float32 Gram matrix is exact to about 1e-5
-        na = np.linalg.norm(a, axis=1).astype(np.float64)
-        nb = np.linalg.norm(b, axis=1).astype(np.float64)
-        outer = np.outer(na, nb)
-        gram = (a @ b.T).astype(np.float64)
-        cos = np.divide(gram, outer, out=np.zeros_like(gram), where=outer > 0)
-        return np.clip(cos, -1.0, 1.0)
+        # updates: 1.3 GB each); the float32 Gram matrix is exact to about 1e-5. Scaled in place:
+        # one (m, n) float64 array besides the float32 product, not five.
+        cos = (a @ b.T).astype(np.float64)
+        for norms, view in ((np.linalg.norm(a, axis=1), cos), (np.linalg.norm(b, axis=1), cos.T)):
+            view *= np.divide(1.0, norms, out=np.zeros(len(norms)), where=norms > 0, dtype=np.float64)[:, None]
+        return np.clip(cos, -1.0, 1.0, out=cos)
     a = a.astype(np.float64, copy=False)
     b = b.astype(np.float64, copy=False)
     return np.clip(_unit(a) @ _unit(b).T, -1.0, 1.0)

@@ -119,3 +119,38 @@ def test_two_nested_splits_map_positions_back_to_client_ids():
     assert set(a.tolist()) <= set(range(len(second))) and not set(a.tolist()) <= set(second)
     with pytest.raises(ValueError, match="'cosine' parameter of split_cluster"):
         split_cluster([1, 2, 3], np.eye(2))
+
+
+def test_bipartition_equals_scikit_learn_complete_linkage_and_separation_the_masked_minimum():
+    from sklearn.cluster import AgglomerativeClustering
+
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 9, 40):
+        u = rng.normal(size=(n, 6)) + rng.normal(size=(3, 6))[rng.integers(0, 3, n)]
+        c = (u / np.linalg.norm(u, axis=1, keepdims=True)) @ (u / np.linalg.norm(u, axis=1, keepdims=True)).T
+        c += 1e-9 * rng.normal(size=c.shape)  # slightly asymmetric, as a float32 Gram may be
+        d = np.clip(1.0 - (c + c.T) / 2.0, 0.0, 2.0)
+        np.fill_diagonal(d, 0.0)
+        labels = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete").fit_predict(d)
+        a, b = bipartition(c)
+        assert a.tolist() == np.flatnonzero(labels == labels[0]).tolist()
+        assert b.tolist() == np.flatnonzero(labels != labels[0]).tolist()
+        intra = [c[np.ix_(h, h)][~np.eye(len(h), dtype=bool)].min() for h in (a, b) if len(h) > 1]
+        assert separation(c, a, b) == (c[np.ix_(a, b)].max(), min(intra) if intra else 1.0)
+
+
+def test_update_norms_of_float32_updates_are_float64_sums_without_a_float64_copy():
+    import tracemalloc
+
+    u = np.random.default_rng(2).normal(size=(50, 20_000)).astype(np.float32)
+    u64 = u.astype(np.float64)
+    norms = np.linalg.norm(u64, axis=1)
+    tracemalloc.start()
+    got = update_norms(u)
+    ratio = mean_update_ratio(u)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(got, (np.linalg.norm(u64.mean(axis=0)), np.sqrt(np.mean(norms**2)), norms.max()),
+                               rtol=1e-12)
+    assert ratio == pytest.approx(mean_update_ratio(u64), rel=1e-12)
+    assert peak < u.nbytes / 4

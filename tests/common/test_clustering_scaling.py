@@ -81,6 +81,7 @@ def test_class_similarity_one_class_at_a_time_equals_the_stacked_formula():
         bases.append({int(k): rng.standard_normal((20, 3)) for k in held})
         counts[i, held] = rng.integers(1, 400, size=len(held))
     counts[0, next(k for k in range(c) if k not in bases[0])] = 7  # a count without a basis
+    counts[1, next(iter(bases[1]))] = 0  # a basis without a count
     for cnt in (counts, None):
         for delta in (0.0, 0.5, 1.0):
             old = weighted_class_similarity(class_angles(bases, c),
@@ -234,3 +235,68 @@ def test_large_float32_cosines_skip_float64_copies_and_agree(monkeypatch):
     fast = similarity.cosine_matrix(a, a)
     assert fast.dtype == np.float64 and np.all(fast[5] == 0.0)
     np.testing.assert_allclose(fast, exact, atol=1e-5)
+    b = (rng.standard_normal((25, 500)) * rng.uniform(0.1, 10.0, size=(25, 1))).astype(np.float32)
+    b[3] = 0.0
+    cross = similarity.cosine_matrix(a, b)
+    assert cross.shape == (40, 25) and np.all(cross[:, 3] == 0.0)
+    monkeypatch.setattr(similarity, "FLOAT32_GRAM_ENTRIES", 1 << 26)
+    np.testing.assert_allclose(cross, similarity.cosine_matrix(a, b), atol=1e-5)
+
+
+def test_closed_form_smallest_angle_equals_the_eigensolver_path(monkeypatch):
+    rng = np.random.default_rng(5)
+    d = 40
+    shared = np.linalg.qr(rng.standard_normal((d, 3)))[0]
+    bases = [rng.standard_normal((d, int(rng.integers(1, 4)))) for _ in range(40)]
+    bases[0] = bases[1] = shared  # identical: every cosine 1
+    bases[2] = shared @ np.linalg.qr(rng.standard_normal((3, 3)))[0]  # same span, rotated basis
+    bases[3] = np.eye(d)[:, :3]
+    bases[4] = np.eye(d)[:, 3:6]  # orthogonal to bases[3]: every cosine 0
+    bases[5] = np.eye(d)[:, [0, 3, 6]] @ np.diag([1.0, 1.0, 1.0])  # shares one axis with 3 and 4 each
+    bases[6] = shared + 1e-6 * rng.standard_normal((d, 3))  # a tiny angle to bases[0]
+    bases[7] = np.column_stack([shared[:, :2], shared[:, 0] * 0.5 + shared[:, 1]])  # rank 2 in 3 columns
+    monkeypatch.setattr(subspaces, "BLOCK_ENTRIES", 200)
+    fast = subspaces.pairwise_subspace_angles(bases, "smallest")
+    monkeypatch.setattr(subspaces, "CLOSED_FORM_MAX_RANK", 0)
+    exact = subspaces.pairwise_subspace_angles(bases, "smallest")
+    np.testing.assert_allclose(fast, exact, atol=1e-5)
+    np.testing.assert_allclose(fast, _loop_angles(bases, "smallest"), atol=1e-5)
+    assert fast[0, 1] < 1e-5 and fast[0, 2] < 1e-5 and abs(fast[3, 4] - 90.0) < 1e-9
+    assert fast[3, 5] < 1e-6 and 0 < fast[0, 6] < 1e-3
+    assert np.array_equal(fast, fast.T)
+
+
+@pytest.mark.parametrize("measure", subspaces.MEASURES)
+def test_angles_to_references_equal_the_pairwise_matrix(measure):
+    rng = np.random.default_rng(8)
+    bases = [rng.standard_normal((30, int(rng.integers(1, 6)))) for _ in range(20)]
+    bases[3] = np.zeros((30, 2))  # rank 0
+    bases[5] = bases[6] + 1e-8 * rng.standard_normal(bases[6].shape)
+    full = subspaces.pairwise_subspace_angles(bases, measure)
+    got = subspaces.angles_between(bases[:14], bases[14:] + [bases[6], bases[3]], measure)
+    np.testing.assert_allclose(got[:, :6], full[:14, 14:], atol=1e-5)
+    np.testing.assert_allclose(got[:, 6], full[:14, 6], atol=1e-5)
+    np.testing.assert_allclose(np.delete(got[:, 7], 3), np.delete(full[:14, 3], 3), atol=1e-5)  # but itself
+
+
+@pytest.mark.parametrize("measure", ["mean", "reference"])
+def test_sampled_subspace_clusters_are_exact_below_the_sample_size_and_place_the_rest(measure, monkeypatch):
+    rng = np.random.default_rng(9)
+    truth = rng.permutation(np.arange(60) % 3)
+    classes = [np.linalg.qr(rng.standard_normal((40, 2)))[0] for _ in range(6)]
+    bases = [np.column_stack([classes[2 * g] + 0.05 * rng.standard_normal((40, 2)),
+                              classes[2 * g + 1] + 0.05 * rng.standard_normal((40, 2))]) for g in truth]
+
+    def cut(d):
+        return agglomerative(d, num_clusters=3)
+
+    labels, sample, matrix = subspaces.sampled_clusters(bases, measure, cut, np.random.default_rng(0))
+    assert sample.tolist() == list(range(60))
+    assert labels.tolist() == cut(subspaces.pairwise_subspace_angles(bases, measure)).tolist()
+    monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 15)
+    monkeypatch.setattr(subspaces, "REFERENCES_PER_CLUSTER", 3)
+    labels, sample, matrix = subspaces.sampled_clusters(bases, measure, cut, np.random.default_rng(0))
+    assert len(sample) == 15 and matrix.shape == (15, 15)
+    assert labels[sample].tolist() == cut(subspaces.pairwise_subspace_angles([bases[i] for i in sample],
+                                                                            measure)).tolist()
+    assert adjusted_rand_score(truth, labels) == 1.0

@@ -177,3 +177,36 @@ def test_default_train_path_sends_no_choice():
     replies = grid.send_and_receive(_sent(grid, "train")[:1])
     assert keys.CLUSTER_ID not in replies[0].content[keys.METRICS]
     assert keys.NUM_MODELS not in _sent(grid, "train")[0].content[keys.CONFIG]
+
+
+def test_automatic_compression_only_above_the_profile_budget():
+    from common.clustering import compression
+
+    budget = compression.PROFILE_BUDGET_BYTES
+    assert compression.automatic_ratio(100, 8, 159_010) == 1.0  # 0.5 GB: exact profiles
+    ratio = compression.automatic_ratio(10_000, 8, 159_010)
+    assert ratio == 32.0  # 51 GB at 1x, 1.6 GB at 32x, 3.2 GB at 16x
+    assert 10_000 * 8 * compression.compressed_size(159_010, ratio) * 4 <= budget
+    assert 10_000 * 8 * compression.compressed_size(159_010, ratio / 2) * 4 > budget
+    assert compression.automatic_ratio(10**9, 8, 10) == 10.0  # never below one coordinate
+    assert CFLGP.from_run_config(TrainingParams(), {"compression-ratio": 0.0}).params.compression_ratio == 0.0
+    with pytest.raises(ValueError, match="'compression-ratio' parameter of CFLGP"):
+        CFLGP.from_run_config(TrainingParams(), {"compression-ratio": -1.0})
+
+
+def test_cflgp_compresses_automatically_when_the_profile_would_pass_the_budget(monkeypatch, caplog):
+    from common.clustering import compression
+
+    rc = small_run_config(strategy="cfl-gp", **{**FAST, "num-clusters": 2})
+    monkeypatch.setattr(compression, "PROFILE_BUDGET_BYTES", rc["num-clients"] * 2 * 4 * 1000)
+    with caplog.at_level(logging.INFO):
+        strategy, grid, _ = _run("cfl-gp", rounds=1, **{"num-clusters": 2})
+    query = _sent(grid, keys.query_type(keys.PROFILE_ACTION))[0]
+    dim = sum(a.numpy().size for a in query.content[keys.ARRAYS].values())
+    assert strategy.ratio == compression.automatic_ratio(rc["num-clients"], 2, dim) > 1
+    assert strategy.size == compressed_size(dim, strategy.ratio) == query.content[keys.CONFIG][keys.PROFILE_SIZE]
+    assert strategy.size <= 1000 < compressed_size(dim, strategy.ratio / 2)
+    assert f"compresses profiles {strategy.ratio:g}x" in caplog.text
+    monkeypatch.setattr(compression, "PROFILE_BUDGET_BYTES", 2**40)
+    exact, _, _ = _run("cfl-gp", rounds=1, **{"num-clusters": 2})
+    assert exact.ratio == 1.0 and exact.size == dim

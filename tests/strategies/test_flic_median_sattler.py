@@ -183,3 +183,23 @@ def test_figures_are_written(tmp_path):
     paths = FIGURES["flic"](flic, tmp_path) + FIGURES["cfl-sattler"](cfl, tmp_path)
     assert [p.name for p in paths] == ["flic-stability.png", "flic.json", "flic-similarity.npz", "cfl-norms.png"]
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_a_split_stores_updates_in_chunks_as_in_one_call_and_averages_them_exactly():
+    from common.clustering.similarity import UpdateSimilarity
+    from strategies.updates import mean_rows
+
+    rng = np.random.default_rng(4)
+    first = rng.normal(size=(7, 30)).astype(np.float32)
+    fresh = rng.normal(size=(9, 30)).astype(np.float32)
+    whole, chunked = UpdateSimilarity(), UpdateSimilarity()
+    for s in (whole, chunked):
+        s.update([3, 1, 4, 0, 8, 9, 2], first)
+    whole.update(list(range(10, 1, -1)), fresh)
+    for lo in range(0, 9, 2):
+        chunked.update(list(range(10, 1, -1))[lo:lo + 2], fresh[lo:lo + 2])
+    assert whole.pids == chunked.pids
+    np.testing.assert_allclose(whole.matrix(), chunked.matrix(), atol=1e-6)  # float32 products
+    rows = list(fresh)
+    np.testing.assert_allclose(mean_rows(rows, chunk=2), fresh.astype(np.float64).mean(axis=0), rtol=1e-12)
+    assert mean_rows(rows[:1], chunk=4).tolist() == fresh[0].astype(np.float64).tolist()

@@ -10,6 +10,7 @@ started (by PID, also on failure, Ctrl-C or SIGTERM) and prints where the result
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import signal
@@ -91,6 +92,7 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     from server.experiment import Experiment
 
     experiment = Experiment.from_run_config(config)
+    experiment.build_strategy()
     experiment.partition()
     get_device(experiment.device)  # simulated clients run on this machine
     if experiment.output.resume_from:
@@ -108,7 +110,7 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
 def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus: int, gpus: float) -> int:
     """Run ``flwr run`` against a private local SuperLink; always stop that SuperLink."""
     flwr_home.mkdir(parents=True, exist_ok=True)
-    write_flower_config(flwr_home, num_clients, cpus, gpus)
+    write_flower_config(flwr_home, num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus))
     config_file = flwr_home / "run-config.toml"
     config_file.write_text(to_toml(config))
     env = simulation_env(flwr_home, free_port())
@@ -127,14 +129,36 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
         signal.signal(signal.SIGTERM, previous)
 
 
-def write_flower_config(flwr_home: Path, num_clients: int, cpus: int, gpus: float) -> None:
-    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection of ``num_clients`` nodes."""
+def write_flower_config(flwr_home: Path, num_clients: int, cpus: int, gpus: float, ray_cpus: int = 0) -> None:
+    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection of ``num_clients`` nodes.
+
+    ``ray_cpus`` > 0 tells Ray how many CPUs to schedule on (its actor pool is ``ray_cpus // cpus``).
+    """
     (flwr_home / "config.toml").write_text(
         '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
         f"options.num-supernodes = {int(num_clients)}\n"
         f"options.backend.client-resources.num-cpus = {int(cpus)}\n"
         f"options.backend.client-resources.num-gpus = {float(gpus)}\n"
+        + (f"options.backend.init-args.num-cpus = {int(ray_cpus)}\n" if ray_cpus else "")
     )
+
+
+def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> int:
+    """CPUs for Ray when injected slow clients would hold its actors, else 0 (Ray counts the machine's).
+
+    Each sleeping client holds one actor, and a reply later than ``round-timeout`` holds it into
+    the next rounds; so that healthy clients never queue behind sleepers, the pool gets one
+    actor more per client that may be asleep at once (sleeping uses no CPU).
+    """
+    slow, delay = float(config.get("slow-fraction", 0.0)), float(config.get("slow-delay", 0.0))
+    if slow <= 0 or delay <= 0:
+        return 0
+    base = max(1, (os.cpu_count() or 1) // cpus)
+    if base >= num_clients:
+        return 0
+    spanned = 1 + math.ceil(delay / float(config.get("round-timeout", 600.0)))
+    asleep = math.ceil(slow * num_clients) * spanned
+    return cpus * min(num_clients, base + asleep)
 
 
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:

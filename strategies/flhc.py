@@ -59,6 +59,7 @@ class FLHC(OneShotStrategy):
 
     name = "flhc"
     params_type = FLHCParams
+    round_params = {"warmup_rounds": 1}
 
     @property
     def threshold(self) -> float:

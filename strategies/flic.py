@@ -94,6 +94,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):
 
     name = "flic"
     params_type = FLICParams
+    round_params = {"cluster_round": 0}
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         super().init_clusters(initial)

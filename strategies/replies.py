@@ -157,7 +157,7 @@ def decode_array(arr: Array, name: str, dtype: np.dtype | None = None,
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) \
             else np.lib.format.read_array_header_2_0
         header_shape, fortran, header_dtype = read_header(buffer)
-    except Exception as err:  # noqa: BLE001 - any malformed label or header is the client's fault
+    except Exception as err:  # any malformed label or header is the client's fault
         raise ReplyFault(f"array {name!r} cannot be decoded: {err}") from err
     want = (label[0] if dtype is None else np.dtype(dtype), label[1] if shape is None else tuple(shape))
     if (header_dtype, tuple(header_shape)) != want or label != want:

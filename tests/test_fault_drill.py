@@ -2,10 +2,10 @@
 answer later than round-timeout in the same run, on a grouped scenario."""
 
 import json
+import subprocess
 import sys
 
 import pytest
-import subprocess
 
 from client.faults import fault_draws
 from server import cli

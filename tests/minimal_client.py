@@ -66,7 +66,7 @@ def _train(net: Net, x: torch.Tensor, y: torch.Tensor, config: ConfigRecord) -> 
             loss = nn.functional.cross_entropy(net(x[start:start + batch]), y[start:start + batch])
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
     return float(np.mean(losses))
 
 

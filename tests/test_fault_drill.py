@@ -18,7 +18,7 @@ CLIENTS, ROUNDS, SEED = 10, 4, 1
 def test_failing_and_slow_clients_cost_only_their_own_replies(tmp_path):
     run_name = f"drill-{tmp_path.name}"
     cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "pacfl", "--num-clusters", "2",
-           "--dataset", "digits", "--num-clients", str(CLIENTS), "--groups", "2", "--samples-per-label", "20",
+           "--dataset", "digits", "--num-clients", str(CLIENTS), "--groups", "2", "--samples-per-label", "12",
            "--seed", str(SEED), "--rounds", str(ROUNDS), "--fraction", "1.0", "--eval-every", "1", "--lr", "0.05",
            "--local-epochs", "1", "--fail-fraction", "0.2", "--slow-fraction", "0.2", "--slow-delay", "30",
            "--round-timeout", "15", "--identity-timeout", "300",

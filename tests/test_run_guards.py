@@ -14,7 +14,6 @@ from flwr.app import Context, Message, RecordDict
 from inprocess import InProcessGrid
 
 from client.app import app as client_app
-from client.faults import ExpiredMessage, skip_expired
 from common import keys
 from server import cli
 from server.experiment import Experiment
@@ -66,6 +65,8 @@ def test_identity_query_has_its_own_timeout_and_messages_expire_with_their_round
 
 
 def test_an_expired_instruction_is_refused_without_running():
+    from client.faults import ExpiredMessage, skip_expired
+
     ran = []
     msg = Message(RecordDict(), dst_node_id=5, message_type="train", ttl=0.05)
     context = Context(run_id=1, node_id=5, node_config={}, state=RecordDict(), run_config={})

@@ -23,11 +23,11 @@ from flwr.clientapp import ClientApp
 from common import keys
 from common.training import evaluate as evaluate_model
 
-from .faults import inject_faults
+from .faults import inject_faults, skip_expired
 from .signals import QUERIES, Handler, models_in
 from .task import ClientTask, task_from_context, train_local
 
-app = ClientApp(mods=[inject_faults])
+app = ClientApp(mods=[skip_expired, inject_faults])
 
 
 @app.query(keys.IDENTITY_ACTION)

@@ -23,6 +23,22 @@ class InjectedFault(RuntimeError):
     """The failure a client was told to simulate."""
 
 
+class ExpiredMessage(RuntimeError):
+    """An instruction whose time to live ran out before the client started on it."""
+
+
+def skip_expired(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """Refuse an instruction the server has stopped waiting for (its TTL ran out in a queue).
+
+    Flower's simulation queues messages for busy workers without checking their TTL, so a
+    round that timed out would otherwise keep the workers busy into the next rounds.
+    """
+    overdue = time.time() - (msg.metadata.created_at + msg.metadata.ttl)
+    if overdue > 0:
+        raise ExpiredMessage(f"{msg.metadata.message_type} message expired {overdue:.1f} s before it was handled")
+    return call_next(msg, context)
+
+
 @lru_cache(maxsize=4)
 def _params(fail: float, slow: float, delay: float) -> FaultParams:
     return FaultParams(fail, slow, delay)

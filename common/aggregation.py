@@ -9,7 +9,8 @@ import numpy as np
 ArrayDict = Mapping[str, np.ndarray]
 
 
-def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float]) -> dict[str, np.ndarray]:
+def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float],
+                     reference: ArrayDict | None = None) -> dict[str, np.ndarray]:
     """Average models key by key, weighted by ``weights`` (FedAvg's rule).
 
     Parameters
@@ -18,12 +19,15 @@ def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float]) -> d
         One entry per client; every mapping has the same keys and shapes.
     weights : sequence of float, shape (n_models,)
         Non-negative, not all zero (typically ``num-examples``).
+    reference : mapping ``name -> ndarray``, optional
+        The model the clients started from: the result has its keys, shapes and dtypes
+        (default: the first model's).
 
     Returns
     -------
     dict of str to ndarray
-        Accumulated in float64 and cast back to each array's dtype; integer arrays (e.g.
-        BatchNorm's ``num_batches_tracked``) are rounded first.
+        Accumulated in float64 and cast to the reference's dtype; integer arrays (e.g.
+        BatchNorm's 0-d ``num_batches_tracked``) are rounded first and stay arrays.
 
     Raises
     ------
@@ -39,9 +43,8 @@ def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float]) -> d
             f"weight per model with a positive sum. Got {list(weights)!r} instead."
         )
     w = w / w.sum()
-    first = models[0]
     out: dict[str, np.ndarray] = {}
-    for key, ref in first.items():
+    for key, ref in (models[0] if reference is None else reference).items():
         acc = np.zeros(ref.shape, dtype=np.float64)
         for model, wi in zip(models, w, strict=True):
             arr = model.get(key)
@@ -49,13 +52,11 @@ def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float]) -> d
                 got = None if arr is None else arr.shape
                 raise ValueError(f"Array {key!r} must have shape {ref.shape} in every model. Got {got} instead.")
             acc += wi * arr
-        if np.issubdtype(ref.dtype, np.integer):
-            acc = np.rint(acc)
-        out[key] = acc.astype(ref.dtype, copy=False)
+        out[key] = _as_dtype(acc, ref.dtype)
     return out
 
 
-def coordinate_median(models: Sequence[ArrayDict]) -> dict[str, np.ndarray]:
+def coordinate_median(models: Sequence[ArrayDict], reference: ArrayDict | None = None) -> dict[str, np.ndarray]:
     """Coordinate-wise median of models, key by key (Yin et al., ICML 2018; FLIC's median defence).
 
     Unweighted: every model counts once, whatever its number of examples.
@@ -64,12 +65,15 @@ def coordinate_median(models: Sequence[ArrayDict]) -> dict[str, np.ndarray]:
     ----------
     models : sequence of mappings ``name -> ndarray``
         One entry per client; every mapping has the same keys and shapes.
+    reference : mapping ``name -> ndarray``, optional
+        The model the clients started from: the result has its keys, shapes and dtypes
+        (default: the first model's).
 
     Returns
     -------
     dict of str to ndarray
         The median of each coordinate (the mean of the two middle values for an even count),
-        cast back to each array's dtype; integer arrays are rounded first.
+        cast to the reference's dtype; integer arrays are rounded first and 0-d ones stay arrays.
 
     Raises
     ------
@@ -79,13 +83,18 @@ def coordinate_median(models: Sequence[ArrayDict]) -> dict[str, np.ndarray]:
     if len(models) == 0:
         raise ValueError("The 'models' parameter of coordinate_median must be non-empty. Got 0 models instead.")
     out: dict[str, np.ndarray] = {}
-    for key, ref in models[0].items():
+    for key, ref in (models[0] if reference is None else reference).items():
         arrays = [model.get(key) for model in models]
         bad = [None if a is None else a.shape for a in arrays if a is None or a.shape != ref.shape]
         if bad:
             raise ValueError(f"Array {key!r} must have shape {ref.shape} in every model. Got {bad[0]} instead.")
-        med = np.median(np.stack([a.astype(np.float64) for a in arrays]), axis=0)
-        if np.issubdtype(ref.dtype, np.integer):
-            med = np.rint(med)
-        out[key] = med.astype(ref.dtype, copy=False)
+        out[key] = _as_dtype(np.median(np.stack([a.astype(np.float64) for a in arrays]), axis=0), ref.dtype)
     return out
+
+
+def _as_dtype(values: np.ndarray | np.floating, dtype: np.dtype) -> np.ndarray:
+    """``values`` as an array of ``dtype`` (rounded for integers), 0-d included: numpy reductions give scalars."""
+    values = np.asarray(values, dtype=np.float64)
+    if np.issubdtype(dtype, np.integer):
+        values = np.rint(values)
+    return np.asarray(values.astype(dtype, copy=False))

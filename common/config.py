@@ -13,11 +13,12 @@ from typing import Any, TypeVar
 
 from . import keys
 from .metrics import final_stretch
-from .validation import check_bool, check_float, check_int, check_str
+from .validation import check_bool, check_choice, check_float, check_int, check_str
 
 OWNER = "the run config"
 
 T = TypeVar("T")
+AGGREGATIONS = ("mean", "median")
 
 
 def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
@@ -55,6 +56,10 @@ class TrainingParams:
     seed: int = 0
     late_clients: float = 0.0
     late_round: int = 0
+    identity_timeout: float = 600.0
+    aggregation: str = "mean"
+    weight_cap: float = 10.0
+    max_rejected_rounds: int = 3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", OWNER, low=1))
@@ -71,7 +76,7 @@ class TrainingParams:
         )
         object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight-decay", OWNER, low=0.0))
         object.__setattr__(self, "eval_every", check_int(self.eval_every, "eval-every", OWNER, low=1))
-        for name in ("round_timeout", "node_wait_timeout"):
+        for name in ("round_timeout", "node_wait_timeout", "identity_timeout"):
             value = check_float(getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, closed=(False, True))
             object.__setattr__(self, name, value)
         object.__setattr__(self, "seed", check_int(self.seed, "seed", OWNER, low=0))
@@ -81,6 +86,10 @@ class TrainingParams:
         )
         object.__setattr__(self, "late_round", check_int(self.late_round, "late-round", OWNER, low=0,
                                                          high=self.rounds))
+        object.__setattr__(self, "aggregation", check_choice(self.aggregation, "aggregation", OWNER, AGGREGATIONS))
+        object.__setattr__(self, "weight_cap", check_float(self.weight_cap, "weight-cap", OWNER, low=0.0))
+        object.__setattr__(self, "max_rejected_rounds", check_int(self.max_rejected_rounds, "max-rejected-rounds",
+                                                                  OWNER, low=0))
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:

@@ -124,6 +124,14 @@ KEYS: tuple[Key, ...] = (
     _k("eval-every", 5, TRAINING, "evaluate every client every N rounds (and in the last round); >= 1"),
     _k("round-timeout", 600.0, TRAINING, "seconds to wait for a round's replies; missing replies are skipped"),
     _k("node-wait-timeout", 300.0, TRAINING, "seconds to wait for all clients to connect at start"),
+    _k("identity-timeout", 600.0, TRAINING, "seconds the start-up identity query waits for the nodes' answers "
+       "(cold simulated clients need tens of seconds); > 0"),
+    _k("aggregation", "mean", TRAINING, "cluster aggregation: mean (weighted by num-examples) or median "
+       "(coordinate-wise, every reply counts once); fedmedian always takes the median", ("mean", "median")),
+    _k("weight-cap", 10.0, TRAINING, "cap on one reply's weight, as a multiple of the median train size the "
+       "clients reported; 0 = no cap; >= 0"),
+    _k("max-rejected-rounds", 3, TRAINING, "stop the run after this many consecutive rounds in which every "
+       "train or evaluate reply was rejected; 0 = never; >= 0"),
     _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
     _k("server-loop", "umbel", TRAINING, "flower: Flower's own FedAvg drives umbel's clients (strategy fedavg "
        "only; benchmarks/overhead.py)", ("umbel", "flower")),

@@ -10,6 +10,7 @@ started (by PID, also on failure, Ctrl-C or SIGTERM) and prints where the result
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -126,6 +127,7 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     from server.experiment import Experiment
 
     experiment = Experiment.from_run_config(config)
+    experiment.build_strategy()
     s = experiment.scenario
     print(f"umbel run: settings valid; partitioning {s.dataset} among {s.num_clients} clients ({s.scenario})...",
           flush=True)
@@ -160,7 +162,7 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     flwr = shutil.which("flwr") or str(Path(sys.executable).with_name("flwr"))
     app = flower_app(flwr_home)
     cmd = [flwr, "run", str(app), "local", "--stream", "--run-config", str(config_file),
-           "--federation-config", federation_config(num_clients, cpus, gpus)]
+           "--federation-config", federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus))]
     previous = signal.signal(signal.SIGTERM, _terminated)
     proc = subprocess.Popen(cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace")
@@ -206,10 +208,13 @@ def write_flower_config(flwr_home: Path) -> None:
         {"superlink": {"default": "local", "local": {"address": ":local:"}}}))
 
 
-def federation_config(num_clients: int, cpus: int, gpus: float) -> str:
-    """``flwr run --federation-config``: ``num_clients`` SuperNodes with these resources each."""
+def federation_config(num_clients: int, cpus: int, gpus: float, ray_cpus: int = 0) -> str:
+    """``flwr run --federation-config``: ``num_clients`` SuperNodes with these resources each.
+
+    ``ray_cpus`` > 0 tells Ray how many CPUs to schedule on (its actor pool is ``ray_cpus // cpus``).
+    """
     return (f"num-supernodes={int(num_clients)} client-resources-num-cpus={int(cpus)} "
-            f"client-resources-num-gpus={float(gpus)}")
+            f"client-resources-num-gpus={float(gpus)}" + (f" init-args-num-cpus={int(ray_cpus)}" if ray_cpus else ""))
 
 
 def flower_app(flwr_home: Path) -> Path:
@@ -252,6 +257,24 @@ def _version() -> str:
         return version("umbel")
     except PackageNotFoundError:
         return "0.0.0"
+
+
+def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> int:
+    """CPUs for Ray when injected slow clients would hold its actors, else 0 (Ray counts the machine's).
+
+    Each sleeping client holds one actor, and a reply later than ``round-timeout`` holds it into
+    the next rounds; so that healthy clients never queue behind sleepers, the pool gets one
+    actor more per client that may be asleep at once (sleeping uses no CPU).
+    """
+    slow, delay = float(config.get("slow-fraction", 0.0)), float(config.get("slow-delay", 0.0))
+    if slow <= 0 or delay <= 0:
+        return 0
+    base = max(1, (os.cpu_count() or 1) // cpus)
+    if base >= num_clients:
+        return 0
+    spanned = 1 + math.ceil(delay / float(config.get("round-timeout", 600.0)))
+    asleep = math.ceil(slow * num_clients) * spanned
+    return cpus * min(num_clients, base + asleep)
 
 
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:

@@ -74,8 +74,16 @@ class Experiment:
         )
 
     def build_strategy(self) -> ClusteredStrategy:
-        """A fresh strategy object holding this experiment's parameters."""
-        return get_strategy(self.strategy)(self.training, self.strategy_params)
+        """A fresh strategy object holding this experiment's parameters, checked against the scenario.
+
+        Raises
+        ------
+        ValueError
+            On parameters that contradict each other or the scenario's client count.
+        """
+        strategy = get_strategy(self.strategy)(self.training, self.strategy_params)
+        strategy.check_federation(self.scenario.num_clients)
+        return strategy
 
     def initial_model(self) -> ArrayRecord:
         """The seeded initial model every cluster starts from."""

@@ -58,7 +58,6 @@ class RunRecorder:
         self.started = time.time()
         self._metrics = self.folder / "metrics.jsonl"
         self._metrics.unlink(missing_ok=True)  # a re-used run name starts afresh; rounds append
-        self._assignments: list[dict[str, Any]] = []
 
     def replay(self, history: list[dict[str, Any]]) -> None:
         """Write the rounds a resumed run already has (from its checkpoint) to ``metrics.jsonl``."""
@@ -67,15 +66,12 @@ class RunRecorder:
                 fh.write(json.dumps(record) + "\n")
 
     def on_round(self, strategy: ClusteredStrategy, record: dict[str, Any]) -> None:
-        """Append the round's record, log the progress line, note assignment changes."""
+        """Append the round's record and log the progress line."""
         with self._metrics.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         log(INFO, "%s", progress_line(record, strategy.training.rounds))
         for logger in self.loggers:
             logger.log_round(record)
-        current = {str(pid): k for pid, k in sorted(strategy.assignment.items())}
-        if not self._assignments or self._assignments[-1]["assignment"] != current:
-            self._assignments.append({"round": record["round"], "assignment": current})
 
     def finish(self, strategy: ClusteredStrategy) -> dict[str, Any]:
         """Write ``summary.json``, ``assignments.json`` and the plots; return the summary."""
@@ -91,7 +87,7 @@ class RunRecorder:
         _write_json(self.folder / "summary.json", summary)
         _write_json(self.folder / "assignments.json", {
             "true-groups": {str(p): c.true_group for p, c in sorted(strategy.clients.items())},
-            "history": self._assignments,
+            "history": strategy.assignment_changes,
         })
         plot_history(history, self.folder, type(strategy).name)
         self._plot_distances(strategy)
@@ -223,6 +219,8 @@ def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -
         **totals,
         "failures": sum(r["failures"] for r in history),
         "rejected": sum(r["rejected"] for r in history),
+        "capped": sum(r.get("capped", 0) for r in history),
+        "lost-replies-per-round": [r["failures"] + r["rejected"] for r in history],
         "clustering-seconds": round(sum(r["clustering-seconds"] for r in history), 6),
         "training-seconds": round(sum(r["round-seconds"] for r in history), 3),
     }

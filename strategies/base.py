@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from common import keys
-from common.aggregation import weighted_average
+from common.aggregation import coordinate_median, weighted_average
 from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
@@ -98,10 +98,14 @@ class ClusteredStrategy(Strategy):
         The initial model every cluster model descends from.
     history : list of dict
         One record per round (what ``metrics.jsonl`` holds).
+    assignment_changes : list of dict
+        ``{"round", "assignment"}`` each time the assignment changed (``assignments.json``).
     """
 
     name: ClassVar[str] = "clustered"
     params_type: ClassVar[type] = NoParams
+    # Parameters naming a round, each with how many rounds must still follow it.
+    round_params: ClassVar[dict[str, int]] = {}
 
     def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:
         self.training = training if training is not None else TrainingParams()
@@ -113,6 +117,7 @@ class ClusteredStrategy(Strategy):
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
         self.history: list[dict[str, Any]] = []
+        self.assignment_changes: list[dict[str, Any]] = []
         self.last_eval: dict[int, tuple[float, float]] = {}
         self.grid: Grid | None = None
         self.on_round: RoundCallback | None = None
@@ -124,11 +129,26 @@ class ClusteredStrategy(Strategy):
         self._stats = _RoundStats()
         self.membership = Membership()
         self._lost: set[int] = set()
+        self._rejected_rounds: dict[str, int] = {}
+        self._accepted_phases: set[str] = set()
 
     @classmethod
     def from_run_config(cls, training: TrainingParams, rc: Mapping[str, Any]) -> ClusteredStrategy:
         """Build with this strategy's parameters read (and validated) from run-config."""
         return cls(training, params_from_run_config(cls.params_type, rc))
+
+    def check_federation(self, num_clients: int) -> None:
+        """Raise ``ValueError`` if the parameters contradict ``rounds`` or ``num_clients`` clients."""
+        for field_name, after in self.round_params.items():
+            value, high = getattr(self.params, field_name), self.training.rounds - after
+            if value > high:
+                raise ValueError(f"The '{field_name.replace('_', '-')}' parameter of {type(self).__name__} must be "
+                                 f"an int in the range [0, {high}] ('rounds' is {self.training.rounds}). "
+                                 f"Got {value!r} instead.")
+        k = getattr(self.params, "num_clusters", 0)
+        if k > num_clients:
+            raise ValueError(f"The 'num-clusters' parameter of {type(self).__name__} must be at most the number "
+                             f"of clients ({num_clients}). Got {k!r} instead.")
 
     # ----------------------------------------------------------------- algorithm hooks
     def init_clusters(self, initial: ArrayRecord) -> None:
@@ -221,7 +241,7 @@ class ClusteredStrategy(Strategy):
     # ----------------------------------------------------------------- messaging
     def query(self, message_type: str, contents: Mapping[int, RecordDict], server_round: int) -> Exchange:
         """Send one query per client (``query.<action>``) and collect the replies."""
-        outbox = Outbox(self._nodes(), message_type, f"{message_type}-{server_round}")
+        outbox = Outbox(self._nodes(), message_type, f"{message_type}-{server_round}", self.training.round_timeout)
         for pid, content in contents.items():
             outbox.add(pid, content)
         exchange = send(self._require_grid(), outbox, self.training.round_timeout)
@@ -280,7 +300,7 @@ class ClusteredStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One train message per sampled client, each with its own cluster's model."""
-        outbox = Outbox(self._nodes(), MessageType.TRAIN, f"train-{server_round}")
+        outbox = Outbox(self._nodes(), MessageType.TRAIN, f"train-{server_round}", self.training.round_timeout)
         self._sent_cluster = {}
         for pid in self.sample(server_round):
             k = self.assignment[pid]
@@ -308,6 +328,7 @@ class ClusteredStrategy(Strategy):
                 self._reject(exchange, pid, str(fault), server_round)
                 continue
             self._sent_cluster[pid] = k
+        updates = self._capped(updates, server_round)
         members: dict[int, list[TrainUpdate]] = {}
         for pid, update in updates.items():
             members.setdefault(self._sent_cluster[pid], []).append(update)
@@ -321,15 +342,24 @@ class ClusteredStrategy(Strategy):
         return packed(self.models), MetricRecord(metrics)
 
     def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:
-        """New model of one cluster from its members' updates (FedAvg's weighted mean)."""
-        averaged = weighted_average([u.arrays for u in updates], [u.num_examples for u in updates])
-        return ArrayRecord({name: Array(arr) for name, arr in averaged.items()})
+        """New model of one cluster from its members' updates, in the cluster model's dtypes.
+
+        FedAvg's mean weighted by (capped) ``num-examples``, or with ``aggregation`` "median"
+        the coordinate-wise median.
+        """
+        reference = updates[0].sent
+        if self.training.aggregation == "median":
+            merged = coordinate_median([u.arrays for u in updates], reference)
+        else:
+            merged = weighted_average([u.arrays for u in updates], [u.num_examples for u in updates], reference)
+        return ArrayRecord({name: Array(arr) for name, arr in merged.items()})
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One evaluate message per assigned client, with its own cluster's model."""
-        outbox = Outbox(self._nodes(), MessageType.EVALUATE, f"evaluate-{server_round}")
+        outbox = Outbox(self._nodes(), MessageType.EVALUATE, f"evaluate-{server_round}",
+                        self.training.round_timeout)
         for pid in sorted(self.assignment):
             cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: self.assignment[pid]}
             outbox.add(pid, RecordDict({
@@ -396,9 +426,13 @@ class ClusteredStrategy(Strategy):
         if self._resume is not None or not self.clients:
             clients, _ = discover_clients(
                 grid, expected_clients, wait_timeout=self.training.node_wait_timeout,
-                reply_timeout=self.training.round_timeout, membership=self.membership)
+                reply_timeout=self.training.identity_timeout, membership=self.membership)
             if not clients:
-                raise RuntimeError("No client answered the identity query; nothing to train.")
+                raise RuntimeError(
+                    f"No client answered the identity query ('{keys.MSG_IDENTITY}') within identity-timeout "
+                    f"{self.training.identity_timeout:g} s; nothing to train. Every umbel strategy first asks each "
+                    "node who it is: run umbel's ClientApp (client.app:app) or add a "
+                    f"@app.query('{keys.IDENTITY_ACTION}') handler to yours (docs/protocol.md).")
             if self._resume is not None:
                 first_round = self._restore(self._resume, clients)
             else:
@@ -433,6 +467,7 @@ class ClusteredStrategy(Strategy):
                 if server_metrics is not None:
                     result.evaluate_metrics_serverapp[rnd] = server_metrics
             self._record(rnd, eval_metrics)
+            self._stop_if_all_rejected(rnd)
             every = self.checkpoint_every
             if self.checkpoint_path is not None and every and (rnd % every == 0 or rnd == self.training.rounds):
                 save_checkpoint(self, rnd, self.checkpoint_path)
@@ -540,10 +575,51 @@ class ClusteredStrategy(Strategy):
     def _reject(self, exchange: Exchange, pid: int, fault: str, server_round: int) -> None:
         log(WARNING, "round %d %s: client %d reply rejected: %s", server_round,
             exchange.phase, pid, fault)
+        if exchange.phase in (MessageType.TRAIN, MessageType.EVALUATE):
+            self._stats.faults.setdefault(exchange.phase, f"client {pid}: {fault}")
         self._stats.logged.add(pid)
         del exchange.replies[pid]
         exchange.failures[pid] = f"rejected: {fault}"
         self._stats.rejected += 1
+
+    def _stop_if_all_rejected(self, server_round: int) -> None:
+        """Raise once every reply that arrived was rejected in ``max-rejected-rounds`` rounds in a row.
+
+        Per phase (train, evaluate); a round without any reply neither counts nor breaks the streak,
+        and the last round stops a run that never accepted a reply of that phase.
+        """
+        limit = self.training.max_rejected_rounds
+        phases = {MessageType.TRAIN: self._stats.train_replies}
+        if self.training.is_eval_round(server_round):
+            phases[MessageType.EVALUATE] = len(self.last_eval)
+        for phase, accepted in phases.items():
+            if accepted:
+                self._rejected_rounds[phase] = 0
+                self._accepted_phases.add(phase)
+            elif phase in self._stats.faults:
+                streak = self._rejected_rounds[phase] = self._rejected_rounds.get(phase, 0) + 1
+                never = phase not in self._accepted_phases and server_round == self.training.rounds
+                if limit and (streak >= limit or never):
+                    raise RuntimeError(
+                        f"Stopping after round {server_round}: every {phase} reply was rejected in {streak} "
+                        f"consecutive rounds with replies (max-rejected-rounds {limit}), so nothing learns. "
+                        f"First fault this round: {self._stats.faults[phase]}. docs/protocol.md lists what "
+                        "a client must answer.")
+
+    def _capped(self, updates: dict[int, TrainUpdate], server_round: int) -> dict[int, TrainUpdate]:
+        """Updates whose ``num-examples`` is at most ``weight-cap`` x the federation's median train size."""
+        if not self.training.weight_cap or not updates:
+            return updates
+        median = float(np.median([c.num_train for c in self.clients.values()]))
+        cap = max(1, int(self.training.weight_cap * median))
+        for pid, update in sorted(updates.items()):
+            if update.num_examples > cap:
+                log(WARNING, "round %d train: client %d claims num-examples %d; its weight is capped at %d "
+                    "(weight-cap %g x median train size %g)", server_round, pid, update.num_examples, cap,
+                    self.training.weight_cap, median)
+                updates[pid] = replace(update, num_examples=cap)
+                self._stats.capped += 1
+        return updates
 
     def _record(self, server_round: int, eval_metrics: MetricRecord | None) -> None:
         pids = sorted(self.assignment)
@@ -567,12 +643,16 @@ class ClusteredStrategy(Strategy):
             "train-replies": s.train_replies,
             "failures": s.failures,
             "rejected": s.rejected,
+            "capped": s.capped,
             "bytes-down-model": s.down.model, "bytes-up-model": s.up.model,
             "bytes-down-signal": s.down.signal, "bytes-up-signal": s.up.signal,
             "clustering-seconds": round(s.clustering_seconds, 6),
             "round-seconds": round(time.perf_counter() - s.start, 4),
         }
         self.history.append(record)
+        current = {str(pid): k for pid, k in sorted(self.assignment.items())}
+        if not self.assignment_changes or self.assignment_changes[-1]["assignment"] != current:
+            self.assignment_changes.append({"round": server_round, "assignment": current})
         if self.on_round is not None:
             self.on_round(self, record)
 
@@ -583,12 +663,14 @@ class _RoundStats:
     train_replies: int = 0
     failures: int = 0
     rejected: int = 0
+    capped: int = 0
     clustering_seconds: float = 0.0
     lost: list[int] = field(default_factory=list)
     rejoined: list[int] = field(default_factory=list)
     down: Traffic = field(default_factory=Traffic)
     up: Traffic = field(default_factory=Traffic)
     logged: set[int] = field(default_factory=set)  # clients whose failure this round is logged
+    faults: dict[str, str] = field(default_factory=dict)  # the first rejection per phase
 
     def add(self, exchange: Exchange) -> None:
         self.failures += len(exchange.failures)

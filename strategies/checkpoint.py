@@ -64,6 +64,9 @@ def load_checkpoint(path: Path | str, strategy_name: str) -> dict[str, Any]:
         raise ValueError(f"Checkpoint {str(path)!r} cannot be read: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"Checkpoint {str(path)!r} is not an umbel checkpoint of format {FORMAT}.")
+    missing = sorted({"strategy", "round", "state"} - set(payload))
+    if missing or not isinstance(payload["state"], dict) or "history" not in payload["state"]:
+        raise ValueError(f"Checkpoint {str(path)!r} is incomplete: it lacks {missing or ['state.history']}.")
     if payload["strategy"] != strategy_name:
         raise ValueError(f"Checkpoint {str(path)!r} was written by strategy {payload['strategy']!r}, "
                          f"not {strategy_name!r}.")

@@ -81,12 +81,17 @@ class Outbox:
         ``"train"``, ``"evaluate"``, ``"query.<action>"``.
     group_id : str
         Shown by SuperNodes in their logs (``[ROUND <group_id>]``).
+    ttl : float, optional
+        Seconds each message lives (Flower's default when omitted): give the reply timeout, so
+        that a message nobody answered in time is dropped instead of queueing for a busy client.
     """
 
-    def __init__(self, nodes: Mapping[int, int], message_type: str, group_id: str) -> None:
+    def __init__(self, nodes: Mapping[int, int], message_type: str, group_id: str,
+                 ttl: float | None = None) -> None:
         self.nodes = nodes
         self.message_type = message_type
         self.group_id = group_id
+        self.ttl = ttl
         self.messages: list[Message] = []
         self._key_of: list[int] = []
         self.down = Traffic()
@@ -96,7 +101,7 @@ class Outbox:
         """Queue ``content`` for ``key``'s node."""
         self.messages.append(
             Message(content, dst_node_id=self.nodes[key], message_type=self.message_type,
-                    group_id=self.group_id)
+                    group_id=self.group_id, ttl=self.ttl)
         )
         self._key_of.append(key)
         self.down.add(content)
@@ -278,7 +283,7 @@ def identify(
         The raw exchange, keyed by node id.
     """
     node_ids = sorted(node_ids)
-    outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity")
+    outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity", ttl=reply_timeout)
     for node in node_ids:
         outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
     exchange = send(grid, outbox, reply_timeout, progress=progress)

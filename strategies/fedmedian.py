@@ -22,5 +22,5 @@ class FedMedian(ClusteredStrategy):
     name = "fedmedian"
 
     def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:
-        median = coordinate_median([u.arrays for u in updates])
+        median = coordinate_median([u.arrays for u in updates], updates[0].sent)
         return ArrayRecord({name: Array(arr) for name, arr in median.items()})

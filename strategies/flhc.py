@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -59,6 +60,7 @@ class FLHC(OneShotStrategy):
 
     name = "flhc"
     params_type = FLHCParams
+    round_params: ClassVar[dict[str, int]] = {"warmup_rounds": 1}
 
     @property
     def threshold(self) -> float:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -95,6 +95,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):
 
     name = "flic"
     params_type = FLICParams
+    round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         super().init_clusters(initial)

@@ -7,13 +7,14 @@ never touches server state.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from common import keys
 from common.signals import SignalError
@@ -91,13 +92,15 @@ def decode_signal(content: RecordDict, from_arrays: Callable[..., S], **expected
     Raises
     ------
     ReplyFault
-        If the record is missing or ``from_arrays`` raises ``SignalError``.
+        If the record is missing, an array's bytes do not decode to what its labels say, or
+        ``from_arrays`` raises ``SignalError``.
     """
     record = content.array_records.get(keys.SIGNAL)
     if not isinstance(record, ArrayRecord):
         raise ReplyFault(f"no ArrayRecord {keys.SIGNAL!r}")
+    arrays = {name: decode_array(arr, name) for name, arr in record.items()}
     try:
-        return from_arrays({name: arr.numpy() for name, arr in record.items()}, **expected)
+        return from_arrays(arrays, **expected)
     except SignalError as err:
         raise ReplyFault(str(err)) from err
 
@@ -112,22 +115,62 @@ def decode_evaluate_reply(content: RecordDict, num_test: int) -> tuple[float, fl
 
 
 def decode_arrays(arrays: ArrayRecord, reference: ArrayRecord) -> dict[str, np.ndarray]:
-    """``arrays`` as numpy, if they match ``reference`` in keys, shapes and dtypes and are finite."""
+    """``arrays`` as numpy, if they match ``reference`` in keys, shapes and dtypes and are finite.
+
+    The bytes are decoded as the reference's dtype and shape, never as the client labelled them,
+    so a reply can neither crash decoding nor change a cluster model's dtype.
+    """
     if list(arrays.keys()) != list(reference.keys()):
         missing = sorted(set(reference.keys()) - set(arrays.keys()))
         extra = sorted(set(arrays.keys()) - set(reference.keys()))
         raise ReplyFault(f"array keys differ from the model's (missing {missing}, unexpected {extra})")
     out = {}
     for name, ref in reference.items():
-        arr = arrays[name]
-        if tuple(arr.shape) != tuple(ref.shape) or arr.dtype != ref.dtype:
-            raise ReplyFault(f"array {name!r} is {arr.dtype}{list(arr.shape)}, "
-                             f"expected {ref.dtype}{list(ref.shape)}")
-        values = arr.numpy()
+        values = decode_array(arrays[name], name, np.dtype(ref.dtype), tuple(ref.shape))
         if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
             raise ReplyFault(f"array {name!r} holds NaN or Inf")
         out[name] = values
     return out
+
+
+def decode_array(arr: Array, name: str, dtype: np.dtype | None = None,
+                 shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """One received ``Array`` as a numpy array of ``dtype`` and ``shape``, trusting none of its labels.
+
+    The ``.npy`` header inside the bytes must agree with the labels and with ``dtype`` and
+    ``shape`` (when given; otherwise with the labels alone, and be a plain numeric dtype), and
+    the payload must be exactly ``prod(shape) * itemsize`` bytes. Nothing is allocated before
+    these checks pass.
+
+    Raises
+    ------
+    ReplyFault
+        On any disagreement or bytes that are not a ``.npy`` array.
+    """
+    try:
+        label = (np.dtype(arr.dtype), tuple(int(s) for s in arr.shape))
+        if arr.stype != "numpy.ndarray":
+            raise ValueError(f"serialisation {arr.stype!r} is not 'numpy.ndarray'")
+        data = arr.data
+        buffer = io.BytesIO(data)
+        version = np.lib.format.read_magic(buffer)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) \
+            else np.lib.format.read_array_header_2_0
+        header_shape, fortran, header_dtype = read_header(buffer)
+    except Exception as err:  # any malformed label or header is the client's fault
+        raise ReplyFault(f"array {name!r} cannot be decoded: {err}") from err
+    want = (label[0] if dtype is None else np.dtype(dtype), label[1] if shape is None else tuple(shape))
+    if (header_dtype, tuple(header_shape)) != want or label != want:
+        raise ReplyFault(f"array {name!r} is {label[0]}{list(label[1])} holding {header_dtype}"
+                         f"{list(header_shape)} data, expected {want[0]}{list(want[1])}")
+    if header_dtype.kind not in "biuf" or header_dtype.hasobject:
+        raise ReplyFault(f"array {name!r} has dtype {header_dtype}, not a number type")
+    count = math.prod(want[1])
+    if len(data) - buffer.tell() != count * header_dtype.itemsize:
+        raise ReplyFault(f"array {name!r} holds {len(data) - buffer.tell()} bytes of data, "
+                         f"expected {count * header_dtype.itemsize} ({want[0]}{list(want[1])})")
+    flat = np.frombuffer(data, dtype=header_dtype, count=count, offset=buffer.tell())
+    return flat.reshape(want[1], order="F" if fortran else "C").astype(header_dtype.newbyteorder("="))
 
 
 def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) -> MetricRecord:
@@ -136,7 +179,7 @@ def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) 
         raise ReplyFault(f"no MetricRecord {keys.METRICS!r}")
     for key in required:
         if key not in record:
-            raise ReplyFault(f"metric {key!r} is missing")
+            raise ReplyFault(f"metric {key!r} is missing (the reply has {sorted(record)})")
         value = record[key]
         if isinstance(value, list) or not math.isfinite(float(value)):
             raise ReplyFault(f"metric {key!r} is {value!r}, not a finite number")

@@ -13,14 +13,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from conftest import small_run_config
 from flwr.app import ConfigRecord, Message
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from inprocess import InProcessGrid
 
 from client.app import app as client_app
+from client.task import _task
 from common import keys
 from common.config import TrainingParams
+from common.models import Classifier
 from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 from strategies import REGISTRY
@@ -139,3 +142,33 @@ def test_one_cluster_aggregates_like_flowers_fedavg(name):
     expected = aggregate_arrayrecords(contents, keys.NUM_EXAMPLES)
     for key, arr in expected.items():
         np.testing.assert_allclose(strategy.models[0][key].numpy(), arr.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def _batchnorm_model(name, input_shape, num_classes, seed=0):
+    """A small CNN with BatchNorm (float running stats, a 0-d int64 ``num_batches_tracked``)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        features = torch.nn.Sequential(torch.nn.Conv2d(input_shape[0], 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                                       torch.nn.ReLU(), torch.nn.Flatten())
+        return Classifier(features, torch.nn.Linear(4 * input_shape[1] * input_shape[2], max(num_classes, 1)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_aggregates_a_batchnorm_model(name, monkeypatch, request):
+    monkeypatch.setattr("client.task.build_model", _batchnorm_model)
+    monkeypatch.setattr("server.experiment.build_model", _batchnorm_model)
+    _task.cache_clear()  # cached client tasks hold the models other tests built
+    request.addfinalizer(_task.cache_clear)
+    rc, exp, strategy = _setup(name, rounds=2, fraction=1.0, **{"local-epochs": 1})
+    initial = exp.initial_model()
+    assert initial["features.1.num_batches_tracked"].numpy().shape == ()
+    strategy.start(InProcessGrid(client_app, rc, 6), initial, expected_clients=6)
+    assert len(strategy.history) == 2 and sum(r["train-replies"] for r in strategy.history) > 0
+    tracked = []
+    for model in strategy.models:
+        for key, arr in model.items():
+            values = arr.numpy()
+            assert values.dtype == initial[key].numpy().dtype and values.shape == tuple(initial[key].shape)
+            assert np.all(np.isfinite(values))
+        tracked.append(int(model["features.1.num_batches_tracked"].numpy()))
+    assert max(tracked) > 0  # the aggregated integer buffer counts the clients' batches

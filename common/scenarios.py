@@ -216,6 +216,8 @@ class ClientData:
         int64 labels (label map applied) or float32 regression targets.
     group : int
     attacker : bool
+    x_val, y_val : ndarray or None
+        A validation split held out of the client's own data (``val-fraction``); scenarios have none.
     """
 
     x_train: np.ndarray
@@ -224,6 +226,8 @@ class ClientData:
     y_test: np.ndarray
     group: int
     attacker: bool
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
 
 
 def build_partition(config: ScenarioConfig, data_dir: str = "") -> Partition:

@@ -95,6 +95,10 @@ class ClusteredStrategy(Strategy):
         The initial model every cluster model descends from.
     history : list of dict
         One record per round (what ``metrics.jsonl`` holds).
+    head_key : str
+        ``state_dict`` key of the model's classifier-head weight (``common.models.find_head``).
+    truth : dict of int to int or None
+        True groups by partition id from a truth file; ``None``: the clients' own claims.
     """
 
     name: ClassVar[str] = "clustered"
@@ -110,6 +114,8 @@ class ClusteredStrategy(Strategy):
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
         self.history: list[dict[str, Any]] = []
+        self.head_key = "head.weight"
+        self.truth: dict[int, int] | None = None
         self.last_eval: dict[int, tuple[float, float]] = {}
         self.grid: Grid | None = None
         self.on_round: RoundCallback | None = None
@@ -500,9 +506,21 @@ class ClusteredStrategy(Strategy):
         exchange.failures[pid] = f"rejected: {fault}"
         self._stats.rejected += 1
 
+    def head_shape(self) -> tuple[int, int]:
+        """``(outputs, features)`` of the initial model's classifier head."""
+        assert self.initial is not None
+        outputs, features = self.initial[self.head_key].shape
+        return int(outputs), int(features)
+
+    def true_group(self, pid: int) -> int:
+        """Client ``pid``'s true group, for scoring only (-1: unknown)."""
+        if self.truth is not None:
+            return self.truth.get(pid, -1)
+        return self.clients[pid].true_group
+
     def _record(self, server_round: int, eval_metrics: MetricRecord | None) -> None:
         pids = sorted(self.assignment)
-        truth = np.array([self.clients[p].true_group for p in pids])
+        truth = np.array([self.true_group(p) for p in pids])
         scores = clustering_scores(truth, np.array([self.assignment[p] for p in pids])) if pids else None
         s = self._stats
         record: dict[str, Any] = {

@@ -36,8 +36,10 @@ def main(grid: Grid, context: Context) -> None:
     if not experiment.check_partition_if_data_here():
         log(INFO, "The dataset is not on the server's machine; clients check their own partitions.")
     folder = experiment.results_path()
-    log(INFO, "umbel: %s on %s/%s with %d clients; results in %s", experiment.strategy,
-        experiment.scenario.dataset, experiment.scenario.scenario, experiment.scenario.num_clients, folder)
+    data = (f"the clients' own folders in {experiment.data_path}" if experiment.data_path
+            else f"{experiment.scenario.dataset}/{experiment.scenario.scenario}")
+    log(INFO, "umbel: %s on %s with %d clients; results in %s", experiment.strategy, data,
+        experiment.scenario.num_clients, folder)
     recorder = RunRecorder(folder, context.run_config)
     clock = RoundClock()
     if experiment.server_loop == "flower":

@@ -19,7 +19,14 @@ from common.local_data import (
     split_samples,
 )
 from common.scenarios import ScenarioConfig, build_partition, client_data
-from common.sources import FolderSource, ScenarioSource, data_source, folder_spec, parse_shape, run_info
+from common.sources import (
+    FolderSource,
+    ScenarioSource,
+    data_source,
+    folder_spec,
+    parse_shape,
+    run_info,
+)
 
 SPEC = FolderSpec(num_classes=4, input_shape=(1, 5, 6), test_fraction=0.25, seed=3)
 
@@ -32,7 +39,8 @@ def _samples(n=12, channels=1, seed=0):
 
 
 def _write_hf(path, x, y, image=True, x_name="image", y_name="label"):
-    from datasets import Array3D, Dataset, Features, Image as HFImage, Value
+    from datasets import Array3D, Dataset, Features, Value
+    from datasets import Image as HFImage
 
     if image:
         features = Features({x_name: HFImage(), y_name: Value("int64")})
@@ -72,6 +80,7 @@ def test_hf_float_arrays_with_other_column_names_and_overrides(tmp_path):
     _write_hf(tmp_path / "a", x, y, image=False, x_name="x", y_name="y")
     got_x, got_y = read_folder(tmp_path / "a", SPEC)
     np.testing.assert_allclose(got_x, x)  # float inputs are not rescaled
+    np.testing.assert_array_equal(got_y, y)
     _write_hf(tmp_path / "b", x, y, image=False, x_name="pixels", y_name="digit")
     with pytest.raises(ClientDataError, match=r"x column named one of \('image', 'img', 'x'\)"):
         read_folder(tmp_path / "b", SPEC, pid=4)

@@ -125,7 +125,11 @@ class Experiment:
         return build_partition(self.scenario, self.data_dir)
 
     def check_partition_if_data_here(self) -> bool:
-        """Build the partition when the data is on this machine; ``False`` if it is not."""
+        """Build the partition when the data is on this machine; ``False`` if it is not (or when
+        the run declares its own classes and input shape without a ``data-path``: the clients'
+        own folders are on their machines)."""
+        if not self.data_path and self.info is not None and self.info.name == "local":
+            return False
         try:
             self.partition()
         except DataUnavailableError:

@@ -146,6 +146,23 @@ def read_folder(path: str | Path, spec: FolderSpec, pid: int | None = None) -> t
         unknown format, unreadable files, a wrong sample shape or a label outside the classes.
     """
     path = Path(path).expanduser()
+    x, y = read_raw(path, spec, pid)
+    x = _to_float(_channels_first(x, spec.input_shape, pid, path))
+    return x, _labels(y, spec.num_classes, pid, path)
+
+
+def read_raw(path: Path, spec: FolderSpec, pid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The samples and labels at ``path`` as stored (pixels not scaled, layout not changed).
+
+    ``spec`` gives the format, the columns and, for ImageFolder, the classes and channels
+    (``num_classes == 0``: every class folder is a class; an ``input_shape`` that is not
+    ``(C, H, W)``: images keep their own mode).
+
+    Raises
+    ------
+    ClientDataError
+        As :func:`read_folder`, for everything but shapes and label ranges.
+    """
     fmt = detect_format(path, pid) if spec.data_format == "auto" else spec.data_format
     if not path.exists():
         raise _error(pid, path, "be an existing folder or .npz file", "a path that does not exist")
@@ -155,8 +172,7 @@ def read_folder(path: str | Path, spec: FolderSpec, pid: int | None = None) -> t
         raise _error(pid, path, "hold as many labels as samples", f"{len(x)} samples and {len(y)} labels")
     if len(y) == 0:
         raise _error(pid, path, "hold at least one sample", "an empty data set")
-    x = _to_float(_channels_first(x, spec.input_shape, pid, path))
-    return x, _labels(y, spec.num_classes, pid, path)
+    return x, y
 
 
 def split_samples(x: np.ndarray, y: np.ndarray, spec: FolderSpec, pid: int, path: str | Path = "") -> LocalSplits:
@@ -290,7 +306,7 @@ def _read_imagefolder(path: Path, spec: FolderSpec, pid: int | None) -> tuple[np
     names = [d.name for d in folders]
     if all(n.isdigit() for n in names):
         label_of = {n: int(n) for n in names}
-    elif len(names) == spec.num_classes:
+    elif spec.num_classes in (0, len(names)):  # 0: a whole data set, whose folders are all the classes
         label_of = {n: i for i, n in enumerate(names)}
     else:
         raise _error(pid, path, f"name its class folders by class id (0 .. {spec.num_classes - 1}), or hold "

@@ -246,3 +246,57 @@ def test_truth_file_without_groups_is_refused(tmp_path):
                                                           "input-shape": [4]}))
     with pytest.raises(ClientDataError, match="'truth-path'"):
         read_truth(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def whole_digits_npz(tmp_path_factory):
+    """All of digits as the user's own whole dataset: (n, H, W) uint8 pixels and labels."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    path = tmp_path_factory.mktemp("whole") / "digits.npz"
+    np.savez(path, x=(bunch.images * 15).astype(np.uint8), y=bunch.target)
+    return path, bunch
+
+
+def test_a_path_dataset_is_partitioned_by_a_label_scenario(whole_digits_npz):
+    path, bunch = whole_digits_npz
+    cfg = ScenarioConfig(dataset=f"npz:{path}", num_clients=4, groups=2, samples_per_label=20, seed=1)
+    part = build_partition(cfg)
+    assert part.dataset.info.input_shape == (1, 8, 8) and part.dataset.info.num_classes == 10
+    assert len(part.dataset.y_train) + len(part.dataset.y_test) == len(bunch.target)
+    for pid, split in enumerate(part.clients):
+        data = client_data(part, pid)
+        labels = set(data.y_train.tolist())
+        assert len(labels) == 2 and labels >= set(data.y_test.tolist())
+        assert data.x_train.max() <= 1.0 and data.x_train.dtype == np.float32  # pixels only scaled
+        np.testing.assert_array_equal(part.dataset.y_train[split.train_idx], data.y_train)
+
+
+def test_a_path_dataset_can_be_rotated_when_it_holds_images(whole_digits_npz, tmp_path):
+    path, _ = whole_digits_npz
+    part = build_partition(ScenarioConfig(dataset=f"npz:{path}", scenario="rotation", num_clients=4,
+                                          samples_per_client=30, angles=(0.0, 90.0)))
+    rotated = [c for c in part.clients if c.rotation == 90.0][0]
+    data = client_data(part, rotated.partition_id)
+    raw = part.dataset.x_train[rotated.train_idx].astype(np.float32) / 255
+    np.testing.assert_allclose(data.x_train, np.rot90(raw, 1, axes=(-2, -1)))
+    flat = tmp_path / "flat.npz"
+    np.savez(flat, x=np.zeros((40, 5), np.float32), y=np.arange(40) % 2)
+    with pytest.raises(ValueError, match="must hold images"):
+        ScenarioConfig(dataset=f"npz:{flat}", scenario="rotation", num_clients=2, samples_per_client=5)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("parquet:/data/x", "'dataset' parameter of scenario 'label-groups' must be one of"),
+    ("npz:/no/such/file.npz", "must be an existing folder or .npz file"),
+])
+def test_bad_path_datasets_are_named_errors(name, message):
+    with pytest.raises(ValueError, match=message):
+        ScenarioConfig(dataset=name)
+
+
+def test_a_path_dataset_with_float_labels_is_refused(tmp_path):
+    np.savez(tmp_path / "r.npz", x=np.zeros((10, 3), np.float32), y=np.linspace(0, 1, 10))
+    with pytest.raises(ValueError, match="integer class labels"):
+        ScenarioConfig(dataset=f"npz:{tmp_path / 'r.npz'}")

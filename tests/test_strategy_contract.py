@@ -158,10 +158,10 @@ def test_trains_a_user_model_on_clients_own_folders(name, own_data):
     rc, exp, strategy = _setup(name, fraction=1.0, **own_data)
     grid = InProcessGrid(client_app, rc, 6)
     initial = exp.initial_model()
-    assert "classifier.weight" in initial.keys() and "head.weight" not in initial.keys()
+    assert "classifier.weight" in initial and "head.weight" not in initial
     strategy.start(grid, initial, expected_clients=6)
     assert len(strategy.history) == 3
     assert all(r["failures"] == 0 and r["rejected"] == 0 for r in strategy.history), strategy.history
     assert strategy.history[-1]["ari"] is not None  # scored against the truth file
     assert all(c.true_group == -1 and sum(c.class_counts) == c.num_train for c in strategy.clients.values())
-    assert any(not np.array_equal(m[k].numpy(), initial[k].numpy()) for m in strategy.models for k in initial.keys())
+    assert any(not np.array_equal(m[k].numpy(), initial[k].numpy()) for m in strategy.models for k in initial)

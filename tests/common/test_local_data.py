@@ -277,7 +277,7 @@ def test_a_path_dataset_can_be_rotated_when_it_holds_images(whole_digits_npz, tm
     path, _ = whole_digits_npz
     part = build_partition(ScenarioConfig(dataset=f"npz:{path}", scenario="rotation", num_clients=4,
                                           samples_per_client=30, angles=(0.0, 90.0)))
-    rotated = [c for c in part.clients if c.rotation == 90.0][0]
+    rotated = next(c for c in part.clients if c.rotation == 90.0)
     data = client_data(part, rotated.partition_id)
     raw = part.dataset.x_train[rotated.train_idx].astype(np.float32) / 255
     np.testing.assert_allclose(data.x_train, np.rot90(raw, 1, axes=(-2, -1)))

@@ -27,8 +27,8 @@ def test_a_factory_builds_the_users_module_with_seeded_weights():
 @pytest.mark.parametrize("name, message", [
     ("no_such_module_xyz:build", "whose module cannot be imported"),
     ("user_models:missing", "has no callable 'missing'"),
-    ("user_models:not_a_module", "must name a factory that returns a torch.nn.Module. Got 'user_models:not_a_module', "
-                                 "which returned str"),
+    ("user_models:not_a_module", ("must name a factory that returns a torch.nn.Module. "
+                                  "Got 'user_models:not_a_module', which returned str")),
 ])
 def test_a_bad_factory_is_a_clear_error(name, message):
     with pytest.raises(ValueError, match=message):

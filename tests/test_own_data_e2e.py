@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+from test_deployment import _kill_trees, _wait_for_port
 
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
@@ -44,27 +41,6 @@ def _env(home: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH", "")]))
     env["OMP_NUM_THREADS"] = "1"
     return env
-
-
-def _kill_trees(procs: list[subprocess.Popen]) -> None:
-    tree = []
-    for proc in procs:
-        try:
-            root = psutil.Process(proc.pid)
-            tree += [*root.children(recursive=True), root]
-        except psutil.NoSuchProcess:
-            continue
-    for p in tree:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 @pytest.fixture(scope="module")
@@ -133,18 +109,7 @@ def deployed(federation, tmp_path_factory) -> dict[str, dict]:
             results[name] = _results(work / "results" / name, log)
         yield results
     finally:
-        _kill_trees(procs)
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the SuperLink exited:\n{log.read_text()[-3000:]}"
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    pytest.fail(f"the SuperLink did not listen on {port} within {timeout:g} s")
+        _kill_trees([p.pid for p in procs])
 
 
 def _results(folder: Path, log: Path) -> dict:

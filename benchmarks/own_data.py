@@ -5,13 +5,14 @@ exactly as the ClientApp does (``client.task.task_from_context``) and trains its
 (``train_local`` with the run's local epochs). Two ways to get the same client's data:
 
 - ``scenario``: today's path, the whole dataset loaded and the scenario rebuilt in the client;
-- ``data-path``: the partition's folder written by ``umbel export`` (Hugging Face format), read alone.
+- ``data-path``: the partition's folder written by ``umbel export`` (``--format``, default the
+  Hugging Face one), read alone.
 
 Reported per mode (median of ``--repeats`` processes, modes alternating): wall and CPU seconds
 of setup (data) and of the first round's training, and the process's resident memory after the
 round and its peak. CPU seconds and the ratios are the figures to quote on a shared machine.
 
-    python -m benchmarks.own_data --dataset fashion-mnist --num-clients 100 --repeats 3
+    OMP_NUM_THREADS=1 python -m benchmarks.own_data --dataset fashion-mnist --num-clients 100 --repeats 3
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-clients", type=int, default=100)
     parser.add_argument("--partition", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--format", choices=("hf", "npz", "imagefolder"), default="hf", help="export format")
     parser.add_argument("--out", type=Path, default=None, help="export folder (default: a temporary one)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = {**load_defaults(PROJECT_ROOT), "dataset": args.dataset, "num-clients": args.num_clients, "device": "cpu"}
     out = args.out or Path(tempfile.mkdtemp(prefix="umbel-own-data-")) / "federation"
     if not (out / "federation.json").exists():
-        export_partition(build_partition(ScenarioConfig.from_run_config(rc)), out, "hf")
+        export_partition(build_partition(ScenarioConfig.from_run_config(rc)), out, args.format)
     spec = json.dumps({"rc": rc, "folder": str(out / f"partition_{args.partition}"), "pid": args.partition})
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for _ in range(args.repeats):
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {m: {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]} for m, rs in runs.items()}
     ratios = {k: round(table["scenario"][k] / table["data-path"][k], 2)
               for k in ("first-round-cpu-s", "setup-cpu-s", "rss-mib", "peak-rss-mib") if table["data-path"][k]}
-    print(json.dumps({"dataset": args.dataset, "num-clients": args.num_clients, "partition": args.partition,
+    print(json.dumps({"dataset": args.dataset, "format": args.format, "num-clients": args.num_clients, "partition": args.partition,
                       "repeats": args.repeats, "median": table, "scenario / data-path": ratios}, indent=2))
     return 0
 

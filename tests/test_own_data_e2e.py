@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,8 +46,16 @@ def _env(home: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def federation(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("own-data") / "federation"
+def work() -> Path:
+    """A folder of this module's own: pytest's rotation of tmp folders (other sessions) cannot remove it."""
+    folder = Path(tempfile.mkdtemp(prefix="umbel-own-data-e2e-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def federation(work) -> Path:
+    root = work / "federation"
     out = subprocess.run([sys.executable, "-m", "server.cli", "export", "--out", str(root), "--dataset", "digits",
                           "--num-clients", str(NUM_CLIENTS), "--groups", "3", "--samples-per-label", "20",
                           "--seed", str(SEED)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
@@ -55,61 +65,75 @@ def federation(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def deployed(federation, tmp_path_factory) -> dict[str, dict]:
-    """Run each strategy of ``RUNS`` on the deployment; return its metrics, assignment and log."""
-    work = tmp_path_factory.mktemp("deployment")
-    certs, keys = work / "certs", work / "keys"
-    deploy.make_certificates(certs)
-    names = [f"supernode-{i}" for i in range(NUM_CLIENTS + 1)]
-    deploy.make_keys(keys, names)
-    empty = work / "empty-folder"
-    empty.mkdir()
-    port = free_port()
-    procs: list[subprocess.Popen] = []
+class Deployment:
+    """A SuperLink (TLS, node authentication) and one SuperNode per folder on 127.0.0.1."""
 
-    def spawn(name: str, cmd: list[str], home: Path | None = None) -> subprocess.Popen:
-        home = home or work / f"{name}-home"
+    def __init__(self, work: Path, federation: Path) -> None:
+        self.work, self.federation = work, federation
+        self.procs: list[subprocess.Popen] = []
+        self.results: dict[str, dict] = {}
+        self.cli_home = work / "cli-home"
+
+    def spawn(self, name: str, cmd: list[str], home: Path | None = None) -> subprocess.Popen:
+        home = home or self.work / f"{name}-home"
         home.mkdir(exist_ok=True)
-        with (work / f"{name}.log").open("w") as log:
-            procs.append(subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=_env(home), stdout=log, stderr=subprocess.STDOUT))
-        return procs[-1]
+        with (self.work / f"{name}.log").open("w") as log:
+            self.procs.append(subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=_env(home), stdout=log,
+                                               stderr=subprocess.STDOUT))
+        return self.procs[-1]
 
-    try:
-        link = spawn("superlink", deploy.superlink_command(host="127.0.0.1", port=port, database=work / "state.db",
-                                                            certs=certs, auth=True))
-        _wait_for_port(port, link, work / "superlink.log")
-        cli_home = work / "cli-home"
-        deploy.write_connection(cli_home, "dep", f"127.0.0.1:{port}", root_certificates=certs / "ca.crt")
+    def start(self) -> None:
+        certs, keys = self.work / "certs", self.work / "keys"
+        deploy.make_certificates(certs)
+        names = [f"supernode-{i}" for i in range(NUM_CLIENTS + 1)]
+        deploy.make_keys(keys, names)
+        empty = self.work / "empty-folder"
+        empty.mkdir()
+        port = free_port()
+        link = self.spawn("superlink", deploy.superlink_command(host="127.0.0.1", port=port, certs=certs, auth=True,
+                                                                 database=self.work / "state.db"))
+        _wait_for_port(port, link, self.work / "superlink.log")
+        deploy.write_connection(self.cli_home, "dep", f"127.0.0.1:{port}", root_certificates=certs / "ca.crt")
         for cmd in deploy.register_commands(keys, "dep"):
-            out = subprocess.run(cmd, env=_env(cli_home), capture_output=True, text=True, timeout=120, check=False)
+            out = subprocess.run(cmd, env=_env(self.cli_home), capture_output=True, text=True, timeout=120, check=False)
             assert out.returncode == 0, out.stdout + out.stderr
         for pid, name in enumerate(names):
-            folder = federation / f"partition_{pid}" if pid < NUM_CLIENTS else empty
+            folder = self.federation / f"partition_{pid}" if pid < NUM_CLIENTS else empty
             cmd = deploy.supernode_command(superlink=f"127.0.0.1:{port}", partition_id=pid,
                                            num_partitions=NUM_CLIENTS + 1, port=free_port(),
                                            root_certificates=certs / "ca.crt", key=keys / name)
             at = cmd.index("--node-config") + 1
             cmd[at] += f' data-path="{folder}"'  # this node's own data, nothing else
-            spawn(f"node{pid}", cmd)
-        results = {}
-        for name, overrides in RUNS.items():
-            config = {**COMMON, **overrides, "num-clients": NUM_CLIENTS + 1, "num-classes": 10,
-                      "input-shape": "1,8,8", "truth-path": str(federation / "federation.json"),
+            self.spawn(f"node{pid}", cmd)
+
+    def run(self, name: str) -> dict:
+        """``flwr run`` of ``RUNS[name]`` (once); its metrics, final assignment and log."""
+        if name not in self.results:
+            config = {**COMMON, **RUNS[name], "num-clients": NUM_CLIENTS + 1, "num-classes": 10,
+                      "input-shape": "1,8,8", "truth-path": str(self.federation / "federation.json"),
                       "node-wait-timeout": 180.0, "round-timeout": 300.0,
-                      "results-dir": str(work / "results"), "run-name": name}
-            (work / f"{name}.toml").write_text(to_toml(config))
-            run = spawn(f"run-{name}", [deploy._executable("flwr"), "run", str(PROJECT_ROOT), "dep", "--stream",
-                                        "--run-config", str(work / f"{name}.toml")], home=cli_home)
-            log = work / f"run-{name}.log"
+                      "results-dir": str(self.work / "results"), "run-name": name}
+            (self.work / f"{name}.toml").write_text(to_toml(config))
+            proc = self.spawn(f"run-{name}", [deploy._executable("flwr"), "run", str(PROJECT_ROOT), "dep",
+                                              "--stream", "--run-config", str(self.work / f"{name}.toml")],
+                              home=self.cli_home)
+            log = self.work / f"run-{name}.log"
             try:
-                run.wait(timeout=RUN_TIMEOUT)
+                proc.wait(timeout=RUN_TIMEOUT)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"flwr run of {name} did not finish in {RUN_TIMEOUT} s:\n{log.read_text()[-4000:]}")
-            results[name] = _results(work / "results" / name, log)
-        yield results
+            self.results[name] = _results(self.work / "results" / name, log)
+        return self.results[name]
+
+
+@pytest.fixture(scope="module")
+def deployment(work, federation):
+    dep = Deployment(work, federation)
+    try:
+        dep.start()
+        yield dep
     finally:
-        _kill_trees([p.pid for p in procs])
+        _kill_trees([p.pid for p in dep.procs])
 
 
 def _results(folder: Path, log: Path) -> dict:
@@ -126,9 +150,10 @@ def _same_partition(a: dict[str, int], b: dict[str, int]) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT + 300)
 @pytest.mark.parametrize("strategy", list(RUNS))
-def test_supernodes_reading_only_their_own_folders_recover_the_true_groups(deployed, strategy):
-    result = deployed[strategy]
+def test_supernodes_reading_only_their_own_folders_recover_the_true_groups(deployment, strategy):
+    result = deployment.run(strategy)
     assert result["metrics"][-1]["ari"] == 1.0, result["metrics"]
     assert sorted(result["assignment"]) == [str(p) for p in range(NUM_CLIENTS)]
     assert f"{NUM_CLIENTS} clients identified (of {NUM_CLIENTS + 1} nodes)" in result["log"]
@@ -137,13 +162,16 @@ def test_supernodes_reading_only_their_own_folders_recover_the_true_groups(deplo
 
 
 @pytest.mark.slow
-def test_simulation_with_data_path_finds_the_same_clusters(deployed, federation, tmp_path):
+@pytest.mark.timeout(2 * RUN_TIMEOUT)
+def test_simulation_with_data_path_finds_the_same_clusters(deployment, federation, work):
+    out_dir = work / "simulation"
     for name, overrides in RUNS.items():
+        deployed = deployment.run(name)["assignment"]
         flags = [f"--{k}={v}" for k, v in {**COMMON, **overrides}.items()]
         out = subprocess.run([sys.executable, "-m", "server.cli", "run", "--data-path", str(federation),
-                              "--truth-path", str(federation / "federation.json"), "--results-dir", str(tmp_path),
-                              "--run-name", name, *flags], cwd=PROJECT_ROOT, env=_env(tmp_path / "home"),
+                              "--truth-path", str(federation / "federation.json"), "--results-dir", str(out_dir),
+                              "--run-name", name, *flags], cwd=PROJECT_ROOT, env=_env(out_dir / "home"),
                              capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
         assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
-        simulated = json.loads((tmp_path / name / "assignments.json").read_text())["history"][-1]["assignment"]
-        assert _same_partition(simulated, deployed[name]["assignment"]), (simulated, deployed[name]["assignment"])
+        simulated = json.loads((out_dir / name / "assignments.json").read_text())["history"][-1]["assignment"]
+        assert _same_partition(simulated, deployed), (simulated, deployed)

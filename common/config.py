@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from . import keys
-from .validation import check_float, check_int, check_str
+from .validation import check_bool, check_float, check_int, check_str
 
 OWNER = "the run config"
 
@@ -145,11 +145,13 @@ class OutputParams:
     run_name: str = ""
     checkpoint_every: int = 0
     resume_from: str = ""
+    tensorboard: bool = False
 
     def __post_init__(self) -> None:
         check_str(self.results_dir, "results-dir", OWNER)
         check_str(self.run_name, "run-name", OWNER)
         check_str(self.resume_from, "resume-from", OWNER)
+        check_bool(self.tensorboard, "tensorboard", OWNER)
         object.__setattr__(self, "checkpoint_every", check_int(self.checkpoint_every, "checkpoint-every",
                                                                OWNER, low=0))
         if self.results_dir.strip() == "":

@@ -23,6 +23,7 @@ from .flower_loop import (
     run_flower_fedavg,
 )
 from .results import RunRecorder
+from .tracking import open_loggers
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 
@@ -43,7 +44,7 @@ def main(grid: Grid, context: Context) -> None:
         data = "the clients' own data (node config data-path)"
     log(INFO, "umbel: %s on %s with %d clients; results in %s", experiment.strategy, data,
         experiment.scenario.num_clients, folder)
-    recorder = RunRecorder(folder, context.run_config)
+    recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
     clock = RoundClock()
     if experiment.server_loop == "flower":
         result = run_flower_fedavg(grid, experiment, clock)

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
+import tomli_w
+
+from common import schema
 
 from . import deploy
 
@@ -35,33 +40,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``umbel`` console command."""
     parser = argparse.ArgumentParser(prog="umbel", description="Clustered federated learning on Flower.")
     commands = parser.add_subparsers(dest="command", required=True)
-    defaults = load_defaults(PROJECT_ROOT)
     run = commands.add_parser("run", help="run one experiment in Flower's local simulation",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for key, value in defaults.items():
-        run.add_argument(f"--{key}", type=_parser_for(value), default=value, metavar=type(value).__name__.upper(),
-                         help=f"run-config '{key}'")
-    run.add_argument("--client-cpus", type=int, default=1, help="CPU cores per simulated client (Ray)")
-    run.add_argument("--client-gpus", type=float, default=0.0,
-                     help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU")
-    run.add_argument("--flwr-home", type=Path, default=None,
-                     help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)")
-    run.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
+                              usage="umbel run [-h] [--KEY VALUE ...] [--check]",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                              description="Every option but the last group is a run-config key; "
+                                          "`flwr run . --run-config` takes the same keys.")
+    add_run_config_arguments(run)
+    local = run.add_argument_group("umbel run only")
+    local.add_argument("--client-cpus", type=int, default=1, help="CPU cores per simulated client (Ray)")
+    local.add_argument("--client-gpus", type=float, default=0.0,
+                       help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU")
+    local.add_argument("--flwr-home", type=Path, default=None,
+                       help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)")
+    local.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
     export = commands.add_parser("export", help="write a scenario's clients as data folders (docs/own-data.md)",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     export.add_argument("--out", type=Path, required=True, help="new folder for partition_<i>/ and federation.json")
     export.add_argument("--format", choices=("hf", "npz", "imagefolder"), default="hf",
                         help="hf: datasets save_to_disk (as flwr-datasets create writes)")
-    for key in SCENARIO_FLAGS:
-        export.add_argument(f"--{key}", type=_parser_for(defaults[key]), default=defaults[key],
-                            metavar=type(defaults[key]).__name__.upper(), help=f"run-config '{key}'")
+    for name in SCENARIO_FLAGS:
+        key = schema.SCHEMA[name]
+        export.add_argument(f"--{name}", type=_parser_for(key), default=key.default,
+                            metavar=type(key.default).__name__.upper(), help=key.help)
     deploy.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "deploy":
         return deploy.run(args)
     if args.command == "export":
         return export_federation(args)
-    config = {key: getattr(args, key.replace("-", "_")) for key in defaults}
+    config = {key: getattr(args, key.replace("-", "_")) for key in schema.SCHEMA}
     try:
         folder, num_clients = prepare(config)
     except (ValueError, FileNotFoundError) as err:
@@ -70,11 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         print(f"umbel run: configuration and data are valid ({num_clients} clients).")
         return 0
-    home = (args.flwr_home or PROJECT_ROOT / ".flwr" / folder.name).resolve()
+    print("umbel run: starting Flower's simulation; the clients identify themselves first", flush=True)
+    home = (args.flwr_home or _work_root() / ".flwr" / folder.name).resolve()
     code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus)
+    if code in (130, 128 + signal.SIGTERM):
+        return _interrupted(folder, config, code)
     if code != 0 or not (folder / "summary.json").exists():
-        print(f"umbel run: the run failed (flwr exit code {code}); see the log above and "
-              f"{home / 'local-superlink' / 'superlink.log'}.", file=sys.stderr)
+        log_file = home / "local-superlink" / "superlink.log"
+        where = f"the log above and {log_file}" if log_file.exists() else "the log above"
+        print(f"umbel run: the run failed (flwr exit code {code}); see {where}.", file=sys.stderr)
         return code or 1
     if args.flwr_home is None:
         shutil.rmtree(home, ignore_errors=True)
@@ -82,12 +93,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One ``--KEY`` per run-config key of ``common.schema``, in its group, typed and explained."""
+    groups = {name: parser.add_argument_group(name) for name in schema.GROUPS}
+    for key in schema.KEYS:
+        text = key.help
+        if key.choices:
+            text += f"; one of {', '.join(key.choices)}"
+        if key.read_by:
+            text += f" [read by {', '.join(key.read_by)}]"
+        extra: dict[str, Any] = {"nargs": "?", "const": True} if isinstance(key.default, bool) else {}
+        groups[key.group].add_argument(f"--{key.name}", type=_parser_for(key), default=key.default,
+                                       metavar=type(key.default).__name__.upper(), help=text, **extra)
+
+
+def _interrupted(folder: Path, config: Mapping[str, Any], code: int) -> int:
+    """Ctrl-C or SIGTERM: the summary and plots of the rounds that ran, then the exit code."""
+    from server.results import write_partial
+
+    rounds = write_partial(folder, config)
+    where = f"; results of the {rounds} rounds that ran in {folder}" if rounds else "; no round had finished"
+    print(f"umbel run: interrupted{where}.", file=sys.stderr)
+    return code
+
+
 def load_defaults(root: Path) -> dict[str, Any]:
-    """The run-config defaults of ``[tool.flwr.app.config]`` in ``root/pyproject.toml``."""
-    path = root / "pyproject.toml"
-    if not path.exists():
-        raise SystemExit(f"umbel: {path} not found: 'umbel run' needs the source tree (pip install -e .).")
-    with path.open("rb") as fh:
+    """The ``[tool.flwr.app.config]`` table of ``root/pyproject.toml`` (for tests and tools).
+
+    ``umbel run`` itself takes its defaults from ``common.schema``, which holds the same values.
+    """
+    with (root / "pyproject.toml").open("rb") as fh:
         return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
 
 
@@ -146,8 +181,18 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     if config.get("data-path"):
         use_data_path(config)
     experiment = Experiment.from_run_config(config)
+    s = experiment.scenario
+    what = (f"reading {s.num_clients} client folders in {experiment.data_path}" if experiment.data_path
+            else f"partitioning {s.dataset} among {s.num_clients} clients ({s.scenario})")
+    print(f"umbel run: settings valid; {what}...", flush=True)
+    start = time.monotonic()
     experiment.partition()
+    print(f"umbel run: partition checked in {time.monotonic() - start:.1f} s", flush=True)
     get_device(experiment.device)  # simulated clients run on this machine
+    if experiment.output.tensorboard:
+        from server.tracking import check_tensorboard
+
+        check_tensorboard()
     if experiment.output.resume_from:
         from strategies.checkpoint import load_checkpoint
 
@@ -163,33 +208,106 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
 def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus: int, gpus: float) -> int:
     """Run ``flwr run`` against a private local SuperLink; always stop that SuperLink."""
     flwr_home.mkdir(parents=True, exist_ok=True)
-    write_flower_config(flwr_home, num_clients, cpus, gpus)
+    write_flower_config(flwr_home)
     config_file = flwr_home / "run-config.toml"
     config_file.write_text(to_toml(config))
     env = simulation_env(flwr_home, free_port())
     stop_superlinks(flwr_home)
     flwr = shutil.which("flwr") or str(Path(sys.executable).with_name("flwr"))
-    cmd = [flwr, "run", str(PROJECT_ROOT), "local", "--stream", "--run-config", str(config_file)]
+    app = flower_app(flwr_home)
+    cmd = [flwr, "run", str(app), "local", "--stream", "--run-config", str(config_file),
+           "--federation-config", federation_config(num_clients, cpus, gpus)]
     previous = signal.signal(signal.SIGTERM, _terminated)
+    proc = subprocess.Popen(cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
     try:
-        return subprocess.call(cmd, env=env, cwd=PROJECT_ROOT)
+        for line in proc.stdout or ():
+            if not is_flower_noise(line):
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        return proc.wait()
     except KeyboardInterrupt:
         return 130
     except _Terminated:
         return 128 + signal.SIGTERM
     finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         stop_superlinks(flwr_home)
         signal.signal(signal.SIGTERM, previous)
 
 
-def write_flower_config(flwr_home: Path, num_clients: int, cpus: int, gpus: float) -> None:
-    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection of ``num_clients`` nodes."""
-    (flwr_home / "config.toml").write_text(
-        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
-        f"options.num-supernodes = {int(num_clients)}\n"
-        f"options.backend.client-resources.num-cpus = {int(cpus)}\n"
-        f"options.backend.client-resources.num-gpus = {float(gpus)}\n"
-    )
+FLOWER_NOISE = (
+    "Since flwr 1.32, default simulated SuperNodes changed",
+    "To change federation size, use the following command",
+    "flwr federation simulation-config",
+    "Successfully installed umbel to",
+    "Starting logstream for run_id",
+)
+
+
+def is_flower_noise(line: str) -> bool:
+    """A line of Flower's that the user cannot act on under ``umbel run`` (or an empty log line)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    return any(marker in text for marker in FLOWER_NOISE) or text.rstrip(":").strip() == "INFO"
+
+
+def write_flower_config(flwr_home: Path) -> None:
+    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.41's form)."""
+    (flwr_home / "config.toml").write_text(tomli_w.dumps(
+        {"superlink": {"default": "local", "local": {"address": ":local:"}}}))
+
+
+def federation_config(num_clients: int, cpus: int, gpus: float) -> str:
+    """``flwr run --federation-config``: ``num_clients`` SuperNodes with these resources each."""
+    return (f"num-supernodes={int(num_clients)} client-resources-num-cpus={int(cpus)} "
+            f"client-resources-num-gpus={float(gpus)}")
+
+
+def flower_app(flwr_home: Path) -> Path:
+    """The Flower app folder ``flwr run`` packs.
+
+    From a source tree, the tree itself (its code travels in the FAB). From an installed wheel,
+    a folder holding only a generated ``pyproject.toml``: the FAB then carries no code and the
+    simulation imports the installed packages.
+    """
+    if _source_tree():
+        return PROJECT_ROOT
+    app = flwr_home / "app"
+    app.mkdir(parents=True, exist_ok=True)
+    (app / "pyproject.toml").write_text(tomli_w.dumps({
+        "build-system": {"requires": ["setuptools>=68"], "build-backend": "setuptools.build_meta"},
+        "project": {"name": "umbel", "version": _version(), "dependencies": []},
+        "tool": {"flwr": {"app": {
+            "publisher": "umbel",
+            "components": {"serverapp": "server.app:app", "clientapp": "client.app:app"},
+            "config": schema.defaults(),
+        }}},
+    }))
+    return app
+
+
+def _source_tree() -> bool:
+    """Whether this code runs from umbel's source tree (editable install or checkout)."""
+    return (PROJECT_ROOT / "pyproject.toml").exists() and (PROJECT_ROOT / "server" / "cli.py").exists()
+
+
+def _work_root() -> Path:
+    """Where ``.flwr/`` goes: the source tree, or the current folder for an installed wheel."""
+    return PROJECT_ROOT if _source_tree() else Path.cwd()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("umbel")
+    except PackageNotFoundError:
+        return "0.0.0"
 
 
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
@@ -225,16 +343,7 @@ def stop_superlinks(flwr_home: Path) -> list[int]:
 
 def to_toml(config: Mapping[str, Any]) -> str:
     """Run-config as a flat TOML document (``flwr run --run-config FILE``)."""
-    lines = []
-    for key, value in config.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            text = repr(value)
-        else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        lines.append(f'"{key}" = {text}')
-    return "\n".join(lines) + "\n"
+    return tomli_w.dumps(dict(config))
 
 
 def free_port() -> int:
@@ -244,14 +353,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _parser_for(default: Any):
-    if isinstance(default, bool):
-        return lambda text: text.lower() in {"1", "true", "yes", "on"}
-    if isinstance(default, int):
-        return int
-    if isinstance(default, float):
-        return float
-    return str
+def _parser_for(key: schema.Key) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return key.parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
 
 
 class _Terminated(Exception):

@@ -29,6 +29,7 @@ def plot_accuracy(
     std: Sequence[float | None],
     path: str | Path,
     title: str = "",
+    marks: Sequence[int] = (),
 ) -> Path:
     """Plot the mean local test accuracy per round with a +-std band.
 
@@ -40,6 +41,8 @@ def plot_accuracy(
     path : str or Path
         The PNG to write.
     title : str, default=""
+    marks : sequence of int, default=()
+        Rounds drawn as dashed vertical lines labelled "clustering" (the clusters changed).
 
     Raises
     ------
@@ -53,8 +56,12 @@ def plot_accuracy(
     ax = fig.add_subplot()
     ax.plot(x, m, marker="." if len(x) < 50 else None, label="mean")
     # accuracy (and R^2) never exceeds 1, so neither may the band
-    ax.fill_between(x, m - s, np.minimum(m + s, 1.0), alpha=0.25, label="+-std")
+    ax.fill_between(x, m - s, np.minimum(m + s, 1.0), alpha=0.25, label="± std across clients")
+    for i, mark in enumerate(marks):
+        ax.axvline(mark, color="tab:red", linestyle="--", linewidth=1.0,
+                   label=f"clustering (round {mark})" if len(marks) == 1 else ("clusters change" if i == 0 else None))
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("local test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
@@ -104,6 +111,7 @@ def plot_clustering(
     if np.isfinite(k).any():
         bottom.set_ylim(0, np.nanmax(k) + 1)
     bottom.set_xlabel("round")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.grid(alpha=0.3)
     return _save(fig, path, title)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from strategies import ClusteredStrategy
 
 from . import plots
 from .figures import FIGURES
+from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
 
@@ -43,10 +44,14 @@ class RunRecorder:
         ``results/<run-name>``; created if missing.
     run_config : mapping
         The full run-config, stored in ``summary.json``.
+    loggers : sequence of MetricsLogger, default=()
+        Trackers that get every round's record too (``server.tracking``).
     """
 
-    def __init__(self, folder: Path, run_config: Mapping[str, Any]) -> None:
+    def __init__(self, folder: Path, run_config: Mapping[str, Any],
+                 loggers: Sequence[MetricsLogger] = ()) -> None:
         self.folder = Path(folder)
+        self.loggers = list(loggers)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.run_config = dict(run_config)
         self.started = time.time()
@@ -65,6 +70,8 @@ class RunRecorder:
         with self._metrics.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         log(INFO, "%s", progress_line(record, strategy.training.rounds))
+        for logger in self.loggers:
+            logger.log_round(record)
         current = {str(pid): k for pid, k in sorted(strategy.assignment.items())}
         if not self._assignments or self._assignments[-1]["assignment"] != current:
             self._assignments.append({"round": record["round"], "assignment": current})
@@ -72,7 +79,6 @@ class RunRecorder:
     def finish(self, strategy: ClusteredStrategy) -> dict[str, Any]:
         """Write ``summary.json``, ``assignments.json`` and the plots; return the summary."""
         history = strategy.history
-        evaluated = [r for r in history if r["accuracy"] is not None]
         summary = summarise(history, FINAL_FRACTION)
         summary.update({
             "strategy": type(strategy).name,
@@ -85,18 +91,13 @@ class RunRecorder:
             "true-groups": {str(p): strategy.true_group(p) for p in sorted(strategy.clients)},
             "history": self._assignments,
         })
-        rounds = [r["round"] for r in evaluated]
-        if evaluated:
-            plots.plot_accuracy(rounds, [r["accuracy"] for r in evaluated],
-                                [r["accuracy-std"] for r in evaluated], self.folder / "accuracy.png",
-                                title=f"{type(strategy).name}: mean local test accuracy")
-        plots.plot_clustering([r["round"] for r in history], [r["ari"] for r in history],
-                              [r["num-clusters"] for r in history], self.folder / "clustering.png",
-                              title=f"{type(strategy).name}: clustering")
+        plot_history(history, self.folder, type(strategy).name)
         self._plot_distances(strategy)
         figure = FIGURES.get(type(strategy).name)
         if figure is not None:
             figure(strategy, self.folder)
+        for logger in self.loggers:
+            logger.close()
         log(INFO, "final accuracy %s, final ARI %s; results in %s",
             summary["final-accuracy"], summary["final-ari"], self.folder)
         return summary
@@ -120,8 +121,68 @@ class RunRecorder:
             log(WARNING, "distance matrix of shape %s does not match its %d clients; not plotted",
                 matrix.shape, len(pids))
             return
+        name = type(strategy).name
+        rounds = [r["round"] for r in strategy.history if r["clustering-seconds"] > 0]
+        when = f", round {rounds[-1]}" if rounds else ""
         plots.plot_distance_matrix(matrix, np.array([strategy.assignment[p] for p in pids]),
-                                   self.folder / "distances.png", title=f"{type(strategy).name}")
+                                   self.folder / "distances.png",
+                                   title=f"{name}: {distance_name(strategy)}{when}\n{len(pids)} clients by cluster")
+
+
+def distance_name(strategy: ClusteredStrategy) -> str:
+    """What ``strategy.distance_matrix`` measures, in words."""
+    params = getattr(strategy, "params", None)
+    names = {
+        "cflgt": "trajectory distance (mean point-wise L2)",
+        "fedclust": "Euclidean distance of final layers",
+        "pacfl": f"principal angles ({getattr(params, 'pacfl_measure', '')}), degrees",
+        "flhc": f"{getattr(params, 'flhc_metric', '')} distance of updates",
+        "flag": "A = beta V + (1 - beta) G (data and gradient angles)",
+        "flic": "cosine distance 1 - cos of updates",
+        "cfl-sattler": "cosine distance 1 - cos of updates",
+        "cfl-gp": "Euclidean distance of the profiles' spectral features",
+    }
+    return names.get(type(strategy).name, "client distance")
+
+
+def clustering_rounds(history: list[dict[str, Any]]) -> list[int]:
+    """Rounds whose cluster count differs from the round before (round 1 when it starts above 1)."""
+    marks, previous = [], 1
+    for record in history:
+        if record["num-clusters"] != previous:
+            marks.append(record["round"])
+        previous = record["num-clusters"]
+    return marks
+
+
+def plot_history(history: list[dict[str, Any]], folder: Path, name: str) -> None:
+    """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``."""
+    evaluated = [r for r in history if r["accuracy"] is not None]
+    if evaluated:
+        plots.plot_accuracy([r["round"] for r in evaluated], [r["accuracy"] for r in evaluated],
+                            [r["accuracy-std"] for r in evaluated], folder / "accuracy.png",
+                            title=f"{name}: mean local test accuracy", marks=clustering_rounds(history))
+    plots.plot_clustering([r["round"] for r in history], [r["ari"] for r in history],
+                          [r["num-clusters"] for r in history], folder / "clustering.png",
+                          title=f"{name}: clustering")
+
+
+def write_partial(folder: Path, run_config: Mapping[str, Any]) -> int:
+    """``summary.json`` and plots of an interrupted run from its ``metrics.jsonl``; the rounds it holds.
+
+    The summary says ``"interrupted": true``; ``final-accuracy`` is over the rounds that ran.
+    """
+    path = Path(folder) / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    history = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not history:
+        return 0
+    summary = summarise(history, FINAL_FRACTION)
+    summary.update({"interrupted": True, "strategy": run_config.get("strategy"), "config": dict(run_config)})
+    _write_json(Path(folder) / "summary.json", summary)
+    plot_history(history, Path(folder), str(run_config.get("strategy", "")))
+    return len(history)
 
 
 def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, Any]:

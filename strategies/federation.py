@@ -20,6 +20,8 @@ from flwr.serverapp import Grid
 
 from common import keys
 
+PROGRESS_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class ClientInfo:
@@ -122,11 +124,29 @@ class Outbox:
         return out
 
 
-def send(grid: Grid, outbox: Outbox, timeout: float) -> Exchange:
-    """Send every queued message, wait up to ``timeout`` seconds, and collect."""
+def send(grid: Grid, outbox: Outbox, timeout: float, progress: str = "") -> Exchange:
+    """Send every queued message, wait up to ``timeout`` seconds, and collect.
+
+    With ``progress`` (e.g. "clients identified"), log the count of replies every
+    ``PROGRESS_SECONDS`` while waiting.
+    """
     if not outbox.messages:
         return Exchange(phase=outbox.message_type)
-    replies = grid.send_and_receive(outbox.messages, timeout=timeout)
+    if not progress:
+        return outbox.collect(grid.send_and_receive(outbox.messages, timeout=timeout), timeout)
+    pending = set(grid.push_messages(outbox.messages))
+    total, start = len(pending), time.monotonic()
+    replies: list[Message] = []
+    shown = start
+    while pending and time.monotonic() - start < timeout:
+        pulled = list(grid.pull_messages(pending))
+        replies.extend(pulled)
+        pending.difference_update(m.metadata.reply_to_message_id for m in pulled)
+        if pending and time.monotonic() - shown >= PROGRESS_SECONDS:
+            shown = time.monotonic()
+            log(INFO, "%d of %d %s (%.0f s)", total - len(pending), total, progress, shown - start)
+        if pending:
+            time.sleep(0.2)
     return outbox.collect(replies, timeout)
 
 
@@ -168,7 +188,7 @@ def discover_clients(
     outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity")
     for node in node_ids:
         outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
-    exchange = send(grid, outbox, reply_timeout)
+    exchange = send(grid, outbox, reply_timeout, progress="clients identified")
     clients: dict[int, ClientInfo] = {}
     for node, cause in sorted(exchange.failures.items()):
         log(WARNING, "Node %d did not give its identity: %s", node, cause)

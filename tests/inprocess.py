@@ -83,3 +83,15 @@ class InProcessGrid:
                     continue
             replies.append(reply)
         return replies[::-1] if self.reverse_replies else replies
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        """Flower's two-step form of ``send_and_receive``: the replies wait for ``pull_messages``."""
+        messages = list(messages)
+        self._waiting = getattr(self, "_waiting", []) + self.send_and_receive(messages)
+        return [m.metadata.message_id for m in messages]
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        wanted = set(message_ids)
+        pulled = [r for r in self._waiting if r.metadata.reply_to_message_id in wanted]
+        self._waiting = [r for r in self._waiting if r.metadata.reply_to_message_id not in wanted]
+        return pulled

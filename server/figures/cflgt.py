@@ -20,8 +20,15 @@ from ..plots import _save
 from . import register
 
 
-def _draw(ax: Any, points: np.ndarray, color: Any, order: np.ndarray, width: float = 0.8) -> None:
-    ax.plot(points[order, 0], points[order, 1], "-o", color=color, lw=width, ms=2.5, alpha=0.7)
+def _draw(ax: Any, points: np.ndarray, color: Any, order: np.ndarray, width: float = 0.6, alpha: float = 0.35,
+          label: str | None = None) -> None:
+    ax.plot(points[order, 0], points[order, 1], "-o", color=color, lw=width, ms=2.0, alpha=alpha, label=label)
+
+
+def _exemplar(ax: Any, points: np.ndarray, color: Any, order: np.ndarray) -> None:
+    """The cluster's exemplar: thick, in its colour, outlined in black so it stands above its members."""
+    ax.plot(points[order, 0], points[order, 1], "-o", color="black", lw=3.2, ms=4.5, zorder=3)
+    ax.plot(points[order, 0], points[order, 1], "-o", color=color, lw=1.8, ms=3.0, zorder=4)
 
 
 @register("cflgt")
@@ -40,31 +47,51 @@ def trajectory_figures(strategy: Any, folder: Path) -> list[Path]:
     clusters = sorted(set(labels.tolist()))
     cmap = colormaps["tab20" if len(clusters) > 10 else "tab10"]
 
-    fig = Figure(figsize=(6.5, 5))
+    sizes = {k: int(np.sum(labels == k)) for k in clusters}
+    names = {k: f"cluster {k} ({sizes[k]})" if k >= 0 else f"not clustered ({sizes[k]})" for k in clusters}
+    fig = Figure(figsize=(8.0, 5.2))
     ax = fig.add_subplot()
-    for p, k in zip(points, labels, strict=True):
-        _draw(ax, p, cmap(clusters.index(k) % cmap.N), order)
+    for i, k in enumerate(clusters):
+        for j, p in enumerate(points[labels == k]):
+            _draw(ax, p, cmap(i % cmap.N), order, label=names[k] if j == 0 else None)
+        if 0 <= k < len(strategy.exemplars):
+            _exemplar(ax, np.asarray(strategy.exemplars[k]), cmap(i % cmap.N), order)
     ax.set_xlabel("Z1' (pulling force)")
     ax.set_ylabel("Z2' (pushing force)")
-    paths = [_save(fig, folder / "trajectories.png", f"CFLGT: trajectories of {len(pids)} clients")]
+    ax.grid(alpha=0.3)
+    legend = ax.legend(title="cluster (clients); thick: exemplar", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                       fontsize=8, title_fontsize=8, ncol=1 if len(clusters) <= 16 else 2)
+    for handle in legend.legend_handles:
+        if handle is not None:
+            handle.set_alpha(1.0)
+    paths = [_save(fig, folder / "trajectories.png", f"CFLGT: gradient trajectories of {len(pids)} clients")]
 
-    cols = min(5, len(clusters))
+    cols = min(3, len(clusters))
     rows = math.ceil(len(clusters) / cols)
-    fig = Figure(figsize=(3.2 * cols, 2.8 * rows))
+    fig = Figure(figsize=(3.6 * cols, 3.0 * rows + 0.4))
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
     lo, hi = points.reshape(-1, 2).min(axis=0), points.reshape(-1, 2).max(axis=0)
     pad = 0.05 * np.maximum(hi - lo, 1e-12)
     for i, k in enumerate(clusters):
-        ax = fig.add_subplot(rows, cols, i + 1)
-        members = points[labels == k]
-        for p in members:
+        ax = axes[i]
+        for p in points[labels == k]:
             _draw(ax, p, cmap(i % cmap.N), order)
         if 0 <= k < len(strategy.exemplars):
-            _draw(ax, strategy.exemplars[k], "black", order, width=1.6)
+            _exemplar(ax, np.asarray(strategy.exemplars[k]), cmap(i % cmap.N), order)
         ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
         ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
-        ax.set_title(f"cluster {k} ({len(members)} clients)", fontsize=9)
-        ax.tick_params(labelsize=7)
-    paths.append(_save(fig, folder / "trajectory-clusters.png", "CFLGT: trajectories by cluster (exemplar black)"))
+        ax.set_title(f"cluster {k}: {sizes[k]} clients" if k >= 0 else f"not clustered: {sizes[k]}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+        if i % cols == 0:
+            ax.set_ylabel("Z2' (pushing)", fontsize=9)
+        if i >= len(clusters) - cols:
+            ax.set_xlabel("Z1' (pulling)", fontsize=9)
+            ax.xaxis.set_tick_params(labelbottom=True)
+    for ax in axes[len(clusters):]:
+        ax.set_visible(False)
+    paths.append(_save(fig, folder / "trajectory-clusters.png",
+                       "CFLGT: trajectories by cluster (outlined: the exemplar)"))
 
     data = {"partition-ids": pids, "clusters": labels.tolist(), "point-order": order.tolist(),
             "trajectories": points.tolist(), "exemplars": np.asarray(strategy.exemplars).tolist(),

@@ -26,7 +26,7 @@ def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     clusters = np.array([r["num-clusters"] for r in sweep])
     acc = np.array([np.nan if r["accuracy"] is None else r["accuracy"] for r in sweep])
     width = 0.8 * (np.min(np.abs(np.diff(alpha))) if len(alpha) > 1 else 0.1)
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = Figure(figsize=(6.4, 4.4))
     bars = fig.add_subplot()
     bars.bar(alpha, clusters, width=width, color="tab:blue", alpha=0.5, label="clusters")
     bars.set_xlabel("HC threshold alpha")
@@ -39,8 +39,10 @@ def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     chosen = getattr(strategy, "chosen_alpha", None)
     if chosen is not None:
         line.axvline(chosen, color="black", linestyle="--", linewidth=1, label=f"chosen alpha {chosen:g}")
-    line.legend(loc="upper left")
+    handles = bars.get_legend_handles_labels()[0] + line.get_legend_handles_labels()[0]
+    bars.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=9)
     data = folder / "flag-sweep.json"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps({"chosen-alpha": chosen, "sweep": sweep}, indent=1))
-    return [_save(fig, folder / "flag-sweep.png", "FLAG: threshold sweep"), data]
+    return [_save(fig, folder / "flag-sweep.png",
+                  "FLAG: threshold sweep, validated on held-out train data"), data]

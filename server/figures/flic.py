@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
+from ..plots import _save
 from . import register
 
 MAX_SAVED = 5000
@@ -30,7 +31,7 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     """Write ``flic-stability.png`` and ``flic.json`` into ``folder``; return their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     change = np.asarray(strategy.global_change, dtype=np.float64)
     if change.size:
@@ -39,14 +40,11 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     if strategy.clustered_at is not None:
         ax.axvline(strategy.clustered_at, color="tab:green", label=f"clustering (round {strategy.clustered_at})")
     ax.set_xlabel("round")
-    ax.set_ylabel("||w_t - w_{t-1}|| / ||w_{t-1}||")
+    ax.set_ylabel(r"relative change $\|w_t - w_{t-1}\| \,/\, \|w_{t-1}\|$")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right")
-    FigureCanvasAgg(fig)
-    fig.suptitle("flic: global model before clustering")
-    fig.tight_layout()
-    png = folder / "flic-stability.png"
-    fig.savefig(png, format="png", dpi=120)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
+    png = _save(fig, folder / "flic-stability.png", "FLIC: change of the global model before clustering")
     clusters = []
     for k in range(len(strategy.models)):
         members = sorted(p for p, c in strategy.assignment.items() if c == k)

@@ -4,6 +4,7 @@ import tomllib
 
 import pytest
 
+from common import schema
 from server import cli
 from strategies import REGISTRY
 
@@ -42,10 +43,29 @@ def test_a_device_this_machine_lacks_fails_before_starting(capsys, monkeypatch):
     assert code == 2 and "'device'" in out.err
 
 
-def test_every_run_config_key_has_a_flag():
-    defaults = cli.load_defaults(cli.PROJECT_ROOT)
-    assert {"strategy", "dataset", "scenario", "num-clients", "rounds", "fraction", "local-epochs", "batch-size",
-            "lr", "momentum", "model", "seed", "eval-every", "results-dir", "data-dir", "round-timeout"} <= set(defaults)
+def test_every_schema_key_is_a_flag_with_its_default(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "prepare", lambda config: seen.update(config) or (_ for _ in ()).throw(ValueError("x")))
+    assert cli.main(["run", "--uniform-weights", "--rounds", "7"]) == 2
+    assert set(seen) == set(schema.SCHEMA)
+    assert seen["uniform-weights"] is True and seen["rounds"] == 7 and seen["lr"] == schema.SCHEMA["lr"].default
+
+
+def test_a_misspelt_boolean_is_an_error_naming_the_key(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--uniform-weights", "flase"])
+    assert exit_.value.code == 2
+    assert "The 'uniform-weights' parameter of the run config must be a bool" in capsys.readouterr().err
+
+
+def test_help_explains_each_key_in_its_group(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "run-config '" not in out
+    assert out.index("data and scenario:") < out.index("training:") < out.index("output:") < out.index("faults:")
+    assert out.index("flag:") < out.index("--uniform-weights") < out.index("flic:")
+    assert "[read by fedclust, pacfl, flhc, flag]" in out
 
 
 def test_run_config_toml_round_trips():
@@ -53,13 +73,24 @@ def test_run_config_toml_round_trips():
     assert tomllib.loads(cli.to_toml(config)) == config
 
 
-def test_flower_config_sizes_the_federation(tmp_path):
-    cli.write_flower_config(tmp_path, 42, 1, 0.25)
+def test_flower_config_uses_the_current_form_and_sizes_the_federation(tmp_path):
+    from flwr.common.config import parse_config_args
+    from flwr.supercore.utils import simulation_config_from_json
+
+    cli.write_flower_config(tmp_path)
     conf = tomllib.loads((tmp_path / "config.toml").read_text())
-    local = conf["superlink"]["local"]
-    assert conf["superlink"]["default"] == "local" and local["address"] == ":local:"
-    assert local["options"]["num-supernodes"] == 42
-    assert local["options"]["backend"]["client-resources"] == {"num-cpus": 1, "num-gpus": 0.25}
+    assert conf == {"superlink": {"default": "local", "local": {"address": ":local:"}}}
+    fields = parse_config_args([cli.federation_config(42, 1, 0.25)])
+    sim = simulation_config_from_json({k.replace("-", "_"): v for k, v in fields.items()})
+    assert (sim.num_supernodes, sim.client_resources_num_cpus, sim.client_resources_num_gpus) == (42, 1, 0.25)
+
+
+def test_an_installed_wheel_gets_a_generated_app_with_the_schema_defaults(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path / "site-packages")
+    app = cli.flower_app(tmp_path)
+    conf = tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert conf["components"] == {"serverapp": "server.app:app", "clientapp": "client.app:app"}
+    assert conf["config"] == schema.defaults()
 
 
 def test_environment_disables_runtime_installs_and_telemetry(tmp_path):

@@ -33,3 +33,32 @@ def test_progress_line():
     assert line.startswith("round   12/100 | train") and "acc 0.7812" in line and "ARI 1.000" in line
     assert "clusters   5" in line
     assert "acc    -" in progress_line(_record(3), 100)
+
+
+def test_clustering_rounds_mark_every_change_of_the_cluster_count():
+    from server.results import clustering_rounds
+
+    counts = [1, 1, 5, 5, 6, 6]
+    history = [{"round": r, "num-clusters": k} for r, k in enumerate(counts, start=1)]
+    assert clustering_rounds(history) == [3, 5]
+    assert clustering_rounds([{"round": 1, "num-clusters": 4}, {"round": 2, "num-clusters": 4}]) == [1]
+
+
+def test_write_partial_summarises_only_the_rounds_that_ran(tmp_path):
+    import json
+
+    from server.results import write_partial
+
+    assert write_partial(tmp_path, {"strategy": "fedavg"}) == 0 and not (tmp_path / "summary.json").exists()
+    rows = []
+    for r, acc in ((1, None), (2, 0.5), (3, None), (4, 0.7)):
+        rows.append({"round": r, "phase": "train", "accuracy": acc, "accuracy-std": None if acc is None else 0.1,
+                     "ari": 0.0, "ami": 0.0, "num-clusters": 1 if r < 3 else 2, "bytes-down-model": 10,
+                     "bytes-up-model": 10, "bytes-down-signal": 0, "bytes-up-signal": r, "failures": 0,
+                     "rejected": 0, "clustering-seconds": 0.0, "round-seconds": 1.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert write_partial(tmp_path, {"strategy": "fedavg", "rounds": 100}) == 4
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["rounds"] == 4 and summary["config"]["rounds"] == 100
+    assert summary["final-accuracy"] == 0.7 and summary["bytes-up-signal"] == 10 and summary["final-num-clusters"] == 2
+    assert (tmp_path / "accuracy.png").exists() and (tmp_path / "clustering.png").exists()

@@ -1,0 +1,233 @@
+"""Every run-config key once: its default, its help line, its group and its type.
+
+The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
+installed wheel has them too). ``pyproject.toml``'s ``[tool.flwr.app.config]`` holds the same
+defaults for plain ``flwr run``; ``tests/common/test_schema.py`` fails when the two disagree.
+Values are checked here for their type only; ranges and cross-key rules are checked where the
+values are used (``common.config``, ``common.scenarios``, each strategy's parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Scalar = bool | int | float | str
+
+DATA = "data and scenario"
+TRAINING = "training"
+OUTPUT = "output"
+FAULTS = "faults"
+SHARED = "clustering (shared by several strategies)"
+GROUPS: tuple[str, ...] = (
+    DATA, TRAINING, OUTPUT, FAULTS, SHARED, "cflgt", "fedclust", "pacfl", "flhc", "flag", "flic",
+    "cfl-sattler", "cfl-gp", "fedprox",
+)
+_STRATEGY_GROUPS = GROUPS[5:]
+OWNER = "the run config"
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config key.
+
+    Attributes
+    ----------
+    name : str
+        The key as written in run-config and as ``--name`` on the command line.
+    default : bool, int, float or str
+        The default; its type is the key's type.
+    group : str
+        One of ``GROUPS``.
+    help : str
+        Meaning and allowed values, one line.
+    choices : tuple of str
+        The allowed values of a string key that has a fixed set (empty: any string).
+    read_by : tuple of str
+        The strategies that read the key; empty: the run itself (every strategy).
+    """
+
+    name: str
+    default: Scalar
+    group: str
+    help: str
+    choices: tuple[str, ...] = ()
+    read_by: tuple[str, ...] = ()
+
+    def parse(self, text: str) -> Scalar:
+        """The value of command-line ``text`` in this key's type; ``ValueError`` naming the key."""
+        kind = type(self.default)
+        if kind is bool:
+            lowered = text.strip().lower()
+            if lowered in _TRUE or lowered in _FALSE:
+                return lowered in _TRUE
+            raise _error(self.name, "a bool (true or false)", text)
+        if kind is str:
+            return text
+        try:
+            return kind(text)
+        except ValueError:
+            raise _error(self.name, "an int" if kind is int else "a float", text) from None
+
+
+def _error(name: str, allowed: str, text: str) -> ValueError:
+    return ValueError(f"The '{name}' parameter of {OWNER} must be {allowed}. Got {text!r} instead.")
+
+
+def _k(name: str, default: Scalar, group: str, help: str, choices: tuple[str, ...] = (),
+       read_by: tuple[str, ...] | None = None) -> Key:
+    """A key; one read by a single strategy is in that strategy's group."""
+    if read_by is None:
+        read_by = (group,) if group in _STRATEGY_GROUPS else ()
+    return Key(name, default, group, help, choices, read_by)
+
+
+KEYS: tuple[Key, ...] = (
+    # data and scenario
+    _k("strategy", "cflgt", DATA, "the clustering algorithm (see the groups below and README, Strategies)",
+       ("cfl-gp", "cfl-sattler", "cflgt", "fedavg", "fedclust", "fedmedian", "fedprox", "flag", "flhc",
+        "flic", "ifca", "local", "pacfl")),
+    _k("dataset", "fashion-mnist", DATA, "the data set; digits is scikit-learn's (fast tests); or the user's "
+       "whole data set as hf-disk:PATH, npz:PATH or imagefolder:PATH, cut by the scenario (docs/own-data.md)",
+       ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression")),
+    _k("data-dir", "", DATA, "folder with the dataset files; empty: Debian's /usr/share/datasets, "
+       "then torchvision's download"),
+    _k("model", "dnn", DATA, "the model every client trains: a built-in, or the user's "
+       "'package.module:factory', factory(input_shape, num_classes) -> torch.nn.Module, importable on the "
+       "server and every client", ("dnn", "lenet5", "linear", "resnet18")),
+    _k("seed", 0, DATA, "every random choice (partition, initial model, sampling, shuffling) flows from it; >= 0"),
+    _k("scenario", "label-groups", DATA, "how the data is split among clients (docs/running.md, Scenarios)",
+       ("label-groups", "label-skew", "label-skew-dirichlet", "dirichlet", "rotation", "label-swap", "attack",
+        "linear-regression")),
+    _k("num-clients", 100, DATA, "clients (= simulated SuperNodes); >= 1"),
+    _k("groups", 5, DATA, "label-groups, label-skew-dirichlet, label-swap: number of true groups"),
+    _k("labels-per-group", 2, DATA, "label-groups: labels in each group's combination"),
+    _k("samples-per-label", 50, DATA, "label-groups: samples a client takes of each of its labels"),
+    _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples a client"),
+    _k("label-fraction", 0.2, DATA, "label-skew, label-skew-dirichlet: share of the labels a client (group) "
+       "holds, in (0, 1]"),
+    _k("dirichlet-alpha", 0.5, DATA, "dirichlet: concentration of the per-client class proportions; > 0"),
+    _k("quantity-alpha", 1.0, DATA, "label-skew-dirichlet: concentration of each label's split among its "
+       "holders; > 0"),
+    _k("angles", "0,90,180,270", DATA, "rotation: comma-separated angles in degrees, one group per angle"),
+    _k("attackers", 0, DATA, "attack: clients that send minus their update; >= 0"),
+    _k("regression-phi", 20.0, DATA, "linear-regression: the groups' angles are (-phi, 0, phi) degrees"),
+    _k("test-fraction", 0.2, DATA, "local test split size relative to the train split (from the test set); "
+       "own data: the share of a client's samples held out for local test"),
+    _k("data-path", "", DATA, "own data (docs/own-data.md): a folder of partition_<i>/ client folders, each "
+       "simulated client reads only its own; a SuperNode's node-config data-path names its own folder instead; "
+       "empty: the scenario"),
+    _k("data-format", "auto", DATA, "format of the clients' own folders", ("auto", "hf", "imagefolder", "npz")),
+    _k("x-column", "", DATA, "own data: input column (hf) or array (npz); empty: image, img or x"),
+    _k("y-column", "", DATA, "own data: label column (hf) or array (npz); empty: label or y"),
+    _k("num-classes", 0, DATA, "classes of the clients' own data and the model's outputs; 0: those of dataset"),
+    _k("input-shape", "", DATA, "one sample's shape, 'C,H,W' or 'F', of the clients' own data; empty: that of "
+       "dataset"),
+    _k("val-fraction", 0.0, DATA, "own data: share of a client's samples held out for validation, in [0, 1)"),
+    _k("truth-path", "", DATA, "a federation.json with each partition's true group (umbel export writes one): "
+       "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)"),
+    # training
+    _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
+    _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),
+    _k("local-epochs", 5, TRAINING, "local SGD epochs per round; >= 1"),
+    _k("batch-size", 32, TRAINING, "local SGD batch size; >= 1"),
+    _k("lr", 0.001, TRAINING, "local SGD learning rate; > 0"),
+    _k("momentum", 0.9, TRAINING, "local SGD momentum, in [0, 1)"),
+    _k("weight-decay", 0.0, TRAINING, "local SGD weight decay; >= 0"),
+    _k("eval-every", 5, TRAINING, "evaluate every client every N rounds (and in the last round); >= 1"),
+    _k("round-timeout", 600.0, TRAINING, "seconds to wait for a round's replies; missing replies are skipped"),
+    _k("node-wait-timeout", 300.0, TRAINING, "seconds to wait for all clients to connect at start"),
+    _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
+    _k("server-loop", "umbel", TRAINING, "flower: Flower's own FedAvg drives umbel's clients (strategy fedavg "
+       "only; benchmarks/overhead.py)", ("umbel", "flower")),
+    _k("late-clients", 0.0, TRAINING, "share of the clients (seeded) held out until late-round, in [0, 1)"),
+    _k("late-round", 0, TRAINING, "the round late clients join; 0: rounds // 2 + 1"),
+    # output
+    _k("results-dir", "results", OUTPUT, "folder of the results; each run writes results-dir/run-name"),
+    _k("run-name", "", OUTPUT, "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>"),
+    _k("checkpoint-every", 0, OUTPUT, "save the whole strategy state every N rounds to checkpoint.pkl; 0 = never"),
+    _k("resume-from", "", OUTPUT, "continue a run from this checkpoint.pkl (only files you wrote); empty: start afresh"),
+    _k("tensorboard", False, OUTPUT, "also write each round's metrics for TensorBoard to <run>/tensorboard "
+       "(needs umbel[tensorboard])"),
+    # faults
+    _k("fail-fraction", 0.0, FAULTS, "drills only: chance a client fails (raises) in a round, in [0, 1)"),
+    _k("slow-fraction", 0.0, FAULTS, "drills only: chance a client answers slow-delay seconds late, in [0, 1)"),
+    _k("slow-delay", 0.0, FAULTS, "drills only: the delay of a slow client in seconds; >= 0"),
+    # shared by several clustering strategies
+    _k("num-clusters", 0, SHARED, "cut into / keep this many clusters; 0 = not given (each strategy's own rule)",
+       read_by=("fedclust", "pacfl", "flhc", "cfl-gp", "ifca", "flag")),
+    _k("linkage", "average", SHARED, "hierarchical clustering's linkage (ward needs raw features)",
+       ("average", "complete", "single"), ("fedclust", "pacfl", "flhc", "flag")),
+    _k("cluster-steps", 100, SHARED, "mini-batches of local training for the clustering signal; 0: epochs "
+       "(cluster-epochs for fedclust, local-epochs for flhc)", read_by=("fedclust", "flhc")),
+    _k("max-clusters", 8, SHARED, "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
+       read_by=("cfl-gp", "ifca")),
+    # one group per strategy
+    _k("pretrain-rounds", 25, "cflgt", "FedAvg rounds before clustering, counted in rounds"),
+    _k("damping", 0.5, "cflgt", "affinity propagation's damping, in [0.5, 1)"),
+    _k("preference", "median", "cflgt", "affinity propagation's preference: median of the similarities, or a "
+       "number (larger: more clusters)"),
+    _k("cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
+    _k("fedclust-lambda", 1.0, "fedclust", "cut height: Euclidean distance between final layers; > 0"),
+    _k("pacfl-vectors", 3, "pacfl", "p: left singular vectors per class each client sends"),
+    _k("pacfl-threshold", 30.0, "pacfl", "cut height in degrees"),
+    _k("pacfl-measure", "mean", "pacfl", "the subspace distance (smallest = PACFL Eq. 3)",
+       ("smallest", "sum", "mean", "reference")),
+    _k("warmup-rounds", 10, "flhc", "FedAvg rounds before clustering"),
+    _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0"),
+    _k("flhc-metric", "euclidean", "flhc", "distance between client updates",
+       ("euclidean", "cosine", "cityblock", "sqeuclidean")),
+    _k("beta", 0.5, "flag", "weight of the data angles against the gradient angles, in [0, 1]"),
+    _k("delta", 0.5, "flag", "weight of the class counts in the data angles, in [0, 1]"),
+    _k("alpha", 0.0, "flag", "HC cut threshold; 0 = sweep it and take the elbow of validation accuracy"),
+    _k("sweep-step", 0.1, "flag", "step of the alpha sweep"),
+    _k("sweep-clients", 30, "flag", "clients that score each swept clustering"),
+    _k("sweep-rounds", 5, "flag", "rounds of clustered FL that score each swept clustering"),
+    _k("gradient-epochs", 20, "flag", "local epochs of the gradient signal"),
+    _k("uniform-weights", False, "flag", "true: no class counts, uniform weights"),
+    _k("flag-vectors", 3, "flag", "principal vectors per class each client sends"),
+    _k("cluster-round", 0, "flic", "the clustering round; 0: after 3 stable rounds (stable-tol), "
+       "at the latest rounds // 2 + 1"),
+    _k("resolution", 0.0, "flic", "Louvain's resolution; 0 = the best silhouette over 0.5..2.0"),
+    _k("sketch-dim", 0, "flic", "keep a seeded k-dim projection of each update; 0 = full updates",
+       read_by=("flic", "cfl-sattler")),
+    _k("stable-tol", 0.01, "flic", "relative change of the global model below which a round is stable"),
+    _k("eps1", 0.5, "cfl-sattler", "split a cluster when ||mean update|| < eps1 x RMS ||update||"),
+    _k("eps2", 0.0, "cfl-sattler", "and its largest update norm exceeds eps2; 0 = off"),
+    _k("split-after", 20, "cfl-sattler", "no split before this round"),
+    _k("cluster-period", 2, "cfl-gp", "a profile update every P rounds"),
+    _k("cluster-until", 0, "cfl-gp", "no profile update from this round on; 0 = no limit"),
+    _k("stable-updates", 5, "cfl-gp", "stop re-clustering after this many unchanged updates; 0 = never"),
+    _k("profile-protocol", "model-gap", "cfl-gp", "model-gap (Alg. 4) or gradient (Alg. 1)",
+       ("model-gap", "gradient")),
+    _k("profile-fraction", 1.0, "cfl-gp", "share of the clients asked for their profile per update"),
+    _k("compression-ratio", 1.0, "cfl-gp", "clients return ceil(d / ratio) seeded coordinates"),
+    _k("estimate-after", 2, "cfl-gp", "profile updates before K is estimated (num-clusters 0)"),
+    _k("proximal-mu", 0.01, "fedprox", "FedProx's mu: weight of the proximal term; >= 0"),
+)
+
+SCHEMA: dict[str, Key] = {key.name: key for key in KEYS}
+
+
+def defaults() -> dict[str, Scalar]:
+    """Every key's default, in schema order."""
+    return {key.name: key.default for key in KEYS}
+
+
+def disagreements(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """How a run-config table (e.g. pyproject's) differs from the schema.
+
+    Returns the keys the schema lacks (``no-schema-entry``), the keys the table lacks
+    (``not-in-config``) and the keys whose default or type differs (``different-default``).
+    """
+    return {
+        "no-schema-entry": [k for k in config if k not in SCHEMA],
+        "not-in-config": [k for k in SCHEMA if k not in config],
+        "different-default": [
+            f"{k}: schema {SCHEMA[k].default!r}, config {v!r}" for k, v in config.items()
+            if k in SCHEMA and (type(v) is not type(SCHEMA[k].default) or v != SCHEMA[k].default)
+        ],
+    }

@@ -46,11 +46,13 @@ def _env(home: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def work() -> Path:
-    """A folder of this module's own: pytest's rotation of tmp folders (other sessions) cannot remove it."""
+def work(request) -> Path:
+    """A folder of this module's own (pytest's rotation of tmp folders cannot remove it); kept, with
+    every process's log, when a test failed."""
     folder = Path(tempfile.mkdtemp(prefix="umbel-own-data-e2e-"))
     yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    if request.session.testsfailed == 0:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from flwr.app import (
 from flwr.clientapp import ClientApp
 
 from common import keys
+from common.sources import class_counts
 from common.training import evaluate as evaluate_model
 
 from .faults import inject_faults, skip_expired
@@ -32,12 +33,14 @@ app = ClientApp(mods=[skip_expired, inject_faults])
 
 @app.query(keys.IDENTITY_ACTION)
 def identity(msg: Message, context: Context) -> Message:
-    """Partition id, split sizes, true group (scenarios only, for scoring) and device."""
+    """Partition id, split sizes, train class counts, true group (scenarios only, for scoring) and device."""
     task = task_from_context(context.run_config, context.node_config)
     record = ConfigRecord({
         keys.PARTITION_ID: task.partition_id,
         keys.NUM_TRAIN: len(task.data.y_train),
         keys.NUM_TEST: len(task.data.y_test),
+        keys.NUM_VAL: 0 if task.data.y_val is None else len(task.data.y_val),
+        keys.CLASS_COUNTS: class_counts(task.data.y_train, task.info.num_classes),
         keys.TRUE_GROUP: int(task.data.group),
         keys.DEVICE: str(task.device),
     })

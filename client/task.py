@@ -1,13 +1,14 @@
 """What a client knows about itself: its partition, data, model and device.
 
 Built from the run-config and the node config once per process and cached, so a Ray
-actor serving many simulated clients loads the dataset once.
+actor serving many simulated clients loads the dataset once. The data come from one
+:class:`common.sources.DataSource`: the client's own folder (``data-path``) or a scenario.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -17,12 +18,13 @@ from flwr.app import ArrayRecord
 
 from common import keys
 from common.config import run_config_value
-from common.data import DatasetInfo, dataset_info
-from common.models import build_model
-from common.scenarios import ClientData, ScenarioConfig, build_partition, client_data
+from common.data import DatasetInfo
+from common.models import Head, build_model, find_head
+from common.scenarios import ClientData
+from common.sources import DataSource, data_source
 from common.training import check_device_name, get_device
 from common.training import train as train_model
-from common.validation import check_int, check_str
+from common.validation import check_int
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +37,7 @@ class ClientTask:
     model_name: str
     device: torch.device
     seed: int
+    _head: Head | None = field(default=None, init=False, repr=False)
 
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
         """The client's model holding ``arrays`` (the cluster model the server sent).
@@ -48,6 +51,13 @@ class ClientTask:
     @cached_property
     def _model(self) -> torch.nn.Module:
         return build_model(self.model_name, self.info.input_shape, self.info.num_classes, self.seed)
+
+    def head(self, needed_by: str) -> Head:
+        """The classifier head of the task's reused model (found once; raises naming ``needed_by``)."""
+        if self._head is None:
+            head = find_head(self._model, self.info.input_shape, max(self.info.num_classes, 1), needed_by)
+            object.__setattr__(self, "_head", head)
+        return self._head  # type: ignore[return-value]
 
     def round_seed(self, server_round: int) -> int:
         """A seed for this client's local shuffling in ``server_round``, from the run's seed."""
@@ -77,25 +87,20 @@ def train_local(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any],
 def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:
     """The cached task for this node (raises ``ValueError`` naming a bad key).
 
-    The node config gives ``partition-id`` and may override the run-config's ``data-dir``
-    and ``device`` for this node: each SuperNode of a deployment has its own data folder
-    and GPU.
+    The node config gives ``partition-id`` and may name this node's own ``data-path`` (or
+    override the run-config's ``data-dir``) and ``device``: each SuperNode of a deployment
+    has its own data and GPU.
     """
-    scenario = ScenarioConfig.from_run_config(run_config)
+    num_clients = run_config_value(run_config, "num-clients", 100)
     pid = check_int(node_config.get(keys.PARTITION_ID), keys.PARTITION_ID, "the node config",
-                    low=0, high=scenario.num_clients - 1)
-    data_dir = node_config.get("data-dir", run_config_value(run_config, "data-dir", ""))
+                    low=0, high=int(num_clients) - 1)
     device = node_config.get(keys.DEVICE, run_config_value(run_config, "device", "auto"))
-    return _task(scenario, check_str(data_dir, "data-dir", "the node config"), pid,
-                 str(run_config_value(run_config, "model", "dnn")),
-                 check_device_name(device, "the node config"))
+    return _task(data_source(run_config, node_config), pid, str(run_config_value(run_config, "model", "dnn")),
+                 check_device_name(device, "the node config"), int(run_config_value(run_config, "seed", 0)))
 
 
 # Bounded: one Ray actor serves many simulated clients and must not hold all their data.
 @lru_cache(maxsize=8)
-def _task(scenario: ScenarioConfig, data_dir: str, pid: int, model: str, device: str) -> ClientTask:
-    partition = build_partition(scenario, data_dir)
-    return ClientTask(
-        partition_id=pid, data=client_data(partition, pid), info=dataset_info(scenario.dataset),
-        model_name=model, device=get_device(device), seed=scenario.seed,
-    )
+def _task(source: DataSource, pid: int, model: str, device: str, seed: int) -> ClientTask:
+    return ClientTask(partition_id=pid, data=source.client_data(pid), info=source.info,
+                      model_name=model, device=get_device(device), seed=seed)

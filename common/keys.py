@@ -64,6 +64,8 @@ NUM_TRAIN = "num-train"
 NUM_TEST = "num-test"
 TRUE_GROUP = "true-group"
 DEVICE = "device"
+NUM_VAL = "num-val"
+CLASS_COUNTS = "class-counts"  # train samples of each class (classification only)
 
 # Metrics in train / evaluate replies (a fixed key set: Flower's checks expect it).
 NUM_EXAMPLES = "num-examples"

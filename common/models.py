@@ -11,13 +11,20 @@ class forces and FedClust uploads only ``head``'s weight and bias.
 - ``"resnet18"``: torchvision's ResNet-18 adapted to small images (meant for GPUs).
 
 ``num_classes == 0`` means regression: the head has a single output.
+
+The user's own model is ``"package.module:factory"``, where ``factory(input_shape,
+num_classes)`` returns any ``nn.Module``. :func:`find_head` finds the classifier head of any
+model (an attribute ``head``, else the last ``nn.Linear`` reached in the forward pass); every
+client-side signal that needs the last layer goes through it, never through parameter names.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -86,8 +93,8 @@ def check_model(name: str, input_shape: tuple[int, ...], task: str) -> None:
 
 def build_model(
     name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0
-) -> Classifier:
-    """Build model ``name`` with weights drawn from ``seed``.
+) -> nn.Module:
+    """Build model ``name`` (or the user's ``"package.module:factory"``) with weights drawn from ``seed``.
 
     The global torch RNG is left as it was; one seed always gives the same ``state_dict``.
 
@@ -104,8 +111,8 @@ def build_model(
 
     Returns
     -------
-    Classifier
-        On the CPU, in training mode.
+    nn.Module
+        A :class:`Classifier` for built-in names, whatever the factory returns otherwise.
 
     Raises
     ------
@@ -119,6 +126,12 @@ def build_model(
     outputs = max(num_classes, 1)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if is_factory(name):
+            model = load_factory(name)(shape, num_classes)
+            if not isinstance(model, nn.Module):
+                raise ValueError(f"The 'model' parameter of the run config must name a factory that returns a "
+                                 f"torch.nn.Module. Got {name!r}, which returned {type(model).__name__} instead.")
+            return model
         if name == "dnn":
             return _dnn(shape, outputs)
         if name == "lenet5":
@@ -128,9 +141,119 @@ def build_model(
         return _resnet18(shape, outputs)
 
 
+def is_factory(name: str) -> bool:
+    """Whether ``name`` names the user's model factory (``"package.module:factory"``)."""
+    return isinstance(name, str) and ":" in name
+
+
+def load_factory(name: str) -> Callable[[tuple[int, ...], int], nn.Module]:
+    """Import the user's factory ``"package.module:factory"`` (``factory`` may be dotted).
+
+    Raises
+    ------
+    ValueError
+        Naming ``'model'`` if the module cannot be imported or holds no such callable.
+    """
+    module_name, _, attr = name.partition(":")
+    expected = ("The 'model' parameter of the run config must be one of "
+                f"{MODELS} or 'package.module:factory' importable on the server and on every client")
+    try:
+        target: object = importlib.import_module(module_name)
+    except Exception as err:  # an import runs arbitrary code: any error means "not importable"
+        raise ValueError(f"{expected}. Got {name!r}, whose module cannot be imported "
+                         f"({type(err).__name__}: {err}) instead.") from err
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+    if not attr or not callable(target):
+        raise ValueError(f"{expected}. Got {name!r}, but {module_name} has no callable {attr!r} instead.")
+    return target  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, eq=False)
+class Head:
+    """A model's classifier head: its last ``nn.Linear`` and that module's name in the model."""
+
+    module: nn.Linear
+    name: str
+
+    @property
+    def weight_key(self) -> str:
+        """The ``state_dict`` key of the head's weight."""
+        return f"{self.name}.weight" if self.name else "weight"
+
+
+HEAD_NEEDED = ("an nn.Linear classifier head: an attribute 'head', or the last nn.Linear of the forward "
+               "pass, whose output is the model's output")
+
+
+@torch.no_grad()
+def find_head(model: nn.Module, input_shape: Sequence[int], num_outputs: int | None = None,
+              needed_by: str = "this run") -> Head:
+    """Find the classifier head of ``model`` with one seeded forward pass of two samples.
+
+    The head is the attribute ``head`` when it is an ``nn.Linear`` reached in the forward pass,
+    else the last ``nn.Linear`` reached. The model's mode, device and the global RNG are left
+    as they were.
+
+    Parameters
+    ----------
+    model : nn.Module
+    input_shape : sequence of int
+        The shape of one sample.
+    num_outputs : int, optional
+        When given, the head must have this many outputs.
+    needed_by : str
+        Who needs the head (named in the error), e.g. ``"strategy 'cflgt' (class forces)"``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'model'``, what is needed and ``needed_by``, if no ``nn.Linear`` is reached,
+        if the head's output is not the model's output, or if it has the wrong size.
+    """
+    shape = _check_input_shape(input_shape, "find_head")
+    seen: list[tuple[nn.Linear, torch.Tensor]] = []
+    hooks = [m.register_forward_hook(lambda mod, _inp, out: seen.append((mod, out)))
+             for m in model.modules() if isinstance(m, nn.Linear)]
+    was_training = model.training
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    try:
+        model.eval()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            x = torch.randn((2, *shape), device=device)
+        output = model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+    owner = f"{needed_by}"
+    if not seen:
+        raise ValueError(f"The 'model' parameter of the run config must have {HEAD_NEEDED}, which {owner} needs. "
+                         f"Got {type(model).__name__}, whose forward pass reaches no nn.Linear, instead.")
+    attribute = getattr(model, "head", None)
+    reached = [m for m, _ in seen]
+    head = attribute if isinstance(attribute, nn.Linear) and attribute in reached else reached[-1]
+    head_out = [out for m, out in seen if m is head][-1]
+    if not isinstance(output, torch.Tensor) or output.shape != head_out.shape or not torch.equal(output, head_out):
+        raise ValueError(f"The 'model' parameter of the run config must have {HEAD_NEEDED}, which {owner} needs. "
+                         f"Got {type(model).__name__}, whose output is not the output of its last nn.Linear "
+                         f"({type(head).__name__}({head.in_features}, {head.out_features})), instead.")
+    if num_outputs is not None and head.out_features != num_outputs:
+        raise ValueError(f"The 'model' parameter of the run config must end in a head with {num_outputs} outputs "
+                         f"(num-classes), which {owner} needs. Got a head with {head.out_features} instead.")
+    name = next(n for n, m in model.named_modules() if m is head)
+    return Head(head, name)
+
+
 def _check_model(
     name: str, input_shape: Sequence[int], task: str, owner: str
 ) -> tuple[int, ...]:
+    if is_factory(name):
+        check_choice(task, "task", owner, TASKS)
+        load_factory(name)
+        return _check_input_shape(input_shape, owner)
     check_choice(name, "model", owner, MODELS)
     check_choice(task, "task", owner, TASKS)
     shape = _check_input_shape(input_shape, owner)

@@ -29,6 +29,7 @@ from common.data import (
     DATASETS,
     Dataset,
     DatasetInfo,
+    check_dataset,
     dataset_info,
     load_dataset,
     to_float,
@@ -90,7 +91,7 @@ class ScenarioConfig:
     def __post_init__(self) -> None:
         scenario = check_choice(self.scenario, "scenario", "ScenarioConfig", SCENARIOS)
         owner = f"scenario '{scenario}'"
-        dataset = check_choice(self.dataset, "dataset", owner, DATASETS)
+        dataset = check_dataset(self.dataset, owner)
         if scenario == "linear-regression" and dataset != "regression":
             raise ValueError(
                 f"The 'dataset' parameter of {owner} must be 'regression' (the scenario "
@@ -103,7 +104,11 @@ class ScenarioConfig:
                 "'regression' data exist only in scenario 'linear-regression'. "
                 "Got 'regression' instead."
             )
-        classes = dataset_info(dataset).num_classes
+        info = dataset_info(dataset)
+        if scenario == "rotation" and len(info.input_shape) != 3:
+            raise ValueError(f"The 'dataset' parameter of {owner} must hold images (C, H, W) to rotate. "
+                             f"Got {dataset!r} with samples of shape {info.input_shape} instead.")
+        classes = info.num_classes
         put = functools.partial(object.__setattr__, self)
         n = check_int(self.num_clients, "num-clients", owner,
                       low=3 if dataset == "regression" else 1)
@@ -216,6 +221,8 @@ class ClientData:
         int64 labels (label map applied) or float32 regression targets.
     group : int
     attacker : bool
+    x_val, y_val : ndarray or None
+        A validation split held out of the client's own data (``val-fraction``); scenarios have none.
     """
 
     x_train: np.ndarray
@@ -224,6 +231,8 @@ class ClientData:
     y_test: np.ndarray
     group: int
     attacker: bool
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
 
 
 def build_partition(config: ScenarioConfig, data_dir: str = "") -> Partition:

@@ -90,11 +90,14 @@ KEYS: tuple[Key, ...] = (
     _k("strategy", "cflgt", DATA, "the clustering algorithm (see the groups below and README, Strategies)",
        ("cfl-gp", "cfl-sattler", "cflgt", "fedavg", "fedclust", "fedmedian", "fedprox", "flag", "flhc",
         "flic", "ifca", "local", "pacfl")),
-    _k("dataset", "fashion-mnist", DATA, "the data set; digits is scikit-learn's (fast tests)",
+    _k("dataset", "fashion-mnist", DATA, "the data set; digits is scikit-learn's (fast tests); or the user's "
+       "whole data set as hf-disk:PATH, npz:PATH or imagefolder:PATH, cut by the scenario (docs/own-data.md)",
        ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression")),
     _k("data-dir", "", DATA, "folder with the dataset files; empty: Debian's /usr/share/datasets, "
        "then torchvision's download"),
-    _k("model", "dnn", DATA, "the model every client trains", ("dnn", "lenet5", "linear", "resnet18")),
+    _k("model", "dnn", DATA, "the model every client trains: a built-in, or the user's "
+       "'package.module:factory', factory(input_shape, num_classes) -> torch.nn.Module, importable on the "
+       "server and every client", ("dnn", "lenet5", "linear", "resnet18")),
     _k("seed", 0, DATA, "every random choice (partition, initial model, sampling, shuffling) flows from it; >= 0"),
     _k("scenario", "label-groups", DATA, "how the data is split among clients (docs/running.md, Scenarios)",
        ("label-groups", "label-skew", "label-skew-dirichlet", "dirichlet", "rotation", "label-swap", "attack",
@@ -112,7 +115,20 @@ KEYS: tuple[Key, ...] = (
     _k("angles", "0,90,180,270", DATA, "rotation: comma-separated angles in degrees, one group per angle"),
     _k("attackers", 0, DATA, "attack: clients that send minus their update; >= 0"),
     _k("regression-phi", 20.0, DATA, "linear-regression: the groups' angles are (-phi, 0, phi) degrees"),
-    _k("test-fraction", 0.2, DATA, "local test split size relative to the train split (from the test set)"),
+    _k("test-fraction", 0.2, DATA, "local test split size relative to the train split (from the test set); "
+       "own data: the share of a client's samples held out for local test"),
+    _k("data-path", "", DATA, "own data (docs/own-data.md): a folder of partition_<i>/ client folders, each "
+       "simulated client reads only its own; a SuperNode's node-config data-path names its own folder instead; "
+       "empty: the scenario"),
+    _k("data-format", "auto", DATA, "format of the clients' own folders", ("auto", "hf", "imagefolder", "npz")),
+    _k("x-column", "", DATA, "own data: input column (hf) or array (npz); empty: image, img or x"),
+    _k("y-column", "", DATA, "own data: label column (hf) or array (npz); empty: label or y"),
+    _k("num-classes", 0, DATA, "classes of the clients' own data and the model's outputs; 0: those of dataset"),
+    _k("input-shape", "", DATA, "one sample's shape, 'C,H,W' or 'F', of the clients' own data; empty: that of "
+       "dataset"),
+    _k("val-fraction", 0.0, DATA, "own data: share of a client's samples held out for validation, in [0, 1)"),
+    _k("truth-path", "", DATA, "a federation.json with each partition's true group (umbel export writes one): "
+       "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)"),
     # training
     _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
     _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),

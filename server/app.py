@@ -35,10 +35,15 @@ def main(grid: Grid, context: Context) -> None:
     """Validate the run-config, then train; results go to ``results-dir/run-name``."""
     experiment = Experiment.from_run_config(context.run_config)
     if not experiment.check_partition_if_data_here():
-        log(INFO, "The dataset is not on the server's machine; clients check their own partitions.")
+        log(INFO, "The data are not on the server's machine; clients check their own.")
     folder = experiment.results_path()
-    log(INFO, "umbel: %s on %s/%s with %d clients; results in %s", experiment.strategy,
-        experiment.scenario.dataset, experiment.scenario.scenario, experiment.scenario.num_clients, folder)
+    data = f"{experiment.scenario.dataset}/{experiment.scenario.scenario}"
+    if experiment.data_path:
+        data = f"the clients' own folders in {experiment.data_path}"
+    elif experiment.info is not None and experiment.info.name == "local":
+        data = "the clients' own data (node config data-path)"
+    log(INFO, "umbel: %s on %s with %d clients; results in %s", experiment.strategy, data,
+        experiment.scenario.num_clients, folder)
     recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
     clock = RoundClock()
     if experiment.server_loop == "flower":

@@ -32,6 +32,9 @@ from common import schema
 from . import deploy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCENARIO_FLAGS = ("scenario", "dataset", "data-dir", "seed", "num-clients", "groups", "labels-per-group",
+                  "samples-per-label", "samples-per-client", "label-fraction", "dirichlet-alpha", "quantity-alpha",
+                  "angles", "attackers", "regression-phi", "test-fraction")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,10 +54,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     local.add_argument("--flwr-home", type=Path, default=None,
                        help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)")
     local.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
+    export = commands.add_parser("export", help="write a scenario's clients as data folders (docs/own-data.md)",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    export.add_argument("--out", type=Path, required=True, help="new folder for partition_<i>/ and federation.json")
+    export.add_argument("--format", choices=("hf", "npz", "imagefolder"), default="hf",
+                        help="hf: datasets save_to_disk (as flwr-datasets create writes)")
+    for name in SCENARIO_FLAGS:
+        key = schema.SCHEMA[name]
+        export.add_argument(f"--{name}", type=_parser_for(key), default=key.default,
+                            metavar=type(key.default).__name__.upper(), help=key.help)
     deploy.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "deploy":
         return deploy.run(args)
+    if args.command == "export":
+        return export_federation(args)
     config = {key: getattr(args, key.replace("-", "_")) for key in schema.SCHEMA}
     try:
         folder, num_clients = prepare(config)
@@ -114,6 +128,46 @@ def load_defaults(root: Path) -> dict[str, Any]:
         return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
 
 
+def export_federation(args: argparse.Namespace) -> int:
+    """``umbel export``: build the scenario and write its clients' folders and ``federation.json``."""
+    from common.export import export_partition
+    from common.scenarios import ScenarioConfig, build_partition
+
+    rc = {key: getattr(args, key.replace("-", "_")) for key in SCENARIO_FLAGS}
+    try:
+        config = ScenarioConfig.from_run_config(rc)
+        path = export_partition(build_partition(config, rc["data-dir"]), args.out, args.format)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"umbel export: error: {err}", file=sys.stderr)
+        return 2
+    print(f"umbel export: {config.num_clients} client folders and {path}")
+    return 0
+
+
+def use_data_path(config: dict[str, Any]) -> None:
+    """With ``data-path``: make it absolute, and take the client count (and, when not given,
+    the classes and input shape) from its ``federation.json`` or its ``partition_<i>`` folders."""
+    from common.local_data import read_federation
+
+    root = Path(config["data-path"]).expanduser().resolve()
+    config["data-path"] = str(root)
+    if (root / "federation.json").is_file():
+        meta = read_federation(root)
+        config["num-clients"] = int(meta["num-partitions"])
+        config["num-classes"] = config["num-classes"] or int(meta["num-classes"])
+        config["input-shape"] = config["input-shape"] or ",".join(str(s) for s in meta["input-shape"])
+    elif root.is_dir():
+        count = sum(1 for p in root.iterdir() if p.is_dir() and p.name.startswith("partition_"))
+        if count == 0:
+            raise ValueError(f"The 'data-path' parameter of umbel run must be a folder holding partition_<i>/ "
+                             f"client folders. Got '{root}', which holds none, instead.")
+        config["num-clients"] = count
+    else:
+        raise ValueError(f"The 'data-path' parameter of umbel run must be an existing folder. Got '{root}' instead.")
+    if config.get("truth-path"):
+        config["truth-path"] = str(Path(config["truth-path"]).expanduser().resolve())
+
+
 def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     """Validate ``config`` (data included) and fix the absolute results folder in it.
 
@@ -126,11 +180,14 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     from common.training import get_device
     from server.experiment import Experiment
 
+    if config.get("data-path"):
+        use_data_path(config)
     experiment = Experiment.from_run_config(config)
     experiment.build_strategy()
     s = experiment.scenario
-    print(f"umbel run: settings valid; partitioning {s.dataset} among {s.num_clients} clients ({s.scenario})...",
-          flush=True)
+    what = (f"reading {s.num_clients} client folders in {experiment.data_path}" if experiment.data_path
+            else f"partitioning {s.dataset} among {s.num_clients} clients ({s.scenario})")
+    print(f"umbel run: settings valid; {what}...", flush=True)
     start = time.monotonic()
     experiment.partition()
     print(f"umbel run: partition checked in {time.monotonic() - start:.1f} s", flush=True)

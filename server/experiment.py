@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord
+from torch.nn import Module
 
 from common.config import (
     FaultParams,
@@ -21,14 +22,23 @@ from common.config import (
     params_from_run_config,
     run_config_value,
 )
-from common.data import DataUnavailableError, dataset_info
-from common.models import build_model, check_model
+from common.data import DatasetInfo, DataUnavailableError
+from common.local_data import FolderSpec, read_truth
+from common.models import build_model, check_model, find_head
 from common.scenarios import Partition, ScenarioConfig, build_partition
+from common.sources import DATA_PATH, FolderSource, folder_spec, run_info
 from common.training import check_device_name
 from common.validation import check_choice, check_str
 from strategies import ClusteredStrategy, get_strategy
 
 SERVER_LOOPS = ("umbel", "flower")
+# Strategies that read the model's classifier head, and what for (named in the error of a model without one).
+HEAD_USERS = {
+    "cflgt": "strategy 'cflgt' (class forces on the head's input)",
+    "fedclust": "strategy 'fedclust' (the head's weights are its signal)",
+    "flag": "strategy 'flag' (the number of classes, from the head)",
+    "pacfl": "strategy 'pacfl' (the number of classes, from the head)",
+}
 
 
 @dataclass(frozen=True)
@@ -45,15 +55,27 @@ class Experiment:
     device: str
     faults: FaultParams = field(default_factory=FaultParams)
     server_loop: str = "umbel"
+    info: DatasetInfo | None = None
+    data_path: str = ""
+    spec: FolderSpec | None = None
+    truth_path: str = ""
+    head_key: str = "head.weight"
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
         """Validate every key; raises ``ValueError`` on the first bad one."""
         strategy_cls = get_strategy(run_config_value(rc, "strategy", "fedavg"))
         scenario = ScenarioConfig.from_run_config(rc)
-        info = dataset_info(scenario.dataset)
+        info = run_info(rc)
         model = check_str(run_config_value(rc, "model", "dnn"), "model", "the run config")
         check_model(model, info.input_shape, info.task)
+        head_key = _head_key(build_model(model, info.input_shape, info.num_classes, scenario.seed), info,
+                             strategy_cls.name)
+        data_path = check_str(run_config_value(rc, DATA_PATH, ""), DATA_PATH, "the run config")
+        spec = folder_spec(rc) if data_path else None
+        truth_path = check_str(run_config_value(rc, "truth-path", ""), "truth-path", "the run config")
+        if truth_path:
+            read_truth(truth_path)
         device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
         server_loop = check_choice(run_config_value(rc, "server-loop", "umbel"), "server-loop", "the run config",
                                    SERVER_LOOPS)
@@ -71,10 +93,15 @@ class Experiment:
             device=device,
             faults=FaultParams.from_run_config(rc),
             server_loop=server_loop,
+            info=info,
+            data_path=data_path,
+            spec=spec,
+            truth_path=truth_path,
+            head_key=head_key,
         )
 
     def build_strategy(self) -> ClusteredStrategy:
-        """A fresh strategy object holding this experiment's parameters, checked against the scenario.
+        """A fresh strategy object holding this experiment's parameters (and the truth file's groups).
 
         Raises
         ------
@@ -83,20 +110,33 @@ class Experiment:
         """
         strategy = get_strategy(self.strategy)(self.training, self.strategy_params)
         strategy.check_federation(self.scenario.num_clients)
+        strategy.head_key = self.head_key
+        if self.truth_path:
+            strategy.truth = read_truth(self.truth_path)
         return strategy
 
     def initial_model(self) -> ArrayRecord:
         """The seeded initial model every cluster starts from."""
-        info = dataset_info(self.scenario.dataset)
-        model = build_model(self.model, info.input_shape, info.num_classes, self.scenario.seed)
+        assert self.info is not None
+        model = build_model(self.model, self.info.input_shape, self.info.num_classes, self.scenario.seed)
         return ArrayRecord(model.state_dict())
 
-    def partition(self) -> Partition:
-        """Build the scenario's partition (loads data; raises on impossible partitions)."""
+    def partition(self) -> Partition | None:
+        """Build the scenario's partition, or (run-config ``data-path``) read and check every
+        client's folder; raises on impossible partitions and bad client data."""
+        if self.spec is not None:
+            source = FolderSource(self.data_path, self.spec, per_partition=True)
+            for pid in range(self.scenario.num_clients):
+                source.client_data(pid)
+            return None
         return build_partition(self.scenario, self.data_dir)
 
     def check_partition_if_data_here(self) -> bool:
-        """Build the partition when the data is on this machine; ``False`` if it is not."""
+        """Build the partition when the data is on this machine; ``False`` if it is not (or when
+        the run declares its own classes and input shape without a ``data-path``: the clients'
+        own folders are on their machines)."""
+        if not self.data_path and self.info is not None and self.info.name == "local":
+            return False
         try:
             self.partition()
         except DataUnavailableError:
@@ -113,3 +153,16 @@ class Experiment:
         """Absolute folder of this run's results."""
         name = self.output.run_name or self.default_run_name()
         return (Path(self.output.results_dir).expanduser() / name).resolve()
+
+
+def _head_key(model: Module, info: DatasetInfo, strategy: str) -> str:
+    """The ``state_dict`` key of the model's head weight; a strategy in :data:`HEAD_USERS` fails
+    here, before training, when the model has no usable head."""
+    needed_by = HEAD_USERS.get(strategy)
+    try:
+        return find_head(model, info.input_shape, max(info.num_classes, 1),
+                         needed_by or f"strategy {strategy!r}").weight_key
+    except ValueError:
+        if needed_by:
+            raise
+        return "head.weight"

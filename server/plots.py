@@ -100,7 +100,7 @@ def plot_clustering(
     if known.any():
         top.plot(x[known], a[known], marker=".", color="tab:blue")
     else:
-        top.text(0.5, 0.5, "no ground truth", ha="center", va="center",
+        top.text(0.5, 0.5, "ARI n/a (no ground truth)", ha="center", va="center",
                  transform=top.transAxes)
     top.set_ylabel("ARI")
     top.set_ylim(-0.05, 1.05)

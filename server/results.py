@@ -31,7 +31,7 @@ FINAL_FRACTION = 0.1
 def progress_line(record: Mapping[str, Any], rounds: int) -> str:
     """``round  12/100 | train    | acc 0.7812 | ARI 1.000 | clusters  5 |  1.83 s``."""
     acc = "   -  " if record["accuracy"] is None else f"{record['accuracy']:.4f}"
-    ari = "  -  " if record["ari"] is None else f"{record['ari']:.3f}"
+    ari = " n/a " if record["ari"] is None else f"{record['ari']:.3f}"
     return (f"round {record['round']:>4}/{rounds} | {record['phase']:<8} | acc {acc} | ARI {ari} | "
             f"clusters {record['num-clusters']:>3} | {record['round-seconds']:6.2f} s")
 
@@ -86,7 +86,7 @@ class RunRecorder:
         })
         _write_json(self.folder / "summary.json", summary)
         _write_json(self.folder / "assignments.json", {
-            "true-groups": {str(p): c.true_group for p, c in sorted(strategy.clients.items())},
+            "true-groups": {str(p): strategy.true_group(p) for p in sorted(strategy.clients)},
             "history": strategy.assignment_changes,
         })
         plot_history(history, self.folder, type(strategy).name)

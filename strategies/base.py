@@ -100,6 +100,10 @@ class ClusteredStrategy(Strategy):
         One record per round (what ``metrics.jsonl`` holds).
     assignment_changes : list of dict
         ``{"round", "assignment"}`` each time the assignment changed (``assignments.json``).
+    head_key : str
+        ``state_dict`` key of the model's classifier-head weight (``common.models.find_head``).
+    truth : dict of int to int or None
+        True groups by partition id from a truth file; ``None``: the clients' own claims.
     """
 
     name: ClassVar[str] = "clustered"
@@ -118,6 +122,8 @@ class ClusteredStrategy(Strategy):
         self.assignment: dict[int, int] = {}
         self.history: list[dict[str, Any]] = []
         self.assignment_changes: list[dict[str, Any]] = []
+        self.head_key = "head.weight"
+        self.truth: dict[int, int] | None = None
         self.last_eval: dict[int, tuple[float, float]] = {}
         self.grid: Grid | None = None
         self.on_round: RoundCallback | None = None
@@ -620,10 +626,21 @@ class ClusteredStrategy(Strategy):
                 updates[pid] = replace(update, num_examples=cap)
                 self._stats.capped += 1
         return updates
+    def head_shape(self) -> tuple[int, int]:
+        """``(outputs, features)`` of the initial model's classifier head."""
+        assert self.initial is not None
+        outputs, features = self.initial[self.head_key].shape
+        return int(outputs), int(features)
+
+    def true_group(self, pid: int) -> int:
+        """Client ``pid``'s true group, for scoring only (-1: unknown)."""
+        if self.truth is not None:
+            return self.truth.get(pid, -1)
+        return self.clients[pid].true_group
 
     def _record(self, server_round: int, eval_metrics: MetricRecord | None) -> None:
         pids = sorted(self.assignment)
-        truth = np.array([self.clients[p].true_group for p in pids])
+        truth = np.array([self.true_group(p) for p in pids])
         scores = clustering_scores(truth, np.array([self.assignment[p] for p in pids])) if pids else None
         s = self._stats
         record: dict[str, Any] = {

@@ -133,8 +133,7 @@ class CFLGT(ClusteredStrategy):
 
     def _forces(self, pids: list[int], server_round: int) -> dict[int, np.ndarray]:
         assert self.reference is not None
-        # the last array of a model is its final Linear's bias (C,) or weight (C, d)
-        num_classes = int(list(self.reference.values())[-1].shape[0])
+        num_classes = self.head_shape()[0]
         replies = self.query_signal(keys.FORCES_ACTION, pids, server_round, ClassForces.from_arrays,
                                     models=[self.reference], num_classes=num_classes)
         return {pid: trajectories_from_forces(f.pull[None], f.push[None])[0] for pid, f in replies.items()}

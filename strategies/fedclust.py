@@ -101,7 +101,7 @@ class FedClust(OneShotStrategy):
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
         """Each client's final layer after ``cluster-epochs`` of training the initial model."""
         assert self.initial is not None
-        outputs, features = self.initial["head.weight"].shape
+        outputs, features = self.head_shape()
         return self.query_signal(keys.FINAL_LAYER_ACTION, pids, server_round, FinalLayer.from_arrays,
                                  models=[self.initial], config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs,
                                          keys.CLUSTER_STEPS: self.params.cluster_steps},

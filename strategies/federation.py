@@ -34,6 +34,8 @@ class ClientInfo:
     num_test: int
     true_group: int
     device: str = "cpu"
+    num_val: int = 0
+    class_counts: tuple[int, ...] = ()
 
 
 @dataclass
@@ -344,10 +346,17 @@ def _identity_of(node: int, content: RecordDict) -> ClientInfo:
             raise TypeError(f"{name} must be an int, got {value!r}")
     if values[keys.PARTITION_ID] < 0 or values[keys.NUM_TRAIN] < 1 or values[keys.NUM_TEST] < 0:
         raise ValueError(f"impossible sizes or id: {values}")
+    num_val = ident.get(keys.NUM_VAL, 0)
+    counts = list(ident.get(keys.CLASS_COUNTS, []))
+    if isinstance(num_val, bool) or not isinstance(num_val, int) or num_val < 0:
+        raise ValueError(f"{keys.NUM_VAL} must be an int >= 0, got {num_val!r}")
+    if counts and (not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+                   or sum(counts) != values[keys.NUM_TRAIN]):
+        raise ValueError(f"{keys.CLASS_COUNTS} must be ints >= 0 summing to {keys.NUM_TRAIN}, got {counts!r}")
     return ClientInfo(
         partition_id=values[keys.PARTITION_ID], node_id=node, num_train=values[keys.NUM_TRAIN],
         num_test=values[keys.NUM_TEST], true_group=values[keys.TRUE_GROUP],
-        device=str(ident.get(keys.DEVICE, "cpu")),
+        device=str(ident.get(keys.DEVICE, "cpu")), num_val=num_val, class_counts=tuple(counts),
     )
 
 

@@ -109,7 +109,7 @@ class FLAG(OneShotStrategy):
     @property
     def _num_classes(self) -> int:
         assert self.initial is not None
-        return int(self.initial["head.weight"].shape[0])
+        return self.head_shape()[0]
 
     def _size(self, record: ArrayRecord) -> int:
         return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))

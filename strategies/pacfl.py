@@ -82,7 +82,7 @@ class PACFL(OneShotStrategy):
         assert self.initial is not None
         got = self.query_signal(keys.SUBSPACES_ACTION, pids, server_round, ClassSubspaces.from_arrays,
                                 config={keys.SUBSPACE_VECTORS: self.params.pacfl_vectors}, dim=None,
-                                num_classes=self.initial["head.weight"].shape[0],
+                                num_classes=self.head_shape()[0],
                                 max_vectors=self.params.pacfl_vectors)
         dims = [s.dim for s in (self.signals or got).values()]
         if not dims:

@@ -59,8 +59,11 @@ def _corrupt(reply: Message, fault: str) -> Message:
         ident = content[keys.IDENTITY]
         if fault == "duplicate-id":
             ident[keys.PARTITION_ID] = 0
-        if fault == "inflated":
+        if fault == "inflated":  # a consistent liar: its class counts add up to the claim
             ident[keys.NUM_TRAIN] = INFLATED
+            counts = list(ident[keys.CLASS_COUNTS])
+            counts[int(np.argmax(counts))] += INFLATED - sum(counts)
+            ident[keys.CLASS_COUNTS] = counts
         return reply
     if kind == "train" and fault == "inflated":
         arrays = content[keys.ARRAYS]

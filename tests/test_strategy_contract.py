@@ -24,6 +24,8 @@ from client.task import _task
 from common import keys
 from common.config import TrainingParams
 from common.models import Classifier
+from common.export import export_partition
+from common.scenarios import ScenarioConfig, build_partition
 from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 from strategies import REGISTRY
@@ -172,3 +174,27 @@ def test_aggregates_a_batchnorm_model(name, monkeypatch, request):
             assert np.all(np.isfinite(values))
         tracked.append(int(model["features.1.num_batches_tracked"].numpy()))
     assert max(tracked) > 0  # the aggregated integer buffer counts the clients' batches
+
+
+@pytest.fixture(scope="module")
+def own_data(tmp_path_factory) -> dict[str, Any]:
+    """The conftest federation exported to disk, read back by each client, with a user's CNN."""
+    rc = small_run_config()
+    root = tmp_path_factory.mktemp("federation")
+    truth = export_partition(build_partition(ScenarioConfig.from_run_config(rc)), root, "hf")
+    return {"model": "user_models:small_cnn", "data-path": str(root), "truth-path": str(truth),
+            "num-classes": 10, "input-shape": "1,8,8", "local-epochs": 1, "cluster-steps": 10}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trains_a_user_model_on_clients_own_folders(name, own_data):
+    rc, exp, strategy = _setup(name, fraction=1.0, **own_data)
+    grid = InProcessGrid(client_app, rc, 6)
+    initial = exp.initial_model()
+    assert "classifier.weight" in initial and "head.weight" not in initial
+    strategy.start(grid, initial, expected_clients=6)
+    assert len(strategy.history) == 3
+    assert all(r["failures"] == 0 and r["rejected"] == 0 for r in strategy.history), strategy.history
+    assert strategy.history[-1]["ari"] is not None  # scored against the truth file
+    assert all(c.true_group == -1 and sum(c.class_counts) == c.num_train for c in strategy.clients.values())
+    assert any(not np.array_equal(m[k].numpy(), initial[k].numpy()) for m in strategy.models for k in initial)

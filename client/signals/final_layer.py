@@ -37,13 +37,16 @@ def train_steps(task: ClientTask, arrays: ArrayRecord, cfg, steps: int) -> torch
 
 @register(keys.FINAL_LAYER_ACTION)
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
-    """FedClust's signal: ``head.weight`` and ``head.bias`` after local training."""
+    """FedClust's signal: the weight and bias of the model's head after local training."""
     cfg = content[keys.CONFIG]
     steps = int(cfg.get(keys.CLUSTER_STEPS, 0))
     if steps > 0:
-        model = train_steps(task, models_in(content)[0], cfg, steps)
+        train_steps(task, models_in(content)[0], cfg, steps)
     else:
-        model, _ = train_local(task, models_in(content)[0], cfg, epochs=int(cfg[keys.CLUSTER_EPOCHS]))
-    head = model.head
+        train_local(task, models_in(content)[0], cfg, epochs=int(cfg[keys.CLUSTER_EPOCHS]))
+    # The task's one reused module was trained: its head is the one found once.
+    head = task.head("strategy 'fedclust' (final-layer weights)").module
     # Copies: the module is reused by the next message, and numpy views would follow it.
-    return FinalLayer(head.weight.detach().cpu().numpy().copy(), head.bias.detach().cpu().numpy().copy()).to_arrays()
+    weight = head.weight.detach().cpu().numpy().copy()
+    bias = np.zeros(len(weight), weight.dtype) if head.bias is None else head.bias.detach().cpu().numpy().copy()
+    return FinalLayer(weight, bias).to_arrays()

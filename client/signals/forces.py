@@ -2,7 +2,8 @@
 
 Paper: "CFLGT: Clustered Federated Learning with Gradient Trajectory" (papers/cflgt.txt),
 Eq. 5-8. A forward pass only (no backward, no optimiser); ``v`` is the input of the model's
-last ``nn.Linear`` layer, caught with a forward pre-hook, so any such model works.
+classifier head (``common.models.find_head``), caught with a forward pre-hook, so any model
+ending in a linear head works.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from flwr.app import RecordDict
 from torch import nn
 
 from common import keys
+from common.models import find_head
 from common.signals.forces import ClassForces
 
 from ..task import ClientTask
@@ -21,25 +23,10 @@ from . import models_in, register
 FORWARD_BATCH = 1024  # samples per forward pass (memory only: the result does not depend on it)
 
 
-def last_linear(model: nn.Module) -> nn.Linear:
-    """The last ``nn.Linear`` registered in ``model`` (a ``Classifier``'s ``head``).
-
-    Raises
-    ------
-    ValueError
-        Naming ``'model'`` if it holds no ``nn.Linear``.
-    """
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError(f"The 'model' parameter of class_forces must end in an nn.Linear layer. "
-                         f"Got {type(model).__name__} without one instead.")
-    return linears[-1]
-
-
 @torch.no_grad()
 def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: int, *,
-                 device: torch.device | None = None,
-                 batch_size: int = FORWARD_BATCH) -> tuple[np.ndarray, np.ndarray]:
+                 device: torch.device | None = None, batch_size: int = FORWARD_BATCH,
+                 head: nn.Linear | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Average pulling and pushing force of every class (CFLGT Eq. 6 and Eq. 8).
 
     ``pull_c = mean_d sum_{i: y_i = c} (1 - P_ic) v_i`` and
@@ -49,7 +36,7 @@ def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: in
     Parameters
     ----------
     model : nn.Module
-        Its last ``nn.Linear`` gives the logits (softmax -> ``P``); its input is ``v``.
+        Its head gives the logits (softmax -> ``P``); the head's input is ``v``.
         Evaluated in eval mode, mode and device restored afterwards.
     x : np.ndarray of shape (n, *input_shape)
     y : np.ndarray of shape (n,)
@@ -59,6 +46,8 @@ def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: in
     device : torch.device, optional
         Where to compute (the CPU when omitted).
     batch_size : int, default=FORWARD_BATCH
+    head : nn.Linear, optional
+        The model's head; found with ``common.models.find_head`` when omitted.
 
     Returns
     -------
@@ -72,7 +61,8 @@ def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: in
     if num_classes < 1:
         raise ValueError(f"The 'num_classes' parameter of class_forces must be an int >= 1 "
                          f"(classification only). Got {num_classes!r} instead.")
-    head = last_linear(model)
+    if head is None:
+        head = find_head(model, x.shape[1:], needed_by="class_forces (CFLGT)").module
     if head.out_features != num_classes:
         raise ValueError(f"The 'model' parameter of class_forces must output {num_classes} classes. "
                          f"Got a last layer with {head.out_features} outputs instead.")
@@ -112,6 +102,7 @@ def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: in
 def forces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Forces of the one received model on the train split (never the test split)."""
     (arrays,) = models_in(content)
-    pull, push = class_forces(task.model(arrays), task.data.x_train, task.data.y_train,
-                              task.info.num_classes, device=task.device)
+    model = task.model(arrays)
+    pull, push = class_forces(model, task.data.x_train, task.data.y_train, task.info.num_classes,
+                              device=task.device, head=task.head("strategy 'cflgt' (class forces)").module)
     return ClassForces(pull, push).to_arrays()

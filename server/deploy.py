@@ -234,14 +234,15 @@ def superlink_command(*, host: str = "127.0.0.1", port: int = 8000, database: Pa
 
 
 def supernode_command(*, superlink: str, partition_id: int, num_partitions: int, port: int = 9094,
-                      host: str = "127.0.0.1", data_dir: str | None = None, device: str | None = None,
-                      root_certificates: Path | None = None, key: Path | None = None,
+                      host: str = "127.0.0.1", data_dir: str | None = None, data_path: str | None = None,
+                      device: str | None = None, root_certificates: Path | None = None, key: Path | None = None,
                       max_retries: int | None = None, max_wait_time: float | None = None) -> list[str]:
     """The ``flower-supernode`` command line for one partition.
 
     ``root_certificates=None`` means insecure; ``key`` is the SuperNode's private key
-    for node authentication. ``data_dir`` and ``device`` go into the node config, where
-    the ClientApp prefers them to the run-config's. ``max_retries`` and ``max_wait_time``
+    for node authentication. ``data_dir`` (the public dataset's folder), ``data_path`` (this
+    client's own data: the only data the node reads) and ``device`` go into the node config,
+    where the ClientApp prefers them to the run-config's. ``max_retries`` and ``max_wait_time``
     bound how long Flower retries a lost SuperLink (``None``: forever).
 
     Raises
@@ -260,13 +261,16 @@ def supernode_command(*, superlink: str, partition_id: int, num_partitions: int,
     node_config = {"partition-id": partition_id, "num-partitions": num_partitions}
     if data_dir:
         node_config["data-dir"] = str(Path(data_dir).expanduser().resolve())
+    if data_path:
+        node_config["data-path"] = str(Path(data_path).expanduser().resolve())
     if device:
         # imports torch: only when a device is named, so that `umbel deploy --help` answers at once
         from common.training import check_device_name
 
         node_config["device"] = check_device_name(device, "supernode_command")
     if any('"' in str(v) for v in node_config.values()):
-        raise ValueError(f"The 'data_dir' parameter of supernode_command must not hold '\"'. Got {data_dir!r} instead.")
+        raise ValueError("The 'data_dir' and 'data_path' parameters of supernode_command must not hold '\"'. "
+                         f"Got {data_dir!r} and {data_path!r} instead.")
     cmd = [_executable("flower-supernode"), "--superlink", superlink, "--host", host, "--port", str(port),
            "--node-config", " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in node_config.items())]
     if max_retries is not None:
@@ -602,7 +606,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Fleet address")
     p.add_argument("--partition-id", type=int, required=True)
     p.add_argument("--num-partitions", type=int, required=True, help="equal to the run's num-clients")
-    p.add_argument("--data-dir", default=None, help="this node's data folder (node config data-dir)")
+    p.add_argument("--data-dir", default=None, help="the public dataset's folder (node config data-dir)")
+    p.add_argument("--data-path", default=None,
+                   help="this client's own data: a Hugging Face save_to_disk folder, an ImageFolder tree or an "
+                        ".npz (node config data-path; docs/own-data.md)")
     p.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (node config device)")
     p.add_argument("--port", type=int, default=SUPERNODE_PORT, help="local Runtime API port: distinct per SuperNode on a host")
     p.add_argument("--host", default="127.0.0.1", help="interface of the local Runtime API")
@@ -695,7 +702,7 @@ def _supernode(args: argparse.Namespace) -> int:
                                 "(--root-certificates), or pass --insecure against an insecure SuperLink.")
     cmd = supernode_command(superlink=args.superlink, partition_id=args.partition_id,
                             num_partitions=args.num_partitions, port=args.port, host=args.host,
-                            data_dir=args.data_dir, device=args.device, root_certificates=root, key=args.key,
+                            data_dir=args.data_dir, data_path=args.data_path, device=args.device, root_certificates=root, key=args.key,
                             max_retries=args.max_retries, max_wait_time=args.max_wait_time)
     if args.dry_run:
         print(shlex.join(cmd))

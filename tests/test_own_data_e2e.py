@@ -91,11 +91,12 @@ class Deployment:
         deploy.make_keys(keys, names)
         empty = self.work / "empty-folder"
         empty.mkdir()
-        port = free_port()
-        link = self.spawn("superlink", deploy.superlink_command(host="127.0.0.1", port=port, certs=certs, auth=True,
-                                                                 database=self.work / "state.db"))
+        port, control = free_port(), free_port()
+        link = self.spawn("superlink", deploy.superlink_command(host="127.0.0.1", port=port, certs=certs,
+                                                                 control_port=control, database=self.work / "state.db"))
         _wait_for_port(port, link, self.work / "superlink.log")
-        deploy.write_connection(self.cli_home, "dep", f"127.0.0.1:{port}", root_certificates=certs / "ca.crt")
+        _wait_for_port(control, link, self.work / "superlink.log")
+        deploy.write_connection(self.cli_home, "dep", f"127.0.0.1:{control}", root_certificates=certs / "ca.crt")
         for cmd in deploy.register_commands(keys, "dep"):
             out = subprocess.run(cmd, env=_env(self.cli_home), capture_output=True, text=True, timeout=120, check=False)
             assert out.returncode == 0, out.stdout + out.stderr
@@ -103,9 +104,8 @@ class Deployment:
             folder = self.federation / f"partition_{pid}" if pid < NUM_CLIENTS else empty
             cmd = deploy.supernode_command(superlink=f"127.0.0.1:{port}", partition_id=pid,
                                            num_partitions=NUM_CLIENTS + 1, port=free_port(),
-                                           root_certificates=certs / "ca.crt", key=keys / name)
-            at = cmd.index("--node-config") + 1
-            cmd[at] += f' data-path="{folder}"'  # this node's own data, nothing else
+                                           root_certificates=certs / "ca.crt", key=keys / name,
+                                           data_path=str(folder))  # this node's own data, nothing else
             self.spawn(f"node{pid}", cmd)
 
     def run(self, name: str) -> dict:

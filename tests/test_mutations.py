@@ -111,7 +111,7 @@ def test_each_mutation_is_caught(tree, name, path, old, new, tests):
     target.write_text(original.replace(old, new))
     try:
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests],
                              check=False, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
     finally:
         target.write_text(original)

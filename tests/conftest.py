@@ -28,8 +28,3 @@ def small_run_config(**overrides: Any) -> dict[str, Any]:
 def run_config() -> dict[str, Any]:
     return small_run_config()
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """End-to-end (``slow``) test files first, so that two xdist workers share them out from the
-    start instead of one worker running the long ones alone at the end (the order is stable)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

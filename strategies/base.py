@@ -626,6 +626,7 @@ class ClusteredStrategy(Strategy):
                 updates[pid] = replace(update, num_examples=cap)
                 self._stats.capped += 1
         return updates
+
     def head_shape(self) -> tuple[int, int]:
         """``(outputs, features)`` of the initial model's classifier head."""
         assert self.initial is not None

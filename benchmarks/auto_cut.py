@@ -53,15 +53,27 @@ TUNED = {"fedclust": 0.36, "pacfl": 30.0}  # the quick preset's FedClust lambda;
 def signals(rc: dict, cluster_steps: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """FedClust final layers (N, D), PACFL stacked bases, true groups of every client."""
     initial = Experiment.from_run_config(rc).initial_model()
-    cfg = {**TrainingParams.from_run_config(rc).local_config(), keys.SERVER_ROUND: 1,
-           keys.CLUSTER_STEPS: cluster_steps, keys.CLUSTER_EPOCHS: 1, keys.SUBSPACE_VECTORS: 3}
+    cfg = {
+        **TrainingParams.from_run_config(rc).local_config(),
+        keys.SERVER_ROUND: 1,
+        keys.CLUSTER_STEPS: cluster_steps,
+        keys.CLUSTER_EPOCHS: 1,
+        keys.SUBSPACE_VECTORS: 3,
+    }
     layers, bases, truth = [], [], []
     for pid in range(rc["num-clients"]):
         task = task_from_context(rc, {keys.PARTITION_ID: pid, "num-partitions": rc["num-clients"]})
-        head = FinalLayer.from_arrays(final_layer(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: ConfigRecord(cfg)})),
-                                      outputs=task.info.num_classes, features=initial["head.weight"].shape[1])
-        sub = ClassSubspaces.from_arrays(subspaces(task, RecordDict({keys.CONFIG: ConfigRecord(cfg)})), dim=None,
-                                         num_classes=task.info.num_classes, max_vectors=3)
+        head = FinalLayer.from_arrays(
+            final_layer(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: ConfigRecord(cfg)})),
+            outputs=task.info.num_classes,
+            features=initial["head.weight"].shape[1],
+        )
+        sub = ClassSubspaces.from_arrays(
+            subspaces(task, RecordDict({keys.CONFIG: ConfigRecord(cfg)})),
+            dim=None,
+            num_classes=task.info.num_classes,
+            max_vectors=3,
+        )
         layers.append(head.vector())
         bases.append(sub.stacked())
         truth.append(int(task.data.group))
@@ -77,12 +89,20 @@ def measure(name: str, num_clients: int, seed: int, cluster_steps: int) -> list[
         tuned = cut_tree(d, threshold=TUNED[strategy], linkage="average")
         started = time.process_time()
         auto, silhouette = auto_cut(d, "average")
-        rows.append({"scenario": name, "strategy": strategy, "true-groups": len(set(truth.tolist())),
-                     "tuned-threshold": TUNED[strategy], "tuned-clusters": int(tuned.max()) + 1,
-                     "tuned-ari": round(float(adjusted_rand_score(truth, tuned)), 3),
-                     "auto-clusters": int(auto.max()) + 1, "auto-ari": round(float(adjusted_rand_score(truth, auto)), 3),
-                     "auto-silhouette": None if silhouette is None else round(silhouette, 3),
-                     "auto-cpu-seconds": round(time.process_time() - started, 3)})
+        rows.append(
+            {
+                "scenario": name,
+                "strategy": strategy,
+                "true-groups": len(set(truth.tolist())),
+                "tuned-threshold": TUNED[strategy],
+                "tuned-clusters": int(tuned.max()) + 1,
+                "tuned-ari": round(float(adjusted_rand_score(truth, tuned)), 3),
+                "auto-clusters": int(auto.max()) + 1,
+                "auto-ari": round(float(adjusted_rand_score(truth, auto)), 3),
+                "auto-silhouette": None if silhouette is None else round(silhouette, 3),
+                "auto-cpu-seconds": round(time.process_time() - started, 3),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -95,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
-    rows = [r for name in args.scenarios.split(",") for r in measure(name, args.num_clients, args.seed,
-                                                                     args.cluster_steps)]
+    rows = [
+        r for name in args.scenarios.split(",") for r in measure(name, args.num_clients, args.seed, args.cluster_steps)
+    ]
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -76,8 +76,16 @@ class Preset:
     def args(self, strategy: str, scenario: Scenario, seed: int) -> list[str]:
         """The ``umbel run`` flags of one cell (a ``VARIANTS`` name runs its strategy with its flags)."""
         base, variant = VARIANTS.get(strategy, (strategy, ()))
-        out = ["--strategy", base, "--seed", str(seed), *self.common, *scenario.args,
-               *self.strategy_args.get(base, ()), *variant]
+        out = [
+            "--strategy",
+            base,
+            "--seed",
+            str(seed),
+            *self.common,
+            *scenario.args,
+            *self.strategy_args.get(base, ()),
+            *variant,
+        ]
         if base in self.given_k:
             out += [self.given_k[base], str(scenario.k)]
         return out
@@ -95,7 +103,7 @@ MODIFIED: dict[str, str] = {
     "cfl-sattler": "eps1 relative to the RMS update norm, eps2 off (paper: absolute; see cfl-sattler-paper)",
     "flic": "automatic clustering round at a training-loss plateau (paper: a round given by hand)",
     "flag": "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
-            "in the sweep (paper: a lightweight one)",
+    "in the sweep (paper: a lightweight one)",
 }
 """Defaults that are not the paper's, labelled "(modified)" in the tables."""
 
@@ -112,8 +120,7 @@ QUICK = Preset(
         Scenario("label-swap-5", ("--scenario", "label-swap", "--groups", "5"), 5),
     ),
     seeds=(0, 1),
-    common=("--num-clients", "100", "--fraction", "0.2", "--rounds", "30", "--local-epochs", "1",
-            "--eval-every", "5"),
+    common=("--num-clients", "100", "--fraction", "0.2", "--rounds", "30", "--local-epochs", "1", "--eval-every", "5"),
     strategy_args={
         "cflgt": ("--pretrain-rounds", "8"),
         "flag": ("--gradient-epochs", "5", "--sweep-rounds", "3"),
@@ -122,37 +129,143 @@ QUICK = Preset(
     given_k={"ifca": "--max-clusters"},
 )
 
-_PAPER_CFLGT = ("--num-clients", "100", "--fraction", "0.2", "--rounds", "100", "--local-epochs", "5",
-                "--batch-size", "32", "--lr", "0.001", "--momentum", "0.9", "--model", "dnn")
-_PAPER_FEDCLUST = ("--num-clients", "100", "--fraction", "0.1", "--rounds", "200", "--local-epochs", "10",
-                   "--batch-size", "10", "--lr", "0.01", "--momentum", "0.5", "--model", "lenet5")
-_PAPER_FLAG = ("--num-clients", "100", "--fraction", "0.2", "--rounds", "200", "--local-epochs", "10",
-               "--batch-size", "10", "--lr", "0.01", "--momentum", "0.5", "--model", "lenet5")
-_PAPER_FLIC = ("--dataset", "mnist", "--num-clients", "100", "--samples-per-client", "600", "--fraction", "0.1",
-               "--rounds", "205", "--local-epochs", "5", "--batch-size", "10", "--lr", "0.01", "--momentum", "0.0",
-               "--model", "dnn")
-_PAPER_CFLGP = ("--num-clients", "100", "--fraction", "1.0", "--rounds", "100", "--local-epochs", "1",
-                "--batch-size", "32", "--lr", "0.01", "--momentum", "0.0", "--model", "dnn")
+_PAPER_CFLGT = (
+    "--num-clients",
+    "100",
+    "--fraction",
+    "0.2",
+    "--rounds",
+    "100",
+    "--local-epochs",
+    "5",
+    "--batch-size",
+    "32",
+    "--lr",
+    "0.001",
+    "--momentum",
+    "0.9",
+    "--model",
+    "dnn",
+)
+_PAPER_FEDCLUST = (
+    "--num-clients",
+    "100",
+    "--fraction",
+    "0.1",
+    "--rounds",
+    "200",
+    "--local-epochs",
+    "10",
+    "--batch-size",
+    "10",
+    "--lr",
+    "0.01",
+    "--momentum",
+    "0.5",
+    "--model",
+    "lenet5",
+)
+_PAPER_FLAG = (
+    "--num-clients",
+    "100",
+    "--fraction",
+    "0.2",
+    "--rounds",
+    "200",
+    "--local-epochs",
+    "10",
+    "--batch-size",
+    "10",
+    "--lr",
+    "0.01",
+    "--momentum",
+    "0.5",
+    "--model",
+    "lenet5",
+)
+_PAPER_FLIC = (
+    "--dataset",
+    "mnist",
+    "--num-clients",
+    "100",
+    "--samples-per-client",
+    "600",
+    "--fraction",
+    "0.1",
+    "--rounds",
+    "205",
+    "--local-epochs",
+    "5",
+    "--batch-size",
+    "10",
+    "--lr",
+    "0.01",
+    "--momentum",
+    "0.0",
+    "--model",
+    "dnn",
+)
+_PAPER_CFLGP = (
+    "--num-clients",
+    "100",
+    "--fraction",
+    "1.0",
+    "--rounds",
+    "100",
+    "--local-epochs",
+    "1",
+    "--batch-size",
+    "32",
+    "--lr",
+    "0.01",
+    "--momentum",
+    "0.0",
+    "--model",
+    "dnn",
+)
 
 PAPER = Preset(
     name="paper",
-    strategies=("fedavg", "local", "fedprox", "ifca", "cfl-sattler", "cfl-sattler-paper", "pacfl", "pacfl-eq3",
-                "pacfl-reference", "flhc", "fedmedian", *SEED_ALGORITHMS),
+    strategies=(
+        "fedavg",
+        "local",
+        "fedprox",
+        "ifca",
+        "cfl-sattler",
+        "cfl-sattler-paper",
+        "pacfl",
+        "pacfl-eq3",
+        "pacfl-reference",
+        "flhc",
+        "fedmedian",
+        *SEED_ALGORITHMS,
+    ),
     scenarios=(
-        Scenario("label-groups-1", ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "2",
-                                    *_PAPER_CFLGT), 5),
-        Scenario("label-groups-2", ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "5",
-                                    *_PAPER_CFLGT), 5),
-        Scenario("label-groups-3", ("--scenario", "label-groups", "--groups", "20", "--labels-per-group", "3",
-                                    *_PAPER_CFLGT), 20),
+        Scenario(
+            "label-groups-1",
+            ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "2", *_PAPER_CFLGT),
+            5,
+        ),
+        Scenario(
+            "label-groups-2",
+            ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "5", *_PAPER_CFLGT),
+            5,
+        ),
+        Scenario(
+            "label-groups-3",
+            ("--scenario", "label-groups", "--groups", "20", "--labels-per-group", "3", *_PAPER_CFLGT),
+            20,
+        ),
         Scenario("label-skew-20", ("--scenario", "label-skew", "--label-fraction", "0.2", *_PAPER_FEDCLUST), 5),
-        Scenario("label-skew-dirichlet-20", ("--scenario", "label-skew-dirichlet", "--label-fraction", "0.2",
-                                             "--quantity-alpha", "1.0", *_PAPER_FLAG), 5),
+        Scenario(
+            "label-skew-dirichlet-20",
+            ("--scenario", "label-skew-dirichlet", "--label-fraction", "0.2", "--quantity-alpha", "1.0", *_PAPER_FLAG),
+            5,
+        ),
         Scenario("label-swap-5", ("--scenario", "label-swap", "--groups", "5", *_PAPER_FLIC), 5),
         Scenario("rotation-4", ("--scenario", "rotation", "--angles", "0,90,180,270", *_PAPER_FLIC), 4),
         Scenario("attack-40", ("--scenario", "attack", "--attackers", "40", *_PAPER_FLIC), 2),
-        Scenario("rotation-8", ("--scenario", "rotation", "--angles", "0,15,90,105,180,195,270,275",
-                                *_PAPER_CFLGP), 8),
+        Scenario("rotation-8", ("--scenario", "rotation", "--angles", "0,15,90,105,180,195,270,275", *_PAPER_CFLGP), 8),
     ),
     seeds=(0, 1, 2),
     common=("--eval-every", "5"),
@@ -163,9 +276,20 @@ PAPER = Preset(
 
 PRESETS = {p.name: p for p in (QUICK, PAPER)}
 
-COLUMNS = ("strategy", "scenario", "seeds", "final-accuracy-mean", "final-accuracy-std", "final-ari",
-           "ari-1.0-round", "final-clusters", "signal-bytes-up-per-client", "model-mb", "round-time-vs-fedavg",
-           "wall-seconds")
+COLUMNS = (
+    "strategy",
+    "scenario",
+    "seeds",
+    "final-accuracy-mean",
+    "final-accuracy-std",
+    "final-ari",
+    "ari-1.0-round",
+    "final-clusters",
+    "signal-bytes-up-per-client",
+    "model-mb",
+    "round-time-vs-fedavg",
+    "wall-seconds",
+)
 
 
 @dataclass
@@ -181,8 +305,15 @@ class CellResult:
     seconds: float
 
 
-def run_cells(preset: Preset, strategies: Sequence[str], scenarios: Sequence[Scenario], seeds: Sequence[int],
-              folder: Path, extra: Sequence[str], resume: bool) -> list[CellResult]:
+def run_cells(
+    preset: Preset,
+    strategies: Sequence[str],
+    scenarios: Sequence[Scenario],
+    seeds: Sequence[int],
+    folder: Path,
+    extra: Sequence[str],
+    resume: bool,
+) -> list[CellResult]:
     """Run (or, with ``resume``, re-read) every cell, printing one line per cell."""
     results = []
     total = len(strategies) * len(scenarios) * len(seeds)
@@ -195,16 +326,33 @@ def run_cells(preset: Preset, strategies: Sequence[str], scenarios: Sequence[Sce
                 done = (runs / name / "summary.json").exists() and (runs / name / "cell.json").exists()
                 if not (resume and done):
                     run_cli([*preset.args(strategy, scenario, seed), *extra], name, runs)
-                    (runs / name / "cell.json").write_text(json.dumps(
-                        {"seconds": round(time.perf_counter() - started, 3),
-                         "args": preset.args(strategy, scenario, seed) + list(extra)}))
+                    (runs / name / "cell.json").write_text(
+                        json.dumps(
+                            {
+                                "seconds": round(time.perf_counter() - started, 3),
+                                "args": preset.args(strategy, scenario, seed) + list(extra),
+                            }
+                        )
+                    )
                 run = read_run(runs / name)
                 cell = json.loads((runs / name / "cell.json").read_text())
-                results.append(CellResult(strategy, scenario.label, seed, run["summary"], run["metrics"],
-                                          training_round_seconds(run), cell["seconds"]))
+                results.append(
+                    CellResult(
+                        strategy,
+                        scenario.label,
+                        seed,
+                        run["summary"],
+                        run["metrics"],
+                        training_round_seconds(run),
+                        cell["seconds"],
+                    )
+                )
                 s = run["summary"]
-                print(f"[{len(results)}/{total}] {name}: accuracy {_fmt(s.get('final-accuracy'), 4)} "
-                      f"ARI {_fmt(s.get('final-ari'), 3)} ({cell['seconds']:.0f} s)", flush=True)
+                print(
+                    f"[{len(results)}/{total}] {name}: accuracy {_fmt(s.get('final-accuracy'), 4)} "
+                    f"ARI {_fmt(s.get('final-ari'), 3)} ({cell['seconds']:.0f} s)",
+                    flush=True,
+                )
     return results
 
 
@@ -225,20 +373,22 @@ def summarise(results: Sequence[CellResult]) -> list[dict[str, Any]]:
         clients = [r.summary.get("num-clients") or 1 for r in cell]
         round_s = _mean([s for r in cell for s in r.train_round_seconds])
         base = fedavg_round.get(scenario)
-        rows.append({
-            "strategy": strategy,
-            "scenario": scenario,
-            "seeds": len(cell),
-            "final-accuracy-mean": _mean(accuracy),
-            "final-accuracy-std": statistics.stdev(accuracy) if len(accuracy) > 1 else None,
-            "final-ari": _mean(ari),
-            "ari-1.0-round": "/".join("-" if x is None else str(x) for x in reached),
-            "final-clusters": "/".join(str(r.summary.get("final-num-clusters")) for r in cell),
-            "signal-bytes-up-per-client": _mean([r.summary["bytes-up-signal"] / n for r, n in zip(cell, clients)]),
-            "model-mb": _mean([(r.summary["bytes-up-model"] + r.summary["bytes-down-model"]) / 1e6 for r in cell]),
-            "round-time-vs-fedavg": round_s / base if round_s is not None and base else None,
-            "wall-seconds": _mean([r.seconds for r in cell]),
-        })
+        rows.append(
+            {
+                "strategy": strategy,
+                "scenario": scenario,
+                "seeds": len(cell),
+                "final-accuracy-mean": _mean(accuracy),
+                "final-accuracy-std": statistics.stdev(accuracy) if len(accuracy) > 1 else None,
+                "final-ari": _mean(ari),
+                "ari-1.0-round": "/".join("-" if x is None else str(x) for x in reached),
+                "final-clusters": "/".join(str(r.summary.get("final-num-clusters")) for r in cell),
+                "signal-bytes-up-per-client": _mean([r.summary["bytes-up-signal"] / n for r, n in zip(cell, clients)]),
+                "model-mb": _mean([(r.summary["bytes-up-model"] + r.summary["bytes-down-model"]) / 1e6 for r in cell]),
+                "round-time-vs-fedavg": round_s / base if round_s is not None and base else None,
+                "wall-seconds": _mean([r.seconds for r in cell]),
+            }
+        )
     return rows
 
 
@@ -247,19 +397,26 @@ def markdown(rows: Sequence[dict[str, Any]], preset: Preset) -> str:
     order = {s: i for i, s in enumerate(preset.strategies)}
     lines = []
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
-        lines += [f"#### {scenario}", "",
-                  ("| strategy | final accuracy (%) | final ARI | ARI 1.0 at round | clusters | "
-                  "signal up / client (B) | model traffic (MB) | round time / FedAvg | wall (s) |"),
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"#### {scenario}",
+            "",
+            (
+                "| strategy | final accuracy (%) | final ARI | ARI 1.0 at round | clusters | "
+                "signal up / client (B) | model traffic (MB) | round time / FedAvg | wall (s) |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in sorted((r for r in rows if r["scenario"] == scenario), key=lambda r: order.get(r["strategy"], 99)):
             acc = _fmt(None if r["final-accuracy-mean"] is None else 100 * r["final-accuracy-mean"], 2)
             if r["final-accuracy-std"] is not None:
                 acc += f" ± {100 * r['final-accuracy-std']:.2f}"
             name = f"{r['strategy']} (modified)" if r["strategy"] in MODIFIED else r["strategy"]
-            lines.append(f"| {name} | {acc} | {_fmt(r['final-ari'], 3)} | {r['ari-1.0-round']} | "
-                         f"{r['final-clusters']} | {_fmt(r['signal-bytes-up-per-client'], 0)} | "
-                         f"{_fmt(r['model-mb'], 0)} | {_fmt(r['round-time-vs-fedavg'], 2)} | "
-                         f"{_fmt(r['wall-seconds'], 0)} |")
+            lines.append(
+                f"| {name} | {acc} | {_fmt(r['final-ari'], 3)} | {r['ari-1.0-round']} | "
+                f"{r['final-clusters']} | {_fmt(r['signal-bytes-up-per-client'], 0)} | "
+                f"{_fmt(r['model-mb'], 0)} | {_fmt(r['round-time-vs-fedavg'], 2)} | "
+                f"{_fmt(r['wall-seconds'], 0)} |"
+            )
         lines.append("")
     shown = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s in MODIFIED]
     lines += [f"(modified) {s}: {MODIFIED[s]}." for s in shown] + ([""] if shown else [])
@@ -281,8 +438,13 @@ def plot_scenario(results: Sequence[CellResult], scenario: str, path: Path, orde
                     if m.get(key) is not None:
                         series.setdefault(m["round"], []).append(m[key])
             xs = sorted(series)
-            ax.plot(xs, [statistics.fmean(series[x]) for x in xs], marker="o" if key == "accuracy" else None,
-                    markersize=3, label=strategy)
+            ax.plot(
+                xs,
+                [statistics.fmean(series[x]) for x in xs],
+                marker="o" if key == "accuracy" else None,
+                markersize=3,
+                label=strategy,
+            )
     acc_ax.set(xlabel="round", ylabel="mean local test accuracy", title=f"{scenario}: accuracy")
     ari_ax.set(xlabel="round", ylabel="ARI", title=f"{scenario}: clustering", ylim=(-0.05, 1.05))
     for ax in (acc_ax, ari_ax):
@@ -303,8 +465,9 @@ def write_outputs(results: Sequence[CellResult], preset: Preset, folder: Path, c
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    (folder / "compare.json").write_text(json.dumps({"preset": preset.name, "command": command, "rows": rows},
-                                                    indent=2) + "\n")
+    (folder / "compare.json").write_text(
+        json.dumps({"preset": preset.name, "command": command, "rows": rows}, indent=2) + "\n"
+    )
     header = f"Command: `{command}`\n\n"
     (folder / "compare.md").write_text(header + markdown(rows, preset))
     paths = [folder / "compare.md", folder / "compare.csv", folder / "compare.json"]
@@ -314,8 +477,9 @@ def write_outputs(results: Sequence[CellResult], preset: Preset, folder: Path, c
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Arguments after -- go to every run unchanged.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     parser.add_argument("--strategies", default="", help="comma-separated subset of the preset's strategies")
     parser.add_argument("--scenarios", default="", help="comma-separated subset of the preset's scenario labels")

@@ -32,7 +32,8 @@ LOOPS = ("umbel", "flower")
 
 def run_pair(index: int, common: Sequence[str], folder: Path) -> dict[str, Any]:
     """One umbel run and one Flower run (order alternating with ``index``): each loop's training-round
-    seconds under its name, and its last train loss under ``<loop>-train-loss``."""
+    seconds under its name, and its last train loss under ``<loop>-train-loss``.
+    """
     order = LOOPS if index % 2 == 0 else LOOPS[::-1]
     times: dict[str, Any] = {}
     for loop in order:
@@ -59,36 +60,58 @@ def ratio_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Arguments after -- go to every run unchanged.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
+    )
     parser.add_argument("--pairs", type=int, default=3, help="umbel/Flower run pairs")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--results-dir", default="results/bench")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     if args.pairs < 1:
-        parser.error(f"The 'pairs' parameter of overhead must be an int in the range [1, inf). Got {args.pairs} instead.")
+        parser.error(
+            f"The 'pairs' parameter of overhead must be an int in the range [1, inf). Got {args.pairs} instead."
+        )
     if args.rounds < 4:
-        parser.error(f"The 'rounds' parameter of overhead must be an int in the range [4, inf). Got {args.rounds} instead.")
-    common = ["--num-clients", "100", "--fraction", "0.2", "--local-epochs", "1", "--rounds", str(args.rounds),
-              "--eval-every", str(args.rounds), *extra]
+        parser.error(
+            f"The 'rounds' parameter of overhead must be an int in the range [4, inf). Got {args.rounds} instead."
+        )
+    common = [
+        "--num-clients",
+        "100",
+        "--fraction",
+        "0.2",
+        "--local-epochs",
+        "1",
+        "--rounds",
+        str(args.rounds),
+        "--eval-every",
+        str(args.rounds),
+        *extra,
+    ]
     results_dir = Path(args.results_dir)
     folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / "overhead"
     pairs = []
     for i in range(args.pairs):
         pairs.append(run_pair(i, common, folder))
-        print(f"pair {i}: umbel {statistics.fmean(pairs[-1]['umbel']):.3f} s/round, "
-              f"flower {statistics.fmean(pairs[-1]['flower']):.3f} s/round", flush=True)
+        print(
+            f"pair {i}: umbel {statistics.fmean(pairs[-1]['umbel']):.3f} s/round, "
+            f"flower {statistics.fmean(pairs[-1]['flower']):.3f} s/round",
+            flush=True,
+        )
     report = ratio_report(pairs)
     command = "python benchmarks/overhead.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    (folder / "overhead.json").write_text(json.dumps({"command": command, "runs-flags": common, **report,
-                                                      "pairs": pairs}, indent=2) + "\n")
+    (folder / "overhead.json").write_text(
+        json.dumps({"command": command, "runs-flags": common, **report, "pairs": pairs}, indent=2) + "\n"
+    )
     (folder / "overhead.md").write_text(
         f"Command: `{command}`\n\n| loop | mean round (s) |\n|---|---|\n"
         f"| umbel FedAvg | {report['umbel-mean-round-seconds']:.3f} |\n"
         f"| Flower FedAvg | {report['flower-mean-round-seconds']:.3f} |\n\n"
         f"Ratio umbel / Flower: **{report['ratio']:.3f}** (medians: {report['median-ratio']:.3f}; per pair: "
-        + ", ".join(f"{r:.3f}" for r in report["pair-ratios"]) + f"; {report['rounds-compared']} rounds each).\n")
+        + ", ".join(f"{r:.3f}" for r in report["pair-ratios"])
+        + f"; {report['rounds-compared']} rounds each).\n"
+    )
     print((folder / "overhead.md").read_text())
     return 0
 

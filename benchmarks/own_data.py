@@ -45,19 +45,31 @@ def measure(mode: str, rc: dict[str, Any], folder: str, pid: int) -> dict[str, f
     wall, cpu = time.perf_counter(), time.process_time()
     task = task_from_context(rc, node)
     setup = (time.perf_counter() - wall, time.process_time() - cpu)
-    cfg = {keys.LOCAL_EPOCHS: rc["local-epochs"], keys.BATCH_SIZE: rc["batch-size"], keys.LR: rc["lr"],
-           keys.MOMENTUM: rc["momentum"], keys.WEIGHT_DECAY: 0.0, keys.SERVER_ROUND: 1}
+    cfg = {
+        keys.LOCAL_EPOCHS: rc["local-epochs"],
+        keys.BATCH_SIZE: rc["batch-size"],
+        keys.LR: rc["lr"],
+        keys.MOMENTUM: rc["momentum"],
+        keys.WEIGHT_DECAY: 0.0,
+        keys.SERVER_ROUND: 1,
+    }
     from flwr.app import ArrayRecord
 
     arrays = ArrayRecord(task.model(ArrayRecord(task._model.state_dict())).state_dict())
     wall, cpu = time.perf_counter(), time.process_time()
     train_local(task, arrays, cfg)
     train = (time.perf_counter() - wall, time.process_time() - cpu)
-    return {"setup-wall-s": setup[0], "setup-cpu-s": setup[1], "train-wall-s": train[0], "train-cpu-s": train[1],
-            "first-round-wall-s": setup[0] + train[0], "first-round-cpu-s": setup[1] + train[1],
-            "rss-mib": psutil.Process().memory_info().rss / 2**20,
-            "peak-rss-mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "num-train": len(task.data.y_train)}
+    return {
+        "setup-wall-s": setup[0],
+        "setup-cpu-s": setup[1],
+        "train-wall-s": train[0],
+        "train-cpu-s": train[1],
+        "first-round-wall-s": setup[0] + train[0],
+        "first-round-cpu-s": setup[1] + train[1],
+        "rss-mib": psutil.Process().memory_info().rss / 2**20,
+        "peak-rss-mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "num-train": len(task.data.y_train),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,14 +99,34 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for _ in range(args.repeats):
         for mode in MODES:
-            done = subprocess.run([sys.executable, "-m", "benchmarks.own_data", "--child", mode, spec],
-                                  capture_output=True, text=True, check=True, cwd=PROJECT_ROOT)
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmarks.own_data", "--child", mode, spec],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=PROJECT_ROOT,
+            )
             runs[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
     table = {m: {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]} for m, rs in runs.items()}
-    ratios = {k: round(table["scenario"][k] / table["data-path"][k], 2)
-              for k in ("first-round-cpu-s", "setup-cpu-s", "rss-mib", "peak-rss-mib") if table["data-path"][k]}
-    print(json.dumps({"dataset": args.dataset, "format": args.format, "num-clients": args.num_clients, "partition": args.partition,
-                      "repeats": args.repeats, "median": table, "scenario / data-path": ratios}, indent=2))
+    ratios = {
+        k: round(table["scenario"][k] / table["data-path"][k], 2)
+        for k in ("first-round-cpu-s", "setup-cpu-s", "rss-mib", "peak-rss-mib")
+        if table["data-path"][k]
+    }
+    print(
+        json.dumps(
+            {
+                "dataset": args.dataset,
+                "format": args.format,
+                "num-clients": args.num_clients,
+                "partition": args.partition,
+                "repeats": args.repeats,
+                "median": table,
+                "scenario / data-path": ratios,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -29,8 +29,7 @@ def run_cli(args: Sequence[str], run_name: str, results_dir: Path, log: Path | N
     results_dir = Path(results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
     log = log or results_dir / f"{run_name}.log"
-    cmd = [sys.executable, "-m", "server.cli", "run", *args, "--run-name", run_name,
-           "--results-dir", str(results_dir)]
+    cmd = [sys.executable, "-m", "server.cli", "run", *args, "--run-name", run_name, "--results-dir", str(results_dir)]
     with log.open("w") as fh:
         code = subprocess.call(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
     folder = results_dir / run_name
@@ -48,7 +47,8 @@ def read_run(folder: Path) -> dict[str, Any]:
     return {
         "summary": json.loads((folder / "summary.json").read_text()),
         "metrics": [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-        if metrics_file.exists() else [],
+        if metrics_file.exists()
+        else [],
         "round-times": json.loads(times_file.read_text()) if times_file.exists() else None,
     }
 

@@ -152,20 +152,22 @@ def planted(n: int, groups: int, rng: np.random.Generator) -> np.ndarray:
     return rng.permutation(np.arange(n) % groups)
 
 
-def vectors(truth: np.ndarray, dim: int, rng: np.random.Generator, noise: float = 0.5,
-            centers: np.ndarray | None = None) -> np.ndarray:
+def vectors(
+    truth: np.ndarray, dim: int, rng: np.random.Generator, noise: float = 0.5, centers: np.ndarray | None = None
+) -> np.ndarray:
     """``(n, dim)`` float32 rows: their group's Gaussian centre plus Gaussian noise."""
     if centers is None:
         centers = rng.standard_normal((int(truth.max()) + 1, dim), dtype=np.float32)
     out = rng.standard_normal((len(truth), dim), dtype=np.float32)
     out *= np.float32(noise)
     for lo in range(0, len(truth), 1024):  # not centers[truth] whole: a second (n, dim) array
-        out[lo:lo + 1024] += centers[truth[lo:lo + 1024]]
+        out[lo : lo + 1024] += centers[truth[lo : lo + 1024]]
     return out
 
 
-def class_bases(truth: np.ndarray, rng: np.random.Generator, vectors_per_class: int = SUBSPACE_VECTORS,
-                noise: float = 0.05) -> list[dict[int, np.ndarray]]:
+def class_bases(
+    truth: np.ndarray, rng: np.random.Generator, vectors_per_class: int = SUBSPACE_VECTORS, noise: float = 0.05
+) -> list[dict[int, np.ndarray]]:
     """Per client ``{class: (784, p) orthonormal basis}`` for its group's classes.
 
     Group g holds classes ``2g, 2g + 1`` (mod C); each class has its own true subspace, and a
@@ -183,7 +185,7 @@ def batches(n: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Disjoint per-round samples of ``FRACTION`` of the clients, covering all ``n``."""
     order = rng.permutation(n)
     size = max(1, math.ceil(FRACTION * n))
-    return [np.sort(order[i:i + size]) for i in range(0, n, size)]
+    return [np.sort(order[i : i + size]) for i in range(0, n, size)]
 
 
 # ------------------------------------------------------------------ the steps
@@ -265,8 +267,12 @@ def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
         if n <= SAMPLE_SIZE:  # PACFL.cluster_labels
             labels = cut_tree(pairwise_subspace_angles(stacked, measure), threshold=30.0, num_clusters=GROUPS)
         else:
-            labels = sampled_clusters(stacked, measure, lambda d: cut_tree(d, threshold=30.0, num_clusters=GROUPS),
-                                      np.random.default_rng(SEED))[0]
+            labels = sampled_clusters(
+                stacked,
+                measure,
+                lambda d: cut_tree(d, threshold=30.0, num_clusters=GROUPS),
+                np.random.default_rng(SEED),
+            )[0]
     return labels, truth
 
 
@@ -333,12 +339,13 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
     # A split asks every member for a fresh update: received input, drawn before the RSS baseline.
     fresh = list(vectors(truth, sizes.params, rng, noise=1.0))
     ratios: list[tuple[float, float]] = []
-    similarity = _stored(n, sizes, meter, rng, sketch, truth,
-                         after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2])))
+    similarity = _stored(
+        n, sizes, meter, rng, sketch, truth, after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2]))
+    )
     with meter.measure(exclude=n * sizes.params * F32):
         should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
         for lo in range(0, n, CHUNK):  # CFLSattler._try_split
-            similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo:lo + CHUNK]))
+            similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo : lo + CHUNK]))
         rows = sketch_rows(fresh, SEED, sketch_dim=sketch, chunk=CHUNK)
         cos = cosine_matrix(rows, rows)
         first, second = split_cluster(list(range(n)), cos)
@@ -425,44 +432,116 @@ def _stored_bytes(n: int, s: Sizes) -> int:
     return math.ceil(FRACTION * n) * s.params * F32 + 3 * n * kept * F32 + 4 * n * n * 8
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in [
-    Variant("fedavg", "fedavg", lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in [
+        Variant(
+            "fedavg",
+            "fedavg",
+            lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
-            lambda n, s, sh, m, r: _fedavg(n, s, sh, m, r), note="weighted_average of one round's replies"),
-    Variant("ifca", "ifca", lambda s: f"model {_fmt(s.params)} f32 + cluster-id (x {FRACTION:g} N)",
+            lambda n, s, sh, m, r: _fedavg(n, s, sh, m, r),
+            note="weighted_average of one round's replies",
+        ),
+        Variant(
+            "ifca",
+            "ifca",
+            lambda s: f"model {_fmt(s.params)} f32 + cluster-id (x {FRACTION:g} N)",
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
-            lambda n, s, sh, m, r: _ifca(n, s, sh, m, r), note="per-cluster weighted_average, K = 8"),
-    Variant("cflgt", "cflgt", lambda s: f"trajectory {s.classes}x2 f64",
-            lambda n, s: 6 * min(n, 1000) ** 2 * 8, _cflgt,
-            note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 1,000)"),
-    Variant("fedclust", "fedclust", lambda s: f"head {_fmt(s.head)} f32",
-            lambda n, s: n * s.head * 8 + 4 * n * n * 8, _fedclust, note="pairwise_distances + cut_tree"),
-    Variant("flhc", "flhc", lambda s: f"update {_fmt(s.params)} f32", _update_bytes, _flhc,
-            note="sketch_rows (auto CountSketch) + pairwise_distances + cut_tree"),
-    Variant("flag", "flag", lambda s: f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} + update "
-            f"{_fmt(s.params)} f32", lambda n, s: _update_bytes(n, s) + 2 * n * n * 8, _flag,
-            note="data_similarity + gradient_angles(sketch_rows) + proximity + sweep_cuts + cut"),
-    Variant("flic", "flic", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _flic,
-            note="StoredUpdates.remember over 1/fraction rounds + louvain_labels"),
-    Variant("cfl-sattler", "cfl-sattler", lambda s: f"update {_fmt(s.params)} f32", _stored_bytes, _sattler,
-            groups=2, note="remember + update_norms per round + split_cluster of all N"),
-    Variant("cfl-gp", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
-            lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32, _cflgp,
-            note="update_block + spectral_clustering, K = 5, compression-ratio 0 (automatic)"),
-    Variant("cfl-gp-c1", "cfl-gp", lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
-            lambda n, s: 3 * n * GROUPS * s.params * F32, lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, 1.0),
-            note="compression-ratio 1 (the paper's profile)"),
-    Variant(f"cfl-gp-c{COMPRESSION:g}", "cfl-gp",
+            lambda n, s, sh, m, r: _ifca(n, s, sh, m, r),
+            note="per-cluster weighted_average, K = 8",
+        ),
+        Variant(
+            "cflgt",
+            "cflgt",
+            lambda s: f"trajectory {s.classes}x2 f64",
+            lambda n, s: 6 * min(n, 1000) ** 2 * 8,
+            _cflgt,
+            note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 1,000)",
+        ),
+        Variant(
+            "fedclust",
+            "fedclust",
+            lambda s: f"head {_fmt(s.head)} f32",
+            lambda n, s: n * s.head * 8 + 4 * n * n * 8,
+            _fedclust,
+            note="pairwise_distances + cut_tree",
+        ),
+        Variant(
+            "flhc",
+            "flhc",
+            lambda s: f"update {_fmt(s.params)} f32",
+            _update_bytes,
+            _flhc,
+            note="sketch_rows (auto CountSketch) + pairwise_distances + cut_tree",
+        ),
+        Variant(
+            "flag",
+            "flag",
+            lambda s: f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} + update {_fmt(s.params)} f32",
+            lambda n, s: _update_bytes(n, s) + 2 * n * n * 8,
+            _flag,
+            note="data_similarity + gradient_angles(sketch_rows) + proximity + sweep_cuts + cut",
+        ),
+        Variant(
+            "flic",
+            "flic",
+            lambda s: f"update {_fmt(s.params)} f32",
+            _stored_bytes,
+            _flic,
+            note="StoredUpdates.remember over 1/fraction rounds + louvain_labels",
+        ),
+        Variant(
+            "cfl-sattler",
+            "cfl-sattler",
+            lambda s: f"update {_fmt(s.params)} f32",
+            _stored_bytes,
+            _sattler,
+            groups=2,
+            note="remember + update_norms per round + split_cluster of all N",
+        ),
+        Variant(
+            "cfl-gp",
+            "cfl-gp",
+            lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
+            lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32,
+            _cflgp,
+            note="update_block + spectral_clustering, K = 5, compression-ratio 0 (automatic)",
+        ),
+        Variant(
+            "cfl-gp-c1",
+            "cfl-gp",
+            lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
+            lambda n, s: 3 * n * GROUPS * s.params * F32,
+            lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, 1.0),
+            note="compression-ratio 1 (the paper's profile)",
+        ),
+        Variant(
+            f"cfl-gp-c{COMPRESSION:g}",
+            "cfl-gp",
             lambda s: f"profile {GROUPS}x{_fmt(math.ceil(s.params / COMPRESSION))} f32",
             lambda n, s: 3 * n * GROUPS * math.ceil(s.params / COMPRESSION) * F32 + 2 * n * n * 8,
-            lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION), note=f"compression-ratio {COMPRESSION:g}"),
-    Variant("pacfl", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: 4 * n * n * 8, _pacfl,
-            note="pairwise_subspace_angles (mean) + cut_tree; above 2,000: sampled_clusters"),
-    Variant("pacfl-reference", "pacfl", lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: 4 * n * n * 8, lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
-            note="reference measure (block-wise column cosines); above 2,000: sampled_clusters"),
-]}
+            lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION),
+            note=f"compression-ratio {COMPRESSION:g}",
+        ),
+        Variant(
+            "pacfl",
+            "pacfl",
+            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
+            lambda n, s: 4 * n * n * 8,
+            _pacfl,
+            note="pairwise_subspace_angles (mean) + cut_tree; above 2,000: sampled_clusters",
+        ),
+        Variant(
+            "pacfl-reference",
+            "pacfl",
+            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
+            lambda n, s: 4 * n * n * 8,
+            lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
+            note="reference measure (block-wise column cosines); above 2,000: sampled_clusters",
+        ),
+    ]
+}
 
 
 # ------------------------------------------------------------------ one measurement (subprocess)
@@ -474,9 +553,17 @@ def measure(variant: str, n: int, sizes: Sizes, shapes: list, trace_limit: float
     meter = Meter(trace=False)
     labels, truth = spec.run(n, sizes, shapes, meter, np.random.default_rng(SEED))
     rss_mb = meter.rss_increase / 2**20
-    out: dict[str, Any] = {"variant": variant, "algorithm": spec.algorithm, "n": n, "seconds": meter.seconds,
-                           "cpu_seconds": meter.cpu_seconds,
-                           "rss_mb": rss_mb, "peak_mb": None, "ari": None, "clusters": None}
+    out: dict[str, Any] = {
+        "variant": variant,
+        "algorithm": spec.algorithm,
+        "n": n,
+        "seconds": meter.seconds,
+        "cpu_seconds": meter.cpu_seconds,
+        "rss_mb": rss_mb,
+        "peak_mb": None,
+        "ari": None,
+        "clusters": None,
+    }
     if labels is not None:
         out["ari"] = float(adjusted_rand_score(truth, labels))
         out["clusters"] = len(np.unique(labels))
@@ -492,8 +579,20 @@ def measure(variant: str, n: int, sizes: Sizes, shapes: list, trace_limit: float
 
 def run_worker(variant: str, n: int, model: str, shapes: list, timeout: float, trace_limit: float) -> dict[str, Any]:
     """``measure`` in a fresh interpreter (its own RSS and allocator state; no torch imported there)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", variant, "--n", str(n), "--model", model,
-           "--trace-limit", str(trace_limit), "--shapes", json.dumps(shapes)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        variant,
+        "--n",
+        str(n),
+        "--model",
+        model,
+        "--trace-limit",
+        str(trace_limit),
+        "--shapes",
+        json.dumps(shapes),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -532,23 +631,29 @@ def _num(x: float | None, fmt: str) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
-    head = (f"Server clustering step, {model} (params {_fmt(sizes.params)}, head {_fmt(sizes.head)}), "
-            f"{GROUPS} planted groups, seed {SEED}.\n\n"
-            "| algorithm | variant | signal per client | N | seconds | CPU s | peak MB (tracemalloc) | RSS MB | ARI "
-            "| time exp. | memory exp. |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    head = (
+        f"Server clustering step, {model} (params {_fmt(sizes.params)}, head {_fmt(sizes.head)}), "
+        f"{GROUPS} planted groups, seed {SEED}.\n\n"
+        "| algorithm | variant | signal per client | N | seconds | CPU s | peak MB (tracemalloc) | RSS MB | ARI "
+        "| time exp. | memory exp. |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
     lines = []
     for r in rows:
         spec = VARIANTS[r["variant"]]
         if r.get("status") != "ok":
-            lines.append(f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
-                         f"{r['status']} | | | | | {_num(r.get('time_exponent'), '.2f')} | "
-                         f"{_num(r.get('memory_exponent'), '.2f')} |")
+            lines.append(
+                f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
+                f"{r['status']} | | | | | {_num(r.get('time_exponent'), '.2f')} | "
+                f"{_num(r.get('memory_exponent'), '.2f')} |"
+            )
             continue
-        lines.append(f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
-                     f"{r['seconds']:.3f} | {_num(r.get('cpu_seconds'), '.3f')} | {_num(r['peak_mb'], '.1f')} | "
-                     f"{r['rss_mb']:.1f} | "
-                     f"{_num(r['ari'], '.3f')} | {_num(r['time_exponent'], '.2f')} | "
-                     f"{_num(r['memory_exponent'], '.2f')} |")
+        lines.append(
+            f"| {spec.algorithm} | {r['variant']} | {spec.signal(sizes)} | {_fmt(r['n'])} | "
+            f"{r['seconds']:.3f} | {_num(r.get('cpu_seconds'), '.3f')} | {_num(r['peak_mb'], '.1f')} | "
+            f"{r['rss_mb']:.1f} | "
+            f"{_num(r['ari'], '.3f')} | {_num(r['time_exponent'], '.2f')} | "
+            f"{_num(r['memory_exponent'], '.2f')} |"
+        )
     return head + "\n".join(lines) + "\n"
 
 
@@ -557,11 +662,25 @@ def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> No
     for r in rows:
         r["signal"] = VARIANTS[r["variant"]].signal(sizes)
         r["step"] = VARIANTS[r["variant"]].note
-    (out / "scaling.json").write_text(json.dumps({"model": model, "params": sizes.params, "head": sizes.head,
-                                                  "rows": rows}, indent=1))
-    keys = ["algorithm", "variant", "signal", "n", "status", "seconds", "cpu_seconds", "peak_mb", "rss_mb", "ari",
-            "clusters",
-            "time_exponent", "memory_exponent", "step"]
+    (out / "scaling.json").write_text(
+        json.dumps({"model": model, "params": sizes.params, "head": sizes.head, "rows": rows}, indent=1)
+    )
+    keys = [
+        "algorithm",
+        "variant",
+        "signal",
+        "n",
+        "status",
+        "seconds",
+        "cpu_seconds",
+        "peak_mb",
+        "rss_mb",
+        "ari",
+        "clusters",
+        "time_exponent",
+        "memory_exponent",
+        "step",
+    ]
     with open(out / "scaling.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()
@@ -576,10 +695,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "scaling")
     parser.add_argument("--only", default="", help="comma-separated algorithms or variants (default: all)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per (variant, N) subprocess")
-    parser.add_argument("--trace-limit", type=float, default=120.0,
-                        help="skip the traced pass when the timed pass took longer (seconds)")
-    parser.add_argument("--max-gb", type=float, default=12.0,
-                        help="do not run a (variant, N) whose estimated memory exceeds this")
+    parser.add_argument(
+        "--trace-limit",
+        type=float,
+        default=120.0,
+        help="skip the traced pass when the timed pass took longer (seconds)",
+    )
+    parser.add_argument(
+        "--max-gb", type=float, default=12.0, help="do not run a (variant, N) whose estimated memory exceeds this"
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)

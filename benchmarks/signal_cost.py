@@ -97,39 +97,80 @@ def _measure(rc: dict[str, Any], partition: int, repeats: int) -> dict[str, Any]
     fedclust, pacfl, cflgp = FedClustParams(), PACFLParams(), CFLGPParams()
     signals: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
         ("cflgt", "forces", lambda: forces(task, content())),
-        ("fedclust", "final-layer", lambda: final_layer(task, content(**{
-            keys.CLUSTER_EPOCHS: fedclust.cluster_epochs, keys.CLUSTER_STEPS: fedclust.cluster_steps}))),
-        ("pacfl, flag", f"subspaces (p = {pacfl.pacfl_vectors}, with counts)", lambda: subspaces(task, content(**{
-            keys.SUBSPACE_VECTORS: pacfl.pacfl_vectors, keys.WITH_COUNTS: True}))),
+        (
+            "fedclust",
+            "final-layer",
+            lambda: final_layer(
+                task,
+                content(**{keys.CLUSTER_EPOCHS: fedclust.cluster_epochs, keys.CLUSTER_STEPS: fedclust.cluster_steps}),
+            ),
+        ),
+        (
+            "pacfl, flag",
+            f"subspaces (p = {pacfl.pacfl_vectors}, with counts)",
+            lambda: subspaces(task, content(**{keys.SUBSPACE_VECTORS: pacfl.pacfl_vectors, keys.WITH_COUNTS: True})),
+        ),
         ("flic, cfl-sattler, fl+hc", "update", lambda: model_update(task, content())),
     ]
     for ratio in COMPRESSIONS:
-        signals.append(("cfl-gp", f"profile (model gap), compression {ratio:g}",
-                        lambda r=ratio: gradient_profile(task, content(**{
+        signals.append(
+            (
+                "cfl-gp",
+                f"profile (model gap), compression {ratio:g}",
+                lambda r=ratio: gradient_profile(
+                    task,
+                    content(
+                        **{
                             keys.PROFILE_PROTOCOL: cflgp.profile_protocol,
-                            keys.PROFILE_SIZE: compressed_size(dim, r), keys.PROFILE_SEED: block_seed(rc["seed"], 0)}))))
+                            keys.PROFILE_SIZE: compressed_size(dim, r),
+                            keys.PROFILE_SEED: block_seed(rc["seed"], 0),
+                        }
+                    ),
+                ),
+            )
+        )
     cfg = content()[keys.CONFIG]
     epoch_wall, epoch_cpu, _ = _timed(lambda: train_local(task, initial, cfg, epochs=1), repeats)
-    rows = [{"algorithms": "(reference)", "signal": "one local epoch (train_local)", "wall_s": epoch_wall,
-             "cpu_s": epoch_cpu, "bytes": dim * 4, "note": "the model update a training round sends"}]
+    rows = [
+        {
+            "algorithms": "(reference)",
+            "signal": "one local epoch (train_local)",
+            "wall_s": epoch_wall,
+            "cpu_s": epoch_cpu,
+            "bytes": dim * 4,
+            "note": "the model update a training round sends",
+        }
+    ]
     for algorithms, name, fn in signals:
         wall, cpu, out = _timed(fn, repeats)
         rows.append({"algorithms": algorithms, "signal": name, "wall_s": wall, "cpu_s": cpu, "bytes": _bytes(out)})
     for r in rows:
         r["cpu_vs_epoch"] = r["cpu_s"] / epoch_cpu if epoch_cpu > 0 else None
         r["bytes_vs_update"] = r["bytes"] / (dim * 4)
-    return {"dataset": rc["dataset"], "model": rc.get("model", "dnn"), "partition": partition,
-            "train_samples": len(task.data.y_train), "params": dim, "local_config": {
-                k: v for k, v in base.items() if isinstance(v, int | float | str)}, "repeats": repeats, "rows": rows}
+    return {
+        "dataset": rc["dataset"],
+        "model": rc.get("model", "dnn"),
+        "partition": partition,
+        "train_samples": len(task.data.y_train),
+        "params": dim,
+        "local_config": {k: v for k, v in base.items() if isinstance(v, int | float | str)},
+        "repeats": repeats,
+        "rows": rows,
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
-    head = (f"Client {result['partition']} of {result['dataset']} ({result['train_samples']} train samples), "
-            f"{result['model']} ({result['params']:,} parameters), median of {result['repeats']}, torch on 1 thread.\n\n"
-            "| algorithms | signal | CPU s | wall s | CPU / epoch | bytes up | bytes / model update |\n"
-            "|---|---|---:|---:|---:|---:|---:|\n")
-    lines = [f"| {r['algorithms']} | {r['signal']} | {r['cpu_s']:.3f} | {r['wall_s']:.3f} | "
-             f"{r['cpu_vs_epoch']:.2f} | {r['bytes']:,} | {r['bytes_vs_update']:.4f} |" for r in result["rows"]]
+    head = (
+        f"Client {result['partition']} of {result['dataset']} ({result['train_samples']} train samples), "
+        f"{result['model']} ({result['params']:,} parameters), median of {result['repeats']}, torch on 1 thread.\n\n"
+        "| algorithms | signal | CPU s | wall s | CPU / epoch | bytes up | bytes / model update |\n"
+        "|---|---|---:|---:|---:|---:|---:|\n"
+    )
+    lines = [
+        f"| {r['algorithms']} | {r['signal']} | {r['cpu_s']:.3f} | {r['wall_s']:.3f} | "
+        f"{r['cpu_vs_epoch']:.2f} | {r['bytes']:,} | {r['bytes_vs_update']:.4f} |"
+        for r in result["rows"]
+    ]
     return head + "\n".join(lines) + "\n"
 
 
@@ -141,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-clients", type=int, default=0, help="0: the run-config default")
     parser.add_argument("--partition", type=int, default=0, help="the measured client's partition id")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="other run-config overrides (repeatable; values parsed as JSON when they parse)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="other run-config overrides (repeatable; values parsed as JSON when they parse)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "signal_cost")
     args = parser.parse_args(argv)
     if args.repeats < 1:

@@ -38,9 +38,14 @@ def run_one(strategy: str, key: str, value: str, run_name: str, results_dir: Pat
     """
     run = read_run(run_cli(["--strategy", strategy, f"--{key}", value, *extra], run_name, results_dir))
     summary, last = run["summary"], run["metrics"][-1]
-    return {"value": float(value), "run-name": run_name, "final-accuracy": summary.get("final-accuracy"),
-            "final-ari": summary.get("final-ari"), "num-clusters": last["num-clusters"],
-            "round-seconds": sum(m["round-seconds"] for m in run["metrics"])}
+    return {
+        "value": float(value),
+        "run-name": run_name,
+        "final-accuracy": summary.get("final-accuracy"),
+        "final-ari": summary.get("final-ari"),
+        "num-clusters": last["num-clusters"],
+        "round-seconds": sum(m["round-seconds"] for m in run["metrics"]),
+    }
 
 
 def plot_sweep(rows: Sequence[dict], key: str, path: Path, title: str = "") -> Path:
@@ -70,8 +75,9 @@ def plot_sweep(rows: Sequence[dict], key: str, path: Path, title: str = "") -> P
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Arguments after -- go to every run unchanged.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
+    )
     parser.add_argument("--strategy", required=True)
     parser.add_argument("--key", required=True, help="run-config key to sweep, e.g. fedclust-lambda")
     parser.add_argument("--values", required=True, help="comma-separated numbers")
@@ -96,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.sort(key=lambda r: r["value"])
     folder = results / name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sweep.json").write_text(json.dumps({"strategy": args.strategy, "key": args.key,
-                                                   "extra": extra, "runs": rows}, indent=2))
+    (folder / "sweep.json").write_text(
+        json.dumps({"strategy": args.strategy, "key": args.key, "extra": extra, "runs": rows}, indent=2)
+    )
     path = plot_sweep(rows, args.key, folder / "sweep.png", f"{args.strategy}: accuracy and clusters vs {args.key}")
     print(f"sweep written to {path}")
     return 0

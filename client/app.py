@@ -35,15 +35,17 @@ app = ClientApp(mods=[skip_expired, inject_faults])
 def identity(msg: Message, context: Context) -> Message:
     """Partition id, split sizes, train class counts, true group (scenarios only, for scoring) and device."""
     task = task_from_context(context.run_config, context.node_config)
-    record = ConfigRecord({
-        keys.PARTITION_ID: task.partition_id,
-        keys.NUM_TRAIN: len(task.data.y_train),
-        keys.NUM_TEST: len(task.data.y_test),
-        keys.NUM_VAL: 0 if task.data.y_val is None else len(task.data.y_val),
-        keys.CLASS_COUNTS: class_counts(task.data.y_train, task.info.num_classes),
-        keys.TRUE_GROUP: int(task.data.group),
-        keys.DEVICE: str(task.device),
-    })
+    record = ConfigRecord(
+        {
+            keys.PARTITION_ID: task.partition_id,
+            keys.NUM_TRAIN: len(task.data.y_train),
+            keys.NUM_TEST: len(task.data.y_test),
+            keys.NUM_VAL: 0 if task.data.y_val is None else len(task.data.y_val),
+            keys.CLASS_COUNTS: class_counts(task.data.y_train, task.info.num_classes),
+            keys.TRUE_GROUP: int(task.data.group),
+            keys.DEVICE: str(task.device),
+        }
+    )
     return Message(RecordDict({keys.IDENTITY: record}), reply_to=msg)
 
 
@@ -72,8 +74,10 @@ def _lowest_train_loss(task: ClientTask, models: list[ArrayRecord]) -> int:
     """Index of the model with the lowest loss on the client's TRAIN split (first on ties)."""
     if len(models) == 1:
         return 0
-    losses = [evaluate_model(task.model(m), task.data.x_train, task.data.y_train,
-                             task=task.info.task, device=task.device)[0] for m in models]
+    losses = [
+        evaluate_model(task.model(m), task.data.x_train, task.data.y_train, task=task.info.task, device=task.device)[0]
+        for m in models
+    ]
     return int(np.argmin(losses))
 
 
@@ -82,11 +86,14 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received cluster model on the local test split."""
     task = task_from_context(context.run_config, context.node_config)
     model = task.model(msg.content[keys.ARRAYS])
-    loss, accuracy = evaluate_model(model, task.data.x_test, task.data.y_test,
-                                    task=task.info.task, device=task.device)
-    metrics = MetricRecord({
-        keys.NUM_EXAMPLES: len(task.data.y_test), keys.LOSS: float(loss), keys.ACCURACY: float(accuracy),
-    })
+    loss, accuracy = evaluate_model(model, task.data.x_test, task.data.y_test, task=task.info.task, device=task.device)
+    metrics = MetricRecord(
+        {
+            keys.NUM_EXAMPLES: len(task.data.y_test),
+            keys.LOSS: float(loss),
+            keys.ACCURACY: float(accuracy),
+        }
+    )
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
 
 
@@ -94,8 +101,7 @@ def _signal_handler(action: str, handler: Handler) -> None:
     def answer(msg: Message, context: Context) -> Message:
         task = task_from_context(context.run_config, context.node_config)
         arrays = handler(task, msg.content)
-        return Message(RecordDict({keys.SIGNAL: ArrayRecord({k: Array(v) for k, v in arrays.items()})}),
-                       reply_to=msg)
+        return Message(RecordDict({keys.SIGNAL: ArrayRecord({k: Array(v) for k, v in arrays.items()})}), reply_to=msg)
 
     answer.__name__ = answer.__qualname__ = f"query_{action.replace('-', '_')}"
     answer.__doc__ = handler.__doc__

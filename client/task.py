@@ -64,8 +64,9 @@ class ClientTask:
         return int(np.random.SeedSequence([self.seed, server_round, self.partition_id]).generate_state(1)[0])
 
 
-def train_local(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any],
-                epochs: int | None = None) -> tuple[torch.nn.Module, float]:
+def train_local(
+    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any], epochs: int | None = None
+) -> tuple[torch.nn.Module, float]:
     """Train the model holding ``arrays`` on the task's train split as ``cfg`` says.
 
     ``cfg`` is a train config (local epochs, batch size, optimiser, server round, optional
@@ -74,12 +75,18 @@ def train_local(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any],
     """
     model = task.model(arrays)
     loss = train_model(
-        model, task.data.x_train, task.data.y_train,
+        model,
+        task.data.x_train,
+        task.data.y_train,
         epochs=int(cfg[keys.LOCAL_EPOCHS]) if epochs is None else epochs,
-        batch_size=int(cfg[keys.BATCH_SIZE]), lr=float(cfg[keys.LR]),
-        momentum=float(cfg[keys.MOMENTUM]), weight_decay=float(cfg[keys.WEIGHT_DECAY]),
-        proximal_mu=float(cfg.get(keys.PROXIMAL_MU, 0.0)), task=task.info.task,
-        seed=task.round_seed(int(cfg[keys.SERVER_ROUND])), device=task.device,
+        batch_size=int(cfg[keys.BATCH_SIZE]),
+        lr=float(cfg[keys.LR]),
+        momentum=float(cfg[keys.MOMENTUM]),
+        weight_decay=float(cfg[keys.WEIGHT_DECAY]),
+        proximal_mu=float(cfg.get(keys.PROXIMAL_MU, 0.0)),
+        task=task.info.task,
+        seed=task.round_seed(int(cfg[keys.SERVER_ROUND])),
+        device=task.device,
     )
     return model, float(loss)
 
@@ -92,15 +99,27 @@ def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, A
     has its own data and GPU.
     """
     num_clients = run_config_value(run_config, "num-clients", 100)
-    pid = check_int(node_config.get(keys.PARTITION_ID), keys.PARTITION_ID, "the node config",
-                    low=0, high=int(num_clients) - 1)
+    pid = check_int(
+        node_config.get(keys.PARTITION_ID), keys.PARTITION_ID, "the node config", low=0, high=int(num_clients) - 1
+    )
     device = node_config.get(keys.DEVICE, run_config_value(run_config, "device", "auto"))
-    return _task(data_source(run_config, node_config), pid, str(run_config_value(run_config, "model", "dnn")),
-                 check_device_name(device, "the node config"), int(run_config_value(run_config, "seed", 0)))
+    return _task(
+        data_source(run_config, node_config),
+        pid,
+        str(run_config_value(run_config, "model", "dnn")),
+        check_device_name(device, "the node config"),
+        int(run_config_value(run_config, "seed", 0)),
+    )
 
 
 # Bounded: one Ray actor serves many simulated clients and must not hold all their data.
 @lru_cache(maxsize=8)
 def _task(source: DataSource, pid: int, model: str, device: str, seed: int) -> ClientTask:
-    return ClientTask(partition_id=pid, data=source.client_data(pid), info=source.info,
-                      model_name=model, device=get_device(device), seed=seed)
+    return ClientTask(
+        partition_id=pid,
+        data=source.client_data(pid),
+        info=source.info,
+        model_name=model,
+        device=get_device(device),
+        seed=seed,
+    )

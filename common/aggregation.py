@@ -9,8 +9,9 @@ import numpy as np
 ArrayDict = Mapping[str, np.ndarray]
 
 
-def weighted_average(models: Sequence[ArrayDict], weights: Sequence[float],
-                     reference: ArrayDict | None = None) -> dict[str, np.ndarray]:
+def weighted_average(
+    models: Sequence[ArrayDict], weights: Sequence[float], reference: ArrayDict | None = None
+) -> dict[str, np.ndarray]:
     """Average models key by key, weighted by ``weights`` (FedAvg's rule).
 
     Parameters

@@ -64,14 +64,16 @@ class TrainingParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", OWNER, low=1))
         object.__setattr__(
-            self, "fraction",
+            self,
+            "fraction",
             check_float(self.fraction, "fraction", OWNER, low=0.0, high=1.0, closed=(False, True)),
         )
         object.__setattr__(self, "local_epochs", check_int(self.local_epochs, "local-epochs", OWNER, low=1))
         object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch-size", OWNER, low=1))
         object.__setattr__(self, "lr", check_float(self.lr, "lr", OWNER, low=0.0, closed=(False, True)))
         object.__setattr__(
-            self, "momentum",
+            self,
+            "momentum",
             check_float(self.momentum, "momentum", OWNER, low=0.0, high=1.0, closed=(True, False)),
         )
         object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight-decay", OWNER, low=0.0))
@@ -81,15 +83,16 @@ class TrainingParams:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "seed", check_int(self.seed, "seed", OWNER, low=0))
         object.__setattr__(
-            self, "late_clients",
+            self,
+            "late_clients",
             check_float(self.late_clients, "late-clients", OWNER, low=0.0, high=1.0, closed=(True, False)),
         )
-        object.__setattr__(self, "late_round", check_int(self.late_round, "late-round", OWNER, low=0,
-                                                         high=self.rounds))
+        object.__setattr__(self, "late_round", check_int(self.late_round, "late-round", OWNER, low=0, high=self.rounds))
         object.__setattr__(self, "aggregation", check_choice(self.aggregation, "aggregation", OWNER, AGGREGATIONS))
         object.__setattr__(self, "weight_cap", check_float(self.weight_cap, "weight-cap", OWNER, low=0.0))
-        object.__setattr__(self, "max_rejected_rounds", check_int(self.max_rejected_rounds, "max-rejected-rounds",
-                                                                  OWNER, low=0))
+        object.__setattr__(
+            self, "max_rejected_rounds", check_int(self.max_rejected_rounds, "max-rejected-rounds", OWNER, low=0)
+        )
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:
@@ -98,8 +101,13 @@ class TrainingParams:
 
     def local_config(self) -> dict[str, Any]:
         """The local-training settings every train message carries (the server round aside)."""
-        return {keys.LOCAL_EPOCHS: self.local_epochs, keys.BATCH_SIZE: self.batch_size, keys.LR: self.lr,
-                keys.MOMENTUM: self.momentum, keys.WEIGHT_DECAY: self.weight_decay}
+        return {
+            keys.LOCAL_EPOCHS: self.local_epochs,
+            keys.BATCH_SIZE: self.batch_size,
+            keys.LR: self.lr,
+            keys.MOMENTUM: self.momentum,
+            keys.WEIGHT_DECAY: self.weight_decay,
+        }
 
     def num_sampled(self, num_clients: int) -> int:
         """Clients trained per round: ``ceil(fraction * num_clients)``, at least one."""
@@ -130,8 +138,9 @@ class FaultParams:
 
     def __post_init__(self) -> None:
         for name in ("fail_fraction", "slow_fraction"):
-            value = check_float(getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, high=1.0,
-                                closed=(True, False))
+            value = check_float(
+                getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, high=1.0, closed=(True, False)
+            )
             object.__setattr__(self, name, value)
         object.__setattr__(self, "slow_delay", check_float(self.slow_delay, "slow-delay", OWNER, low=0.0))
 
@@ -162,16 +171,12 @@ class OutputParams:
         check_str(self.run_name, "run-name", OWNER)
         check_str(self.resume_from, "resume-from", OWNER)
         check_bool(self.tensorboard, "tensorboard", OWNER)
-        object.__setattr__(self, "checkpoint_every", check_int(self.checkpoint_every, "checkpoint-every",
-                                                               OWNER, low=0))
+        object.__setattr__(self, "checkpoint_every", check_int(self.checkpoint_every, "checkpoint-every", OWNER, low=0))
         if self.results_dir.strip() == "":
-            raise ValueError(
-                f"The 'results-dir' parameter of {OWNER} must be a non-empty path. Got '' instead."
-            )
+            raise ValueError(f"The 'results-dir' parameter of {OWNER} must be a non-empty path. Got '' instead.")
         if "/" in self.run_name or self.run_name in {".", ".."}:
             raise ValueError(
-                f"The 'run-name' parameter of {OWNER} must be a plain folder name. "
-                f"Got {self.run_name!r} instead."
+                f"The 'run-name' parameter of {OWNER} must be a plain folder name. Got {self.run_name!r} instead."
             )
 
     @classmethod

@@ -151,8 +151,10 @@ def check_dataset(name: str, owner: str) -> str:
     if isinstance(name, str) and name in DATASETS:
         return name
     prefixes = ", ".join(f"'{p}:PATH'" for p in PATH_PREFIXES)
-    raise ValueError(f"The 'dataset' parameter of {owner} must be one of {DATASETS} or the user's own "
-                     f"dataset as {prefixes}. Got {name!r} instead.")
+    raise ValueError(
+        f"The 'dataset' parameter of {owner} must be one of {DATASETS} or the user's own "
+        f"dataset as {prefixes}. Got {name!r} instead."
+    )
 
 
 def load_dataset(name: str, data_dir: str = "", seed: int = 0) -> Dataset:
@@ -207,9 +209,7 @@ def to_float(info: DatasetInfo, x: np.ndarray) -> np.ndarray:
     mean, std = _NORMALISATION.get(info.name, ((0.0,) * channels, (1.0,) * channels))
     shape = (1, len(mean)) + (1,) * (x.ndim - 2)
     scaled = x.astype(np.float32) / np.float32(255.0)
-    return (scaled - np.asarray(mean, np.float32).reshape(shape)) / np.asarray(
-        std, np.float32
-    ).reshape(shape)
+    return (scaled - np.asarray(mean, np.float32).reshape(shape)) / np.asarray(std, np.float32).reshape(shape)
 
 
 @functools.lru_cache(maxsize=8)
@@ -263,19 +263,24 @@ def _path_arrays(name: str) -> tuple[DatasetInfo, np.ndarray, np.ndarray]:
     elif x.ndim == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):
         x = np.ascontiguousarray(np.moveaxis(x, -1, 1))
     elif x.ndim != 2 and x.ndim != 4:
-        raise ValueError(f"The 'dataset' parameter of the run config must name samples of shape (n, F), (n, H, W), "
-                         f"(n, C, H, W) or (n, H, W, C). Got {name!r} with samples of shape {x.shape} instead.")
+        raise ValueError(
+            f"The 'dataset' parameter of the run config must name samples of shape (n, F), (n, H, W), "
+            f"(n, C, H, W) or (n, H, W, C). Got {name!r} with samples of shape {x.shape} instead."
+        )
     if x.dtype != np.uint8:
         x = x.astype(np.float32)
     y = np.asarray(y).reshape(-1)
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
-        raise ValueError(f"The 'dataset' parameter of the run config must name data with integer class labels >= 0 "
-                         f"(every scenario splits by label or trains a classifier). Got {name!r} with labels of "
-                         f"dtype {y.dtype}, min {y.min()} instead.")
+        raise ValueError(
+            f"The 'dataset' parameter of the run config must name data with integer class labels >= 0 "
+            f"(every scenario splits by label or trains a classifier). Got {name!r} with labels of "
+            f"dtype {y.dtype}, min {y.min()} instead."
+        )
     y = y.astype(np.int64)
     for array in (x, y):
         array.setflags(write=False)
     return DatasetInfo(name, "classification", int(y.max()) + 1, tuple(int(s) for s in x.shape[1:])), x, y
+
 
 def _load_files(name: str, data_dir: str) -> tuple[np.ndarray, ...]:
     searched, target = _search_dirs(name, data_dir)
@@ -304,8 +309,7 @@ def _search_dirs(name: str, data_dir: str) -> tuple[list[Path], Path]:
         root = Path(data_dir).expanduser()
         if not root.is_dir():
             raise DataUnavailableError(
-                f"The 'data-dir' parameter of the run config must be an existing directory. "
-                f"Got {data_dir!r} instead."
+                f"The 'data-dir' parameter of the run config must be an existing directory. Got {data_dir!r} instead."
             )
         return _layouts(name, root), root
     dirs = [Path(d) for d in SYSTEM_DIRS.get(name, ())] + _layouts(name, CACHE_ROOT / name)
@@ -455,9 +459,7 @@ def _download(name: str, root: Path) -> None:
         for split in ("train", "test"):
             datasets.SVHN(str(root), split=split, download=True)
         return
-    cls = {"fashion-mnist": datasets.FashionMNIST, "mnist": datasets.MNIST}.get(
-        name, datasets.CIFAR10
-    )
+    cls = {"fashion-mnist": datasets.FashionMNIST, "mnist": datasets.MNIST}.get(name, datasets.CIFAR10)
     for train in (True, False):
         cls(str(root), train=train, download=True)
 
@@ -469,8 +471,7 @@ def _missing_message(name: str, searched: list[Path], target: Path, reason: str)
     fixes = []
     if name == "fashion-mnist":
         fixes.append(
-            "install the Debian package: `apt-get install dataset-fashion-mnist` "
-            f"(puts the files in {_DEBIAN_FASHION})"
+            f"install the Debian package: `apt-get install dataset-fashion-mnist` (puts the files in {_DEBIAN_FASHION})"
         )
     fixes.append("set the 'data-dir' run-config parameter to a directory that holds the files")
     fixes.append(f"run once with internet access so torchvision can download them into {target}")

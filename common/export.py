@@ -51,12 +51,16 @@ def export_partition(partition: Partition, out: str | Path, fmt: str = "hf") -> 
     check_choice(fmt, "format", "umbel export", EXPORT_FORMATS)
     info = partition.dataset.info
     if fmt == "imagefolder" and (len(info.input_shape) != 3 or info.input_shape[0] not in (1, 3)):
-        raise ValueError(f"The 'format' parameter of umbel export must be 'hf' or 'npz' for data of shape "
-                         f"{info.input_shape} (ImageFolder holds 1- or 3-channel images). Got 'imagefolder' instead.")
+        raise ValueError(
+            f"The 'format' parameter of umbel export must be 'hf' or 'npz' for data of shape "
+            f"{info.input_shape} (ImageFolder holds 1- or 3-channel images). Got 'imagefolder' instead."
+        )
     root = Path(out).expanduser()
     if root.exists() and any(root.iterdir()):
-        raise ValueError(f"The 'out' parameter of umbel export must be a new or empty folder. Got '{root}', "
-                         "which holds files, instead.")
+        raise ValueError(
+            f"The 'out' parameter of umbel export must be a new or empty folder. Got '{root}', "
+            "which holds files, instead."
+        )
     root.mkdir(parents=True, exist_ok=True)
     writer = {"hf": _write_hf, "npz": _write_npz, "imagefolder": _write_imagefolder}[fmt]
     partitions = []
@@ -64,13 +68,20 @@ def export_partition(partition: Partition, out: str | Path, fmt: str = "hf") -> 
         x, y = partition_arrays(partition, pid)
         folder = root / PARTITION_FOLDER.format(pid)
         writer(folder, x, y)
-        partitions.append({"partition-id": pid, "path": folder.name, "num-samples": len(y),
-                           "true-group": int(split.group)})
+        partitions.append(
+            {"partition-id": pid, "path": folder.name, "num-samples": len(y), "true-group": int(split.group)}
+        )
     meta = {
-        "num-partitions": len(partition.clients), "num-classes": info.num_classes,
-        "input-shape": list(info.input_shape), "format": fmt, "true-groups": [p["true-group"] for p in partitions],
-        "num-groups": partition.num_groups, "dataset": info.name, "scenario": partition.config.scenario,
-        "seed": partition.config.seed, "partitions": partitions,
+        "num-partitions": len(partition.clients),
+        "num-classes": info.num_classes,
+        "input-shape": list(info.input_shape),
+        "format": fmt,
+        "true-groups": [p["true-group"] for p in partitions],
+        "num-groups": partition.num_groups,
+        "dataset": info.name,
+        "scenario": partition.config.scenario,
+        "seed": partition.config.seed,
+        "partitions": partitions,
     }
     path = root / FEDERATION_FILE
     path.write_text(json.dumps(meta, indent=2) + "\n")
@@ -93,8 +104,9 @@ def _write_hf(folder: Path, x: np.ndarray, y: np.ndarray) -> None:
         features = Features({"image": Image(), "label": label})
         data = {"image": list(images), "label": y}
     else:
-        kind = {2: Sequence(Value("float32")), 3: Array2D(x.shape[1:], "float32"),
-                4: Array3D(x.shape[1:], "float32")}[x.ndim]
+        kind = {2: Sequence(Value("float32")), 3: Array2D(x.shape[1:], "float32"), 4: Array3D(x.shape[1:], "float32")}[
+            x.ndim
+        ]
         features = Features({"x": kind, "label": label})
         data = {"x": x.astype(np.float32), "label": y}
     Dataset.from_dict(data, features=features).save_to_disk(str(folder))
@@ -108,4 +120,3 @@ def _write_imagefolder(folder: Path, x: np.ndarray, y: np.ndarray) -> None:
         target = folder / str(int(label))
         target.mkdir(parents=True, exist_ok=True)
         Image.fromarray(image[0] if image.shape[0] == 1 else np.moveaxis(image, 0, -1)).save(target / f"{i:06d}.png")
-

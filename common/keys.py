@@ -42,7 +42,7 @@ def model_record(k: int) -> str:
 
 def is_model_record(name: str) -> bool:
     """Whether a record named ``name`` holds a model (``arrays`` or ``arrays-<k>``), not a signal."""
-    return name == ARRAYS or (name.startswith(f"{ARRAYS}-") and name[len(ARRAYS) + 1:].isdigit())
+    return name == ARRAYS or (name.startswith(f"{ARRAYS}-") and name[len(ARRAYS) + 1 :].isdigit())
 
 
 MSG_IDENTITY = query_type(IDENTITY_ACTION)

@@ -77,9 +77,11 @@ class FolderSpec:
         check_float(self.test_fraction, "test-fraction", _OWNER, low=0.0, high=1.0, closed=(True, False))
         check_float(self.val_fraction, "val-fraction", _OWNER, low=0.0, high=1.0, closed=(True, False))
         if self.test_fraction + self.val_fraction >= 1.0:
-            raise ValueError("The 'val-fraction' parameter of the run config must leave room for training: "
-                             "test-fraction + val-fraction < 1. "
-                             f"Got {self.val_fraction} with test-fraction {self.test_fraction} instead.")
+            raise ValueError(
+                "The 'val-fraction' parameter of the run config must leave room for training: "
+                "test-fraction + val-fraction < 1. "
+                f"Got {self.val_fraction} with test-fraction {self.test_fraction} instead."
+            )
         check_int(self.seed, "seed", _OWNER, low=0)
 
 
@@ -126,9 +128,13 @@ def detect_format(path: Path, pid: int | None = None) -> str:
     subdirs = [e for e in entries if e.is_dir()]
     if subdirs and any(_images_in(d) for d in subdirs):
         return "imagefolder"
-    raise _error(pid, path, "be a Hugging Face save_to_disk folder (state.json), an ImageFolder tree "
-                 "(one sub-folder of images per class) or an .npz file with arrays x and y",
-                 f"a folder holding {sorted(names)[:8]}")
+    raise _error(
+        pid,
+        path,
+        "be a Hugging Face save_to_disk folder (state.json), an ImageFolder tree "
+        "(one sub-folder of images per class) or an .npz file with arrays x and y",
+        f"a folder holding {sorted(names)[:8]}",
+    )
 
 
 def read_folder(path: str | Path, spec: FolderSpec, pid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -189,10 +195,19 @@ def split_samples(x: np.ndarray, y: np.ndarray, spec: FolderSpec, pid: int, path
     n_test = max(1, round(spec.test_fraction * n)) if spec.test_fraction > 0 else 0
     n_val = max(1, round(spec.val_fraction * n)) if spec.val_fraction > 0 else 0
     if n - n_test - n_val < 1:
-        raise _error(pid, path, f"hold at least {n_test + n_val + 1} samples for the splits (test-fraction "
-                     f"{spec.test_fraction}, val-fraction {spec.val_fraction}, and 1 to train)", f"{n} samples")
+        raise _error(
+            pid,
+            path,
+            f"hold at least {n_test + n_val + 1} samples for the splits (test-fraction "
+            f"{spec.test_fraction}, val-fraction {spec.val_fraction}, and 1 to train)",
+            f"{n} samples",
+        )
     order = np.random.default_rng([spec.seed, pid, 15]).permutation(n)
-    test, val, train = np.sort(order[:n_test]), np.sort(order[n_test:n_test + n_val]), np.sort(order[n_test + n_val:])
+    test, val, train = (
+        np.sort(order[:n_test]),
+        np.sort(order[n_test : n_test + n_val]),
+        np.sort(order[n_test + n_val :]),
+    )
     counts = np.bincount(y[train], minlength=spec.num_classes) if spec.num_classes else np.zeros(0, np.int64)
     return LocalSplits(x[train], y[train], x[val], y[val], x[test], y[test], tuple(int(c) for c in counts))
 
@@ -217,9 +232,11 @@ def read_federation(root: str | Path) -> dict:
         meta = json.loads(path.read_text())
         int(meta["num-partitions"]), int(meta["num-classes"]), list(meta["input-shape"])
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ClientDataError(f"The federation file '{path}' must be a JSON object with num-partitions, "
-                              f"num-classes and input-shape (as umbel export writes). Got an error: {err!r} "
-                              "instead.") from err
+        raise ClientDataError(
+            f"The federation file '{path}' must be a JSON object with num-partitions, "
+            f"num-classes and input-shape (as umbel export writes). Got an error: {err!r} "
+            "instead."
+        ) from err
     return meta
 
 
@@ -234,8 +251,10 @@ def read_truth(path: str | Path) -> dict[int, int]:
     meta = read_federation(path)
     groups = meta.get("true-groups")
     if not isinstance(groups, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
-        raise ClientDataError(f"The 'truth-path' parameter of the run config must name a federation.json with "
-                              f"a 'true-groups' list of ints. Got {str(groups)[:80]} in '{path}' instead.")
+        raise ClientDataError(
+            f"The 'truth-path' parameter of the run config must name a federation.json with "
+            f"a 'true-groups' list of ints. Got {str(groups)[:80]} in '{path}' instead."
+        )
     return dict(enumerate(groups))
 
 
@@ -243,18 +262,22 @@ def _images_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def _column(available: list[str], wanted: str, detect: tuple[str, ...], what: str,
-            pid: int | None, path: Path) -> str:
+def _column(available: list[str], wanted: str, detect: tuple[str, ...], what: str, pid: int | None, path: Path) -> str:
     if wanted:
         if wanted not in available:
-            raise _error(pid, path, f"have the {what} column {wanted!r} (run-config '{what}-column')",
-                         f"columns {available}")
+            raise _error(
+                pid, path, f"have the {what} column {wanted!r} (run-config '{what}-column')", f"columns {available}"
+            )
         return wanted
     for name in detect:
         if name in available:
             return name
-    raise _error(pid, path, f"have a {what} column named one of {detect} (or set run-config '{what}-column')",
-                 f"columns {available}")
+    raise _error(
+        pid,
+        path,
+        f"have a {what} column named one of {detect} (or set run-config '{what}-column')",
+        f"columns {available}",
+    )
 
 
 def _read_hf(path: Path, spec: FolderSpec, pid: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -263,7 +286,9 @@ def _read_hf(path: Path, spec: FolderSpec, pid: int | None) -> tuple[np.ndarray,
     try:
         loaded = datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError, OSError) as err:
-        raise _error(pid, path, "be a folder written by datasets' save_to_disk", f"an unreadable folder ({err})") from err
+        raise _error(
+            pid, path, "be a folder written by datasets' save_to_disk", f"an unreadable folder ({err})"
+        ) from err
     parts = list(loaded.values()) if isinstance(loaded, datasets.DatasetDict) else [loaded]
     columns = list(parts[0].column_names)
     x_col = _column(columns, spec.x_column, X_COLUMNS, "x", pid, path)
@@ -276,8 +301,9 @@ def _read_hf(path: Path, spec: FolderSpec, pid: int | None) -> tuple[np.ndarray,
             try:
                 x = np.stack(list(x))
             except ValueError as err:
-                raise _error(pid, path, f"hold samples of one shape {spec.input_shape}",
-                             f"samples of different shapes ({err})") from err
+                raise _error(
+                    pid, path, f"hold samples of one shape {spec.input_shape}", f"samples of different shapes ({err})"
+                ) from err
         xs.append(x)
         ys.append(np.asarray(batch[y_col]))
     return np.concatenate(xs), np.concatenate(ys)
@@ -309,8 +335,13 @@ def _read_imagefolder(path: Path, spec: FolderSpec, pid: int | None) -> tuple[np
     elif spec.num_classes in (0, len(names)):  # 0: a whole data set, whose folders are all the classes
         label_of = {n: i for i, n in enumerate(names)}
     else:
-        raise _error(pid, path, f"name its class folders by class id (0 .. {spec.num_classes - 1}), or hold "
-                     f"exactly num-classes={spec.num_classes} folders", f"folders {names[:12]}")
+        raise _error(
+            pid,
+            path,
+            f"name its class folders by class id (0 .. {spec.num_classes - 1}), or hold "
+            f"exactly num-classes={spec.num_classes} folders",
+            f"folders {names[:12]}",
+        )
     mode = {1: "L", 3: "RGB"}.get(spec.input_shape[0]) if len(spec.input_shape) == 3 else None
     xs, ys = [], []
     for folder in folders:
@@ -319,8 +350,12 @@ def _read_imagefolder(path: Path, spec: FolderSpec, pid: int | None) -> tuple[np
                 with Image.open(file) as image:
                     bands = len(image.getbands())
                     if mode is not None and image.mode not in ("P", "1") and bands != spec.input_shape[0]:
-                        raise _error(pid, file, f"be an image with {spec.input_shape[0]} channel(s) "
-                                     "(run-config 'input-shape')", f"mode {image.mode} with {bands}")
+                        raise _error(
+                            pid,
+                            file,
+                            f"be an image with {spec.input_shape[0]} channel(s) (run-config 'input-shape')",
+                            f"mode {image.mode} with {bands}",
+                        )
                     xs.append(np.asarray(image.convert(mode) if mode and image.mode != mode else image))
             except OSError as err:
                 raise _error(pid, file, "be a readable image", f"an error: {err}") from err
@@ -345,8 +380,7 @@ def _channels_first(x: np.ndarray, shape: tuple[int, ...], pid: int | None, path
             return np.ascontiguousarray(np.moveaxis(x, -1, 1))
     if len(shape) == 1 and int(np.prod(got)) == shape[0] and x.ndim > 1:
         return x.reshape(len(x), -1)
-    raise _error(pid, path, f"hold samples of shape {shape} (run-config 'input-shape')",
-                 f"samples of shape {got}")
+    raise _error(pid, path, f"hold samples of shape {shape} (run-config 'input-shape')", f"samples of shape {got}")
 
 
 def _to_float(x: np.ndarray) -> np.ndarray:
@@ -365,11 +399,16 @@ def _labels(y: np.ndarray, num_classes: int, pid: int | None, path: Path) -> np.
     if num_classes == 0:
         return y.astype(np.float32)
     if not np.issubdtype(y.dtype, np.integer) and not (
-            np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y))):
+        np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y))
+    ):
         raise _error(pid, path, f"hold integer class labels in [0, {num_classes - 1}]", f"labels of dtype {y.dtype}")
     y = y.astype(np.int64)
     bad = (y < 0) | (y >= num_classes)
     if bad.any():
-        raise _error(pid, path, f"hold labels in [0, {num_classes - 1}] (run-config 'num-classes' "
-                     f"{num_classes})", f"label {int(y[bad][0])} ({int(bad.sum())} samples outside)")
+        raise _error(
+            pid,
+            path,
+            f"hold labels in [0, {num_classes - 1}] (run-config 'num-classes' {num_classes})",
+            f"label {int(y[bad][0])} ({int(bad.sum())} samples outside)",
+        )
     return y

@@ -14,9 +14,7 @@ from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 from common.validation import check_float, check_int
 
 
-def clustering_scores(
-    true_groups: np.ndarray, assignment: np.ndarray
-) -> tuple[float, float] | None:
+def clustering_scores(true_groups: np.ndarray, assignment: np.ndarray) -> tuple[float, float] | None:
     """Return the (ARI, AMI) agreement between the assignment and the true groups.
 
     Both scores compare partitions up to relabelling: 1.0 for the same partition, about 0.0
@@ -76,8 +74,7 @@ def final_mean(values: Sequence[float | None], fraction: float = 0.1) -> float:
     ValueError
         Naming ``'fraction'`` unless it lies in ``(0, 1]``.
     """
-    fraction = check_float(fraction, "fraction", "final_mean", low=0.0, high=1.0,
-                           closed=(False, True))
+    fraction = check_float(fraction, "fraction", "final_mean", low=0.0, high=1.0, closed=(False, True))
     kept = _finite(values)
     if kept.size == 0:
         return math.nan

@@ -91,9 +91,7 @@ def check_model(name: str, input_shape: tuple[int, ...], task: str) -> None:
     _check_model(name, input_shape, task, "check_model")
 
 
-def build_model(
-    name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0
-) -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0) -> nn.Module:
     """Build model ``name`` (or the user's ``"package.module:factory"``) with weights drawn from ``seed``.
 
     The global torch RNG is left as it was; one seed always gives the same ``state_dict``.
@@ -129,8 +127,10 @@ def build_model(
         if is_factory(name):
             model = load_factory(name)(shape, num_classes)
             if not isinstance(model, nn.Module):
-                raise ValueError(f"The 'model' parameter of the run config must name a factory that returns a "
-                                 f"torch.nn.Module. Got {name!r}, which returned {type(model).__name__} instead.")
+                raise ValueError(
+                    f"The 'model' parameter of the run config must name a factory that returns a "
+                    f"torch.nn.Module. Got {name!r}, which returned {type(model).__name__} instead."
+                )
             return model
         if name == "dnn":
             return _dnn(shape, outputs)
@@ -155,13 +155,16 @@ def load_factory(name: str) -> Callable[[tuple[int, ...], int], nn.Module]:
         Naming ``'model'`` if the module cannot be imported or holds no such callable.
     """
     module_name, _, attr = name.partition(":")
-    expected = ("The 'model' parameter of the run config must be one of "
-                f"{MODELS} or 'package.module:factory' importable on the server and on every client")
+    expected = (
+        "The 'model' parameter of the run config must be one of "
+        f"{MODELS} or 'package.module:factory' importable on the server and on every client"
+    )
     try:
         target: object = importlib.import_module(module_name)
     except Exception as err:  # an import runs arbitrary code: any error means "not importable"
-        raise ValueError(f"{expected}. Got {name!r}, whose module cannot be imported "
-                         f"({type(err).__name__}: {err}) instead.") from err
+        raise ValueError(
+            f"{expected}. Got {name!r}, whose module cannot be imported ({type(err).__name__}: {err}) instead."
+        ) from err
     for part in attr.split("."):
         target = getattr(target, part, None)
     if not attr or not callable(target):
@@ -182,13 +185,16 @@ class Head:
         return f"{self.name}.weight" if self.name else "weight"
 
 
-HEAD_NEEDED = ("an nn.Linear classifier head: an attribute 'head', or the last nn.Linear of the forward "
-               "pass, whose output is the model's output")
+HEAD_NEEDED = (
+    "an nn.Linear classifier head: an attribute 'head', or the last nn.Linear of the forward "
+    "pass, whose output is the model's output"
+)
 
 
 @torch.no_grad()
-def find_head(model: nn.Module, input_shape: Sequence[int], num_outputs: int | None = None,
-              needed_by: str = "this run") -> Head:
+def find_head(
+    model: nn.Module, input_shape: Sequence[int], num_outputs: int | None = None, needed_by: str = "this run"
+) -> Head:
     """Find the classifier head of ``model`` with one seeded forward pass of two samples.
 
     The head is the attribute ``head`` when it is an ``nn.Linear`` reached in the forward pass,
@@ -213,8 +219,11 @@ def find_head(model: nn.Module, input_shape: Sequence[int], num_outputs: int | N
     """
     shape = _check_input_shape(input_shape, "find_head")
     seen: list[tuple[nn.Linear, torch.Tensor]] = []
-    hooks = [m.register_forward_hook(lambda mod, _inp, out: seen.append((mod, out)))
-             for m in model.modules() if isinstance(m, nn.Linear)]
+    hooks = [
+        m.register_forward_hook(lambda mod, _inp, out: seen.append((mod, out)))
+        for m in model.modules()
+        if isinstance(m, nn.Linear)
+    ]
     was_training = model.training
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
@@ -230,26 +239,30 @@ def find_head(model: nn.Module, input_shape: Sequence[int], num_outputs: int | N
         model.train(was_training)
     owner = f"{needed_by}"
     if not seen:
-        raise ValueError(f"The 'model' parameter of the run config must have {HEAD_NEEDED}, which {owner} needs. "
-                         f"Got {type(model).__name__}, whose forward pass reaches no nn.Linear, instead.")
+        raise ValueError(
+            f"The 'model' parameter of the run config must have {HEAD_NEEDED}, which {owner} needs. "
+            f"Got {type(model).__name__}, whose forward pass reaches no nn.Linear, instead."
+        )
     attribute = getattr(model, "head", None)
     reached = [m for m, _ in seen]
     head = attribute if isinstance(attribute, nn.Linear) and attribute in reached else reached[-1]
     head_out = [out for m, out in seen if m is head][-1]
     if not isinstance(output, torch.Tensor) or output.shape != head_out.shape or not torch.equal(output, head_out):
-        raise ValueError(f"The 'model' parameter of the run config must have {HEAD_NEEDED}, which {owner} needs. "
-                         f"Got {type(model).__name__}, whose output is not the output of its last nn.Linear "
-                         f"({type(head).__name__}({head.in_features}, {head.out_features})), instead.")
+        raise ValueError(
+            f"The 'model' parameter of the run config must have {HEAD_NEEDED}, which {owner} needs. "
+            f"Got {type(model).__name__}, whose output is not the output of its last nn.Linear "
+            f"({type(head).__name__}({head.in_features}, {head.out_features})), instead."
+        )
     if num_outputs is not None and head.out_features != num_outputs:
-        raise ValueError(f"The 'model' parameter of the run config must end in a head with {num_outputs} outputs "
-                         f"(num-classes), which {owner} needs. Got a head with {head.out_features} instead.")
+        raise ValueError(
+            f"The 'model' parameter of the run config must end in a head with {num_outputs} outputs "
+            f"(num-classes), which {owner} needs. Got a head with {head.out_features} instead."
+        )
     name = next(n for n, m in model.named_modules() if m is head)
     return Head(head, name)
 
 
-def _check_model(
-    name: str, input_shape: Sequence[int], task: str, owner: str
-) -> tuple[int, ...]:
+def _check_model(name: str, input_shape: Sequence[int], task: str, owner: str) -> tuple[int, ...]:
     if is_factory(name):
         check_choice(task, "task", owner, TASKS)
         load_factory(name)
@@ -326,10 +339,7 @@ def _check_input_shape(input_shape: Sequence[int], owner: str) -> tuple[int, ...
     ok = (
         isinstance(input_shape, (tuple, list))
         and len(input_shape) > 0
-        and all(
-            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0
-            for s in input_shape
-        )
+        and all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0 for s in input_shape)
     )
     if not ok:
         raise ValueError(

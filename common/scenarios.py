@@ -106,26 +106,37 @@ class ScenarioConfig:
             )
         info = dataset_info(dataset)
         if scenario == "rotation" and len(info.input_shape) != 3:
-            raise ValueError(f"The 'dataset' parameter of {owner} must hold images (C, H, W) to rotate. "
-                             f"Got {dataset!r} with samples of shape {info.input_shape} instead.")
+            raise ValueError(
+                f"The 'dataset' parameter of {owner} must hold images (C, H, W) to rotate. "
+                f"Got {dataset!r} with samples of shape {info.input_shape} instead."
+            )
         classes = info.num_classes
         put = functools.partial(object.__setattr__, self)
-        n = check_int(self.num_clients, "num-clients", owner,
-                      low=3 if dataset == "regression" else 1)
+        n = check_int(self.num_clients, "num-clients", owner, low=3 if dataset == "regression" else 1)
         put("num_clients", n)
         put("seed", check_int(self.seed, "seed", owner, low=0))
-        put("labels_per_group", check_int(
-            self.labels_per_group, "labels-per-group", owner, low=1,
-            high=classes if scenario == "label-groups" else None))
+        put(
+            "labels_per_group",
+            check_int(
+                self.labels_per_group,
+                "labels-per-group",
+                owner,
+                low=1,
+                high=classes if scenario == "label-groups" else None,
+            ),
+        )
         for name in ("label_fraction", "test_fraction"):
-            put(name, check_float(getattr(self, name), name.replace("_", "-"), owner,
-                                  low=0.0, high=1.0, closed=(False, True)))
+            put(
+                name,
+                check_float(
+                    getattr(self, name), name.replace("_", "-"), owner, low=0.0, high=1.0, closed=(False, True)
+                ),
+            )
         put("groups", check_int(self.groups, "groups", owner, low=1, high=self._max_groups(n)))
         for name in ("samples_per_label", "samples_per_client"):
             put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
         for name in ("dirichlet_alpha", "quantity_alpha"):
-            put(name, check_float(getattr(self, name), name.replace("_", "-"), owner,
-                                  low=0.0, closed=(False, True)))
+            put(name, check_float(getattr(self, name), name.replace("_", "-"), owner, low=0.0, closed=(False, True)))
         angles = _parse_angles(self.angles, owner)
         if scenario == "rotation" and len(angles) > n:
             raise ValueError(
@@ -134,8 +145,10 @@ class ScenarioConfig:
             )
         put("angles", angles)
         put("attackers", check_int(self.attackers, "attackers", owner, low=0, high=n))
-        put("regression_phi", check_float(self.regression_phi, "regression-phi", owner,
-                                          low=0.0, high=90.0, closed=(True, False)))
+        put(
+            "regression_phi",
+            check_float(self.regression_phi, "regression-phi", owner, low=0.0, high=90.0, closed=(True, False)),
+        )
 
     def _max_groups(self, num_clients: int) -> int | None:
         classes = dataset_info(self.dataset).num_classes
@@ -247,10 +260,7 @@ def build_partition(config: ScenarioConfig, data_dir: str = "") -> Partition:
         If the dataset's files are missing.
     """
     if not isinstance(config, ScenarioConfig):
-        raise ValueError(
-            "The 'config' parameter of build_partition must be a ScenarioConfig. "
-            f"Got {config!r} instead."
-        )
+        raise ValueError(f"The 'config' parameter of build_partition must be a ScenarioConfig. Got {config!r} instead.")
     check_str(data_dir, "data-dir", "build_partition")
     return _build(config, data_dir)
 
@@ -274,8 +284,12 @@ def _build(cfg: ScenarioConfig, data_dir: str) -> Partition:
         else:
             groups = rng.permutation(np.arange(cfg.num_clients) % num_groups)
         return _assemble(cfg, dataset, train, test, groups, num_groups)
-    builder = {"label-groups": label_groups, "label-skew": label_skew,
-               "label-skew-dirichlet": label_skew_dirichlet, "dirichlet": dirichlet}[cfg.scenario]
+    builder = {
+        "label-groups": label_groups,
+        "label-skew": label_skew,
+        "label-skew-dirichlet": label_skew_dirichlet,
+        "dirichlet": dirichlet,
+    }[cfg.scenario]
     train, groups, num_groups = builder(cfg, y, classes, rng)
     counts = np.stack([np.bincount(y[idx], minlength=classes) for idx in train])
     test = stratified_test(counts, dataset.y_test, cfg.test_fraction, rng)
@@ -285,8 +299,14 @@ def _build(cfg: ScenarioConfig, data_dir: str) -> Partition:
 build_partition.cache_clear = _build.cache_clear  # type: ignore[attr-defined]
 
 
-def _assemble(cfg: ScenarioConfig, dataset: Dataset, train: list[np.ndarray],
-              test: list[np.ndarray], groups: np.ndarray, num_groups: int) -> Partition:
+def _assemble(
+    cfg: ScenarioConfig,
+    dataset: Dataset,
+    train: list[np.ndarray],
+    test: list[np.ndarray],
+    groups: np.ndarray,
+    num_groups: int,
+) -> Partition:
     clients = []
     for i, (tr, te, g) in enumerate(zip(train, test, groups.tolist(), strict=True)):
         tr, te = np.sort(tr).astype(np.int64), np.sort(te).astype(np.int64)
@@ -304,8 +324,9 @@ def _assemble(cfg: ScenarioConfig, dataset: Dataset, train: list[np.ndarray],
     return Partition(cfg, dataset, tuple(clients), num_groups)
 
 
-def label_groups(cfg: ScenarioConfig, y: np.ndarray, classes: int,
-                 rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+def label_groups(
+    cfg: ScenarioConfig, y: np.ndarray, classes: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], np.ndarray, int]:
     """CFLGT Sec. V-A: G random L-label combinations; each client picks one at random.
 
     Each client takes ``samples_per_label`` train samples of each of its labels, never reusing
@@ -328,12 +349,13 @@ def label_groups(cfg: ScenarioConfig, y: np.ndarray, classes: int,
     train: list[list[np.ndarray]] = [[] for _ in range(cfg.num_clients)]
     for c in range(classes):
         for k, i in enumerate(holders[c]):
-            train[i].append(pools[c][k * n:(k + 1) * n])
+            train[i].append(pools[c][k * n : (k + 1) * n])
     return [np.concatenate(parts) for parts in train], groups, cfg.groups
 
 
-def label_skew(cfg: ScenarioConfig, y: np.ndarray, classes: int,
-               rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+def label_skew(
+    cfg: ScenarioConfig, y: np.ndarray, classes: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], np.ndarray, int]:
     """NIID-bench ``#C=k`` (FedClust Sec. 5.1), k = round(label_fraction * C).
 
     Client i owns label ``i % C`` and k-1 other distinct random labels; each label's train
@@ -357,8 +379,9 @@ def label_skew(cfg: ScenarioConfig, y: np.ndarray, classes: int,
     return [np.concatenate(parts) for parts in train], groups, len(ids)
 
 
-def label_skew_dirichlet(cfg: ScenarioConfig, y: np.ndarray, classes: int,
-                         rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+def label_skew_dirichlet(
+    cfg: ScenarioConfig, y: np.ndarray, classes: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], np.ndarray, int]:
     """FLAG Sec. 5: groups share a random label set; Dirichlet quantity shift inside a label.
 
     ``groups`` groups of clients (sizes differ by at most one, members random) each get a
@@ -381,15 +404,16 @@ def label_skew_dirichlet(cfg: ScenarioConfig, y: np.ndarray, classes: int,
         _check_owners(cfg, c, len(owners), len(pool))
         floor = min(math.ceil(_MIN_TRAIN / k), len(pool) // len(owners))
         rest = len(pool) - floor * len(owners)
-        cuts = (np.cumsum(rng.dirichlet(np.full(len(owners), cfg.quantity_alpha))) * rest)
+        cuts = np.cumsum(rng.dirichlet(np.full(len(owners), cfg.quantity_alpha))) * rest
         extra = np.diff(np.concatenate([[0], cuts.astype(np.int64)[:-1], [rest]]))
         for i, part in zip(owners, np.split(pool, np.cumsum(floor + extra)[:-1]), strict=True):
             train[i].append(part)
     return [np.concatenate(parts) for parts in train], groups, cfg.groups
 
 
-def dirichlet(cfg: ScenarioConfig, y: np.ndarray, classes: int,
-              rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray, int]:
+def dirichlet(
+    cfg: ScenarioConfig, y: np.ndarray, classes: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], np.ndarray, int]:
     """NIID-bench ``Dir(alpha)``: each class is spread over all clients by Dirichlet proportions.
 
     As in NIID-bench, clients already above the mean size get no more of later classes, and
@@ -460,11 +484,12 @@ def iid_test(cfg: ScenarioConfig, n_test: int, rng: np.random.Generator) -> list
             f"{n_test} test samples of {cfg.dataset}. Got {cfg.num_clients} instead."
         )
     per = min(cap, max(1, int(_half_up(cfg.test_fraction * cfg.samples_per_client))))
-    return list(rng.permutation(n_test)[:per * cfg.num_clients].reshape(cfg.num_clients, -1))
+    return list(rng.permutation(n_test)[: per * cfg.num_clients].reshape(cfg.num_clients, -1))
 
 
-def stratified_test(counts: np.ndarray, y_test: np.ndarray, test_fraction: float,
-                    rng: np.random.Generator) -> list[np.ndarray]:
+def stratified_test(
+    counts: np.ndarray, y_test: np.ndarray, test_fraction: float, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Draw disjoint test indices with each client's train class proportions.
 
     Parameters
@@ -488,7 +513,7 @@ def stratified_test(counts: np.ndarray, y_test: np.ndarray, test_fraction: float
         want = demand[:, c]
         if want.sum() > len(pool):
             want = _shrink(want, len(pool), rng)
-        for i, part in enumerate(np.split(pool[:want.sum()], np.cumsum(want)[:-1])):
+        for i, part in enumerate(np.split(pool[: want.sum()], np.cumsum(want)[:-1])):
             out[i].append(part)
     return [np.concatenate(parts).astype(np.int64) for parts in out]
 
@@ -506,8 +531,9 @@ def _shrink(want: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def linear_regression(cfg: ScenarioConfig, rng: np.random.Generator
-                      ) -> tuple[Dataset, list[np.ndarray], list[np.ndarray], np.ndarray]:
+def linear_regression(
+    cfg: ScenarioConfig, rng: np.random.Generator
+) -> tuple[Dataset, list[np.ndarray], list[np.ndarray], np.ndarray]:
     """CFL-GP Sec. 5.1 / App. F.4: three groups with angles (-phi, 0, phi).
 
     For group k, ``x ~ U(0, cos(phi_k))`` and ``y = x tan(phi_k) + n`` with
@@ -556,8 +582,7 @@ def rotate_images(x: np.ndarray, angle: float) -> np.ndarray:
         return np.ascontiguousarray(np.rot90(x, int(round(quarter)) % 4, axes=(-2, -1)))
     from scipy.ndimage import rotate
 
-    out = rotate(x.astype(np.float32), angle, axes=(x.ndim - 1, x.ndim - 2), reshape=False,
-                 order=1, cval=0.0)
+    out = rotate(x.astype(np.float32), angle, axes=(x.ndim - 1, x.ndim - 2), reshape=False, order=1, cval=0.0)
     if x.dtype == np.uint8:
         return np.clip(np.rint(out), 0, 255).astype(np.uint8)
     return out.astype(x.dtype)
@@ -578,8 +603,7 @@ def client_data(partition: Partition, partition_id: int) -> ClientData:
     ValueError
         If ``partition_id`` is not in ``[0, N - 1]``.
     """
-    pid = check_int(partition_id, "partition-id", "client_data", low=0,
-                    high=len(partition.clients) - 1)
+    pid = check_int(partition_id, "partition-id", "client_data", low=0, high=len(partition.clients) - 1)
     split, ds = partition.clients[pid], partition.dataset
     y_train, y_test = ds.y_train[split.train_idx], ds.y_test[split.test_idx]
     if split.label_map is not None:

@@ -21,8 +21,20 @@ OUTPUT = "output"
 FAULTS = "faults"
 SHARED = "clustering (shared by several strategies)"
 GROUPS: tuple[str, ...] = (
-    DATA, TRAINING, OUTPUT, FAULTS, SHARED, "cflgt", "fedclust", "pacfl", "flhc", "flag", "flic",
-    "cfl-sattler", "cfl-gp", "fedprox",
+    DATA,
+    TRAINING,
+    OUTPUT,
+    FAULTS,
+    SHARED,
+    "cflgt",
+    "fedclust",
+    "pacfl",
+    "flhc",
+    "flag",
+    "flic",
+    "cfl-sattler",
+    "cfl-gp",
+    "fedprox",
 )
 _STRATEGY_GROUPS = GROUPS[5:]
 OWNER = "the run config"
@@ -77,8 +89,14 @@ def _error(name: str, allowed: str, text: str) -> ValueError:
     return ValueError(f"The '{name}' parameter of {OWNER} must be {allowed}. Got {text!r} instead.")
 
 
-def _k(name: str, default: Scalar, group: str, help: str, choices: tuple[str, ...] = (),
-       read_by: tuple[str, ...] | None = None) -> Key:
+def _k(
+    name: str,
+    default: Scalar,
+    group: str,
+    help: str,
+    choices: tuple[str, ...] = (),
+    read_by: tuple[str, ...] | None = None,
+) -> Key:
     """A key; one read by a single strategy is in that strategy's group."""
     if read_by is None:
         read_by = (group,) if group in _STRATEGY_GROUPS else ()
@@ -87,48 +105,111 @@ def _k(name: str, default: Scalar, group: str, help: str, choices: tuple[str, ..
 
 KEYS: tuple[Key, ...] = (
     # data and scenario
-    _k("strategy", "cflgt", DATA, "the clustering algorithm (see the groups below and README, Strategies)",
-       ("cfl-gp", "cfl-sattler", "cflgt", "fedavg", "fedclust", "fedmedian", "fedprox", "flag", "flhc",
-        "flic", "ifca", "local", "pacfl")),
-    _k("dataset", "fashion-mnist", DATA, "the data set; digits is scikit-learn's (fast tests); or the user's "
-       "whole data set as hf-disk:PATH, npz:PATH or imagefolder:PATH, cut by the scenario (docs/own-data.md)",
-       ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression")),
-    _k("data-dir", "", DATA, "folder with the dataset files; empty: Debian's /usr/share/datasets, "
-       "then torchvision's download"),
-    _k("model", "dnn", DATA, "the model every client trains: a built-in, or the user's "
-       "'package.module:factory', factory(input_shape, num_classes) -> torch.nn.Module, importable on the "
-       "server and every client", ("dnn", "lenet5", "linear", "resnet18")),
+    _k(
+        "strategy",
+        "cflgt",
+        DATA,
+        "the clustering algorithm (see the groups below and README, Strategies)",
+        (
+            "cfl-gp",
+            "cfl-sattler",
+            "cflgt",
+            "fedavg",
+            "fedclust",
+            "fedmedian",
+            "fedprox",
+            "flag",
+            "flhc",
+            "flic",
+            "ifca",
+            "local",
+            "pacfl",
+        ),
+    ),
+    _k(
+        "dataset",
+        "fashion-mnist",
+        DATA,
+        "the data set; digits is scikit-learn's (fast tests); or the user's "
+        "whole data set as hf-disk:PATH, npz:PATH or imagefolder:PATH, cut by the scenario (docs/own-data.md)",
+        ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression"),
+    ),
+    _k(
+        "data-dir",
+        "",
+        DATA,
+        "folder with the dataset files; empty: Debian's /usr/share/datasets, then torchvision's download",
+    ),
+    _k(
+        "model",
+        "dnn",
+        DATA,
+        "the model every client trains: a built-in, or the user's "
+        "'package.module:factory', factory(input_shape, num_classes) -> torch.nn.Module, importable on the "
+        "server and every client",
+        ("dnn", "lenet5", "linear", "resnet18"),
+    ),
     _k("seed", 0, DATA, "every random choice (partition, initial model, sampling, shuffling) flows from it; >= 0"),
-    _k("scenario", "label-groups", DATA, "how the data is split among clients (docs/running.md, Scenarios)",
-       ("label-groups", "label-skew", "label-skew-dirichlet", "dirichlet", "rotation", "label-swap", "attack",
-        "linear-regression")),
+    _k(
+        "scenario",
+        "label-groups",
+        DATA,
+        "how the data is split among clients (docs/running.md, Scenarios)",
+        (
+            "label-groups",
+            "label-skew",
+            "label-skew-dirichlet",
+            "dirichlet",
+            "rotation",
+            "label-swap",
+            "attack",
+            "linear-regression",
+        ),
+    ),
     _k("num-clients", 100, DATA, "clients (= simulated SuperNodes); >= 1"),
     _k("groups", 5, DATA, "label-groups, label-skew-dirichlet, label-swap: number of true groups"),
     _k("labels-per-group", 2, DATA, "label-groups: labels in each group's combination"),
     _k("samples-per-label", 50, DATA, "label-groups: samples a client takes of each of its labels"),
     _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples a client"),
-    _k("label-fraction", 0.2, DATA, "label-skew, label-skew-dirichlet: share of the labels a client (group) "
-       "holds, in (0, 1]"),
+    _k(
+        "label-fraction",
+        0.2,
+        DATA,
+        "label-skew, label-skew-dirichlet: share of the labels a client (group) holds, in (0, 1]",
+    ),
     _k("dirichlet-alpha", 0.5, DATA, "dirichlet: concentration of the per-client class proportions; > 0"),
-    _k("quantity-alpha", 1.0, DATA, "label-skew-dirichlet: concentration of each label's split among its "
-       "holders; > 0"),
+    _k("quantity-alpha", 1.0, DATA, "label-skew-dirichlet: concentration of each label's split among its holders; > 0"),
     _k("angles", "0,90,180,270", DATA, "rotation: comma-separated angles in degrees, one group per angle"),
     _k("attackers", 0, DATA, "attack: clients that send minus their update; >= 0"),
     _k("regression-phi", 20.0, DATA, "linear-regression: the groups' angles are (-phi, 0, phi) degrees"),
-    _k("test-fraction", 0.2, DATA, "local test split size relative to the train split (from the test set); "
-       "own data: the share of a client's samples held out for local test"),
-    _k("data-path", "", DATA, "own data (docs/own-data.md): a folder of partition_<i>/ client folders, each "
-       "simulated client reads only its own; a SuperNode's node-config data-path names its own folder instead; "
-       "empty: the scenario"),
+    _k(
+        "test-fraction",
+        0.2,
+        DATA,
+        "local test split size relative to the train split (from the test set); "
+        "own data: the share of a client's samples held out for local test",
+    ),
+    _k(
+        "data-path",
+        "",
+        DATA,
+        "own data (docs/own-data.md): a folder of partition_<i>/ client folders, each "
+        "simulated client reads only its own; a SuperNode's node-config data-path names its own folder instead; "
+        "empty: the scenario",
+    ),
     _k("data-format", "auto", DATA, "format of the clients' own folders", ("auto", "hf", "imagefolder", "npz")),
     _k("x-column", "", DATA, "own data: input column (hf) or array (npz); empty: image, img or x"),
     _k("y-column", "", DATA, "own data: label column (hf) or array (npz); empty: label or y"),
     _k("num-classes", 0, DATA, "classes of the clients' own data and the model's outputs; 0: those of dataset"),
-    _k("input-shape", "", DATA, "one sample's shape, 'C,H,W' or 'F', of the clients' own data; empty: that of "
-       "dataset"),
+    _k("input-shape", "", DATA, "one sample's shape, 'C,H,W' or 'F', of the clients' own data; empty: that of dataset"),
     _k("val-fraction", 0.0, DATA, "own data: share of a client's samples held out for validation, in [0, 1)"),
-    _k("truth-path", "", DATA, "a federation.json with each partition's true group (umbel export writes one): "
-       "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)"),
+    _k(
+        "truth-path",
+        "",
+        DATA,
+        "a federation.json with each partition's true group (umbel export writes one): "
+        "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)",
+    ),
     # training
     _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
     _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),
@@ -140,55 +221,126 @@ KEYS: tuple[Key, ...] = (
     _k("eval-every", 5, TRAINING, "evaluate every client every N rounds (and in the last round); >= 1"),
     _k("round-timeout", 600.0, TRAINING, "seconds to wait for a round's replies; missing replies are skipped"),
     _k("node-wait-timeout", 300.0, TRAINING, "seconds to wait for all clients to connect at start"),
-    _k("identity-timeout", 600.0, TRAINING, "seconds the start-up identity query waits for the nodes' answers "
-       "(cold simulated clients need tens of seconds); > 0"),
-    _k("aggregation", "mean", TRAINING, "cluster aggregation: mean (weighted by num-examples) or median "
-       "(coordinate-wise, every reply counts once); fedmedian always takes the median", ("mean", "median")),
-    _k("weight-cap", 10.0, TRAINING, "cap on one reply's weight, as a multiple of the median train size the "
-       "clients reported; 0 = no cap; >= 0"),
-    _k("max-rejected-rounds", 3, TRAINING, "stop the run after this many consecutive rounds in which every "
-       "train or evaluate reply was rejected; 0 = never; >= 0"),
+    _k(
+        "identity-timeout",
+        600.0,
+        TRAINING,
+        "seconds the start-up identity query waits for the nodes' answers "
+        "(cold simulated clients need tens of seconds); > 0",
+    ),
+    _k(
+        "aggregation",
+        "mean",
+        TRAINING,
+        "cluster aggregation: mean (weighted by num-examples) or median "
+        "(coordinate-wise, every reply counts once); fedmedian always takes the median",
+        ("mean", "median"),
+    ),
+    _k(
+        "weight-cap",
+        10.0,
+        TRAINING,
+        "cap on one reply's weight, as a multiple of the median train size the clients reported; 0 = no cap; >= 0",
+    ),
+    _k(
+        "max-rejected-rounds",
+        3,
+        TRAINING,
+        "stop the run after this many consecutive rounds in which every "
+        "train or evaluate reply was rejected; 0 = never; >= 0",
+    ),
     _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
-    _k("server-loop", "umbel", TRAINING, "flower: Flower's own FedAvg drives umbel's clients (strategy fedavg "
-       "only; benchmarks/overhead.py)", ("umbel", "flower")),
+    _k(
+        "server-loop",
+        "umbel",
+        TRAINING,
+        "flower: Flower's own FedAvg drives umbel's clients (strategy fedavg only; benchmarks/overhead.py)",
+        ("umbel", "flower"),
+    ),
     _k("late-clients", 0.0, TRAINING, "share of the clients (seeded) held out until late-round, in [0, 1)"),
     _k("late-round", 0, TRAINING, "the round late clients join; 0: rounds // 2 + 1"),
     # output
     _k("results-dir", "results", OUTPUT, "folder of the results; each run writes results-dir/run-name"),
     _k("run-name", "", OUTPUT, "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>"),
     _k("checkpoint-every", 0, OUTPUT, "save the whole strategy state every N rounds to checkpoint.pkl; 0 = never"),
-    _k("resume-from", "", OUTPUT, "continue a run from this checkpoint.pkl (only files you wrote); empty: start afresh"),
-    _k("tensorboard", False, OUTPUT, "also write each round's metrics for TensorBoard to <run>/tensorboard "
-       "(needs umbel[tensorboard])"),
+    _k(
+        "resume-from", "", OUTPUT, "continue a run from this checkpoint.pkl (only files you wrote); empty: start afresh"
+    ),
+    _k(
+        "tensorboard",
+        False,
+        OUTPUT,
+        "also write each round's metrics for TensorBoard to <run>/tensorboard (needs umbel[tensorboard])",
+    ),
     # faults
     _k("fail-fraction", 0.0, FAULTS, "drills only: chance a client fails (raises) in a round, in [0, 1)"),
     _k("slow-fraction", 0.0, FAULTS, "drills only: chance a client answers slow-delay seconds late, in [0, 1)"),
     _k("slow-delay", 0.0, FAULTS, "drills only: the delay of a slow client in seconds; >= 0"),
     # shared by several clustering strategies
-    _k("num-clusters", 0, SHARED, "cut into / keep this many clusters; 0 = not given (each strategy's own rule)",
-       read_by=("fedclust", "pacfl", "flhc", "cfl-gp", "ifca", "flag")),
-    _k("linkage", "average", SHARED, "hierarchical clustering's linkage (ward needs raw features)",
-       ("average", "complete", "single", "weighted"), ("fedclust", "pacfl", "flhc", "flag")),
-    _k("cluster-steps", 100, SHARED, "mini-batches of local training for the clustering signal; 0: epochs "
-       "(cluster-epochs for fedclust, local-epochs for flhc)", read_by=("fedclust", "flhc")),
-    _k("max-clusters", 8, SHARED, "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
-       read_by=("cfl-gp", "ifca")),
+    _k(
+        "num-clusters",
+        0,
+        SHARED,
+        "cut into / keep this many clusters; 0 = not given (each strategy's own rule)",
+        read_by=("fedclust", "pacfl", "flhc", "cfl-gp", "ifca", "flag"),
+    ),
+    _k(
+        "linkage",
+        "average",
+        SHARED,
+        "hierarchical clustering's linkage (ward needs raw features)",
+        ("average", "complete", "single", "weighted"),
+        ("fedclust", "pacfl", "flhc", "flag"),
+    ),
+    _k(
+        "cluster-steps",
+        100,
+        SHARED,
+        "mini-batches of local training for the clustering signal; 0: epochs "
+        "(cluster-epochs for fedclust, local-epochs for flhc)",
+        read_by=("fedclust", "flhc"),
+    ),
+    _k(
+        "max-clusters",
+        8,
+        SHARED,
+        "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
+        read_by=("cfl-gp", "ifca"),
+    ),
     # one group per strategy
     _k("pretrain-rounds", 25, "cflgt", "FedAvg rounds before clustering, counted in rounds"),
     _k("damping", 0.5, "cflgt", "affinity propagation's damping, in [0.5, 1)"),
-    _k("preference", "median", "cflgt", "affinity propagation's preference: median of the similarities, or a "
-       "number (larger: more clusters)"),
+    _k(
+        "preference",
+        "median",
+        "cflgt",
+        "affinity propagation's preference: median of the similarities, or a number (larger: more clusters)",
+    ),
     _k("cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
-    _k("fedclust-lambda", 1.0, "fedclust", "cut height: Euclidean distance between final layers; 0 with "
-       "num-clusters 0: automatic cut (best silhouette)"),
+    _k(
+        "fedclust-lambda",
+        1.0,
+        "fedclust",
+        "cut height: Euclidean distance between final layers; 0 with num-clusters 0: automatic cut (best silhouette)",
+    ),
     _k("pacfl-vectors", 3, "pacfl", "p: left singular vectors per class each client sends"),
     _k("pacfl-threshold", 30.0, "pacfl", "cut height in degrees; 0 with num-clusters 0: automatic cut"),
-    _k("pacfl-measure", "mean", "pacfl", "the subspace distance (smallest = PACFL Eq. 3)",
-       ("smallest", "sum", "mean", "reference", "reference-signed")),
+    _k(
+        "pacfl-measure",
+        "mean",
+        "pacfl",
+        "the subspace distance (smallest = PACFL Eq. 3)",
+        ("smallest", "sum", "mean", "reference", "reference-signed"),
+    ),
     _k("warmup-rounds", 10, "flhc", "FedAvg rounds before clustering"),
     _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0; 0: automatic cut"),
-    _k("flhc-metric", "euclidean", "flhc", "distance between client updates",
-       ("euclidean", "cosine", "cityblock", "sqeuclidean")),
+    _k(
+        "flhc-metric",
+        "euclidean",
+        "flhc",
+        "distance between client updates",
+        ("euclidean", "cosine", "cityblock", "sqeuclidean"),
+    ),
     _k("beta", 0.5, "flag", "weight of the data angles against the gradient angles, in [0, 1]"),
     _k("delta", 0.5, "flag", "weight of the class counts in the data angles, in [0, 1]"),
     _k("alpha", 0.0, "flag", "HC cut threshold; 0 = sweep it and take the elbow of validation accuracy"),
@@ -197,28 +349,56 @@ KEYS: tuple[Key, ...] = (
     _k("sweep-rounds", 5, "flag", "rounds of clustered FL that score each swept clustering"),
     _k("gradient-epochs", 20, "flag", "local epochs of the gradient signal"),
     _k("uniform-weights", False, "flag", "true: no class counts, uniform weights"),
-    _k("flag-vectors", 3, "flag", "principal vectors per class each client sends; 0 = the paper's about 1% "
-       "of the class's samples (3 is modified)"),
-    _k("cluster-round", 0, "flic", "the clustering round; 0: once the training loss plateaus (stable-tol), "
-       "at the latest rounds // 2 + 1"),
+    _k(
+        "flag-vectors",
+        3,
+        "flag",
+        "principal vectors per class each client sends; 0 = the paper's about 1% "
+        "of the class's samples (3 is modified)",
+    ),
+    _k(
+        "cluster-round",
+        0,
+        "flic",
+        "the clustering round; 0: once the training loss plateaus (stable-tol), at the latest rounds // 2 + 1",
+    ),
     _k("resolution", 0.0, "flic", "Louvain's resolution; 0 = the best silhouette over 0.5..2.0"),
-    _k("sketch-dim", 0, "flic", "keep a seeded k-dim projection of each update; 0 = full updates",
-       read_by=("flic", "cfl-sattler")),
-    _k("stable-tol", 0.1, "flic", "plateau: the last 3 rounds lowered the mean training loss by less than "
-       "stable-tol times the first 3 rounds did; > 0"),
+    _k(
+        "sketch-dim",
+        0,
+        "flic",
+        "keep a seeded k-dim projection of each update; 0 = full updates",
+        read_by=("flic", "cfl-sattler"),
+    ),
+    _k(
+        "stable-tol",
+        0.1,
+        "flic",
+        "plateau: the last 3 rounds lowered the mean training loss by less than "
+        "stable-tol times the first 3 rounds did; > 0",
+    ),
     _k("eps1", 0.5, "cfl-sattler", "split a cluster when ||mean update|| < eps1 x RMS ||update||"),
     _k("eps2", 0.0, "cfl-sattler", "and its largest update norm exceeds eps2; 0 = off"),
-    _k("eps-absolute", False, "cfl-sattler", "true: the paper's criterion, eps1 bounds the mean update's norm "
-       "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm"),
+    _k(
+        "eps-absolute",
+        False,
+        "cfl-sattler",
+        "true: the paper's criterion, eps1 bounds the mean update's norm "
+        "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm",
+    ),
     _k("split-after", 20, "cfl-sattler", "no split before this round"),
     _k("cluster-period", 2, "cfl-gp", "a profile update every P rounds"),
     _k("cluster-until", 0, "cfl-gp", "no profile update from this round on; 0 = no limit"),
     _k("stable-updates", 5, "cfl-gp", "stop re-clustering after this many unchanged updates; 0 = never"),
-    _k("profile-protocol", "model-gap", "cfl-gp", "model-gap (Alg. 4) or gradient (Alg. 1)",
-       ("model-gap", "gradient")),
+    _k("profile-protocol", "model-gap", "cfl-gp", "model-gap (Alg. 4) or gradient (Alg. 1)", ("model-gap", "gradient")),
     _k("profile-fraction", 1.0, "cfl-gp", "share of the clients asked for their profile per update"),
-    _k("compression-ratio", 0.0, "cfl-gp", "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
-       "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)"),
+    _k(
+        "compression-ratio",
+        0.0,
+        "cfl-gp",
+        "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
+        "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)",
+    ),
     _k("estimate-after", 2, "cfl-gp", "profile updates before K is estimated (num-clusters 0)"),
     _k("proximal-mu", 0.01, "fedprox", "FedProx's mu: weight of the proximal term; >= 0"),
 )
@@ -241,7 +421,8 @@ def disagreements(config: Mapping[str, Any]) -> dict[str, list[str]]:
         "no-schema-entry": [k for k in config if k not in SCHEMA],
         "not-in-config": [k for k in SCHEMA if k not in config],
         "different-default": [
-            f"{k}: schema {SCHEMA[k].default!r}, config {v!r}" for k, v in config.items()
+            f"{k}: schema {SCHEMA[k].default!r}, config {v!r}"
+            for k, v in config.items()
             if k in SCHEMA and (type(v) is not type(SCHEMA[k].default) or v != SCHEMA[k].default)
         ],
     }

@@ -89,8 +89,16 @@ class FolderSource:
 
     def client_data(self, partition_id: int) -> ClientData:
         splits = load_client_folder(self.path(partition_id), self.spec, partition_id)
-        return ClientData(x_train=splits.x_train, y_train=splits.y_train, x_test=splits.x_test,
-                          y_test=splits.y_test, group=-1, attacker=False, x_val=splits.x_val, y_val=splits.y_val)
+        return ClientData(
+            x_train=splits.x_train,
+            y_train=splits.y_train,
+            x_test=splits.x_test,
+            y_test=splits.y_test,
+            group=-1,
+            attacker=False,
+            x_val=splits.x_val,
+            y_val=splits.y_val,
+        )
 
 
 def parse_shape(value: Any, name: str = "input-shape") -> tuple[int, ...]:
@@ -111,14 +119,17 @@ def parse_shape(value: Any, name: str = "input-shape") -> tuple[int, ...]:
     except (TypeError, ValueError):
         shape = (0,)
     if any(s < 1 for s in shape):
-        raise ValueError(f"The '{name}' parameter of {_OWNER} must be positive ints separated by commas, "
-                         f"e.g. '1,28,28' (C,H,W) or '64' (F). Got {value!r} instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {_OWNER} must be positive ints separated by commas, "
+            f"e.g. '1,28,28' (C,H,W) or '64' (F). Got {value!r} instead."
+        )
     return shape
 
 
 def run_info(rc: Mapping[str, Any]) -> DatasetInfo:
     """The run's classes and input shape: run-config ``num-classes`` / ``input-shape`` when
-    given (``0`` / ``""`` take the dataset's), else those of ``dataset``."""
+    given (``0`` / ``""`` take the dataset's), else those of ``dataset``.
+    """
     base = dataset_info(str(run_config_value(rc, "dataset", "fashion-mnist")))
     num_classes = check_int(run_config_value(rc, "num-classes", 0), "num-classes", _OWNER, low=0)
     shape = parse_shape(run_config_value(rc, "input-shape", ""))
@@ -132,11 +143,14 @@ def folder_spec(rc: Mapping[str, Any]) -> FolderSpec:
     """The :class:`FolderSpec` the run config describes."""
     info = run_info(rc)
     return FolderSpec(
-        num_classes=info.num_classes, input_shape=info.input_shape,
+        num_classes=info.num_classes,
+        input_shape=info.input_shape,
         data_format=str(run_config_value(rc, "data-format", "auto")),
-        x_column=run_config_value(rc, "x-column", ""), y_column=run_config_value(rc, "y-column", ""),
+        x_column=run_config_value(rc, "x-column", ""),
+        y_column=run_config_value(rc, "y-column", ""),
         test_fraction=run_config_value(rc, "test-fraction", 0.2),
-        val_fraction=run_config_value(rc, "val-fraction", 0.0), seed=run_config_value(rc, "seed", 0),
+        val_fraction=run_config_value(rc, "val-fraction", 0.0),
+        seed=run_config_value(rc, "seed", 0),
     )
 
 

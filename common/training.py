@@ -31,8 +31,7 @@ def check_device_name(value: object, owner: str) -> str:
     """
     if not isinstance(value, str) or not DEVICE_NAME.fullmatch(value):
         raise ValueError(
-            f"The 'device' parameter of {owner} must be 'auto', 'cpu', 'cuda' or 'cuda:N'. "
-            f"Got {value!r} instead."
+            f"The 'device' parameter of {owner} must be 'auto', 'cpu', 'cuda' or 'cuda:N'. Got {value!r} instead."
         )
     return value
 
@@ -62,9 +61,7 @@ def get_device(preference: str = "auto") -> torch.device:
     allowed = f"'auto' or 'cpu' (this machine has {count} CUDA devices)"
     if count:
         allowed = f"'auto', 'cpu', 'cuda' or 'cuda:N' with N < {count}"
-    raise ValueError(
-        f"The 'device' parameter of get_device must be {allowed}. Got {preference!r} instead."
-    )
+    raise ValueError(f"The 'device' parameter of get_device must be {allowed}. Got {preference!r} instead.")
 
 
 def train(
@@ -140,9 +137,7 @@ def train(
     xs, ys = _to_tensors(x, y, task, device, owner)
     n = xs.shape[0]
     loss_fn = _loss_fn(task)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay
-    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     params = [p for p in model.parameters() if p.requires_grad]
     start = [p.detach().clone() for p in params] if proximal_mu > 0 else []
     generator = torch.Generator().manual_seed(seed)
@@ -259,8 +254,7 @@ def _to_tensors(
         )
     if y.shape != (x.shape[0],):
         raise ValueError(
-            f"The 'y' parameter of {owner} must have shape ({x.shape[0]},) to match x. "
-            f"Got shape {y.shape} instead."
+            f"The 'y' parameter of {owner} must have shape ({x.shape[0]},) to match x. Got shape {y.shape} instead."
         )
     y_dtype = torch.int64 if task == "classification" else torch.float32
     xs = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32)).to(device)

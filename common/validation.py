@@ -13,14 +13,10 @@ from typing import Any
 
 
 def _fail(name: str, owner: str, allowed: str, value: Any) -> ValueError:
-    return ValueError(
-        f"The '{name}' parameter of {owner} must be {allowed}. Got {value!r} instead."
-    )
+    return ValueError(f"The '{name}' parameter of {owner} must be {allowed}. Got {value!r} instead.")
 
 
-def check_int(
-    value: Any, name: str, owner: str, *, low: int | None = None, high: int | None = None
-) -> int:
+def check_int(value: Any, name: str, owner: str, *, low: int | None = None, high: int | None = None) -> int:
     """Return ``value`` as an int if it is an integer in ``[low, high]``.
 
     Raises
@@ -89,9 +85,7 @@ def check_bool(value: Any, name: str, owner: str) -> bool:
     return value
 
 
-def parse_float_list(
-    value: Any, name: str, owner: str, *, min_len: int = 1
-) -> tuple[float, ...]:
+def parse_float_list(value: Any, name: str, owner: str, *, min_len: int = 1) -> tuple[float, ...]:
     """Parse a comma-separated string (run-config has no lists) into floats."""
     allowed = f"a comma-separated list of at least {min_len} numbers, such as '0,90,180'"
     if isinstance(value, (int, float)) and not isinstance(value, bool):

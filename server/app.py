@@ -42,8 +42,14 @@ def main(grid: Grid, context: Context) -> None:
         data = f"the clients' own folders in {experiment.data_path}"
     elif experiment.info is not None and experiment.info.name == "local":
         data = "the clients' own data (node config data-path)"
-    log(INFO, "umbel: %s on %s with %d clients; results in %s", experiment.strategy, data,
-        experiment.scenario.num_clients, folder)
+    log(
+        INFO,
+        "umbel: %s on %s with %d clients; results in %s",
+        experiment.strategy,
+        data,
+        experiment.scenario.num_clients,
+        folder,
+    )
     recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
     clock = RoundClock()
     if experiment.server_loop == "flower":
@@ -55,7 +61,7 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def _run_umbel(grid: Grid, experiment: Experiment, recorder: RunRecorder, folder: Path, clock: RoundClock) -> Result:
-    """umbel's own loop: the strategy, its checkpoints and its results."""
+    """Umbel's own loop: the strategy, its checkpoints and its results."""
     strategy = experiment.build_strategy()
     output = experiment.output
     checkpoint = load_checkpoint(output.resume_from, strategy.name) if output.resume_from else None
@@ -66,7 +72,8 @@ def _run_umbel(grid: Grid, experiment: Experiment, recorder: RunRecorder, folder
     if output.checkpoint_every:
         strategy.checkpoint_to(folder / CHECKPOINT_FILE, output.checkpoint_every)
     strategy.on_round = recorder.on_round
-    result = strategy.start(grid, experiment.initial_model(), evaluate_fn=clock,
-                            expected_clients=experiment.scenario.num_clients)
+    result = strategy.start(
+        grid, experiment.initial_model(), evaluate_fn=clock, expected_clients=experiment.scenario.num_clients
+    )
     recorder.finish(strategy)
     return result

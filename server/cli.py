@@ -32,37 +32,75 @@ from common import schema
 from . import deploy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SCENARIO_FLAGS = ("scenario", "dataset", "data-dir", "seed", "num-clients", "groups", "labels-per-group",
-                  "samples-per-label", "samples-per-client", "label-fraction", "dirichlet-alpha", "quantity-alpha",
-                  "angles", "attackers", "regression-phi", "test-fraction")
+SCENARIO_FLAGS = (
+    "scenario",
+    "dataset",
+    "data-dir",
+    "seed",
+    "num-clients",
+    "groups",
+    "labels-per-group",
+    "samples-per-label",
+    "samples-per-client",
+    "label-fraction",
+    "dirichlet-alpha",
+    "quantity-alpha",
+    "angles",
+    "attackers",
+    "regression-phi",
+    "test-fraction",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``umbel`` console command."""
     parser = argparse.ArgumentParser(prog="umbel", description="Clustered federated learning on Flower.")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run one experiment in Flower's local simulation",
-                              usage="umbel run [-h] [--KEY VALUE ...] [--check]",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                              description="Every option but the last group is a run-config key; "
-                                          "`flwr run . --run-config` takes the same keys.")
+    run = commands.add_parser(
+        "run",
+        help="run one experiment in Flower's local simulation",
+        usage="umbel run [-h] [--KEY VALUE ...] [--check]",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Every option but the last group is a run-config key; "
+        "`flwr run . --run-config` takes the same keys.",
+    )
     add_run_config_arguments(run)
     local = run.add_argument_group("umbel run only")
     local.add_argument("--client-cpus", type=int, default=1, help="CPU cores per simulated client (Ray)")
-    local.add_argument("--client-gpus", type=float, default=0.0,
-                       help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU")
-    local.add_argument("--flwr-home", type=Path, default=None,
-                       help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)")
+    local.add_argument(
+        "--client-gpus",
+        type=float,
+        default=0.0,
+        help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU",
+    )
+    local.add_argument(
+        "--flwr-home",
+        type=Path,
+        default=None,
+        help="Flower's home for this run (default: .flwr/<run-name>, removed after a good run)",
+    )
     local.add_argument("--check", action="store_true", help="validate the configuration and data, then stop")
-    export = commands.add_parser("export", help="write a scenario's clients as data folders (docs/own-data.md)",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    export = commands.add_parser(
+        "export",
+        help="write a scenario's clients as data folders (docs/own-data.md)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     export.add_argument("--out", type=Path, required=True, help="new folder for partition_<i>/ and federation.json")
-    export.add_argument("--format", choices=("hf", "npz", "imagefolder"), default="hf",
-                        help="hf: datasets save_to_disk (as flwr-datasets create writes)")
+    export.add_argument(
+        "--format",
+        choices=("hf", "npz", "imagefolder"),
+        default="hf",
+        help="hf: datasets save_to_disk (as flwr-datasets create writes)",
+    )
     for name in SCENARIO_FLAGS:
         key = schema.SCHEMA[name]
-        export.add_argument(f"--{name}", type=_parser_for(key), default=key.default,
-                            metavar=type(key.default).__name__.upper(), help=key.help)
+        export.add_argument(
+            f"--{name}",
+            type=_parser_for(key),
+            default=key.default,
+            metavar=type(key.default).__name__.upper(),
+            help=key.help,
+        )
     deploy.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "deploy":
@@ -104,9 +142,14 @@ def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:
         if key.read_by:
             text += f" [read by {', '.join(key.read_by)}]"
         extra: dict[str, Any] = {"nargs": "?", "const": True} if isinstance(key.default, bool) else {}
-        groups[key.group].add_argument(f"--{key.name}", type=_parser_for(key), default=key.default,
-                                       metavar=type(key.default).__name__.upper(), help=text.replace("%", "%%"),
-                                       **extra)
+        groups[key.group].add_argument(
+            f"--{key.name}",
+            type=_parser_for(key),
+            default=key.default,
+            metavar=type(key.default).__name__.upper(),
+            help=text.replace("%", "%%"),
+            **extra,
+        )
 
 
 def _interrupted(folder: Path, config: Mapping[str, Any], code: int) -> int:
@@ -146,7 +189,8 @@ def export_federation(args: argparse.Namespace) -> int:
 
 def use_data_path(config: dict[str, Any]) -> None:
     """With ``data-path``: make it absolute, and take the client count (and, when not given,
-    the classes and input shape) from its ``federation.json`` or its ``partition_<i>`` folders."""
+    the classes and input shape) from its ``federation.json`` or its ``partition_<i>`` folders.
+    """
     from common.local_data import read_federation
 
     root = Path(config["data-path"]).expanduser().resolve()
@@ -159,8 +203,10 @@ def use_data_path(config: dict[str, Any]) -> None:
     elif root.is_dir():
         count = sum(1 for p in root.iterdir() if p.is_dir() and p.name.startswith("partition_"))
         if count == 0:
-            raise ValueError(f"The 'data-path' parameter of umbel run must be a folder holding partition_<i>/ "
-                             f"client folders. Got '{root}', which holds none, instead.")
+            raise ValueError(
+                f"The 'data-path' parameter of umbel run must be a folder holding partition_<i>/ "
+                f"client folders. Got '{root}', which holds none, instead."
+            )
         config["num-clients"] = count
     else:
         raise ValueError(f"The 'data-path' parameter of umbel run must be an existing folder. Got '{root}' instead.")
@@ -185,8 +231,11 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     experiment = Experiment.from_run_config(config)
     experiment.build_strategy()
     s = experiment.scenario
-    what = (f"reading {s.num_clients} client folders in {experiment.data_path}" if experiment.data_path
-            else f"partitioning {s.dataset} among {s.num_clients} clients ({s.scenario})")
+    what = (
+        f"reading {s.num_clients} client folders in {experiment.data_path}"
+        if experiment.data_path
+        else f"partitioning {s.dataset} among {s.num_clients} clients ({s.scenario})"
+    )
     print(f"umbel run: settings valid; {what}...", flush=True)
     start = time.monotonic()
     experiment.partition()
@@ -218,11 +267,21 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     stop_superlinks(flwr_home)
     flwr = shutil.which("flwr") or str(Path(sys.executable).with_name("flwr"))
     app = flower_app(flwr_home)
-    cmd = [flwr, "run", str(app), "local", "--stream", "--run-config", str(config_file),
-           "--federation-config", federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus))]
+    cmd = [
+        flwr,
+        "run",
+        str(app),
+        "local",
+        "--stream",
+        "--run-config",
+        str(config_file),
+        "--federation-config",
+        federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus)),
+    ]
     previous = signal.signal(signal.SIGTERM, _terminated)
-    proc = subprocess.Popen(cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
     try:
         for line in proc.stdout or ():
             if not is_flower_noise(line):
@@ -261,8 +320,9 @@ def is_flower_noise(line: str) -> bool:
 
 def write_flower_config(flwr_home: Path) -> None:
     """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.41's form)."""
-    (flwr_home / "config.toml").write_text(tomli_w.dumps(
-        {"superlink": {"default": "local", "local": {"address": ":local:"}}}))
+    (flwr_home / "config.toml").write_text(
+        tomli_w.dumps({"superlink": {"default": "local", "local": {"address": ":local:"}}})
+    )
 
 
 def federation_config(num_clients: int, cpus: int, gpus: float, ray_cpus: int = 0) -> str:
@@ -270,8 +330,10 @@ def federation_config(num_clients: int, cpus: int, gpus: float, ray_cpus: int = 
 
     ``ray_cpus`` > 0 tells Ray how many CPUs to schedule on (its actor pool is ``ray_cpus // cpus``).
     """
-    return (f"num-supernodes={int(num_clients)} client-resources-num-cpus={int(cpus)} "
-            f"client-resources-num-gpus={float(gpus)}" + (f" init-args-num-cpus={int(ray_cpus)}" if ray_cpus else ""))
+    return (
+        f"num-supernodes={int(num_clients)} client-resources-num-cpus={int(cpus)} "
+        f"client-resources-num-gpus={float(gpus)}" + (f" init-args-num-cpus={int(ray_cpus)}" if ray_cpus else "")
+    )
 
 
 def flower_app(flwr_home: Path) -> Path:
@@ -285,15 +347,23 @@ def flower_app(flwr_home: Path) -> Path:
         return PROJECT_ROOT
     app = flwr_home / "app"
     app.mkdir(parents=True, exist_ok=True)
-    (app / "pyproject.toml").write_text(tomli_w.dumps({
-        "build-system": {"requires": ["setuptools>=68"], "build-backend": "setuptools.build_meta"},
-        "project": {"name": "umbel", "version": _version(), "dependencies": []},
-        "tool": {"flwr": {"app": {
-            "publisher": "umbel",
-            "components": {"serverapp": "server.app:app", "clientapp": "client.app:app"},
-            "config": schema.defaults(),
-        }}},
-    }))
+    (app / "pyproject.toml").write_text(
+        tomli_w.dumps(
+            {
+                "build-system": {"requires": ["setuptools>=68"], "build-backend": "setuptools.build_meta"},
+                "project": {"name": "umbel", "version": _version(), "dependencies": []},
+                "tool": {
+                    "flwr": {
+                        "app": {
+                            "publisher": "umbel",
+                            "components": {"serverapp": "server.app:app", "clientapp": "client.app:app"},
+                            "config": schema.defaults(),
+                        }
+                    }
+                },
+            }
+        )
+    )
     return app
 
 

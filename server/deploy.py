@@ -85,26 +85,43 @@ def make_certificates(out: Path, hosts: Sequence[str] = (), days: int = 365, for
     check_int(days, "days", "make_certificates", low=1)
     names = list(dict.fromkeys([*LOCAL_NAMES, *hosts]))
     if any(not h.strip() for h in names):
-        raise ValueError(f"The 'hosts' parameter of make_certificates must hold non-empty names. Got {hosts!r} instead.")
+        raise ValueError(
+            f"The 'hosts' parameter of make_certificates must hold non-empty names. Got {hosts!r} instead."
+        )
     paths = {k: out / v for k, v in CERT_FILES.items()}
     _refuse_overwrite(paths.values(), force)
     now = dt.datetime.now(dt.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "umbel deployment CA")])
-    ca = (_builder(ca_name, ca_name, ca_key.public_key(), now, days)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        _builder(ca_name, ca_name, ca_key.public_key(), now, days)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     common_name = next((h for h in names if h not in LOCAL_NAMES), "localhost")
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (_builder(subject, ca_name, key.public_key(), now, days)
-            .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in names]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        _builder(subject, ca_name, key.public_key(), now, days)
+        .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     out.mkdir(parents=True, exist_ok=True)
     _write(paths["ca"], ca.public_bytes(serialization.Encoding.PEM))
     _write(paths["cert"], cert.public_bytes(serialization.Encoding.PEM))
@@ -126,21 +143,35 @@ def make_keys(out: Path, names: Sequence[str], force: bool = False) -> list[Path
         ``force`` is false.
     """
     if not names or len(set(names)) != len(names) or any(not n or "/" in n or n.startswith(".") for n in names):
-        raise ValueError(f"The 'names' parameter of make_keys must be distinct plain file names. Got {list(names)!r} instead.")
+        raise ValueError(
+            f"The 'names' parameter of make_keys must be distinct plain file names. Got {list(names)!r} instead."
+        )
     paths = [out / n for n in names]
     _refuse_overwrite([p for path in paths for p in (path, path.with_name(path.name + ".pub"))], force)
     out.mkdir(parents=True, exist_ok=True)
     for path in paths:
         key = ec.generate_private_key(ec.SECP384R1())
-        _write(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                       serialization.NoEncryption()), private=True)
+        _write(
+            path,
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+            ),
+            private=True,
+        )
         public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
         _write(path.with_name(path.name + ".pub"), public + f" {path.name}\n".encode())
     return paths
 
 
-def write_connection(flwr_home: Path, name: str, address: str, *, root_certificates: Path | None = None,
-                     insecure: bool = False, default: bool = True) -> Path:
+def write_connection(
+    flwr_home: Path,
+    name: str,
+    address: str,
+    *,
+    root_certificates: Path | None = None,
+    insecure: bool = False,
+    default: bool = True,
+) -> Path:
     """Add or replace ``[superlink.<name>]`` in ``flwr_home/config.toml``; other entries are kept.
 
     Raises
@@ -171,16 +202,26 @@ INSECURE_NOTICE = (
     "INSECURE: plain HTTP and no SuperNode authentication. Anyone on the network path can read "
     "and change the models, signals and identities in transit, and any process that reaches the "
     "Fleet address can join as a SuperNode and claim a client id. Use it on loopback or a network "
-    "you trust completely.")
+    "you trust completely."
+)
 TLS_WITHOUT_AUTH_NOTICE = (
     "TLS WITHOUT SUPERNODE AUTHENTICATION: traffic is encrypted, but any process that reaches the "
     "Fleet address and holds ca.crt (every client host has it) can join as a SuperNode and claim a "
-    "client id.")
+    "client id."
+)
 
 
-def superlink_command(*, host: str = "127.0.0.1", port: int = 8000, database: Path | None = None,
-                      certs: Path | None = None, auth: bool | None = None, insecure: bool | None = None,
-                      control_host: str = "127.0.0.1", control_port: int = 9093) -> list[str]:
+def superlink_command(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    database: Path | None = None,
+    certs: Path | None = None,
+    auth: bool | None = None,
+    insecure: bool | None = None,
+    control_host: str = "127.0.0.1",
+    control_port: int = 9093,
+) -> list[str]:
     """The command line of a SuperLink whose Fleet API alone is on ``host:port``.
 
     The Control and Runtime (ServerAppIo) APIs stay on ``control_host:control_port``
@@ -219,24 +260,56 @@ def superlink_command(*, host: str = "127.0.0.1", port: int = 8000, database: Pa
         raise ValueError("The 'auth' parameter of superlink_command needs TLS: give 'certs'.")
     auth = not insecure if auth is None else auth
     if (host, port) == (control_host, control_port) or (port == control_port and "0.0.0.0" in (host, control_host)):
-        raise ValueError(f"The 'control_port' parameter of superlink_command must differ from the Fleet "
-                         f"address. Got {control_host}:{control_port} and {host}:{port} instead.")
-    cmd = [sys.executable, "-m", "server.superlink", "--fleet-host", host, "--fleet-port", str(port), "--",
-           "--host", control_host, "--port", str(control_port), "--disable-runtime-dependency-installation"]
+        raise ValueError(
+            f"The 'control_port' parameter of superlink_command must differ from the Fleet "
+            f"address. Got {control_host}:{control_port} and {host}:{port} instead."
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "server.superlink",
+        "--fleet-host",
+        host,
+        "--fleet-port",
+        str(port),
+        "--",
+        "--host",
+        control_host,
+        "--port",
+        str(control_port),
+        "--disable-runtime-dependency-installation",
+    ]
     _executable("flower-superlink")
     if database is not None:
         cmd += ["--database", str(database)]
     if insecure:
         return [*cmd, "--insecure"]
-    cmd += ["--ssl-ca-certfile", str(certs / CERT_FILES["ca"]), "--ssl-certfile", str(certs / CERT_FILES["cert"]),
-            "--ssl-keyfile", str(certs / CERT_FILES["key"])]
+    cmd += [
+        "--ssl-ca-certfile",
+        str(certs / CERT_FILES["ca"]),
+        "--ssl-certfile",
+        str(certs / CERT_FILES["cert"]),
+        "--ssl-keyfile",
+        str(certs / CERT_FILES["key"]),
+    ]
     return [*cmd, "--enable-supernode-auth"] if auth else cmd
 
 
-def supernode_command(*, superlink: str, partition_id: int, num_partitions: int, port: int = 9094,
-                      host: str = "127.0.0.1", data_dir: str | None = None, data_path: str | None = None,
-                      device: str | None = None, root_certificates: Path | None = None, key: Path | None = None,
-                      max_retries: int | None = None, max_wait_time: float | None = None) -> list[str]:
+def supernode_command(
+    *,
+    superlink: str,
+    partition_id: int,
+    num_partitions: int,
+    port: int = 9094,
+    host: str = "127.0.0.1",
+    data_dir: str | None = None,
+    data_path: str | None = None,
+    device: str | None = None,
+    root_certificates: Path | None = None,
+    key: Path | None = None,
+    max_retries: int | None = None,
+    max_wait_time: float | None = None,
+) -> list[str]:
     """The ``flower-supernode`` command line for one partition.
 
     ``root_certificates=None`` means insecure; ``key`` is the SuperNode's private key
@@ -257,7 +330,9 @@ def supernode_command(*, superlink: str, partition_id: int, num_partitions: int,
     if max_retries is not None:
         check_int(max_retries, "max-retries", "supernode_command", low=0)
     if max_wait_time is not None and not max_wait_time > 0:
-        raise ValueError(f"The 'max-wait-time' parameter of supernode_command must be > 0. Got {max_wait_time!r} instead.")
+        raise ValueError(
+            f"The 'max-wait-time' parameter of supernode_command must be > 0. Got {max_wait_time!r} instead."
+        )
     node_config = {"partition-id": partition_id, "num-partitions": num_partitions}
     if data_dir:
         node_config["data-dir"] = str(Path(data_dir).expanduser().resolve())
@@ -269,10 +344,21 @@ def supernode_command(*, superlink: str, partition_id: int, num_partitions: int,
 
         node_config["device"] = check_device_name(device, "supernode_command")
     if any('"' in str(v) for v in node_config.values()):
-        raise ValueError("The 'data_dir' and 'data_path' parameters of supernode_command must not hold '\"'. "
-                         f"Got {data_dir!r} and {data_path!r} instead.")
-    cmd = [_executable("flower-supernode"), "--superlink", superlink, "--host", host, "--port", str(port),
-           "--node-config", " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in node_config.items())]
+        raise ValueError(
+            "The 'data_dir' and 'data_path' parameters of supernode_command must not hold '\"'. "
+            f"Got {data_dir!r} and {data_path!r} instead."
+        )
+    cmd = [
+        _executable("flower-supernode"),
+        "--superlink",
+        superlink,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--node-config",
+        " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in node_config.items()),
+    ]
     if max_retries is not None:
         cmd += ["--max-retries", str(max_retries)]
     if max_wait_time is not None:
@@ -293,17 +379,29 @@ EXIT_CODES = {
     EXIT_USAGE: "bad arguments or missing files (nothing was started)",
     EXIT_UNREACHABLE: "the SuperLink could not be reached within --max-retries / --max-wait-time",
     EXIT_TLS: "transport mismatch: TLS against a plain-HTTP SuperLink or the reverse, or a certificate "
-              "that does not verify against --root-certificates",
+    "that does not verify against --root-certificates",
     EXIT_REFUSED: "the SuperLink refused this node: its key is not registered (or was unregistered), "
-                  "or it has no key while the SuperLink admits only registered keys",
+    "or it has no key while the SuperLink admits only registered keys",
 }
 # (pattern in Flower's SuperNode log, exit code, what to tell the user)
 _FLOWER_FAILURES = (
-    ("[code: 2004]", EXIT_REFUSED, ("the SuperLink did not activate this node's key: it does not know the key "
-                                    "(register its .pub on the SuperLink's host: umbel deploy register; or check "
-                                    "that --key is the key that was registered).")),
-    ("[code: 2001]", EXIT_REFUSED, ("the SuperLink admits only registered SuperNode keys and this node has "
-                                    "none: give --key <private key> whose .pub is registered.")),
+    (
+        "[code: 2004]",
+        EXIT_REFUSED,
+        (
+            "the SuperLink did not activate this node's key: it does not know the key "
+            "(register its .pub on the SuperLink's host: umbel deploy register; or check "
+            "that --key is the key that was registered)."
+        ),
+    ),
+    (
+        "[code: 2001]",
+        EXIT_REFUSED,
+        (
+            "the SuperLink admits only registered SuperNode keys and this node has "
+            "none: give --key <private key> whose .pub is registered."
+        ),
+    ),
     ("Giving up reconnection", EXIT_UNREACHABLE, "the SuperLink stopped answering and the retries ran out."),
     ("Exit Code: 302", EXIT_USAGE, "the --key file is not a valid EC private key in OpenSSH format."),
 )
@@ -331,27 +429,34 @@ def probe_superlink(address: str, root_certificates: Path | None, timeout: float
                 answer = b""
             if answer.startswith(b"HTTP/"):
                 return None
-            return EXIT_TLS, (f"the SuperLink at {address} does not answer plain HTTP: it speaks TLS. Start this "
-                              "node with --root-certificates <ca.crt> (and --key) instead of --insecure.")
+            return EXIT_TLS, (
+                f"the SuperLink at {address} does not answer plain HTTP: it speaks TLS. Start this "
+                "node with --root-certificates <ca.crt> (and --key) instead of --insecure."
+            )
         context = ssl.create_default_context(cafile=str(root_certificates))
         try:
             with context.wrap_socket(raw, server_hostname=host) as tls:
                 tls.sendall(request)
                 answer = tls.recv(5)
         except ssl.SSLCertVerificationError as err:
-            return EXIT_TLS, (f"the SuperLink's certificate does not verify against {root_certificates}: "
-                              f"{err.verify_message}. Use the ca.crt made with this SuperLink's certificate, and "
-                              f"make sure '{host}' was one of its 'umbel deploy certs --host' names.")
+            return EXIT_TLS, (
+                f"the SuperLink's certificate does not verify against {root_certificates}: "
+                f"{err.verify_message}. Use the ca.crt made with this SuperLink's certificate, and "
+                f"make sure '{host}' was one of its 'umbel deploy certs --host' names."
+            )
         except (ssl.SSLError, ConnectionResetError) as err:
-            return EXIT_TLS, (f"the SuperLink at {address} does not speak TLS ({getattr(err, 'reason', None) or err}): "
-                              "it runs --insecure. Start this node with --insecure, or the SuperLink with --certs.")
+            return EXIT_TLS, (
+                f"the SuperLink at {address} does not speak TLS ({getattr(err, 'reason', None) or err}): "
+                "it runs --insecure. Start this node with --insecure, or the SuperLink with --certs."
+            )
         except OSError as err:
             return EXIT_UNREACHABLE, f"the connection to {address} failed ({err})."
     return None if answer.startswith(b"HTTP/") else (EXIT_UNREACHABLE, f"{address} gave no HTTP answer.")
 
 
-def wait_for_superlink(address: str, root_certificates: Path | None, *, max_retries: int, max_wait_time: float,
-                       sleep=time.sleep) -> tuple[int, str] | None:
+def wait_for_superlink(
+    address: str, root_certificates: Path | None, *, max_retries: int, max_wait_time: float, sleep=time.sleep
+) -> tuple[int, str] | None:
     """``probe_superlink`` until it answers; retries only while the SuperLink is unreachable.
 
     At most ``max_retries`` retries and ``max_wait_time`` seconds, with backoff 1, 2, 4 .. 10 s.
@@ -361,11 +466,14 @@ def wait_for_superlink(address: str, root_certificates: Path | None, *, max_retr
         problem = probe_superlink(address, root_certificates)
         if problem is None or problem[0] != EXIT_UNREACHABLE:
             return problem
-        delay = min(10.0, 2.0 ** attempt)
+        delay = min(10.0, 2.0**attempt)
         if attempt == max_retries or time.monotonic() - start + delay > max_wait_time:
             break
-        print(f"umbel deploy supernode: {problem[1]} Retrying in {delay:g} s "
-              f"({attempt + 1} of {max_retries} retries).", file=sys.stderr, flush=True)
+        print(
+            f"umbel deploy supernode: {problem[1]} Retrying in {delay:g} s ({attempt + 1} of {max_retries} retries).",
+            file=sys.stderr,
+            flush=True,
+        )
         sleep(delay)
     return EXIT_UNREACHABLE, f"{problem[1]} Gave up after {attempt} retries and {time.monotonic() - start:.0f} s."
 
@@ -384,8 +492,9 @@ def supervise(cmd: list[str], env: Mapping[str, str]) -> tuple[int, str | None]:
     SIGINT and SIGTERM are passed on to it (in its own session, so that it deactivates
     itself at the SuperLink before it exits). Returns one of ``EXIT_CODES`` and the reason.
     """
-    proc = subprocess.Popen(cmd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     signalled: list[int] = []
 
     def forward(sig: int, _frame: object) -> None:
@@ -421,8 +530,9 @@ def supervise(cmd: list[str], env: Mapping[str, str]) -> tuple[int, str | None]:
     return problem
 
 
-def run_supernode(cmd: list[str], env: Mapping[str, str], *, max_retries: int, max_wait_time: float,
-                  sleep=time.sleep) -> int:
+def run_supernode(
+    cmd: list[str], env: Mapping[str, str], *, max_retries: int, max_wait_time: float, sleep=time.sleep
+) -> int:
     """``supervise`` the SuperNode; restart it while the SuperLink refuses to activate its key.
 
     A registered key is refused while a previous session of it is still online (a SuperNode
@@ -435,13 +545,17 @@ def run_supernode(cmd: list[str], env: Mapping[str, str], *, max_retries: int, m
         code, reason = supervise(cmd, env)
         if not (code == EXIT_REFUSED and reason == _FLOWER_FAILURES[0][2]):
             break
-        delay = min(10.0, 2.0 ** attempt)
+        delay = min(10.0, 2.0**attempt)
         if attempt == max_retries or time.monotonic() - start + delay > max_wait_time:
             reason += f" (Refused {attempt + 1} times in {time.monotonic() - start:.0f} s.)"
             break
-        print(f"umbel deploy supernode: not activated: {reason} A previous session of this key may also still be "
-              f"online (up to about 60 s after it was killed); retrying in {delay:g} s ({attempt + 1} of "
-              f"{max_retries} retries).", file=sys.stderr, flush=True)
+        print(
+            f"umbel deploy supernode: not activated: {reason} A previous session of this key may also still be "
+            f"online (up to about 60 s after it was killed); retrying in {delay:g} s ({attempt + 1} of "
+            f"{max_retries} retries).",
+            file=sys.stderr,
+            flush=True,
+        )
         sleep(delay)
     if reason is not None:
         print(f"umbel deploy supernode: {'refused: ' if code == EXIT_REFUSED else ''}{reason}", file=sys.stderr)
@@ -452,7 +566,9 @@ def register_commands(keys_dir: Path, connection: str) -> list[list[str]]:
     """One ``flwr supernode register <key>.pub <connection> --name <key>`` per public key."""
     pubs = sorted(keys_dir.glob("*.pub"))
     if not pubs:
-        raise ValueError(f"The 'keys' parameter of register must be a folder with .pub files. Got {str(keys_dir)!r} instead.")
+        raise ValueError(
+            f"The 'keys' parameter of register must be a folder with .pub files. Got {str(keys_dir)!r} instead."
+        )
     return [[_executable("flwr"), "supernode", "register", str(p), connection, "--name", p.stem] for p in pubs]
 
 
@@ -478,15 +594,34 @@ def compose_config(nodes: int, *, fleet_port: int = 8000, max_retries: int = 10,
     """
     check_int(nodes, "nodes", "compose_config", low=1)
     link = {
-        "build": {"context": "..", "dockerfile": "deploy/Dockerfile",
-                  "args": {"UID": "${UMBEL_UID:-10001}", "GID": "${UMBEL_GID:-10001}"}},
+        "build": {
+            "context": "..",
+            "dockerfile": "deploy/Dockerfile",
+            "args": {"UID": "${UMBEL_UID:-10001}", "GID": "${UMBEL_GID:-10001}"},
+        },
         "image": "umbel:latest",
-        "command": ["umbel", "deploy", "superlink", "--host", "0.0.0.0", "--port", str(fleet_port),
-                    "--control-port", str(CONTROL_PORT), "--certs", "/secrets", "--database", "/state/superlink.db"],
+        "command": [
+            "umbel",
+            "deploy",
+            "superlink",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(fleet_port),
+            "--control-port",
+            str(CONTROL_PORT),
+            "--certs",
+            "/secrets",
+            "--database",
+            "/state/superlink.db",
+        ],
         "ports": [f"{fleet_port}:{fleet_port}"],
-        "volumes": [*(f"./secrets/certs/{f}:/secrets/{f}:ro" for f in ("ca.crt", "server.pem", "server.key")),
-                    *(f"./secrets/keys/supernode-{i}.pub:/keys/supernode-{i}.pub:ro" for i in range(nodes)),
-                    "superlink-state:/state", "../results:/results"],
+        "volumes": [
+            *(f"./secrets/certs/{f}:/secrets/{f}:ro" for f in ("ca.crt", "server.pem", "server.key")),
+            *(f"./secrets/keys/supernode-{i}.pub:/keys/supernode-{i}.pub:ro" for i in range(nodes)),
+            "superlink-state:/state",
+            "../results:/results",
+        ],
         "healthcheck": _healthcheck(f"https://127.0.0.1:{CONTROL_PORT}/health"),
         "restart": "unless-stopped",
     }
@@ -496,13 +631,34 @@ def compose_config(nodes: int, *, fleet_port: int = 8000, max_retries: int = 10,
             "image": "umbel:latest",
             "depends_on": {"superlink": {"condition": "service_healthy"}},
             "restart": "on-failure:5",
-            "command": ["umbel", "deploy", "supernode", "--superlink", f"superlink:{fleet_port}",
-                        "--root-certificates", "/secrets/ca.crt", "--key", "/secrets/key",
-                        "--partition-id", str(i), "--num-partitions", str(nodes), "--data-dir", "/data",
-                        "--port", str(SUPERNODE_PORT), "--max-retries", str(max_retries),
-                        "--max-wait-time", f"{max_wait_time:g}"],
-            "volumes": ["./secrets/certs/ca.crt:/secrets/ca.crt:ro", f"./secrets/keys/supernode-{i}:/secrets/key:ro",
-                        "${UMBEL_DATA:-../data}:/data:ro"],
+            "command": [
+                "umbel",
+                "deploy",
+                "supernode",
+                "--superlink",
+                f"superlink:{fleet_port}",
+                "--root-certificates",
+                "/secrets/ca.crt",
+                "--key",
+                "/secrets/key",
+                "--partition-id",
+                str(i),
+                "--num-partitions",
+                str(nodes),
+                "--data-dir",
+                "/data",
+                "--port",
+                str(SUPERNODE_PORT),
+                "--max-retries",
+                str(max_retries),
+                "--max-wait-time",
+                f"{max_wait_time:g}",
+            ],
+            "volumes": [
+                "./secrets/certs/ca.crt:/secrets/ca.crt:ro",
+                f"./secrets/keys/supernode-{i}:/secrets/key:ro",
+                "${UMBEL_DATA:-../data}:/data:ro",
+            ],
             "healthcheck": _healthcheck(f"http://127.0.0.1:{SUPERNODE_PORT}/health"),
         }
     return {"name": "umbel", "services": services, "volumes": {"superlink-state": {}}}
@@ -517,8 +673,15 @@ def gpu_override(nodes: int, gpus: int = 1) -> dict:
     check_int(gpus, "gpus", "gpu_override", low=1)
     services: dict[str, dict] = {"superlink": {"build": {"args": {"TORCH_INDEX": CUDA_TORCH_INDEX}}}}
     for i in range(nodes):
-        services[f"supernode-{i}"] = {"deploy": {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "device_ids": [str(i % gpus)], "capabilities": ["gpu"]}]}}}}
+        services[f"supernode-{i}"] = {
+            "deploy": {
+                "resources": {
+                    "reservations": {
+                        "devices": [{"driver": "nvidia", "device_ids": [str(i % gpus)], "capabilities": ["gpu"]}]
+                    }
+                }
+            }
+        }
     return {"services": services}
 
 
@@ -526,15 +689,26 @@ def write_compose(folder: Path, nodes: int, *, gpus: int = 1, fleet_port: int = 
     """Write ``compose.yaml`` (``compose_config``) and ``compose.gpu.yaml`` (``gpu_override``) into ``folder``."""
     import yaml  # pyyaml comes with flwr
 
-    command = f"umbel deploy compose --nodes {nodes} --gpus {gpus}" + (f" --port {fleet_port}" if fleet_port != 8000 else "")
+    command = f"umbel deploy compose --nodes {nodes} --gpus {gpus}" + (
+        f" --port {fleet_port}" if fleet_port != 8000 else ""
+    )
     texts = {
-        "compose.yaml": ((f"# Generated by `{command}`: change that command, not this file.\n"
-                         f"# 1 SuperLink (Fleet API on the published port {fleet_port}; Control API inside its "
-                         f"container only)\n# and {nodes} SuperNodes, TLS + SuperNode authentication. Steps: "
-                         "docs/deployment.md, 'Docker'.\n"), compose_config(nodes, fleet_port=fleet_port)),
-        "compose.gpu.yaml": ((f"# Generated by `{command}`. Add `-f deploy/compose.gpu.yaml` to every docker compose\n"
-                             f"# command: CUDA torch, SuperNode i on GPU i mod {gpus} (NVIDIA Container Toolkit).\n"),
-                             gpu_override(nodes, gpus)),
+        "compose.yaml": (
+            (
+                f"# Generated by `{command}`: change that command, not this file.\n"
+                f"# 1 SuperLink (Fleet API on the published port {fleet_port}; Control API inside its "
+                f"container only)\n# and {nodes} SuperNodes, TLS + SuperNode authentication. Steps: "
+                "docs/deployment.md, 'Docker'.\n"
+            ),
+            compose_config(nodes, fleet_port=fleet_port),
+        ),
+        "compose.gpu.yaml": (
+            (
+                f"# Generated by `{command}`. Add `-f deploy/compose.gpu.yaml` to every docker compose\n"
+                f"# command: CUDA torch, SuperNode i on GPU i mod {gpus} (NVIDIA Container Toolkit).\n"
+            ),
+            gpu_override(nodes, gpus),
+        ),
     }
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -545,12 +719,22 @@ def write_compose(folder: Path, nodes: int, *, gpus: int = 1, fleet_port: int = 
 
 
 def _healthcheck(url: str) -> dict:
-    probe = ("import ssl,sys,urllib.request as u; "
-             f"sys.exit(u.urlopen('{url}', timeout=5, context=ssl.create_default_context(cafile='/secrets/ca.crt'))"
-             ".status != 200)") if url.startswith("https") else (
-             f"import sys,urllib.request as u; sys.exit(u.urlopen('{url}', timeout=5).status != 200)")
-    return {"test": ["CMD", "python", "-c", probe], "interval": "15s", "timeout": "6s", "retries": 3,
-            "start_period": "60s"}
+    probe = (
+        (
+            "import ssl,sys,urllib.request as u; "
+            f"sys.exit(u.urlopen('{url}', timeout=5, context=ssl.create_default_context(cafile='/secrets/ca.crt'))"
+            ".status != 200)"
+        )
+        if url.startswith("https")
+        else (f"import sys,urllib.request as u; sys.exit(u.urlopen('{url}', timeout=5).status != 200)")
+    )
+    return {
+        "test": ["CMD", "python", "-c", probe],
+        "interval": "15s",
+        "timeout": "6s",
+        "retries": 3,
+        "start_period": "60s",
+    }
 
 
 def deploy_env(flwr_home: Path | None = None) -> dict[str, str]:
@@ -564,15 +748,24 @@ def deploy_env(flwr_home: Path | None = None) -> dict[str, str]:
 # ----------------------------------------------------------------------- CLI
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``deploy`` and its subcommands to the ``umbel`` parser."""
-    deploy = commands.add_parser("deploy", help="run umbel on real machines (SuperLink, SuperNodes, TLS, auth)",
-                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    deploy = commands.add_parser(
+        "deploy",
+        help="run umbel on real machines (SuperLink, SuperNodes, TLS, auth)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = deploy.add_subparsers(dest="deploy_command", required=True)
     fmt = argparse.ArgumentDefaultsHelpFormatter
 
     p = sub.add_parser("certs", help="make a CA and the SuperLink's TLS certificate", formatter_class=fmt)
     p.add_argument("--out", type=Path, default=SECRETS / "certs")
-    p.add_argument("--host", action="append", default=[], metavar="NAME_OR_IP",
-                   help="the SuperLink's name or address as clients dial it (repeat); localhost is always in")
+    p.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME_OR_IP",
+        help="the SuperLink's name or address as clients dial it (repeat); localhost is always in",
+    )
     p.add_argument("--days", type=int, default=365)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
 
@@ -582,52 +775,93 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--name", action="append", default=[], help="a key's name (repeat); instead of --count")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
 
-    p = sub.add_parser("superlink", help="start the SuperLink (Fleet API exposed, Control API private)",
-                       formatter_class=fmt)
-    p.add_argument("--host", default="127.0.0.1",
-                   help="interface of the Fleet API, the only one SuperNodes need (0.0.0.0: every interface)")
+    p = sub.add_parser(
+        "superlink", help="start the SuperLink (Fleet API exposed, Control API private)", formatter_class=fmt
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface of the Fleet API, the only one SuperNodes need (0.0.0.0: every interface)",
+    )
     p.add_argument("--port", type=int, default=8000, help="port of the Fleet API (open it to the client hosts)")
-    p.add_argument("--control-host", default="127.0.0.1",
-                   help="interface of the Control and ServerAppIo APIs (flwr CLI, ServerApp); keep it private")
+    p.add_argument(
+        "--control-host",
+        default="127.0.0.1",
+        help="interface of the Control and ServerAppIo APIs (flwr CLI, ServerApp); keep it private",
+    )
     p.add_argument("--control-port", type=int, default=CONTROL_PORT, help="port of the Control and ServerAppIo APIs")
-    p.add_argument("--database", type=Path, default=SECRETS / "superlink.db",
-                   help="state database (runs, registered nodes); ':memory:' keeps none")
+    p.add_argument(
+        "--database",
+        type=Path,
+        default=SECRETS / "superlink.db",
+        help="state database (runs, registered nodes); ':memory:' keeps none",
+    )
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--certs", type=Path, default=SECRETS / "certs", metavar="DIR",
-                       help="folder made by 'umbel deploy certs' (TLS for every API)")
-    group.add_argument("--insecure", action="store_true", help="plain HTTP, no SuperNode authentication (prints why not)")
-    p.add_argument("--tls-without-auth", action="store_true",
-                   help="TLS but admit any SuperNode that has ca.crt (SuperNode authentication is on by default)")
+    group.add_argument(
+        "--certs",
+        type=Path,
+        default=SECRETS / "certs",
+        metavar="DIR",
+        help="folder made by 'umbel deploy certs' (TLS for every API)",
+    )
+    group.add_argument(
+        "--insecure", action="store_true", help="plain HTTP, no SuperNode authentication (prints why not)"
+    )
+    p.add_argument(
+        "--tls-without-auth",
+        action="store_true",
+        help="TLS but admit any SuperNode that has ca.crt (SuperNode authentication is on by default)",
+    )
     p.add_argument("--auth", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
 
-    p = sub.add_parser("supernode", help="start flower-supernode for one partition", formatter_class=fmt,
-                       epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
+    p = sub.add_parser(
+        "supernode",
+        help="start flower-supernode for one partition",
+        formatter_class=fmt,
+        epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
+    )
     p.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Fleet address")
     p.add_argument("--partition-id", type=int, required=True)
     p.add_argument("--num-partitions", type=int, required=True, help="equal to the run's num-clients")
     p.add_argument("--data-dir", default=None, help="the public dataset's folder (node config data-dir)")
-    p.add_argument("--data-path", default=None,
-                   help="this client's own data: a Hugging Face save_to_disk folder, an ImageFolder tree or an "
-                        ".npz (node config data-path; docs/own-data.md)")
+    p.add_argument(
+        "--data-path",
+        default=None,
+        help="this client's own data: a Hugging Face save_to_disk folder, an ImageFolder tree or an "
+        ".npz (node config data-path; docs/own-data.md)",
+    )
     p.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (node config device)")
-    p.add_argument("--port", type=int, default=SUPERNODE_PORT, help="local Runtime API port: distinct per SuperNode on a host")
+    p.add_argument(
+        "--port", type=int, default=SUPERNODE_PORT, help="local Runtime API port: distinct per SuperNode on a host"
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface of the local Runtime API")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--root-certificates", type=Path, default=SECRETS / "certs" / "ca.crt", metavar="CA_CRT",
-                       help="the CA certificate (TLS)")
+    group.add_argument(
+        "--root-certificates",
+        type=Path,
+        default=SECRETS / "certs" / "ca.crt",
+        metavar="CA_CRT",
+        help="the CA certificate (TLS)",
+    )
     group.add_argument("--insecure", action="store_true", help="plain HTTP: only against a --insecure SuperLink")
     p.add_argument("--key", type=Path, default=None, help="this SuperNode's private key (node authentication)")
-    p.add_argument("--max-retries", type=int, default=10,
-                   help="retries while the SuperLink is unreachable, at start and after a loss, before giving up")
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=10,
+        help="retries while the SuperLink is unreachable, at start and after a loss, before giving up",
+    )
     p.add_argument("--max-wait-time", type=float, default=300.0, help="seconds of retrying before giving up")
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
 
-    p = sub.add_parser("compose", help="write Docker compose files for one SuperLink and N SuperNodes",
-                       formatter_class=fmt)
+    p = sub.add_parser(
+        "compose", help="write Docker compose files for one SuperLink and N SuperNodes", formatter_class=fmt
+    )
     p.add_argument("--nodes", type=int, required=True, help="number of SuperNodes (partitions 0..N-1)")
-    p.add_argument("--gpus", type=int, default=1, help="GPUs on the Docker host for compose.gpu.yaml: SuperNode i "
-                                                      "gets GPU i mod N")
+    p.add_argument(
+        "--gpus", type=int, default=1, help="GPUs on the Docker host for compose.gpu.yaml: SuperNode i gets GPU i mod N"
+    )
     p.add_argument("--port", type=int, default=8000, help="the published Fleet port")
     p.add_argument("--out", type=Path, default=DEPLOY_DIR, help="folder for compose.yaml and compose.gpu.yaml")
 
@@ -657,8 +891,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _certs(args: argparse.Namespace) -> int:
     paths = make_certificates(args.out, args.host, args.days, args.force)
-    print(f"CA {paths['ca']} (give it to SuperNodes and the CLI); server certificate {paths['cert']} and key "
-          f"{paths['key']} (SuperLink host only); keep {paths['ca-key']} offline.")
+    print(
+        f"CA {paths['ca']} (give it to SuperNodes and the CLI); server certificate {paths['cert']} and key "
+        f"{paths['key']} (SuperLink host only); keep {paths['ca-key']} offline."
+    )
     return 0
 
 
@@ -678,32 +914,56 @@ def _superlink(args: argparse.Namespace) -> int:
     if certs is not None and not args.dry_run:
         missing = [f for f in ("ca", "cert", "key") if not (certs / CERT_FILES[f]).is_file()]
         if missing:
-            raise FileNotFoundError(f"{certs} lacks {', '.join(CERT_FILES[f] for f in missing)}: run 'umbel deploy "
-                                    "certs' first, or pass --insecure to run without TLS.")
+            raise FileNotFoundError(
+                f"{certs} lacks {', '.join(CERT_FILES[f] for f in missing)}: run 'umbel deploy "
+                "certs' first, or pass --insecure to run without TLS."
+            )
     database = None if args.database == Path(":memory:") else args.database.resolve()
     if database is not None and not args.dry_run:
         database.parent.mkdir(parents=True, exist_ok=True)
-    cmd = superlink_command(host=args.host, port=args.port, database=database, certs=certs,
-                            auth=None if certs is None else not args.tls_without_auth, insecure=args.insecure,
-                            control_host=args.control_host, control_port=args.control_port)
+    cmd = superlink_command(
+        host=args.host,
+        port=args.port,
+        database=database,
+        certs=certs,
+        auth=None if certs is None else not args.tls_without_auth,
+        insecure=args.insecure,
+        control_host=args.control_host,
+        control_port=args.control_port,
+    )
     if args.insecure:
         print(f"umbel deploy superlink: {INSECURE_NOTICE}", file=sys.stderr, flush=True)
     elif args.tls_without_auth:
         print(f"umbel deploy superlink: {TLS_WITHOUT_AUTH_NOTICE}", file=sys.stderr, flush=True)
-    print(f"umbel deploy superlink: SuperNodes dial {args.host}:{args.port} (Fleet API only); the flwr CLI and the "
-          f"ServerApp use {args.control_host}:{args.control_port} (Control and ServerAppIo APIs).", flush=True)
+    print(
+        f"umbel deploy superlink: SuperNodes dial {args.host}:{args.port} (Fleet API only); the flwr CLI and the "
+        f"ServerApp use {args.control_host}:{args.control_port} (Control and ServerAppIo APIs).",
+        flush=True,
+    )
     return _exec(cmd, args.dry_run)
 
 
 def _supernode(args: argparse.Namespace) -> int:
     root = None if args.insecure else args.root_certificates
     if root is not None and not root.is_file():
-        raise FileNotFoundError(f"the CA certificate {root} does not exist: copy the SuperLink's ca.crt here "
-                                "(--root-certificates), or pass --insecure against an insecure SuperLink.")
-    cmd = supernode_command(superlink=args.superlink, partition_id=args.partition_id,
-                            num_partitions=args.num_partitions, port=args.port, host=args.host,
-                            data_dir=args.data_dir, data_path=args.data_path, device=args.device, root_certificates=root, key=args.key,
-                            max_retries=args.max_retries, max_wait_time=args.max_wait_time)
+        raise FileNotFoundError(
+            f"the CA certificate {root} does not exist: copy the SuperLink's ca.crt here "
+            "(--root-certificates), or pass --insecure against an insecure SuperLink."
+        )
+    cmd = supernode_command(
+        superlink=args.superlink,
+        partition_id=args.partition_id,
+        num_partitions=args.num_partitions,
+        port=args.port,
+        host=args.host,
+        data_dir=args.data_dir,
+        data_path=args.data_path,
+        device=args.device,
+        root_certificates=root,
+        key=args.key,
+        max_retries=args.max_retries,
+        max_wait_time=args.max_wait_time,
+    )
     if args.dry_run:
         print(shlex.join(cmd))
         return EXIT_OK
@@ -723,8 +983,14 @@ def _compose(args: argparse.Namespace) -> int:
 
 def _connection(args: argparse.Namespace) -> int:
     home = args.flwr_home or Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
-    path = write_connection(home, args.name, args.address, root_certificates=args.root_certificates,
-                            insecure=args.insecure, default=not args.no_default)
+    path = write_connection(
+        home,
+        args.name,
+        args.address,
+        root_certificates=args.root_certificates,
+        insecure=args.insecure,
+        default=not args.no_default,
+    )
     print(f"connection '{args.name}' -> {args.address} written to {path}")
     return 0
 
@@ -748,8 +1014,15 @@ def _exec(cmd: list[str], dry_run: bool) -> int:
     return 0  # not reached
 
 
-_COMMANDS = {"certs": _certs, "keys": _keys, "superlink": _superlink, "supernode": _supernode,
-             "connection": _connection, "register": _register, "compose": _compose}
+_COMMANDS = {
+    "certs": _certs,
+    "keys": _keys,
+    "superlink": _superlink,
+    "supernode": _supernode,
+    "connection": _connection,
+    "register": _register,
+    "compose": _compose,
+}
 
 
 # ----------------------------------------------------------------------- helpers
@@ -768,9 +1041,15 @@ def _executable(name: str) -> str:
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: dt.datetime, days: int) -> x509.CertificateBuilder:
-    return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=days)))
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+    )
 
 
 def _general_name(host: str) -> x509.GeneralName:
@@ -781,8 +1060,9 @@ def _general_name(host: str) -> x509.GeneralName:
 
 
 def _pem_private(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _refuse_overwrite(paths, force: bool) -> None:

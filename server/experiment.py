@@ -69,19 +69,23 @@ class Experiment:
         info = run_info(rc)
         model = check_str(run_config_value(rc, "model", "dnn"), "model", "the run config")
         check_model(model, info.input_shape, info.task)
-        head_key = _head_key(build_model(model, info.input_shape, info.num_classes, scenario.seed), info,
-                             strategy_cls.name)
+        head_key = _head_key(
+            build_model(model, info.input_shape, info.num_classes, scenario.seed), info, strategy_cls.name
+        )
         data_path = check_str(run_config_value(rc, DATA_PATH, ""), DATA_PATH, "the run config")
         spec = folder_spec(rc) if data_path else None
         truth_path = check_str(run_config_value(rc, "truth-path", ""), "truth-path", "the run config")
         if truth_path:
             read_truth(truth_path)
         device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
-        server_loop = check_choice(run_config_value(rc, "server-loop", "umbel"), "server-loop", "the run config",
-                                   SERVER_LOOPS)
+        server_loop = check_choice(
+            run_config_value(rc, "server-loop", "umbel"), "server-loop", "the run config", SERVER_LOOPS
+        )
         if server_loop == "flower" and strategy_cls.name != "fedavg":
-            raise ValueError("The 'server-loop' parameter of the run config must be 'umbel' for strategy "
-                             f"{strategy_cls.name!r} ('flower' runs plain Flower FedAvg only). Got 'flower' instead.")
+            raise ValueError(
+                "The 'server-loop' parameter of the run config must be 'umbel' for strategy "
+                f"{strategy_cls.name!r} ('flower' runs plain Flower FedAvg only). Got 'flower' instead."
+            )
         return cls(
             strategy=strategy_cls.name,
             strategy_params=params_from_run_config(strategy_cls.params_type, rc),
@@ -123,7 +127,8 @@ class Experiment:
 
     def partition(self) -> Partition | None:
         """Build the scenario's partition, or (run-config ``data-path``) read and check every
-        client's folder; raises on impossible partitions and bad client data."""
+        client's folder; raises on impossible partitions and bad client data.
+        """
         if self.spec is not None:
             source = FolderSource(self.data_path, self.spec, per_partition=True)
             for pid in range(self.scenario.num_clients):
@@ -134,7 +139,8 @@ class Experiment:
     def check_partition_if_data_here(self) -> bool:
         """Build the partition when the data is on this machine; ``False`` if it is not (or when
         the run declares its own classes and input shape without a ``data-path``: the clients'
-        own folders are on their machines)."""
+        own folders are on their machines).
+        """
         if not self.data_path and self.info is not None and self.info.name == "local":
             return False
         try:
@@ -157,11 +163,13 @@ class Experiment:
 
 def _head_key(model: Module, info: DatasetInfo, strategy: str) -> str:
     """The ``state_dict`` key of the model's head weight; a strategy in :data:`HEAD_USERS` fails
-    here, before training, when the model has no usable head."""
+    here, before training, when the model has no usable head.
+    """
     needed_by = HEAD_USERS.get(strategy)
     try:
-        return find_head(model, info.input_shape, max(info.num_classes, 1),
-                         needed_by or f"strategy {strategy!r}").weight_key
+        return find_head(
+            model, info.input_shape, max(info.num_classes, 1), needed_by or f"strategy {strategy!r}"
+        ).weight_key
     except ValueError:
         if needed_by:
             raise

@@ -43,12 +43,17 @@ class RoundClock:
 
     def intervals(self) -> dict[int, float]:
         """Seconds from the end of round ``r - 1`` to the end of round ``r``, for ``r >= 2``."""
-        return {r: round(t - self.ends[r - 1], 6) for r, t in sorted(self.ends.items()) if r - 1 in self.ends and r >= 2}
+        return {
+            r: round(t - self.ends[r - 1], 6) for r, t in sorted(self.ends.items()) if r - 1 in self.ends and r >= 2
+        }
 
     def write(self, path: Path, server_loop: str, final_train_loss: float | None) -> None:
         """``round-times.json``: the loop, each round's seconds and the last round's train loss."""
-        data: dict[str, Any] = {"server-loop": server_loop, "round-seconds": self.intervals(),
-                                "final-train-loss": final_train_loss}
+        data: dict[str, Any] = {
+            "server-loop": server_loop,
+            "round-seconds": self.intervals(),
+            "final-train-loss": final_train_loss,
+        }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, path)

@@ -58,8 +58,13 @@ def plot_accuracy(
     # accuracy (and R^2) never exceeds 1, so neither may the band
     ax.fill_between(x, m - s, np.minimum(m + s, 1.0), alpha=0.25, label="± std across clients")
     for i, mark in enumerate(marks):
-        ax.axvline(mark, color="tab:red", linestyle="--", linewidth=1.0,
-                   label=f"clustering (round {mark})" if len(marks) == 1 else ("clusters change" if i == 0 else None))
+        ax.axvline(
+            mark,
+            color="tab:red",
+            linestyle="--",
+            linewidth=1.0,
+            label=f"clustering (round {mark})" if len(marks) == 1 else ("clusters change" if i == 0 else None),
+        )
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("local test accuracy")
@@ -100,8 +105,7 @@ def plot_clustering(
     if known.any():
         top.plot(x[known], a[known], marker=".", color="tab:blue")
     else:
-        top.text(0.5, 0.5, "ARI n/a (no ground truth)", ha="center", va="center",
-                 transform=top.transAxes)
+        top.text(0.5, 0.5, "ARI n/a (no ground truth)", ha="center", va="center", transform=top.transAxes)
     top.set_ylabel("ARI")
     top.set_ylim(-0.05, 1.05)
     top.grid(alpha=0.3)
@@ -144,10 +148,7 @@ def plot_distance_matrix(
         ``'kind'`` for an unknown kind.
     """
     if kind not in KINDS:
-        raise ValueError(
-            f"The 'kind' parameter of plot_distance_matrix must be one of {KINDS}. "
-            f"Got {kind!r} instead."
-        )
+        raise ValueError(f"The 'kind' parameter of plot_distance_matrix must be one of {KINDS}. Got {kind!r} instead.")
     mat = np.asarray(matrix, dtype=np.float64)
     if mat.ndim != 2 or mat.shape[0] != mat.shape[1] or mat.shape[0] == 0:
         raise ValueError(
@@ -167,8 +168,7 @@ def plot_distance_matrix(
 
     fig = Figure(figsize=(6.0, 5.2))
     ax = fig.add_subplot()
-    image = ax.imshow(ordered, cmap="viridis_r" if kind == "distance" else "viridis",
-                      interpolation="nearest")
+    image = ax.imshow(ordered, cmap="viridis_r" if kind == "distance" else "viridis", interpolation="nearest")
     for border in starts[1:] - 0.5:
         ax.axhline(border, color="white", linewidth=1.0)
         ax.axvline(border, color="white", linewidth=1.0)

@@ -32,8 +32,10 @@ def progress_line(record: Mapping[str, Any], rounds: int) -> str:
     """``round  12/100 | train    | acc 0.7812 | ARI 1.000 | clusters  5 |  1.83 s``."""
     acc = "   -  " if record["accuracy"] is None else f"{record['accuracy']:.4f}"
     ari = " n/a " if record["ari"] is None else f"{record['ari']:.3f}"
-    return (f"round {record['round']:>4}/{rounds} | {record['phase']:<8} | acc {acc} | ARI {ari} | "
-            f"clusters {record['num-clusters']:>3} | {record['round-seconds']:6.2f} s")
+    return (
+        f"round {record['round']:>4}/{rounds} | {record['phase']:<8} | acc {acc} | ARI {ari} | "
+        f"clusters {record['num-clusters']:>3} | {record['round-seconds']:6.2f} s"
+    )
 
 
 class RunRecorder:
@@ -49,8 +51,7 @@ class RunRecorder:
         Trackers that get every round's record too (``server.tracking``).
     """
 
-    def __init__(self, folder: Path, run_config: Mapping[str, Any],
-                 loggers: Sequence[MetricsLogger] = ()) -> None:
+    def __init__(self, folder: Path, run_config: Mapping[str, Any], loggers: Sequence[MetricsLogger] = ()) -> None:
         self.folder = Path(folder)
         self.loggers = list(loggers)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -77,18 +78,23 @@ class RunRecorder:
         """Write ``summary.json``, ``assignments.json`` and the plots; return the summary."""
         history = strategy.history
         summary = summarise(history, FINAL_FRACTION)
-        summary.update({
-            "strategy": type(strategy).name,
-            "num-clients": len(strategy.clients),
-            "wall-seconds": round(time.time() - self.started, 3),
-            "config": self.run_config,
-            "details": strategy.run_details(),
-        })
+        summary.update(
+            {
+                "strategy": type(strategy).name,
+                "num-clients": len(strategy.clients),
+                "wall-seconds": round(time.time() - self.started, 3),
+                "config": self.run_config,
+                "details": strategy.run_details(),
+            }
+        )
         _write_json(self.folder / "summary.json", summary)
-        _write_json(self.folder / "assignments.json", {
-            "true-groups": {str(p): strategy.true_group(p) for p in sorted(strategy.clients)},
-            "history": strategy.assignment_changes,
-        })
+        _write_json(
+            self.folder / "assignments.json",
+            {
+                "true-groups": {str(p): strategy.true_group(p) for p in sorted(strategy.clients)},
+                "history": strategy.assignment_changes,
+            },
+        )
         plot_history(history, self.folder, type(strategy).name)
         self._plot_distances(strategy)
         figure = FIGURES.get(type(strategy).name)
@@ -97,15 +103,28 @@ class RunRecorder:
         for logger in self.loggers:
             logger.close()
         cover = summary["coverage"]
-        log(INFO, "final accuracy %s (%s), final ARI %s (%s); results in %s", summary["final-accuracy"],
-            cover.get("final-accuracy", "n/a"), summary["final-ari"], cover.get("final-ari", "n/a"), self.folder)
+        log(
+            INFO,
+            "final accuracy %s (%s), final ARI %s (%s); results in %s",
+            summary["final-accuracy"],
+            cover.get("final-accuracy", "n/a"),
+            summary["final-ari"],
+            cover.get("final-ari", "n/a"),
+            self.folder,
+        )
         return summary
 
     def finish_reference(self, strategy_name: str, rounds: int) -> dict[str, Any]:
         """``summary.json`` of a run of Flower's own FedAvg loop (no clusters, no local evaluation)."""
-        summary = {"rounds": rounds, "final-accuracy": None, "final-ari": None, "strategy": strategy_name,
-                   "server-loop": "flower", "wall-seconds": round(time.time() - self.started, 3),
-                   "config": self.run_config}
+        summary = {
+            "rounds": rounds,
+            "final-accuracy": None,
+            "final-ari": None,
+            "strategy": strategy_name,
+            "server-loop": "flower",
+            "wall-seconds": round(time.time() - self.started, 3),
+            "config": self.run_config,
+        }
         _write_json(self.folder / "summary.json", summary)
         return summary
 
@@ -117,15 +136,22 @@ class RunRecorder:
         matrix = np.asarray(matrix)
         pids = list(getattr(strategy, "distance_pids", None) or sorted(strategy.assignment))
         if matrix.shape != (len(pids), len(pids)) or any(p not in strategy.assignment for p in pids):
-            log(WARNING, "distance matrix of shape %s does not match its %d clients; not plotted",
-                matrix.shape, len(pids))
+            log(
+                WARNING,
+                "distance matrix of shape %s does not match its %d clients; not plotted",
+                matrix.shape,
+                len(pids),
+            )
             return
         name = type(strategy).name
         rounds = [r["round"] for r in strategy.history if r["clustering-seconds"] > 0]
         when = f", round {rounds[-1]}" if rounds else ""
-        plots.plot_distance_matrix(matrix, np.array([strategy.assignment[p] for p in pids]),
-                                   self.folder / "distances.png",
-                                   title=f"{name}: {distance_name(strategy)}{when}\n{len(pids)} clients by cluster")
+        plots.plot_distance_matrix(
+            matrix,
+            np.array([strategy.assignment[p] for p in pids]),
+            self.folder / "distances.png",
+            title=f"{name}: {distance_name(strategy)}{when}\n{len(pids)} clients by cluster",
+        )
 
 
 def distance_name(strategy: ClusteredStrategy) -> str:
@@ -158,12 +184,21 @@ def plot_history(history: list[dict[str, Any]], folder: Path, name: str) -> None
     """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``."""
     evaluated = [r for r in history if r["accuracy"] is not None]
     if evaluated:
-        plots.plot_accuracy([r["round"] for r in evaluated], [r["accuracy"] for r in evaluated],
-                            [r["accuracy-std"] for r in evaluated], folder / "accuracy.png",
-                            title=f"{name}: mean local test accuracy", marks=clustering_rounds(history))
-    plots.plot_clustering([r["round"] for r in history], [r["ari"] for r in history],
-                          [r["num-clusters"] for r in history], folder / "clustering.png",
-                          title=f"{name}: clustering")
+        plots.plot_accuracy(
+            [r["round"] for r in evaluated],
+            [r["accuracy"] for r in evaluated],
+            [r["accuracy-std"] for r in evaluated],
+            folder / "accuracy.png",
+            title=f"{name}: mean local test accuracy",
+            marks=clustering_rounds(history),
+        )
+    plots.plot_clustering(
+        [r["round"] for r in history],
+        [r["ari"] for r in history],
+        [r["num-clusters"] for r in history],
+        folder / "clustering.png",
+        title=f"{name}: clustering",
+    )
 
 
 def write_partial(folder: Path, run_config: Mapping[str, Any]) -> int:
@@ -199,11 +234,13 @@ def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -
     if stretch:
         evaluated = stretch
         fraction = 1.0
-    final = [r["accuracy"] for r in evaluated][-max(1, int(np.ceil(fraction * len(evaluated)))):]
+    final = [r["accuracy"] for r in evaluated][-max(1, int(np.ceil(fraction * len(evaluated)))) :]
     accuracy = final_mean([r["accuracy"] for r in evaluated], fraction) if evaluated else None
     last = history[-1] if history else {}
-    totals = {key: sum(r[key] for r in history) for key in (
-        "bytes-down-model", "bytes-up-model", "bytes-down-signal", "bytes-up-signal")}
+    totals = {
+        key: sum(r[key] for r in history)
+        for key in ("bytes-down-model", "bytes-up-model", "bytes-down-signal", "bytes-up-signal")
+    }
     return {
         "rounds": len(history),
         "final-accuracy": accuracy,
@@ -236,16 +273,18 @@ def coverage(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) ->
     out: dict[str, str] = {}
     evaluated = [r for r in history if r.get("accuracy") is not None and r.get("eval-clients") is not None]
     if evaluated:
-        final = evaluated[-max(1, math.ceil(fraction * len(evaluated))):]
-        out["final-accuracy"] = (f"over {min(r['eval-clients'] for r in final)} of "
-                                 f"{max(r['num-clients'] for r in final)} clients")
+        final = evaluated[-max(1, math.ceil(fraction * len(evaluated))) :]
+        out["final-accuracy"] = (
+            f"over {min(r['eval-clients'] for r in final)} of {max(r['num-clients'] for r in final)} clients"
+        )
     if history and history[-1].get("num-clients") is not None:
         last = history[-1]
         gone: set[int] = set()
         for record in history:
             gone = (gone | set(record.get("clients-lost", []))) - set(record.get("clients-rejoined", []))
-        out["final-ari"] = out["final-ami"] = (f"over {last['num-clients']} clients "
-                                               f"({len(gone)} of them offline at the end)")
+        out["final-ari"] = out["final-ami"] = (
+            f"over {last['num-clients']} clients ({len(gone)} of them offline at the end)"
+        )
     return out
 
 

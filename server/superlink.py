@@ -66,9 +66,13 @@ class FleetOnly:
             await send({"type": "websocket.close", "code": 1008})
             return
         body = b'{"detail":"Not Found: only the Fleet API is served on this address"}'
-        await send({"type": "http.response.start", "status": 404,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 404,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -108,8 +112,9 @@ async def serve_both(servers: Sequence[Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Start Flower's SuperLink with the Fleet API also (and alone) on the fleet address."""
-    parser = argparse.ArgumentParser(prog="python -m server.superlink", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m server.superlink", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--fleet-host", required=True)
     parser.add_argument("--fleet-port", type=int, required=True)
     parser.add_argument("flower_args", nargs=argparse.REMAINDER, help="-- then flower-superlink's arguments")
@@ -129,14 +134,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = flower._parse_superlink_lifespan_config()
     app = create_app(config, flower.SuperLinkLifespan)
     scheme = "http" if config.certificates is None else "https"
-    log(20, "Control, Runtime (ServerAppIo) and Fleet APIs on %s://%s:%s (keep it private)",
-        scheme, config.host, config.port)
+    log(
+        20,
+        "Control, Runtime (ServerAppIo) and Fleet APIs on %s://%s:%s (keep it private)",
+        scheme,
+        config.host,
+        config.port,
+    )
     log(20, "Fleet API alone on %s://%s:%s (the address SuperNodes dial)", scheme, args.fleet_host, args.fleet_port)
-    common = {"log_config": get_uvicorn_log_config(console_handler.level), "access_log": True,
-              "ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile}
+    common = {
+        "log_config": get_uvicorn_log_config(console_handler.level),
+        "access_log": True,
+        "ssl_keyfile": config.ssl_keyfile,
+        "ssl_certfile": config.ssl_certfile,
+    }
     servers = [
         quiet_server(uvicorn.Config(app, host=config.host, port=config.port, lifespan="on", **common)),
-        quiet_server(uvicorn.Config(FleetOnly(app), host=args.fleet_host, port=args.fleet_port, lifespan="off", **common)),
+        quiet_server(
+            uvicorn.Config(FleetOnly(app), host=args.fleet_host, port=args.fleet_port, lifespan="off", **common)
+        ),
     ]
     asyncio.run(serve_both(servers))
 

@@ -83,8 +83,10 @@ def check_tensorboard() -> None:
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        raise ValueError("The 'tensorboard' parameter of the run config needs the tensorboard package "
-                         "(pip install 'umbel[tensorboard]'). Got True without it instead.") from None
+        raise ValueError(
+            "The 'tensorboard' parameter of the run config needs the tensorboard package "
+            "(pip install 'umbel[tensorboard]'). Got True without it instead."
+        ) from None
 
 
 def open_loggers(output: OutputParams, folder: Path) -> list[MetricsLogger]:

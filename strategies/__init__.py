@@ -24,8 +24,21 @@ from .local import Local
 from .pacfl import PACFL
 
 REGISTRY: dict[str, type[ClusteredStrategy]] = {
-    cls.name: cls for cls in (
-        FedAvg, Local, FedProx, FedClust, PACFL, FLHC, CFLGT, FLIC, FedMedian, CFLSattler, CFLGP, IFCA, FLAG,
+    cls.name: cls
+    for cls in (
+        FedAvg,
+        Local,
+        FedProx,
+        FedClust,
+        PACFL,
+        FLHC,
+        CFLGT,
+        FLIC,
+        FedMedian,
+        CFLSattler,
+        CFLGP,
+        IFCA,
+        FLAG,
     )
 }
 

@@ -148,18 +148,22 @@ class ClusteredStrategy(Strategy):
         for field_name, after in self.round_params.items():
             value, high = getattr(self.params, field_name), self.training.rounds - after
             if value > high:
-                raise ValueError(f"The '{field_name.replace('_', '-')}' parameter of {type(self).__name__} must be "
-                                 f"an int in the range [0, {high}] ('rounds' is {self.training.rounds}). "
-                                 f"Got {value!r} instead.")
+                raise ValueError(
+                    f"The '{field_name.replace('_', '-')}' parameter of {type(self).__name__} must be "
+                    f"an int in the range [0, {high}] ('rounds' is {self.training.rounds}). "
+                    f"Got {value!r} instead."
+                )
         k = getattr(self.params, "num_clusters", 0)
         if k > num_clients:
-            raise ValueError(f"The 'num-clusters' parameter of {type(self).__name__} must be at most the number "
-                             f"of clients ({num_clients}). Got {k!r} instead.")
+            raise ValueError(
+                f"The 'num-clusters' parameter of {type(self).__name__} must be at most the number "
+                f"of clients ({num_clients}). Got {k!r} instead."
+            )
 
     # ----------------------------------------------------------------- algorithm hooks
     def init_clusters(self, initial: ArrayRecord) -> None:
         """Start state once the clients are known; default: everyone in one cluster."""
-        self.set_clusters([initial], {pid: 0 for pid in self.clients})
+        self.set_clusters([initial], dict.fromkeys(self.clients, 0))
 
     def before_round(self, server_round: int) -> None:
         """Collect signals or re-cluster before the round's training (default: nothing)."""
@@ -225,14 +229,25 @@ class ClusteredStrategy(Strategy):
         if not pids:
             return {}
         if len(self.models) == 1:
-            return {pid: 0 for pid in pids}
-        losses = self.query_signal(keys.LOSSES_ACTION, pids, server_round, ModelLosses.from_arrays,
-                                   models=self.models, num_models=len(self.models))
+            return dict.fromkeys(pids, 0)
+        losses = self.query_signal(
+            keys.LOSSES_ACTION,
+            pids,
+            server_round,
+            ModelLosses.from_arrays,
+            models=self.models,
+            num_models=len(self.models),
+        )
         sizes = cluster_sizes(self.assignment, len(self.models))
         fallback = int(np.argmax(sizes)) if sizes else 0
         for pid in sorted(set(pids) - set(losses)):
-            log(WARNING, "round %d: client %d has no train losses; it joins the largest cluster %d",
-                server_round, pid, fallback)
+            log(
+                WARNING,
+                "round %d: client %d has no train losses; it joins the largest cluster %d",
+                server_round,
+                pid,
+                fallback,
+            )
         return {pid: losses[pid].best() if pid in losses else fallback for pid in pids}
 
     @contextmanager
@@ -328,8 +343,9 @@ class ClusteredStrategy(Strategy):
                 k = self.reply_cluster(server_round, pid, exchange.replies[pid])
                 if k not in sent:
                     sent[k] = {name: arr.numpy() for name, arr in self.models[k].items()}
-                updates[pid] = decode_train_reply(exchange.replies[pid], self.models[k],
-                                                  self.clients[pid].num_train, sent[k])
+                updates[pid] = decode_train_reply(
+                    exchange.replies[pid], self.models[k], self.clients[pid].num_train, sent[k]
+                )
             except ReplyFault as fault:
                 self._reject(exchange, pid, str(fault), server_round)
                 continue
@@ -364,12 +380,12 @@ class ClusteredStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One evaluate message per assigned client, with its own cluster's model."""
-        outbox = Outbox(self._nodes(), MessageType.EVALUATE, f"evaluate-{server_round}",
-                        self.training.round_timeout)
+        outbox = Outbox(self._nodes(), MessageType.EVALUATE, f"evaluate-{server_round}", self.training.round_timeout)
         for pid in sorted(self.assignment):
             cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: self.assignment[pid]}
-            outbox.add(pid, RecordDict({
-                keys.ARRAYS: self.models[self.assignment[pid]], keys.CONFIG: ConfigRecord(cfg)}))
+            outbox.add(
+                pid, RecordDict({keys.ARRAYS: self.models[self.assignment[pid]], keys.CONFIG: ConfigRecord(cfg)})
+            )
         self._outbox = outbox
         return outbox.messages
 
@@ -391,8 +407,15 @@ class ClusteredStrategy(Strategy):
     def summary(self) -> None:
         """Log the strategy, its parameters and the cluster state."""
         sizes = cluster_sizes(self.assignment, len(self.models)) if self.models else []
-        log(INFO, "%s: %s, %d clients, %d cluster models, sizes %s", type(self).__name__,
-            self.params, len(self.clients), len(self.models), sizes)
+        log(
+            INFO,
+            "%s: %s, %d clients, %d cluster models, sizes %s",
+            type(self).__name__,
+            self.params,
+            len(self.clients),
+            len(self.models),
+            sizes,
+        )
 
     def run_details(self) -> dict[str, Any]:
         """Strategy-specific facts for ``summary.json`` (key -> JSON value); none by default."""
@@ -431,14 +454,19 @@ class ClusteredStrategy(Strategy):
         first_round = 1
         if self._resume is not None or not self.clients:
             clients, _ = discover_clients(
-                grid, expected_clients, wait_timeout=self.training.node_wait_timeout,
-                reply_timeout=self.training.identity_timeout, membership=self.membership)
+                grid,
+                expected_clients,
+                wait_timeout=self.training.node_wait_timeout,
+                reply_timeout=self.training.identity_timeout,
+                membership=self.membership,
+            )
             if not clients:
                 raise RuntimeError(
                     f"No client answered the identity query ('{keys.MSG_IDENTITY}') within identity-timeout "
                     f"{self.training.identity_timeout:g} s; nothing to train. Every umbel strategy first asks each "
                     "node who it is: run umbel's ClientApp (client.app:app) or add a "
-                    f"@app.query('{keys.IDENTITY_ACTION}') handler to yours (docs/protocol.md).")
+                    f"@app.query('{keys.IDENTITY_ACTION}') handler to yours (docs/protocol.md)."
+                )
             if self._resume is not None:
                 first_round = self._restore(self._resume, clients)
             else:
@@ -455,7 +483,8 @@ class ClusteredStrategy(Strategy):
             self.before_round(rnd)
             replies = grid.send_and_receive(
                 self.configure_train(rnd, initial_arrays, train_config or ConfigRecord(), grid),
-                timeout=self.training.round_timeout)
+                timeout=self.training.round_timeout,
+            )
             arrays, train_metrics = self.aggregate_train(rnd, replies)
             result.arrays = arrays if arrays is not None else result.arrays
             if train_metrics is not None:
@@ -464,7 +493,8 @@ class ClusteredStrategy(Strategy):
             if self.training.is_eval_round(rnd):
                 replies = grid.send_and_receive(
                     self.configure_evaluate(rnd, initial_arrays, evaluate_config or ConfigRecord(), grid),
-                    timeout=self.training.round_timeout)
+                    timeout=self.training.round_timeout,
+                )
                 eval_metrics = self.aggregate_evaluate(rnd, replies)
                 if eval_metrics is not None:
                     result.evaluate_metrics_clientapp[rnd] = eval_metrics
@@ -484,8 +514,7 @@ class ClusteredStrategy(Strategy):
         return {keys.SERVER_ROUND: server_round, **self.training.local_config()}
 
     def _train_config(self, server_round: int, pid: int, cluster: int) -> dict[str, Any]:
-        return {**self._base_config(server_round), keys.CLUSTER_ID: cluster,
-                **self.client_config(server_round, pid)}
+        return {**self._base_config(server_round), keys.CLUSTER_ID: cluster, **self.client_config(server_round, pid)}
 
     def _restore(self, checkpoint: dict[str, Any], found: dict[int, ClientInfo]) -> int:
         """Load a checkpoint's state onto this strategy; the first round still to run."""
@@ -497,8 +526,7 @@ class ClusteredStrategy(Strategy):
         self.clients = {pid: rebound[pid] for pid in state["clients"]}
         self.waiting = {pid: rebound[pid] for pid in state["waiting"]}
         self._resume = None
-        log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"],
-            len(self.clients))
+        log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"], len(self.clients))
         return int(checkpoint["round"]) + 1
 
     def _hold_out_late(self, clients: dict[int, ClientInfo]) -> tuple[dict[int, ClientInfo], dict[int, ClientInfo]]:
@@ -508,8 +536,7 @@ class ClusteredStrategy(Strategy):
             return clients, {}
         late = {int(p) for p in self.rng.choice(sorted(clients), size=count, replace=False)}
         log(INFO, "%d late clients join in round %d: %s", count, self.training.admission_round, sorted(late))
-        return ({p: c for p, c in clients.items() if p not in late},
-                {p: c for p, c in clients.items() if p in late})
+        return ({p: c for p, c in clients.items() if p not in late}, {p: c for p, c in clients.items() if p in late})
 
     def _admit_waiting(self, server_round: int) -> None:
         newcomers = sorted(self.waiting)
@@ -519,8 +546,13 @@ class ClusteredStrategy(Strategy):
         missing = [p for p in newcomers if p not in self.assignment]
         if missing:
             raise RuntimeError(f"{type(self).__name__}.admit left clients {missing} without a cluster.")
-        log(INFO, "round %d: newcomers %s joined clusters %s", server_round, newcomers,
-            [self.assignment[p] for p in newcomers])
+        log(
+            INFO,
+            "round %d: newcomers %s joined clusters %s",
+            server_round,
+            newcomers,
+            [self.assignment[p] for p in newcomers],
+        )
 
     def _refresh_membership(self, server_round: int) -> None:
         """Identify nodes never seen (restarted, late); note the clients lost and rejoined."""
@@ -549,8 +581,13 @@ class ClusteredStrategy(Strategy):
         if s.lost:
             log(WARNING, "round %d: clients lost (their nodes are offline): %s", server_round, s.lost)
         if s.rejoined:
-            log(INFO, "round %d: clients rejoined, with their cluster state: %s (nodes %s)", server_round,
-                s.rejoined, [self.clients.get(p, self.waiting.get(p)).node_id for p in s.rejoined])
+            log(
+                INFO,
+                "round %d: clients rejoined, with their cluster state: %s (nodes %s)",
+                server_round,
+                s.rejoined,
+                [self.clients.get(p, self.waiting.get(p)).node_id for p in s.rejoined],
+            )
         if newcomers:
             log(INFO, "round %d: clients never seen before arrived: %s", server_round, newcomers)
 
@@ -579,8 +616,7 @@ class ClusteredStrategy(Strategy):
         self._stats.add(exchange)
 
     def _reject(self, exchange: Exchange, pid: int, fault: str, server_round: int) -> None:
-        log(WARNING, "round %d %s: client %d reply rejected: %s", server_round,
-            exchange.phase, pid, fault)
+        log(WARNING, "round %d %s: client %d reply rejected: %s", server_round, exchange.phase, pid, fault)
         if exchange.phase in (MessageType.TRAIN, MessageType.EVALUATE):
             self._stats.faults.setdefault(exchange.phase, f"client {pid}: {fault}")
         self._stats.logged.add(pid)
@@ -610,7 +646,8 @@ class ClusteredStrategy(Strategy):
                         f"Stopping after round {server_round}: every {phase} reply was rejected in {streak} "
                         f"consecutive rounds with replies (max-rejected-rounds {limit}), so nothing learns. "
                         f"First fault this round: {self._stats.faults[phase]}. docs/protocol.md lists what "
-                        "a client must answer.")
+                        "a client must answer."
+                    )
 
     def _capped(self, updates: dict[int, TrainUpdate], server_round: int) -> dict[int, TrainUpdate]:
         """Updates whose ``num-examples`` is at most ``weight-cap`` x the federation's median train size."""
@@ -620,9 +657,17 @@ class ClusteredStrategy(Strategy):
         cap = max(1, int(self.training.weight_cap * median))
         for pid, update in sorted(updates.items()):
             if update.num_examples > cap:
-                log(WARNING, "round %d train: client %d claims num-examples %d; its weight is capped at %d "
-                    "(weight-cap %g x median train size %g)", server_round, pid, update.num_examples, cap,
-                    self.training.weight_cap, median)
+                log(
+                    WARNING,
+                    "round %d train: client %d claims num-examples %d; its weight is capped at %d "
+                    "(weight-cap %g x median train size %g)",
+                    server_round,
+                    pid,
+                    update.num_examples,
+                    cap,
+                    self.training.weight_cap,
+                    median,
+                )
                 updates[pid] = replace(update, num_examples=cap)
                 self._stats.capped += 1
         return updates
@@ -662,8 +707,10 @@ class ClusteredStrategy(Strategy):
             "failures": s.failures,
             "rejected": s.rejected,
             "capped": s.capped,
-            "bytes-down-model": s.down.model, "bytes-up-model": s.up.model,
-            "bytes-down-signal": s.down.signal, "bytes-up-signal": s.up.signal,
+            "bytes-down-model": s.down.model,
+            "bytes-up-model": s.up.model,
+            "bytes-down-signal": s.down.signal,
+            "bytes-up-signal": s.up.signal,
             "clustering-seconds": round(s.clustering_seconds, 6),
             "round-seconds": round(time.perf_counter() - s.start, 4),
         }
@@ -694,4 +741,3 @@ class _RoundStats:
         self.failures += len(exchange.failures)
         self.down += exchange.down
         self.up += exchange.up
-

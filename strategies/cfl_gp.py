@@ -51,16 +51,27 @@ class CFLGPParams:
     estimate_after: int = 2
 
     def __post_init__(self) -> None:
-        for name, low in (("num_clusters", 0), ("max_clusters", 2), ("cluster_period", 1),
-                          ("cluster_until", 0), ("stable_updates", 0), ("estimate_after", 1)):
+        for name, low in (
+            ("num_clusters", 0),
+            ("max_clusters", 2),
+            ("cluster_period", 1),
+            ("cluster_until", 0),
+            ("stable_updates", 0),
+            ("estimate_after", 1),
+        ):
             object.__setattr__(self, name, check_int(getattr(self, name), name.replace("_", "-"), OWNER, low=low))
-        object.__setattr__(self, "profile_protocol",
-                           check_choice(self.profile_protocol, "profile-protocol", OWNER, PROTOCOLS))
-        object.__setattr__(self, "profile_fraction", check_float(
-            self.profile_fraction, "profile-fraction", OWNER, low=0.0, high=1.0, closed=(False, True)))
+        object.__setattr__(
+            self, "profile_protocol", check_choice(self.profile_protocol, "profile-protocol", OWNER, PROTOCOLS)
+        )
+        object.__setattr__(
+            self,
+            "profile_fraction",
+            check_float(self.profile_fraction, "profile-fraction", OWNER, low=0.0, high=1.0, closed=(False, True)),
+        )
         if self.compression_ratio != 0:  # 0: automatic (compression.automatic_ratio)
-            object.__setattr__(self, "compression_ratio",
-                               check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0))
+            object.__setattr__(
+                self, "compression_ratio", check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0)
+            )
 
 
 def _float_size(record: ArrayRecord) -> int:
@@ -88,15 +99,24 @@ class CFLGP(ClusteredStrategy):
     def init_clusters(self, initial: ArrayRecord) -> None:
         p = self.params
         if p.num_clusters > len(self.clients):
-            raise ValueError(f"The 'num-clusters' parameter of {OWNER} must be at most the "
-                             f"{len(self.clients)} clients. Got {p.num_clusters} instead.")
+            raise ValueError(
+                f"The 'num-clusters' parameter of {OWNER} must be at most the "
+                f"{len(self.clients)} clients. Got {p.num_clusters} instead."
+            )
         self.k = p.num_clusters or min(p.max_clusters, len(self.clients))
         dim = _float_size(initial)
         self.ratio = p.compression_ratio or compression.automatic_ratio(len(self.clients), self.k, dim)
         if p.compression_ratio == 0 and self.ratio > 1:
-            log(INFO, "CFL-GP compresses profiles %gx (%d of %d coordinates): %d clients x %d blocks would pass "
-                "%.0f GiB", self.ratio, compression.compressed_size(dim, self.ratio), dim, len(self.clients),
-                self.k, compression.PROFILE_BUDGET_BYTES / 2**30)
+            log(
+                INFO,
+                "CFL-GP compresses profiles %gx (%d of %d coordinates): %d clients x %d blocks would pass %.0f GiB",
+                self.ratio,
+                compression.compressed_size(dim, self.ratio),
+                dim,
+                len(self.clients),
+                self.k,
+                compression.PROFILE_BUDGET_BYTES / 2**30,
+            )
         self.size = compression.compressed_size(dim, self.ratio)
         self.blocks: dict[int, np.ndarray] = {}
         self.counts: dict[int, np.ndarray] = {}
@@ -106,14 +126,18 @@ class CFLGP(ClusteredStrategy):
         self.estimate: spectral.NumClustersEstimate | None = None
         self.unchanged = 0
         self.stopped = False
-        self.set_clusters([initial.copy() for _ in range(self.k)],
-                          kmodels.random_partition(sorted(self.clients), self.k, self.rng))
+        self.set_clusters(
+            [initial.copy() for _ in range(self.k)], kmodels.random_partition(sorted(self.clients), self.k, self.rng)
+        )
 
     def is_cluster_round(self, server_round: int) -> bool:
         """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cluster-until`` (0: no limit), until stable."""
         until = self.params.cluster_until
-        return (not self.stopped and (server_round - 1) % self.params.cluster_period == 0
-                and (until == 0 or server_round < until))
+        return (
+            not self.stopped
+            and (server_round - 1) % self.params.cluster_period == 0
+            and (until == 0 or server_round < until)
+        )
 
     def phase(self, server_round: int) -> str:
         return "cluster" if self.broadcasts and self.broadcasts[-1][0] == server_round else "train"
@@ -127,18 +151,31 @@ class CFLGP(ClusteredStrategy):
         pool = sorted(self.clients)
         count = max(1, int(np.ceil(self.params.profile_fraction * len(pool) - 1e-9)))
         pids = pool if count == len(pool) else sorted(int(p) for p in self.rng.choice(pool, count, replace=False))
-        config = {keys.PROFILE_PROTOCOL: self.params.profile_protocol, keys.PROFILE_SIZE: self.size,
-                  keys.PROFILE_SEED: compression.block_seed(self.training.seed, k)}
-        profiles = self.query_signal(keys.PROFILE_ACTION, pids, server_round, GradientProfile.from_arrays,
-                                     models=[self.models[k]], config=config, size=self.size)
+        config = {
+            keys.PROFILE_PROTOCOL: self.params.profile_protocol,
+            keys.PROFILE_SIZE: self.size,
+            keys.PROFILE_SEED: compression.block_seed(self.training.seed, k),
+        }
+        profiles = self.query_signal(
+            keys.PROFILE_ACTION,
+            pids,
+            server_round,
+            GradientProfile.from_arrays,
+            models=[self.models[k]],
+            config=config,
+            size=self.size,
+        )
         with self.clustering_timer():
             for pid, signal in profiles.items():
                 blocks = self.blocks.setdefault(pid, np.zeros((self.k, self.size), dtype=np.float32))
                 counts = self.counts.setdefault(pid, np.zeros(self.k, dtype=np.int64))
                 blocks[k] = spectral.update_block(blocks[k], signal.vector, int(counts[k]))
                 counts[k] += 1
-            if self.params.num_clusters == 0 and self.estimate is None \
-                    and len(self.broadcasts) >= self.params.estimate_after:
+            if (
+                self.params.num_clusters == 0
+                and self.estimate is None
+                and len(self.broadcasts) >= self.params.estimate_after
+            ):
                 self._estimate_k(server_round)
             if self.k > 1:
                 self._recluster(server_round)
@@ -150,8 +187,9 @@ class CFLGP(ClusteredStrategy):
         pids = sorted(self.blocks)
         blocks, counts = np.stack([self.blocks[p] for p in pids]), np.stack([self.counts[p] for p in pids])
         if np.any(counts == 0):
-            blocks = spectral.impute_blocks(blocks, counts, np.array([self.assignment[p] for p in pids]),
-                                            rank=self.k, seed=self.training.seed)
+            blocks = spectral.impute_blocks(
+                blocks, counts, np.array([self.assignment[p] for p in pids]), rank=self.k, seed=self.training.seed
+            )
         return pids, spectral.profile_matrix(blocks)
 
     def _estimate_k(self, server_round: int) -> None:
@@ -162,12 +200,19 @@ class CFLGP(ClusteredStrategy):
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
         labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
         source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
-        log(INFO, "round %d: CFL-GP estimates K = %d (largest gap of the centred spectrum after %d; "
-            "silhouettes %s)", server_round, len(source), self.estimate.gap_dims,
-            {k: round(v, 3) for k, v in self.estimate.silhouettes.items()})
+        log(
+            INFO,
+            "round %d: CFL-GP estimates K = %d (largest gap of the centred spectrum after %d; silhouettes %s)",
+            server_round,
+            len(source),
+            self.estimate.gap_dims,
+            {k: round(v, 3) for k, v in self.estimate.silhouettes.items()},
+        )
         self.k = len(source)
-        self.set_clusters([self.models[m].copy() for m in source],
-                          {**{pid: 0 for pid in self.assignment}, **dict(zip(pids, labels.tolist(), strict=True))})
+        self.set_clusters(
+            [self.models[m].copy() for m in source],
+            {**dict.fromkeys(self.assignment, 0), **dict(zip(pids, labels.tolist(), strict=True))},
+        )
         self.blocks = {p: b[source] for p, b in self.blocks.items()}
         self.counts = {p: c[source] for p, c in self.counts.items()}
         self.last_block = self.k - 1
@@ -184,5 +229,9 @@ class CFLGP(ClusteredStrategy):
         self.distance_matrix, self.distance_pids = cdist(features, features), pids
         if self.params.stable_updates and self.unchanged >= self.params.stable_updates:
             self.stopped = True
-            log(INFO, "round %d: CFL-GP clusters unchanged for %d updates; clustering stops",
-                server_round, self.unchanged)
+            log(
+                INFO,
+                "round %d: CFL-GP clusters unchanged for %d updates; clustering stops",
+                server_round,
+                self.unchanged,
+            )

@@ -55,7 +55,8 @@ CHUNK = 512
 @dataclass(frozen=True)
 class CFLSattlerParams:
     """``eps1`` > 0 (relative, or absolute with ``eps_absolute``), ``eps2`` >= 0 (absolute; 0: off),
-    ``split_after`` >= 0, ``sketch_dim`` >= 0."""
+    ``split_after`` >= 0, ``sketch_dim`` >= 0.
+    """
 
     eps1: float = 0.5
     eps2: float = 0.0
@@ -113,12 +114,28 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
                 mean_norm, rms, max_norm = update_norms(sampled)
                 ratio = mean_update_ratio(sampled)
                 size = sum(1 for c in self.assignment.values() if c == k)
-                self.norms.append({"round": server_round, "cluster": k, "size": size, "sampled": len(sampled),
-                                   "mean-norm": mean_norm, "rms-norm": rms, "max-norm": max_norm, "ratio": ratio})
+                self.norms.append(
+                    {
+                        "round": server_round,
+                        "cluster": k,
+                        "size": size,
+                        "sampled": len(sampled),
+                        "mean-norm": mean_norm,
+                        "rms-norm": rms,
+                        "max-norm": max_norm,
+                        "ratio": ratio,
+                    }
+                )
                 stationary = mean_norm if self.params.eps_absolute else ratio
-                if (should_split(stationary, max_norm, size, server_round, eps1=self.params.eps1,
-                                 eps2=self.params.eps2, split_after=self.params.split_after)
-                        and server_round >= self._retry.get(k, 0)):
+                if should_split(
+                    stationary,
+                    max_norm,
+                    size,
+                    server_round,
+                    eps1=self.params.eps1,
+                    eps2=self.params.eps2,
+                    split_after=self.params.split_after,
+                ) and server_round >= self._retry.get(k, 0):
                     self._candidates.add(k)
 
     def before_round(self, server_round: int) -> None:
@@ -129,36 +146,66 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
     def _try_split(self, server_round: int, k: int) -> None:
         members = sorted(p for p, c in self.assignment.items() if c == k)
         model = self.models[k]
-        ups = self.query_signal(keys.UPDATE_ACTION, members, server_round, ModelUpdate.from_arrays,
-                                models=[model], size=float_size(model))
+        ups = self.query_signal(
+            keys.UPDATE_ACTION, members, server_round, ModelUpdate.from_arrays, models=[model], size=float_size(model)
+        )
         replied = sorted(ups)
         if len(replied) < 3:
             return
         deltas = [ups[p].delta for p in replied]  # never stacked whole: 10,000 DNN updates are 6.4 GB
         with self.clustering_timer():
             for lo in range(0, len(replied), CHUNK):
-                self.remember(replied[lo:lo + CHUNK], np.stack(deltas[lo:lo + CHUNK]), self.params.sketch_dim,
-                              self.training.seed)
+                self.remember(
+                    replied[lo : lo + CHUNK],
+                    np.stack(deltas[lo : lo + CHUNK]),
+                    self.params.sketch_dim,
+                    self.training.seed,
+                )
             rows = sketch_rows(deltas, self.training.seed, sketch_dim=self.params.sketch_dim, chunk=CHUNK)
             cos = cosine_matrix(rows, rows)
             first, second = split_cluster(replied, cos)
             at = {p: i for i, p in enumerate(replied)}
             cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))
         kept = intra > cross
-        self.attempts.append({"round": server_round, "cluster": k, "sizes": [len(first), len(second)],
-                              "alpha-cross-max": cross, "alpha-intra-min": intra,
-                              "gamma-max": float(np.sqrt((1.0 - cross) / 2.0)), "kept": bool(kept)})
+        self.attempts.append(
+            {
+                "round": server_round,
+                "cluster": k,
+                "sizes": [len(first), len(second)],
+                "alpha-cross-max": cross,
+                "alpha-intra-min": intra,
+                "gamma-max": float(np.sqrt((1.0 - cross) / 2.0)),
+                "kept": bool(kept),
+            }
+        )
         if not kept:
             self._retry[k] = server_round + RETRY_AFTER
-            log(INFO, "round %d: CFL kept cluster %d whole: its bi-partition does not separate (cross %.2f >= "
-                "intra %.2f)", server_round, k, cross, intra)
+            log(
+                INFO,
+                "round %d: CFL kept cluster %d whole: its bi-partition does not separate (cross %.2f >= intra %.2f)",
+                server_round,
+                k,
+                cross,
+                intra,
+            )
             return
         (first if len(first) >= len(second) else second).extend(sorted(set(members) - set(replied)))
-        halves = [add_flat(model, mean_rows([deltas[at[p]] for p in half if p in at], CHUNK)) for half in (first, second)]
+        halves = [
+            add_flat(model, mean_rows([deltas[at[p]] for p in half if p in at], CHUNK)) for half in (first, second)
+        ]
         new = len(self.models)
         self.models[k] = halves[0]
         self.models.append(halves[1])
-        self.assignment.update({p: new for p in second})
+        self.assignment.update(dict.fromkeys(second, new))
         self.splits.append({"round": server_round, "cluster": k, "new": new})
-        log(INFO, "round %d: CFL split cluster %d into %d + %d clients (new cluster %d; cross %.2f < intra %.2f)",
-            server_round, k, len(first), len(second), new, cross, intra)
+        log(
+            INFO,
+            "round %d: CFL split cluster %d into %d + %d clients (new cluster %d; cross %.2f < intra %.2f)",
+            server_round,
+            k,
+            len(first),
+            len(second),
+            new,
+            cross,
+            intra,
+        )

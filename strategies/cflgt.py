@@ -54,15 +54,17 @@ class CFLGTParams:
     def __post_init__(self) -> None:
         owner = "CFLGT"
         object.__setattr__(self, "pretrain_rounds", check_int(self.pretrain_rounds, "pretrain-rounds", owner, low=0))
-        object.__setattr__(self, "damping", check_float(self.damping, "damping", owner, low=0.5, high=1.0,
-                                                        closed=(True, False)))
+        object.__setattr__(
+            self, "damping", check_float(self.damping, "damping", owner, low=0.5, high=1.0, closed=(True, False))
+        )
         pref = self.preference
         if isinstance(pref, str) and pref != MEDIAN:
             try:
                 pref = float(pref)
             except ValueError:
-                raise ValueError(f"The 'preference' parameter of {owner} must be 'median' or a float. "
-                                 f"Got {pref!r} instead.") from None
+                raise ValueError(
+                    f"The 'preference' parameter of {owner} must be 'median' or a float. Got {pref!r} instead."
+                ) from None
         if pref != MEDIAN:
             pref = check_float(pref, "preference", owner)
         object.__setattr__(self, "preference", pref)
@@ -95,9 +97,11 @@ class CFLGT(ClusteredStrategy):
     def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
         super().__init__(training, params)
         if self.params.pretrain_rounds >= self.training.rounds:
-            raise ValueError(f"The 'pretrain-rounds' parameter of CFLGT must be an int in the range "
-                             f"[0, {self.training.rounds - 1}] (below 'rounds'). "
-                             f"Got {self.params.pretrain_rounds!r} instead.")
+            raise ValueError(
+                f"The 'pretrain-rounds' parameter of CFLGT must be an int in the range "
+                f"[0, {self.training.rounds - 1}] (below 'rounds'). "
+                f"Got {self.params.pretrain_rounds!r} instead."
+            )
         self.reference: ArrayRecord | None = None
         self.trajectories: dict[int, np.ndarray] = {}
         self.exemplars = np.zeros((0, 0, 2))
@@ -127,15 +131,21 @@ class CFLGT(ClusteredStrategy):
     def admit(self, server_round: int, newcomers: list[int]) -> None:
         """Before clustering: the one pre-training cluster; after: the nearest exemplar's cluster."""
         if self.distance_matrix is None:
-            self.assignment.update({pid: 0 for pid in newcomers})
+            self.assignment.update(dict.fromkeys(newcomers, 0))
         else:
             self._place(newcomers, server_round)
 
     def _forces(self, pids: list[int], server_round: int) -> dict[int, np.ndarray]:
         assert self.reference is not None
         num_classes = self.head_shape()[0]
-        replies = self.query_signal(keys.FORCES_ACTION, pids, server_round, ClassForces.from_arrays,
-                                    models=[self.reference], num_classes=num_classes)
+        replies = self.query_signal(
+            keys.FORCES_ACTION,
+            pids,
+            server_round,
+            ClassForces.from_arrays,
+            models=[self.reference],
+            num_classes=num_classes,
+        )
         return {pid: trajectories_from_forces(f.pull[None], f.push[None])[0] for pid, f in replies.items()}
 
     def _cluster(self, server_round: int) -> None:
@@ -147,21 +157,26 @@ class CFLGT(ClusteredStrategy):
             return
         with self.clustering_timer():
             points = np.stack([self.trajectories[p] for p in pids])
-            found = cluster_trajectories(points, damping=self.params.damping, preference=self.params.preference,
-                                         seed=self.training.seed)
+            found = cluster_trajectories(
+                points, damping=self.params.damping, preference=self.params.preference, seed=self.training.seed
+            )
             result, self.distance_matrix = found.result, found.distances
             self.distance_pids = [pids[i] for i in found.sample]
             self.exemplars = points[result.exemplars]
             assignment = {pid: int(k) for pid, k in zip(pids, result.labels, strict=True)}
         if not result.converged:
-            log(WARNING, "round %d: affinity propagation did not converge up to damping %.2f; one cluster",
-                server_round, result.damping)
+            log(
+                WARNING,
+                "round %d: affinity propagation did not converge up to damping %.2f; one cluster",
+                server_round,
+                result.damping,
+            )
         elif result.damping != self.params.damping:
-            log(WARNING, "round %d: affinity propagation converged only at damping %.2f", server_round,
-                result.damping)
+            log(WARNING, "round %d: affinity propagation converged only at damping %.2f", server_round, result.damping)
         self.diagnostics = {
             "hopkins": hopkins_statistic(points.reshape(len(pids), -1), seed=self.training.seed)
-            if len(pids) > 1 else float("nan"),
+            if len(pids) > 1
+            else float("nan"),
             "cv-pull": coefficient_of_variation(points[..., 0]),
             "cv-push": coefficient_of_variation(points[..., 1]),
             "preference": result.preference,
@@ -171,10 +186,19 @@ class CFLGT(ClusteredStrategy):
         self.set_clusters([self.reference.copy() for _ in range(len(self.exemplars))], assignment)
         self.pending = set()
         self._fallback(sorted(set(self.clients) - set(pids)), server_round)
-        log(INFO, "round %d: CFLGT found %d clusters of sizes %s in %d trajectories; Hopkins %.3f, "
-            "CV of Z1' %.3f and Z2' %.3f, AP preference %.4g", server_round, len(self.exemplars),
-            cluster_sizes(self.assignment, len(self.models)), len(pids), self.diagnostics["hopkins"],
-            self.diagnostics["cv-pull"], self.diagnostics["cv-push"], result.preference)
+        log(
+            INFO,
+            "round %d: CFLGT found %d clusters of sizes %s in %d trajectories; Hopkins %.3f, "
+            "CV of Z1' %.3f and Z2' %.3f, AP preference %.4g",
+            server_round,
+            len(self.exemplars),
+            cluster_sizes(self.assignment, len(self.models)),
+            len(pids),
+            self.diagnostics["hopkins"],
+            self.diagnostics["cv-pull"],
+            self.diagnostics["cv-push"],
+            result.preference,
+        )
 
     def run_details(self) -> dict[str, Any]:
         return {"ap-" + k: None if isinstance(v, float) and np.isnan(v) else v for k, v in self.diagnostics.items()}
@@ -188,8 +212,13 @@ class CFLGT(ClusteredStrategy):
             labels = nearest_exemplar(np.stack([got[p] for p in found]), self.exemplars)
             self.assignment.update({pid: int(k) for pid, k in zip(found, labels, strict=True)})
             self.pending -= set(found)
-            log(INFO, "round %d: clients %s joined the clusters %s of their nearest exemplars",
-                server_round, found, labels.tolist())
+            log(
+                INFO,
+                "round %d: clients %s joined the clusters %s of their nearest exemplars",
+                server_round,
+                found,
+                labels.tolist(),
+            )
         self._fallback(sorted(set(pids) - set(got)), server_round)
 
     def _fallback(self, pids: list[int], server_round: int) -> None:
@@ -197,7 +226,12 @@ class CFLGT(ClusteredStrategy):
             return
         sizes = cluster_sizes({p: k for p, k in self.assignment.items() if p not in pids}, len(self.models))
         largest = int(np.argmax(sizes)) if sizes and max(sizes) else 0
-        self.assignment.update({pid: largest for pid in pids})
+        self.assignment.update(dict.fromkeys(pids, largest))
         self.pending |= set(pids)
-        log(WARNING, "round %d: no trajectory from clients %s; they wait in cluster %d and are asked again",
-            server_round, pids, largest)
+        log(
+            WARNING,
+            "round %d: no trajectory from clients %s; they wait in cluster %d and are asked again",
+            server_round,
+            pids,
+            largest,
+        )

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 # Per-run wiring and settings, never part of the saved state.
-TRANSIENT = frozenset({"grid", "on_round", "training", "params", "checkpoint_path", "checkpoint_every",
-                       "_outbox", "_stats", "_resume"})
+TRANSIENT = frozenset(
+    {"grid", "on_round", "training", "params", "checkpoint_path", "checkpoint_every", "_outbox", "_stats", "_resume"}
+)
 
 
 def save_checkpoint(strategy: Any, server_round: int, path: Path) -> Path:
@@ -55,8 +56,10 @@ def load_checkpoint(path: Path | str, strategy_name: str) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"The 'resume-from' parameter of the run config must name a checkpoint file. "
-                         f"Got {str(path)!r} instead (no such file).")
+        raise ValueError(
+            f"The 'resume-from' parameter of the run config must name a checkpoint file. "
+            f"Got {str(path)!r} instead (no such file)."
+        )
     try:
         with path.open("rb") as fh:
             payload = pickle.load(fh)
@@ -68,8 +71,9 @@ def load_checkpoint(path: Path | str, strategy_name: str) -> dict[str, Any]:
     if missing or not isinstance(payload["state"], dict) or "history" not in payload["state"]:
         raise ValueError(f"Checkpoint {str(path)!r} is incomplete: it lacks {missing or ['state.history']}.")
     if payload["strategy"] != strategy_name:
-        raise ValueError(f"Checkpoint {str(path)!r} was written by strategy {payload['strategy']!r}, "
-                         f"not {strategy_name!r}.")
+        raise ValueError(
+            f"Checkpoint {str(path)!r} was written by strategy {payload['strategy']!r}, not {strategy_name!r}."
+        )
     return payload
 
 

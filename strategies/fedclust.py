@@ -37,7 +37,8 @@ from .oneshot import OneShotStrategy, check_cut
 class FedClustParams:
     """``fedclust_lambda`` >= 0 (the HC cut height), ``num_clusters`` >= 0 (0 = use lambda),
     ``linkage`` in {average, complete, single}, ``cluster_steps`` >= 0 mini-batches of training
-    before the upload (0: ``cluster_epochs`` >= 1 epochs instead)."""
+    before the upload (0: ``cluster_epochs`` >= 1 epochs instead).
+    """
 
     fedclust_lambda: float = 1.0
     num_clusters: int = 0
@@ -47,8 +48,9 @@ class FedClustParams:
 
     def __post_init__(self) -> None:
         owner = "FedClust"
-        object.__setattr__(self, "fedclust_lambda", check_float(self.fedclust_lambda, "fedclust-lambda", owner,
-                                                                low=0.0))
+        object.__setattr__(
+            self, "fedclust_lambda", check_float(self.fedclust_lambda, "fedclust-lambda", owner, low=0.0)
+        )
         object.__setattr__(self, "cluster_epochs", check_int(self.cluster_epochs, "cluster-epochs", owner, low=1))
         object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
         check_cut(self, owner)
@@ -80,8 +82,14 @@ class FedClust(OneShotStrategy):
         metrics = super().aggregate_evaluate(server_round, replies)
         details = self.run_details()
         if details.get("newcomer-accuracy") is not None:
-            log(INFO, "round %d: newcomers' accuracy %.4f (%d clients), the others' %.4f", server_round,
-                details["newcomer-accuracy"], details["newcomers"], details["resident-accuracy"])
+            log(
+                INFO,
+                "round %d: newcomers' accuracy %.4f (%d clients), the others' %.4f",
+                server_round,
+                details["newcomer-accuracy"],
+                details["newcomers"],
+                details["resident-accuracy"],
+            )
         return metrics
 
     def run_details(self) -> dict[str, Any]:
@@ -91,8 +99,11 @@ class FedClust(OneShotStrategy):
         acc = {p: a for p, (a, _) in self.last_eval.items()}
         new = [acc[p] for p in sorted(self.newcomers) if p in acc]
         old = [a for p, a in acc.items() if p not in self.newcomers]
-        return {"newcomers": len(self.newcomers), "newcomer-accuracy": float(np.mean(new)) if new else None,
-                "resident-accuracy": float(np.mean(old)) if old else None}
+        return {
+            "newcomers": len(self.newcomers),
+            "newcomer-accuracy": float(np.mean(new)) if new else None,
+            "resident-accuracy": float(np.mean(old)) if old else None,
+        }
 
     @property
     def threshold(self) -> float:
@@ -102,10 +113,16 @@ class FedClust(OneShotStrategy):
         """Each client's final layer after ``cluster-epochs`` of training the initial model."""
         assert self.initial is not None
         outputs, features = self.head_shape()
-        return self.query_signal(keys.FINAL_LAYER_ACTION, pids, server_round, FinalLayer.from_arrays,
-                                 models=[self.initial], config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs,
-                                         keys.CLUSTER_STEPS: self.params.cluster_steps},
-                                 outputs=outputs, features=features)
+        return self.query_signal(
+            keys.FINAL_LAYER_ACTION,
+            pids,
+            server_round,
+            FinalLayer.from_arrays,
+            models=[self.initial],
+            config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs, keys.CLUSTER_STEPS: self.params.cluster_steps},
+            outputs=outputs,
+            features=features,
+        )
 
     def distances(self, signals: Sequence[FinalLayer]) -> np.ndarray:
         return pairwise_distances(np.stack([s.vector() for s in signals]))

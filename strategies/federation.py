@@ -24,6 +24,7 @@ from common import keys
 SUPERLINK_NODE_ID = 1  # errors the SuperLink makes (a dead node, an expired message) come from node 1
 PROGRESS_SECONDS = 10.0
 
+
 @dataclass(frozen=True)
 class ClientInfo:
     """What a client said about itself in the ``query.identity`` reply."""
@@ -88,8 +89,7 @@ class Outbox:
         that a message nobody answered in time is dropped instead of queueing for a busy client.
     """
 
-    def __init__(self, nodes: Mapping[int, int], message_type: str, group_id: str,
-                 ttl: float | None = None) -> None:
+    def __init__(self, nodes: Mapping[int, int], message_type: str, group_id: str, ttl: float | None = None) -> None:
         self.nodes = nodes
         self.message_type = message_type
         self.group_id = group_id
@@ -102,8 +102,13 @@ class Outbox:
     def add(self, key: int, content: RecordDict) -> None:
         """Queue ``content`` for ``key``'s node."""
         self.messages.append(
-            Message(content, dst_node_id=self.nodes[key], message_type=self.message_type,
-                    group_id=self.group_id, ttl=self.ttl)
+            Message(
+                content,
+                dst_node_id=self.nodes[key],
+                message_type=self.message_type,
+                group_id=self.group_id,
+                ttl=self.ttl,
+            )
         )
         self._key_of.append(key)
         self.down.add(content)
@@ -120,8 +125,9 @@ class Outbox:
             mid, src = reply.metadata.reply_to_message_id, reply.metadata.src_node_id
             key = by_id.get(mid)
             if key is None:
-                out.refused.append(f"a reply from node {src} to message {mid!r}, which this {self.message_type} "
-                                   "exchange never sent")
+                out.refused.append(
+                    f"a reply from node {src} to message {mid!r}, which this {self.message_type} exchange never sent"
+                )
             elif key in out.replies or key in out.failures:
                 out.refused.append(f"a second reply from node {src} to the message sent to node {dst[mid]}")
             elif src != dst[mid] and not (src == SUPERLINK_NODE_ID and reply.has_error()):
@@ -182,8 +188,13 @@ def wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:
         if time.monotonic() - start > timeout:
             if not node_ids:
                 raise RuntimeError(f"No client node connected within {timeout:g} s.")
-            log(WARNING, "Only %d of %d expected nodes connected after %.0f s; going on with them.",
-                len(node_ids), expected, timeout)
+            log(
+                WARNING,
+                "Only %d of %d expected nodes connected after %.0f s; going on with them.",
+                len(node_ids),
+                expected,
+                timeout,
+            )
             return node_ids
         time.sleep(0.5)
 
@@ -237,8 +248,7 @@ class Membership:
             return f"client {pid} is held by node {held.node_id}, which is online"
         if held.registered:
             self.refused.add(node)
-            return (f"client {pid} is bound to the registered key of node {held.node_id}; node {node} "
-                    "has another key")
+            return f"client {pid} is bound to the registered key of node {held.node_id}; node {node} has another key"
         self.claims[pid] = new
         return None
 
@@ -256,8 +266,14 @@ class Membership:
     def unknown(self, live: Mapping[int, Any], max_unanswered: int = 3) -> list[int]:
         """Online nodes that hold no client id and may be asked who they are now."""
         held = {c.node_id for c in self.claims.values()}
-        return sorted(n for n in live if n not in held and n not in self.refused
-                      and self.contested.get(n) not in live and self.unanswered.get(n, 0) < max_unanswered)
+        return sorted(
+            n
+            for n in live
+            if n not in held
+            and n not in self.refused
+            and self.contested.get(n) not in live
+            and self.unanswered.get(n, 0) < max_unanswered
+        )
 
 
 def live_nodes(grid: Grid) -> dict[int, Any]:
@@ -269,7 +285,12 @@ def live_nodes(grid: Grid) -> dict[int, Any]:
 
 
 def identify(
-    grid: Grid, node_ids: Iterable[int], membership: Membership, live: Mapping[int, Any], *, reply_timeout: float,
+    grid: Grid,
+    node_ids: Iterable[int],
+    membership: Membership,
+    live: Mapping[int, Any],
+    *,
+    reply_timeout: float,
     progress: str = "",
 ) -> tuple[dict[int, ClientInfo], Exchange]:
     """Ask ``node_ids`` who they are; bind each valid claim in ``membership``.
@@ -309,7 +330,12 @@ def identify(
 
 
 def discover_clients(
-    grid: Grid, expected: int, *, wait_timeout: float, reply_timeout: float, membership: Membership | None = None,
+    grid: Grid,
+    expected: int,
+    *,
+    wait_timeout: float,
+    reply_timeout: float,
+    membership: Membership | None = None,
 ) -> tuple[dict[int, ClientInfo], Exchange]:
     """Ask every online node for its identity once; key the federation by partition id.
 
@@ -324,18 +350,22 @@ def discover_clients(
     node_ids = wait_for_nodes(grid, expected, wait_timeout)
     live = live_nodes(grid)
     live.update({n: live.get(n) for n in node_ids})
-    clients, exchange = identify(grid, node_ids, membership or Membership(), live, reply_timeout=reply_timeout,
-                                 progress="clients identified")
-    log(INFO, "%d clients identified (of %d nodes) in %.1f s", len(clients), len(node_ids),
-        exchange.seconds)
+    clients, exchange = identify(
+        grid, node_ids, membership or Membership(), live, reply_timeout=reply_timeout, progress="clients identified"
+    )
+    log(INFO, "%d clients identified (of %d nodes) in %.1f s", len(clients), len(node_ids), exchange.seconds)
     return clients, exchange
 
 
 def _claim_of(node: int, info: Any) -> Claim:
     if info is None:
         return Claim(node)
-    return Claim(node, bytes(getattr(info, "public_key", b"") or b""), bool(getattr(info, "name", "")),
-                 str(getattr(info, "last_activated_at", "") or ""))
+    return Claim(
+        node,
+        bytes(getattr(info, "public_key", b"") or b""),
+        bool(getattr(info, "name", "")),
+        str(getattr(info, "last_activated_at", "") or ""),
+    )
 
 
 def _identity_of(node: int, content: RecordDict) -> ClientInfo:
@@ -350,13 +380,20 @@ def _identity_of(node: int, content: RecordDict) -> ClientInfo:
     counts = list(ident.get(keys.CLASS_COUNTS, []))
     if isinstance(num_val, bool) or not isinstance(num_val, int) or num_val < 0:
         raise ValueError(f"{keys.NUM_VAL} must be an int >= 0, got {num_val!r}")
-    if counts and (not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
-                   or sum(counts) != values[keys.NUM_TRAIN]):
+    if counts and (
+        not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+        or sum(counts) != values[keys.NUM_TRAIN]
+    ):
         raise ValueError(f"{keys.CLASS_COUNTS} must be ints >= 0 summing to {keys.NUM_TRAIN}, got {counts!r}")
     return ClientInfo(
-        partition_id=values[keys.PARTITION_ID], node_id=node, num_train=values[keys.NUM_TRAIN],
-        num_test=values[keys.NUM_TEST], true_group=values[keys.TRUE_GROUP],
-        device=str(ident.get(keys.DEVICE, "cpu")), num_val=num_val, class_counts=tuple(counts),
+        partition_id=values[keys.PARTITION_ID],
+        node_id=node,
+        num_train=values[keys.NUM_TRAIN],
+        num_test=values[keys.NUM_TEST],
+        true_group=values[keys.TRUE_GROUP],
+        device=str(ident.get(keys.DEVICE, "cpu")),
+        num_val=num_val,
+        class_counts=tuple(counts),
     )
 
 

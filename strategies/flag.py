@@ -51,7 +51,8 @@ class FLAGParams:
     """``beta``, ``delta`` in [0, 1]; ``alpha`` in [0, 1] (0 = sweep); ``sweep_step`` in (0, 1];
     ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs`` >= 1; ``flag_vectors`` >= 0 (0: the
     paper's about 1% of each class's samples; default 3, modified);
-    ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``."""
+    ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``.
+    """
 
     beta: float = 0.5
     delta: float = 0.5
@@ -121,18 +122,31 @@ class FLAG(OneShotStrategy):
             return got
         p, counts = self.params, not self.params.uniform_weights
         most = p.flag_vectors or max(1, round(0.01 * max(self.clients[q].num_train for q in pids)))
-        subs = self.query_signal(keys.SUBSPACES_ACTION, pids, server_round, ClassSubspaces.from_arrays,
-                                 config={keys.SUBSPACE_VECTORS: p.flag_vectors, keys.WITH_COUNTS: counts},
-                                 dim=None, num_classes=self._num_classes, max_vectors=most,
-                                 with_counts=counts)
+        subs = self.query_signal(
+            keys.SUBSPACES_ACTION,
+            pids,
+            server_round,
+            ClassSubspaces.from_arrays,
+            config={keys.SUBSPACE_VECTORS: p.flag_vectors, keys.WITH_COUNTS: counts},
+            dim=None,
+            num_classes=self._num_classes,
+            max_vectors=most,
+            with_counts=counts,
+        )
         dims = [s.dim for s in subs.values()]
         for pid in sorted(q for q, s in subs.items() if s.dim != max(set(dims), key=dims.count)):
             log(WARNING, "round %d: client %d sent bases of another row count; ignored", server_round, pid)
             del subs[pid]
         assert self.initial is not None
-        ups = self.query_signal(keys.UPDATE_ACTION, sorted(subs), server_round, ModelUpdate.from_arrays,
-                                models=[self.initial], config={keys.LOCAL_EPOCHS: p.gradient_epochs},
-                                size=self._size(self.initial))
+        ups = self.query_signal(
+            keys.UPDATE_ACTION,
+            sorted(subs),
+            server_round,
+            ModelUpdate.from_arrays,
+            models=[self.initial],
+            config={keys.LOCAL_EPOCHS: p.gradient_epochs},
+            size=self._size(self.initial),
+        )
         return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
 
     def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
@@ -142,8 +156,11 @@ class FLAG(OneShotStrategy):
             return self._cache[1]
         c = self._num_classes
         bases = [dict(zip((int(k) for k in s.classes), s.bases, strict=True)) for s, _ in signals]
-        counts = None if self.params.uniform_weights else np.stack(
-            [np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
+        counts = (
+            None
+            if self.params.uniform_weights
+            else np.stack([np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
+        )
         self.data_matrix = data_similarity(bases, counts, c, self.params.delta)
         self.gradient_matrix = gradient_angles(sketch_rows([u.delta for _, u in signals], self.training.seed))
         a = proximity(self.data_matrix, self.gradient_matrix, self.params.beta)
@@ -178,10 +195,16 @@ class FLAG(OneShotStrategy):
             induced = tuple(int(k) for k in relabel_by_appearance(labels[rows]))
             if induced not in scores:
                 scores[induced] = self.validate(server_round, sample, induced)
-            self.sweep.append({"alpha": float(alpha), "num-clusters": int(labels.max()) + 1,
-                               "accuracy": scores[induced]})
-            log(INFO, "FLAG sweep: alpha %.3f, %d clusters, validation accuracy %s", alpha,
-                self.sweep[-1]["num-clusters"], scores[induced])
+            self.sweep.append(
+                {"alpha": float(alpha), "num-clusters": int(labels.max()) + 1, "accuracy": scores[induced]}
+            )
+            log(
+                INFO,
+                "FLAG sweep: alpha %.3f, %d clusters, validation accuracy %s",
+                alpha,
+                self.sweep[-1]["num-clusters"],
+                scores[induced],
+            )
         chosen = choose_threshold([r["num-clusters"] for r in self.sweep], [r["accuracy"] for r in self.sweep])
         if chosen is None:
             log(WARNING, "FLAG sweep: no validation replies; cutting at alpha 1")
@@ -194,15 +217,21 @@ class FLAG(OneShotStrategy):
         assert self.initial is not None
         size = self._size(self.initial)
         members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}
-        models = {k: self.initial for k in members}
+        models = dict.fromkeys(members, self.initial)
         accuracy: dict[int, float] = {}
         for r in range(self.params.sweep_rounds + 1):
             epochs = self.training.local_epochs if r < self.params.sweep_rounds else 0
             for k, pids in members.items():
                 got = self.query_signal(
-                    keys.HOLDOUT_ACTION, pids, server_round, HoldoutResult.from_arrays, models=[models[k]],
+                    keys.HOLDOUT_ACTION,
+                    pids,
+                    server_round,
+                    HoldoutResult.from_arrays,
+                    models=[models[k]],
                     config={keys.HOLDOUT_FRACTION: HOLDOUT, keys.LOCAL_EPOCHS: epochs},
-                    size=size if epochs else 0, max_fit=max(self.clients[q].num_train for q in pids))
+                    size=size if epochs else 0,
+                    max_fit=max(self.clients[q].num_train for q in pids),
+                )
                 if epochs and got:
                     models[k] = _average(models[k], [g.delta for g in got.values()], [g.num_fit for g in got.values()])
                 elif not epochs:
@@ -216,7 +245,7 @@ def _average(sent: ArrayRecord, deltas: list[np.ndarray], weights: list[int]) ->
     for name, array in sent.items():
         arr = array.numpy()
         if np.issubdtype(arr.dtype, np.floating):
-            arr = (arr + mean[offset:offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
+            arr = (arr + mean[offset : offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
             offset += arr.size
         out[name] = Array(arr)
     return ArrayRecord(out)

@@ -36,7 +36,8 @@ class FLHCParams:
     """``warmup_rounds`` >= 0 FedAvg rounds before clustering, ``num_clusters`` >= 0 (0 = cut at
     ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
     euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
-    for the clustered update (0: ``local-epochs`` epochs)."""
+    for the clustered update (0: ``local-epochs`` epochs).
+    """
 
     warmup_rounds: int = 10
     num_clusters: int = 0
@@ -49,8 +50,7 @@ class FLHCParams:
         owner = "FLHC"
         object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
         object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, "warmup-rounds", owner, low=0))
-        object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner,
-                                                               low=0.0))
+        object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner, low=0.0))
         object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, "flhc-metric", owner, METRICS))
         check_cut(self, owner)
 
@@ -75,12 +75,21 @@ class FLHC(OneShotStrategy):
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ModelUpdate]:
         """Each client's update from the global model after ``cluster-steps`` mini-batches."""
-        size = sum(int(np.prod(a.shape)) for a in self.models[0].values()
-                   if np.issubdtype(a.numpy().dtype, np.floating))
-        return self.query_signal(keys.UPDATE_ACTION, pids, server_round, ModelUpdate.from_arrays,
-                                 models=[self.models[0]], size=size,
-                                 config={keys.CLUSTER_STEPS: self.params.cluster_steps})
+        size = sum(
+            int(np.prod(a.shape)) for a in self.models[0].values() if np.issubdtype(a.numpy().dtype, np.floating)
+        )
+        return self.query_signal(
+            keys.UPDATE_ACTION,
+            pids,
+            server_round,
+            ModelUpdate.from_arrays,
+            models=[self.models[0]],
+            size=size,
+            config={keys.CLUSTER_STEPS: self.params.cluster_steps},
+        )
 
     def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
-        return pairwise_distances(sketch_rows([s.delta for s in signals], self.training.seed,
-                                              exact=self.params.flhc_metric == "cityblock"), self.params.flhc_metric)
+        return pairwise_distances(
+            sketch_rows([s.delta for s in signals], self.training.seed, exact=self.params.flhc_metric == "cityblock"),
+            self.params.flhc_metric,
+        )

@@ -59,7 +59,8 @@ STABLE_PATIENCE = 3
 @dataclass(frozen=True)
 class FLICParams:
     """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette), ``sketch_dim`` >= 0
-    (0: full updates), ``stable_tol`` > 0."""
+    (0: full updates), ``stable_tol`` > 0.
+    """
 
     cluster_round: int = 0
     resolution: float = 0.0
@@ -70,8 +71,9 @@ class FLICParams:
         object.__setattr__(self, "cluster_round", check_int(self.cluster_round, "cluster-round", "FLIC", low=0))
         object.__setattr__(self, "resolution", check_float(self.resolution, "resolution", "FLIC", low=0.0))
         object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "FLIC", low=0))
-        object.__setattr__(self, "stable_tol", check_float(self.stable_tol, "stable-tol", "FLIC", low=0.0,
-                                                           closed=(False, True)))
+        object.__setattr__(
+            self, "stable_tol", check_float(self.stable_tol, "stable-tol", "FLIC", low=0.0, closed=(False, True))
+        )
 
 
 class FLIC(StoredUpdates, ClusteredStrategy):
@@ -138,12 +140,20 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         self.clustering_similarity, self._labels = (seen, s), labels
         self._reference = self.models[0].copy()
         count = int(labels.max()) + 1
-        self.set_clusters([self.models[0].copy() for _ in range(count)],
-                          {pid: int(k) for pid, k in zip(seen, labels, strict=True)})
+        self.set_clusters(
+            [self.models[0].copy() for _ in range(count)], {pid: int(k) for pid, k in zip(seen, labels, strict=True)}
+        )
         self.clustered_at = server_round
         unseen = sorted(set(self.clients) - set(seen))
-        log(INFO, "round %d: FLIC Louvain (resolution %.2f) found %d clusters among %d clients seen "
-            "(%d never sampled)", server_round, self.resolution, count, len(seen), len(unseen))
+        log(
+            INFO,
+            "round %d: FLIC Louvain (resolution %.2f) found %d clusters among %d clients seen (%d never sampled)",
+            server_round,
+            self.resolution,
+            count,
+            len(seen),
+            len(unseen),
+        )
         self.assignment.update(self._join(unseen, server_round))
 
     def admit(self, server_round: int, newcomers: list[int]) -> None:
@@ -154,41 +164,59 @@ class FLIC(StoredUpdates, ClusteredStrategy):
 
     def _join(self, pids: list[int], server_round: int) -> dict[int, int]:
         """Clusters of clients outside the graph, by the modularity gain of their update of the
-        clustered model; the clients that do not reply are placed by train loss."""
+        clustered model; the clients that do not reply are placed by train loss.
+        """
         if not pids:
             return {}
-        ups = self.query_signal(keys.UPDATE_ACTION, pids, server_round, ModelUpdate.from_arrays,
-                                models=[self._reference], size=float_size(self._reference))
+        ups = self.query_signal(
+            keys.UPDATE_ACTION,
+            pids,
+            server_round,
+            ModelUpdate.from_arrays,
+            models=[self._reference],
+            size=float_size(self._reference),
+        )
         replied = sorted(ups)
         placed: dict[int, int] = {}
         if replied:
             seen, s = self.clustering_similarity
             with self.clustering_timer():
                 self.similarity.update(replied, np.stack([ups[p].delta for p in replied]))
-                links = self.similarity.matrix(replied + seen)[: len(replied), len(replied):]
+                links = self.similarity.matrix(replied + seen)[: len(replied), len(replied) :]
                 labels = join_by_modularity(links, s, self._labels, self.resolution)
             placed = {p: int(k) for p, k in zip(replied, labels, strict=True)}
-            self.joined.update({p: server_round for p in replied})
+            self.joined.update(dict.fromkeys(replied, server_round))
         missing = sorted(set(pids) - set(replied))
         placed.update(self.assign_by_loss(missing, server_round))
-        log(INFO, "round %d: FLIC placed %d clients outside the graph by modularity gain on an uploaded update "
-            "(%d by train loss)", server_round, len(replied), len(missing))
+        log(
+            INFO,
+            "round %d: FLIC placed %d clients outside the graph by modularity gain on an uploaded update "
+            "(%d by train loss)",
+            server_round,
+            len(replied),
+            len(missing),
+        )
         return placed
 
     def run_details(self) -> dict[str, Any]:
         """The clustering round and how many clients joined by uploading a full update."""
-        return {"clustered-at": self.clustered_at, "joined-by-upload": len(self.joined),
-                "graph-clients": 0 if self._labels is None else len(self._labels),
-                "train-loss-before-clustering": self.train_loss}
+        return {
+            "clustered-at": self.clustered_at,
+            "joined-by-upload": len(self.joined),
+            "graph-clients": 0 if self._labels is None else len(self._labels),
+            "train-loss-before-clustering": self.train_loss,
+        }
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
         if not updates or self.clustered_at is not None:
             return
         pids = sorted(updates)
         with self.clustering_timer():
-            self.remember(pids, np.stack([updates[p].delta() for p in pids]), self.params.sketch_dim,
-                          self.training.seed)
-        self.train_loss.append(float(np.average([updates[p].loss for p in pids],
-                                                weights=[max(updates[p].num_examples, 1) for p in pids])))
+            self.remember(
+                pids, np.stack([updates[p].delta() for p in pids]), self.params.sketch_dim, self.training.seed
+            )
+        self.train_loss.append(
+            float(np.average([updates[p].loss for p in pids], weights=[max(updates[p].num_examples, 1) for p in pids]))
+        )
         if loss_plateau(self.train_loss, STABLE_PATIENCE, self.params.stable_tol):
             self._stable_since = self._stable_since or server_round

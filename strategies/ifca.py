@@ -55,8 +55,8 @@ class IFCA(ClusteredStrategy):
         k = self.params.k
         arrays = {name: a.numpy() for name, a in initial.items()}
         models = [initial.copy()] + [
-            ArrayRecord({n: Array(a) for n, a in kmodels.redraw_like(arrays, self.rng).items()})
-            for _ in range(k - 1)]
+            ArrayRecord({n: Array(a) for n, a in kmodels.redraw_like(arrays, self.rng).items()}) for _ in range(k - 1)
+        ]
         self.choices: dict[int, int] = {}
         self.set_clusters(models, kmodels.random_partition(sorted(self.clients), k, self.rng))
 
@@ -72,8 +72,12 @@ class IFCA(ClusteredStrategy):
         if not isinstance(metrics, MetricRecord) or keys.CLUSTER_ID not in metrics:
             raise ReplyFault(f"metric {keys.CLUSTER_ID!r} is missing")
         value = metrics[keys.CLUSTER_ID]
-        if isinstance(value, list) or not math.isfinite(float(value)) or not float(value).is_integer() \
-                or not 0 <= int(value) < len(self.models):
+        if (
+            isinstance(value, list)
+            or not math.isfinite(float(value))
+            or not float(value).is_integer()
+            or not 0 <= int(value) < len(self.models)
+        ):
             raise ReplyFault(f"{keys.CLUSTER_ID} {value!r} is not a model index in [0, {len(self.models)})")
         self.choices[partition_id] = int(value)
         return int(value)
@@ -81,4 +85,3 @@ class IFCA(ClusteredStrategy):
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
         """Each client that replied now belongs to the model it chose."""
         self.assignment.update({pid: self.choices[pid] for pid in updates})
-

@@ -93,7 +93,7 @@ class OneShotStrategy(ClusteredStrategy):
     def admit(self, server_round: int, newcomers: list[int]) -> None:
         """Before clustering, newcomers wait in cluster 0 and are clustered with everyone."""
         if not self.clustered:
-            self.assignment.update({pid: 0 for pid in newcomers})
+            self.assignment.update(dict.fromkeys(newcomers, 0))
             return
         self._place_or_wait(newcomers, server_round)
 
@@ -115,8 +115,14 @@ class OneShotStrategy(ClusteredStrategy):
             return
         largest = int(np.argmax(cluster_sizes(self.assignment, len(self.models))))
         for pid in pids:
-            log(WARNING, "round %d: client %d sent no clustering signal; it trains with the largest cluster %d "
-                "and is asked again next round", server_round, pid, largest)
+            log(
+                WARNING,
+                "round %d: client %d sent no clustering signal; it trains with the largest cluster %d "
+                "and is asked again next round",
+                server_round,
+                pid,
+                largest,
+            )
             self.assignment[pid] = largest
         self.pending |= set(pids)
 
@@ -137,12 +143,19 @@ class OneShotStrategy(ClusteredStrategy):
         self._wait(sorted(set(pids) - set(got)), server_round)
         self.signals, self.distance_pids, self.clustered = signals, got, True
         self.on_clustered(got, labels)
-        log(INFO, "round %d: %s formed %d clusters, sizes %s", server_round, type(self).__name__,
-            self.num_clusters, cluster_sizes(self.assignment, len(self.models)))
+        log(
+            INFO,
+            "round %d: %s formed %d clusters, sizes %s",
+            server_round,
+            type(self).__name__,
+            self.num_clusters,
+            cluster_sizes(self.assignment, len(self.models)),
+        )
 
     def cluster_labels(self, signals: Sequence[Any]) -> np.ndarray:
         """Labels of the clients that sent ``signals``: the HC tree of ``distances`` cut (kept in
-        ``distance_matrix``)."""
+        ``distance_matrix``).
+        """
         self.distance_matrix = self.distances(signals)
         return self.cut(self.distance_matrix)
 
@@ -151,8 +164,12 @@ class OneShotStrategy(ClusteredStrategy):
         p = self.params
         if p.num_clusters == 0 and self.threshold == 0:
             labels, self.auto_silhouette = auto_cut(distances, p.linkage)
-            log(INFO, "automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
-                int(labels.max()) + 1, self.auto_silhouette)
+            log(
+                INFO,
+                "automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
+                int(labels.max()) + 1,
+                self.auto_silhouette,
+            )
             return labels
         return cut_tree(distances, threshold=self.threshold, num_clusters=p.num_clusters, linkage=p.linkage)
 

@@ -46,7 +46,8 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class PACFLParams:
     """``pacfl_threshold`` >= 0 degrees, ``pacfl_vectors`` >= 1, ``pacfl_measure`` in
-    {smallest, sum, mean, reference, reference-signed}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``."""
+    {smallest, sum, mean, reference, reference-signed}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``.
+    """
 
     pacfl_threshold: float = 30.0
     pacfl_vectors: int = 3
@@ -56,8 +57,9 @@ class PACFLParams:
 
     def __post_init__(self) -> None:
         owner = "PACFL"
-        object.__setattr__(self, "pacfl_threshold", check_float(self.pacfl_threshold, "pacfl-threshold", owner,
-                                                                low=0.0))
+        object.__setattr__(
+            self, "pacfl_threshold", check_float(self.pacfl_threshold, "pacfl-threshold", owner, low=0.0)
+        )
         object.__setattr__(self, "pacfl_vectors", check_int(self.pacfl_vectors, "pacfl-vectors", owner, low=1))
         object.__setattr__(self, "pacfl_measure", check_choice(self.pacfl_measure, "pacfl-measure", owner, MEASURES))
         check_cut(self, owner)
@@ -80,17 +82,29 @@ class PACFL(OneShotStrategy):
         round, from the most common one) are dropped with a warning.
         """
         assert self.initial is not None
-        got = self.query_signal(keys.SUBSPACES_ACTION, pids, server_round, ClassSubspaces.from_arrays,
-                                config={keys.SUBSPACE_VECTORS: self.params.pacfl_vectors}, dim=None,
-                                num_classes=self.head_shape()[0],
-                                max_vectors=self.params.pacfl_vectors)
+        got = self.query_signal(
+            keys.SUBSPACES_ACTION,
+            pids,
+            server_round,
+            ClassSubspaces.from_arrays,
+            config={keys.SUBSPACE_VECTORS: self.params.pacfl_vectors},
+            dim=None,
+            num_classes=self.head_shape()[0],
+            max_vectors=self.params.pacfl_vectors,
+        )
         dims = [s.dim for s in (self.signals or got).values()]
         if not dims:
             return got
         common = max(set(dims), key=dims.count)
         for pid in sorted(p for p, s in got.items() if s.dim != common):
-            log(WARNING, "round %d: client %d sent bases of %d rows, not %d; ignored",
-                server_round, pid, got.pop(pid).dim, common)
+            log(
+                WARNING,
+                "round %d: client %d sent bases of %d rows, not %d; ignored",
+                server_round,
+                pid,
+                got.pop(pid).dim,
+                common,
+            )
         return got
 
     def distances(self, signals: Sequence[ClassSubspaces]) -> np.ndarray:
@@ -102,12 +116,17 @@ class PACFL(OneShotStrategy):
             return super().cluster_labels(signals)
         p = self.params
         labels, sample, _ = subspaces.sampled_clusters(
-            [s.stacked() for s in signals], p.pacfl_measure,
-            self.cut, self.rng)
+            [s.stacked() for s in signals], p.pacfl_measure, self.cut, self.rng
+        )
         self.distance_matrix = None
-        log(INFO, "PACFL: HC of a seeded sample of %d of %d clients; the others join the sample cluster at the "
-            "smallest mean angle to up to %d of its members", len(sample), len(signals),
-            subspaces.REFERENCES_PER_CLUSTER)
+        log(
+            INFO,
+            "PACFL: HC of a seeded sample of %d of %d clients; the others join the sample cluster at the "
+            "smallest mean angle to up to %d of its members",
+            len(sample),
+            len(signals),
+            subspaces.REFERENCES_PER_CLUSTER,
+        )
         return labels
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
@@ -116,10 +135,13 @@ class PACFL(OneShotStrategy):
         placed: dict[int, int] = {}
         with self.clustering_timer():
             for pid in sorted(bases):
-                angles = np.array([subspace_angle(bases[pid].stacked(), self.signals[q].stacked(),
-                                                  self.params.pacfl_measure) for q in self.distance_pids])
+                angles = np.array(
+                    [
+                        subspace_angle(bases[pid].stacked(), self.signals[q].stacked(), self.params.pacfl_measure)
+                        for q in self.distance_pids
+                    ]
+                )
                 labels = np.array([self.assignment[q] for q in self.distance_pids])
-                means = [angles[labels == k].mean() if np.any(labels == k) else np.inf
-                         for k in range(len(self.models))]
+                means = [angles[labels == k].mean() if np.any(labels == k) else np.inf for k in range(len(self.models))]
                 placed[pid] = int(np.argmin(means))
         return placed

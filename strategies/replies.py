@@ -42,13 +42,17 @@ class TrainUpdate:
         """The update ``trained - sent`` over every float array, flattened: shape (d,), float32."""
         if self.sent is None:
             raise ValueError("This update has no reference model to subtract.")
-        parts = [(arr.astype(np.float32) - self.sent[name].astype(np.float32)).ravel()
-                 for name, arr in self.arrays.items() if np.issubdtype(arr.dtype, np.floating)]
+        parts = [
+            (arr.astype(np.float32) - self.sent[name].astype(np.float32)).ravel()
+            for name, arr in self.arrays.items()
+            if np.issubdtype(arr.dtype, np.floating)
+        ]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-def decode_train_reply(content: RecordDict, reference: ArrayRecord, num_train: int,
-                       sent: dict[str, np.ndarray] | None = None) -> TrainUpdate:
+def decode_train_reply(
+    content: RecordDict, reference: ArrayRecord, num_train: int, sent: dict[str, np.ndarray] | None = None
+) -> TrainUpdate:
     """Parse a train reply, judged against the model that was sent.
 
     Parameters
@@ -133,8 +137,9 @@ def decode_arrays(arrays: ArrayRecord, reference: ArrayRecord) -> dict[str, np.n
     return out
 
 
-def decode_array(arr: Array, name: str, dtype: np.dtype | None = None,
-                 shape: tuple[int, ...] | None = None) -> np.ndarray:
+def decode_array(
+    arr: Array, name: str, dtype: np.dtype | None = None, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
     """One received ``Array`` as a numpy array of ``dtype`` and ``shape``, trusting none of its labels.
 
     The ``.npy`` header inside the bytes must agree with the labels and with ``dtype`` and
@@ -154,21 +159,24 @@ def decode_array(arr: Array, name: str, dtype: np.dtype | None = None,
         data = arr.data
         buffer = io.BytesIO(data)
         version = np.lib.format.read_magic(buffer)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-            else np.lib.format.read_array_header_2_0
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         header_shape, fortran, header_dtype = read_header(buffer)
     except Exception as err:  # any malformed label or header is the client's fault
         raise ReplyFault(f"array {name!r} cannot be decoded: {err}") from err
     want = (label[0] if dtype is None else np.dtype(dtype), label[1] if shape is None else tuple(shape))
     if (header_dtype, tuple(header_shape)) != want or label != want:
-        raise ReplyFault(f"array {name!r} is {label[0]}{list(label[1])} holding {header_dtype}"
-                         f"{list(header_shape)} data, expected {want[0]}{list(want[1])}")
+        raise ReplyFault(
+            f"array {name!r} is {label[0]}{list(label[1])} holding {header_dtype}"
+            f"{list(header_shape)} data, expected {want[0]}{list(want[1])}"
+        )
     if header_dtype.kind not in "biuf" or header_dtype.hasobject:
         raise ReplyFault(f"array {name!r} has dtype {header_dtype}, not a number type")
     count = math.prod(want[1])
     if len(data) - buffer.tell() != count * header_dtype.itemsize:
-        raise ReplyFault(f"array {name!r} holds {len(data) - buffer.tell()} bytes of data, "
-                         f"expected {count * header_dtype.itemsize} ({want[0]}{list(want[1])})")
+        raise ReplyFault(
+            f"array {name!r} holds {len(data) - buffer.tell()} bytes of data, "
+            f"expected {count * header_dtype.itemsize} ({want[0]}{list(want[1])})"
+        )
     flat = np.frombuffer(data, dtype=header_dtype, count=count, offset=buffer.tell())
     return flat.reshape(want[1], order="F" if fortran else "C").astype(header_dtype.newbyteorder("="))
 

@@ -47,21 +47,23 @@ def mean_rows(rows: list[np.ndarray], chunk: int = 512) -> np.ndarray:
     """Mean of equal-length vectors, stacking ``chunk`` at a time (float64 sum; never the whole set)."""
     total = np.zeros(np.shape(rows[0]), dtype=np.float64)
     for lo in range(0, len(rows), chunk):
-        total += np.stack(rows[lo:lo + chunk]).sum(axis=0, dtype=np.float64)
+        total += np.stack(rows[lo : lo + chunk]).sum(axis=0, dtype=np.float64)
     return total / len(rows)
 
 
 def add_flat(record: ArrayRecord, delta: np.ndarray) -> ArrayRecord:
     """``record + delta`` with ``delta`` of shape (``float_size(record)``,) laid over its floating
-    arrays in record order (the order of ``ModelUpdate``); other arrays are copied."""
+    arrays in record order (the order of ``ModelUpdate``); other arrays are copied.
+    """
     if len(delta) != float_size(record):
-        raise ValueError(f"The 'delta' parameter of add_flat must have {float_size(record)} entries. "
-                         f"Got {len(delta)} instead.")
+        raise ValueError(
+            f"The 'delta' parameter of add_flat must have {float_size(record)} entries. Got {len(delta)} instead."
+        )
     out, start = {}, 0
     for name, arr in record.items():
         a = arr.numpy()
         if np.issubdtype(a.dtype, np.floating):
-            out[name] = Array((a + delta[start:start + a.size].reshape(a.shape)).astype(a.dtype))
+            out[name] = Array((a + delta[start : start + a.size].reshape(a.shape)).astype(a.dtype))
             start += a.size
         else:
             out[name] = Array(a.copy())

@@ -39,9 +39,15 @@ class InProcessGrid:
         Partition ids whose ClientApp raises on every message but the identity query.
     """
 
-    def __init__(self, client_app: ClientApp, run_config: Mapping[str, Any], num_nodes: int,
-                 faults: Mapping[int, Fault] | None = None, reverse_replies: bool = False,
-                 failing: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        client_app: ClientApp,
+        run_config: Mapping[str, Any],
+        num_nodes: int,
+        faults: Mapping[int, Fault] | None = None,
+        reverse_replies: bool = False,
+        failing: Iterable[int] = (),
+    ) -> None:
         self.client_app = client_app
         self.run_config = dict(run_config)
         self.node_of = {pid: 1000 + (pid * 7919) % 100_003 for pid in range(num_nodes)}
@@ -65,9 +71,13 @@ class InProcessGrid:
             msg.metadata.__dict__["_message_id"] = f"m{next(self._ids)}"
             self.sent.append(msg)
             node = msg.metadata.dst_node_id
-            context = Context(run_id=1, node_id=node, node_config={
-                "partition-id": self.pid_of[node], "num-partitions": len(self.pid_of)},
-                state=self.states[node], run_config=self.run_config)
+            context = Context(
+                run_id=1,
+                node_id=node,
+                node_config={"partition-id": self.pid_of[node], "num-partitions": len(self.pid_of)},
+                state=self.states[node],
+                run_config=self.run_config,
+            )
             try:
                 if self.pid_of[node] in self.failing and msg.metadata.message_type != "query.identity":
                     raise RuntimeError("this client always fails")

@@ -63,7 +63,7 @@ def _train(net: Net, x: torch.Tensor, y: torch.Tensor, config: ConfigRecord) -> 
     for _ in range(int(config["local-epochs"])):
         for start in range(0, len(y), batch):
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(net(x[start:start + batch]), y[start:start + batch])
+            loss = nn.functional.cross_entropy(net(x[start : start + batch]), y[start : start + batch])
             loss.backward()
             opt.step()
             losses.append(loss.item())
@@ -76,8 +76,14 @@ def build_app(train_loss_key: str = "train-loss") -> ClientApp:
     @app.query("identity")
     def identity(msg: Message, context: Context) -> Message:
         x_train, _, x_test, _ = _data(context)
-        record = ConfigRecord({"partition-id": int(context.node_config["partition-id"]),
-                               "num-train": len(x_train), "num-test": len(x_test), "true-group": -1})
+        record = ConfigRecord(
+            {
+                "partition-id": int(context.node_config["partition-id"]),
+                "num-train": len(x_train),
+                "num-test": len(x_test),
+                "true-group": -1,
+            }
+        )
         return Message(RecordDict({"identity": record}), reply_to=msg)
 
     @app.train()
@@ -94,9 +100,13 @@ def build_app(train_loss_key: str = "train-loss") -> ClientApp:
         net = _model(msg.content["arrays"]).eval()
         with torch.no_grad():
             logits = net(x_test)
-        metrics = MetricRecord({"num-examples": len(y_test),
-                                "loss": float(nn.functional.cross_entropy(logits, y_test)),
-                                "accuracy": float((logits.argmax(1) == y_test).float().mean())})
+        metrics = MetricRecord(
+            {
+                "num-examples": len(y_test),
+                "loss": float(nn.functional.cross_entropy(logits, y_test)),
+                "accuracy": float((logits.argmax(1) == y_test).float().mean()),
+            }
+        )
         return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
     @app.query("update")
@@ -106,8 +116,13 @@ def build_app(train_loss_key: str = "train-loss") -> ClientApp:
         net = _model(sent)
         _train(net, x_train, y_train, msg.content["config"])
         trained = net.state_dict()
-        delta = np.concatenate([(trained[name].numpy() - arr.numpy()).ravel().astype(np.float32)
-                                for name, arr in sent.items() if np.issubdtype(arr.numpy().dtype, np.floating)])
+        delta = np.concatenate(
+            [
+                (trained[name].numpy() - arr.numpy()).ravel().astype(np.float32)
+                for name, arr in sent.items()
+                if np.issubdtype(arr.numpy().dtype, np.floating)
+            ]
+        )
         return Message(RecordDict({"signal": ArrayRecord({"delta": Array(delta)})}), reply_to=msg)
 
     return app

@@ -70,13 +70,23 @@ class Deployment:
             _umbel("keys", "--out", self.keys, "--count", NUM_NODES)
             _umbel("keys", "--out", self.keys, "--name", DUPLICATE)
             sec = ["--certs", self.certs]
-        self.spawn("superlink", "superlink", "--host", "127.0.0.1", "--port", self.port,
-                   "--control-port", self.control_port, "--database", self.root / "state.db", *sec)
+        self.spawn(
+            "superlink",
+            "superlink",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            self.port,
+            "--control-port",
+            self.control_port,
+            "--database",
+            self.root / "state.db",
+            *sec,
+        )
         for port in (self.port, self.control_port):
             _wait_for_port(port, self.procs["superlink"], self.log("superlink"))
         conn = ["--root-certificates", self.certs / "ca.crt"] if self.secure else ["--insecure"]
-        _umbel("connection", "dep", "--address", f"127.0.0.1:{self.control_port}", "--flwr-home", self.cli_home,
-               *conn)
+        _umbel("connection", "dep", "--address", f"127.0.0.1:{self.control_port}", "--flwr-home", self.cli_home, *conn)
         if self.secure:
             _umbel("register", "dep", "--keys", self.keys, "--flwr-home", self.cli_home)
         for pid in range(NUM_NODES):
@@ -87,16 +97,33 @@ class Deployment:
         sec = ["--insecure"]
         if self.secure if secure is None else secure:
             sec = ["--root-certificates", self.certs / "ca.crt"] + (["--key", key] if key is not None else [])
-        return self.spawn(name, "supernode", "--superlink", f"127.0.0.1:{self.port}", "--partition-id", pid,
-                          "--num-partitions", NUM_NODES, "--port", free_port(), *NODE_RETRIES, *sec)
+        return self.spawn(
+            name,
+            "supernode",
+            "--superlink",
+            f"127.0.0.1:{self.port}",
+            "--partition-id",
+            pid,
+            "--num-partitions",
+            NUM_NODES,
+            "--port",
+            free_port(),
+            *NODE_RETRIES,
+            *sec,
+        )
 
     def spawn(self, name: str, *args) -> subprocess.Popen:
         home = self.root / f"{name}-home"
         home.mkdir(parents=True, exist_ok=True)
         env = deploy.deploy_env(home)
         with self.log(name).open("a") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
-                                    cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.procs[name] = proc
         return proc
 
@@ -119,17 +146,35 @@ class Deployment:
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
         """Start ``flwr run`` of umbel against this deployment (output in ``<run_name>.log``)."""
-        config = {**STRATEGY, "dataset": "digits", "num-clients": NUM_NODES, "groups": 2,
-                  "samples-per-label": 20, "seed": 1, "rounds": ROUNDS, "fraction": 1.0, "eval-every": ROUNDS,
-                  "lr": 0.05, "local-epochs": 1, "node-wait-timeout": 180.0, "round-timeout": 300.0,
-                  "results-dir": str(self.root / "results"), "run-name": run_name, **overrides}
+        config = {
+            **STRATEGY,
+            "dataset": "digits",
+            "num-clients": NUM_NODES,
+            "groups": 2,
+            "samples-per-label": 20,
+            "seed": 1,
+            "rounds": ROUNDS,
+            "fraction": 1.0,
+            "eval-every": ROUNDS,
+            "lr": 0.05,
+            "local-epochs": 1,
+            "node-wait-timeout": 180.0,
+            "round-timeout": 300.0,
+            "results-dir": str(self.root / "results"),
+            "run-name": run_name,
+            **overrides,
+        }
         config_file = self.root / f"{run_name}.toml"
         config_file.write_text(to_toml(config))
         flwr = deploy._executable("flwr")
         with self.log(run_name).open("w") as log:
-            proc = subprocess.Popen([flwr, "run", str(PROJECT_ROOT), "dep", "--stream", "--run-config",
-                                     str(config_file)], cwd=PROJECT_ROOT, env=deploy.deploy_env(self.cli_home),
-                                    stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [flwr, "run", str(PROJECT_ROOT), "dep", "--stream", "--run-config", str(config_file)],
+                cwd=PROJECT_ROOT,
+                env=deploy.deploy_env(self.cli_home),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.procs[run_name] = proc
         return proc
 
@@ -151,8 +196,10 @@ class Deployment:
         for key, proc in self.procs.items():
             try:
                 if key.startswith("node"):
-                    apps += sum("flwr-clientapp" in " ".join(c.cmdline()[:2])
-                                for c in psutil.Process(proc.pid).children(recursive=True))
+                    apps += sum(
+                        "flwr-clientapp" in " ".join(c.cmdline()[:2])
+                        for c in psutil.Process(proc.pid).children(recursive=True)
+                    )
             except psutil.Error:
                 continue
         parts = [f"load average {os.getloadavg()}, {apps} ClientApp processes running"]
@@ -163,8 +210,14 @@ class Deployment:
 
 
 def _umbel(*args) -> None:
-    proc = subprocess.run([sys.executable, "-m", "server.cli", "deploy", *map(str, args)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -247,8 +300,18 @@ def _wait_for_round(dep: Deployment, run_name: str, proc: subprocess.Popen) -> N
 
 def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
     """Run ``umbel deploy supernode`` to its end; its exit code and output."""
-    node = dep.spawn(name, "supernode", "--superlink", f"127.0.0.1:{dep.port}", "--num-partitions", NUM_NODES,
-                     "--port", free_port(), *NODE_RETRIES, *args)
+    node = dep.spawn(
+        name,
+        "supernode",
+        "--superlink",
+        f"127.0.0.1:{dep.port}",
+        "--num-partitions",
+        NUM_NODES,
+        "--port",
+        free_port(),
+        *NODE_RETRIES,
+        *args,
+    )
     try:
         code = node.wait(timeout=120)
     except subprocess.TimeoutExpired:
@@ -290,8 +353,14 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mod
 
 
 def _flwr(dep: Deployment, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([deploy._executable("flwr"), *map(str, args)], env=deploy.deploy_env(dep.cli_home),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [deploy._executable("flwr"), *map(str, args)],
+        env=deploy.deploy_env(dep.cli_home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _node_status(dep: Deployment) -> dict[str, int]:
@@ -306,11 +375,23 @@ def _node_status(dep: Deployment) -> dict[str, int]:
 @pytest.mark.slow
 def test_a_client_host_with_only_ca_crt_cannot_register_or_control_through_the_exposed_port(secure, tmp_path):
     registered = sum(_node_status(secure).values())
-    _umbel("connection", "exposed", "--address", f"127.0.0.1:{secure.port}", "--flwr-home", secure.cli_home,
-           "--root-certificates", secure.certs / "ca.crt", "--no-default")
+    _umbel(
+        "connection",
+        "exposed",
+        "--address",
+        f"127.0.0.1:{secure.port}",
+        "--flwr-home",
+        secure.cli_home,
+        "--root-certificates",
+        secure.certs / "ca.crt",
+        "--no-default",
+    )
     (key,) = deploy.make_keys(tmp_path, ["intruder"])
-    for args in (["supernode", "register", f"{key}.pub", "exposed"], ["ls", "exposed"],
-                 ["supernode", "list", "exposed"]):
+    for args in (
+        ["supernode", "register", f"{key}.pub", "exposed"],
+        ["ls", "exposed"],
+        ["supernode", "list", "exposed"],
+    ):
         out = _flwr(secure, *args)
         assert out.returncode != 0 and "only the Fleet API" in out.stdout + out.stderr, (args, out.stdout, out.stderr)
     assert sum(_node_status(secure).values()) == registered  # nothing was registered
@@ -326,8 +407,18 @@ def test_an_unregistered_supernode_key_is_refused(secure, tmp_path):
         time.sleep(2.0)
     before = _node_status(secure)
     (key,) = deploy.make_keys(tmp_path, ["intruder"])
-    code, log = _umbel_node(secure, "intruder", "--partition-id", 0, "--root-certificates",
-                            secure.certs / "ca.crt", "--key", key, "--max-retries", 1)
+    code, log = _umbel_node(
+        secure,
+        "intruder",
+        "--partition-id",
+        0,
+        "--root-certificates",
+        secure.certs / "ca.crt",
+        "--key",
+        key,
+        "--max-retries",
+        1,
+    )
     assert code == deploy.EXIT_REFUSED and "Failed to activate SuperNode" in log, log[-3000:]
     assert "did not activate this node's key" in log and "Refused 2 times" in log
     after = _node_status(secure)
@@ -338,8 +429,9 @@ def test_an_unregistered_supernode_key_is_refused(secure, tmp_path):
 def test_a_node_with_the_wrong_transport_is_told_why(insecure, secure):
     code, log = _umbel_node(secure, "plain-to-tls", "--partition-id", 1, "--insecure")
     assert code == deploy.EXIT_TLS and "it speaks TLS" in log, log[-3000:]
-    code, log = _umbel_node(insecure, "tls-to-plain", "--partition-id", 1, "--root-certificates",
-                            secure.certs / "ca.crt")
+    code, log = _umbel_node(
+        insecure, "tls-to-plain", "--partition-id", 1, "--root-certificates", secure.certs / "ca.crt"
+    )
     assert code == deploy.EXIT_TLS and "does not speak TLS" in log, log[-3000:]
 
 
@@ -373,7 +465,7 @@ def test_supernode_keys_are_p384_openssh_pairs(tmp_path):
 
 def test_commands_carry_security_and_node_config(tmp_path):
     cmd = deploy.superlink_command(host="0.0.0.0", port=9100, database=tmp_path / "s.db", certs=tmp_path)
-    flower = cmd[cmd.index("--") + 1:]
+    flower = cmd[cmd.index("--") + 1 :]
     assert cmd[cmd.index("--fleet-host") + 1] == "0.0.0.0" and cmd[cmd.index("--fleet-port") + 1] == "9100"
     assert flower[flower.index("--host") + 1] == "127.0.0.1" and flower[flower.index("--port") + 1] == "9093"
     assert flower[flower.index("--ssl-certfile") + 1] == str(tmp_path / "server.pem")
@@ -386,11 +478,20 @@ def test_commands_carry_security_and_node_config(tmp_path):
         deploy.superlink_command(insecure=True, auth=True)
     with pytest.raises(ValueError, match="'control_port'"):
         deploy.superlink_command(certs=tmp_path, port=9093)
-    cmd = deploy.supernode_command(superlink="h:1", partition_id=2, num_partitions=4, data_dir=str(tmp_path),
-                                   device="cuda:1", root_certificates=tmp_path / "ca.crt", key=tmp_path / "k",
-                                   max_retries=3, max_wait_time=60.0)
+    cmd = deploy.supernode_command(
+        superlink="h:1",
+        partition_id=2,
+        num_partitions=4,
+        data_dir=str(tmp_path),
+        device="cuda:1",
+        root_certificates=tmp_path / "ca.crt",
+        key=tmp_path / "k",
+        max_retries=3,
+        max_wait_time=60.0,
+    )
     assert cmd[cmd.index("--node-config") + 1] == (
-        f'partition-id=2 num-partitions=4 data-dir="{tmp_path}" device="cuda:1"')
+        f'partition-id=2 num-partitions=4 data-dir="{tmp_path}" device="cuda:1"'
+    )
     assert cmd[cmd.index("--auth-supernode-private-key") + 1] == str(tmp_path / "k")
     assert cmd[cmd.index("--max-retries") + 1] == "3" and cmd[cmd.index("--max-wait-time") + 1] == "60"
     with pytest.raises(ValueError, match="'partition-id'"):
@@ -402,8 +503,14 @@ def test_commands_carry_security_and_node_config(tmp_path):
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server.cli", "deploy", *map(str, args)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_superlink_cli_is_secure_unless_told_and_says_what_insecure_means(tmp_path):
@@ -432,8 +539,16 @@ def test_the_exposed_address_passes_only_exact_fleet_paths():
     client = TestClient(FleetOnly(app))
     assert "/v1/fleet/pull-messages" in fleet_paths() and "/v1/fleet/register-node" in fleet_paths()
     assert client.post("/v1/fleet/pull-messages").status_code == 200 and client.get("/health").status_code == 200
-    for path in ("/v1/control/list-runs", "/v1/control/register-node", "/v1/runtime/get-nodes", "/docs",
-                 "/openapi.json", "/v1/fleet/", "/v1/fleet/pull-messages/x", "/V1/FLEET/pull-messages"):
+    for path in (
+        "/v1/control/list-runs",
+        "/v1/control/register-node",
+        "/v1/runtime/get-nodes",
+        "/docs",
+        "/openapi.json",
+        "/v1/fleet/",
+        "/v1/fleet/pull-messages/x",
+        "/V1/FLEET/pull-messages",
+    ):
         response = client.post(path)
         assert response.status_code == 404 and "only the Fleet API" in response.text, path
     assert seen == ["/v1/fleet/pull-messages", "/health"]
@@ -491,14 +606,18 @@ def test_the_probe_names_each_connection_problem(tmp_path):
         plain.shutdown()
     closed = free_port()
     naps = []
-    code, why = deploy.wait_for_superlink(f"127.0.0.1:{closed}", None, max_retries=3, max_wait_time=100,
-                                          sleep=naps.append)
+    code, why = deploy.wait_for_superlink(
+        f"127.0.0.1:{closed}", None, max_retries=3, max_wait_time=100, sleep=naps.append
+    )
     assert code == deploy.EXIT_UNREACHABLE and "Gave up after 3 retries" in why and naps == [1.0, 2.0, 4.0]
 
 
 def test_a_refused_activation_is_retried_within_the_bounds_then_explained(tmp_path, capsys):
-    refused = [sys.executable, "-c", ("print('Exit Code: 305'); print('[code: 2004] Failed to activate SuperNode.');"
-               " raise SystemExit(1)")]
+    refused = [
+        sys.executable,
+        "-c",
+        ("print('Exit Code: 305'); print('[code: 2004] Failed to activate SuperNode.'); raise SystemExit(1)"),
+    ]
     naps = []
     code = deploy.run_supernode(refused, os.environ, max_retries=2, max_wait_time=100, sleep=naps.append)
     err = capsys.readouterr().err
@@ -513,8 +632,10 @@ def test_a_refused_activation_is_retried_within_the_bounds_then_explained(tmp_pa
 
 def test_flower_refusals_are_explained_with_their_own_exit_code():
     # the lines Flower 1.41 logs (seen in this repository's deployment tests)
-    unregistered = ("ERROR :     Exit Code: 305\nFailed to initialize the connection to the SuperLink.\n"
-                    "[code: 2004] Failed to activate SuperNode.\n")
+    unregistered = (
+        "ERROR :     Exit Code: 305\nFailed to initialize the connection to the SuperLink.\n"
+        "[code: 2004] Failed to activate SuperNode.\n"
+    )
     keyless = "Exit Code: 305\n[code: 2001] SuperNode authentication is enabled. All SuperNodes must be registered"
     assert deploy.diagnose_flower_log(unregistered)[0] == deploy.EXIT_REFUSED
     assert "--key" in deploy.diagnose_flower_log(keyless)[1]
@@ -567,14 +688,19 @@ def test_compose_files_give_each_supernode_its_partition_key_and_gpu(tmp_path):
         cmd = service["command"]
         assert cmd[cmd.index("--partition-id") + 1] == str(i) and cmd[cmd.index("--num-partitions") + 1] == "3"
         assert cmd[cmd.index("--superlink") + 1] == "superlink:8100" and "--max-retries" in cmd
-        assert service["volumes"][:2] == ["./secrets/certs/ca.crt:/secrets/ca.crt:ro",
-                                          f"./secrets/keys/supernode-{i}:/secrets/key:ro"]
+        assert service["volumes"][:2] == [
+            "./secrets/certs/ca.crt:/secrets/ca.crt:ro",
+            f"./secrets/keys/supernode-{i}:/secrets/key:ro",
+        ]
         assert "ports" not in service and "healthcheck" in service
         (device,) = gpu["services"][name]["deploy"]["resources"]["reservations"]["devices"]
         assert device["device_ids"] == [str(i % 2)] and device["capabilities"] == ["gpu"]
     one = deploy.gpu_override(5, gpus=1)  # one GPU: every SuperNode shares GPU 0
-    assert {s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
-            for n, s in one["services"].items() if n != "superlink"} == {"0"}
+    assert {
+        s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
+        for n, s in one["services"].items()
+        if n != "superlink"
+    } == {"0"}
 
 
 def test_image_runs_as_a_user_and_the_build_context_holds_no_secrets():
@@ -584,12 +710,19 @@ def test_image_runs_as_a_user_and_the_build_context_holds_no_secrets():
     users = [line.split()[1] for line in dockerfile if line.startswith("USER ")]
     assert users and users[-1] not in ("root", "0")
     assert any("-c constraints.txt" in line for line in dockerfile)  # the exact set CI tests
-    pins = [line for line in (PROJECT_ROOT / "constraints.txt").read_text().splitlines()
-            if line and not line.startswith("#")]
+    pins = [
+        line
+        for line in (PROJECT_ROOT / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     assert all("==" in line for line in pins) and "flwr==1.41.0" in pins
-    ignore = [line.strip() for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
-              if line.strip() and not line.startswith("#")]
+    ignore = [
+        line.strip()
+        for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert ignore[0] == "*"  # everything out, then an allow-list
     allowed = [line[1:] for line in ignore if line.startswith("!")]
-    assert not any(a.startswith(("deploy/secrets", "results", "data", ".git")) or a in ("deploy/", "deploy")
-                   for a in allowed), allowed
+    assert not any(
+        a.startswith(("deploy/secrets", "results", "data", ".git")) or a in ("deploy/", "deploy") for a in allowed
+    ), allowed

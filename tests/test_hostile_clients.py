@@ -57,13 +57,17 @@ def _reference() -> ArrayRecord:
     return ArrayRecord({"w": Array(np.ones((2, 3), dtype=np.float32)), "n": Array(np.array(7, dtype=np.int64))})
 
 
-@pytest.mark.parametrize("data, fault", [
-    (b"\x93garbag", "cannot be decoded"),
-    (npy_bytes(np.zeros(3, dtype=np.float32)), "holding float32[3] data"),
-    (npy_bytes(np.zeros((2, 3), dtype=np.float64)), "holding float64[2, 3] data, expected float32[2, 3]"),
-    (npy_bytes(np.zeros((2, 3), dtype=np.float32))[:-4], "expected 24"),
-    (npy_bytes(np.zeros((2, 3), dtype=np.float32)) + b"xxxx", "expected 24"),
-], ids=["garbage", "other-shape", "float64-as-float32", "short", "long"])
+@pytest.mark.parametrize(
+    "data, fault",
+    [
+        (b"\x93garbag", "cannot be decoded"),
+        (npy_bytes(np.zeros(3, dtype=np.float32)), "holding float32[3] data"),
+        (npy_bytes(np.zeros((2, 3), dtype=np.float64)), "holding float64[2, 3] data, expected float32[2, 3]"),
+        (npy_bytes(np.zeros((2, 3), dtype=np.float32))[:-4], "expected 24"),
+        (npy_bytes(np.zeros((2, 3), dtype=np.float32)) + b"xxxx", "expected 24"),
+    ],
+    ids=["garbage", "other-shape", "float64-as-float32", "short", "long"],
+)
 def test_decoding_checks_the_bytes_not_the_labels(data, fault):
     ref = _reference()
     sent = ArrayRecord({"w": relabelled(ref["w"], data), "n": ref["n"]})
@@ -83,8 +87,9 @@ def test_signal_with_garbage_bytes_is_a_reply_fault():
     content = RecordDict({keys.SIGNAL: ArrayRecord({"delta": relabelled(good["delta"], b"\x93garbag")})})
     with pytest.raises(ReplyFault, match="'delta' cannot be decoded"):
         decode_signal(content, ModelUpdate.from_arrays, size=4)
-    content = RecordDict({keys.SIGNAL: ArrayRecord({
-        "delta": relabelled(good["delta"], npy_bytes(np.zeros(4, dtype=np.float64)))})})
+    content = RecordDict(
+        {keys.SIGNAL: ArrayRecord({"delta": relabelled(good["delta"], npy_bytes(np.zeros(4, dtype=np.float64)))})}
+    )
     with pytest.raises(ReplyFault, match="holding float64"):
         decode_signal(content, ModelUpdate.from_arrays, size=4)
 
@@ -111,10 +116,13 @@ def test_bad_train_bytes_cost_only_that_client(strategy, fault, caplog):
     _assert_models_sound(s, initial)
 
 
-@pytest.mark.parametrize("strategy, overrides", [
-    ("fedclust", {"num-clusters": 2}),
-    ("flhc", {"warmup-rounds": 1, "num-clusters": 2}),
-])
+@pytest.mark.parametrize(
+    "strategy, overrides",
+    [
+        ("fedclust", {"num-clusters": 2}),
+        ("flhc", {"warmup-rounds": 1, "num-clusters": 2}),
+    ],
+)
 def test_bad_signal_bytes_cost_only_that_client(strategy, overrides, caplog):
     with caplog.at_level(logging.WARNING):
         s, initial = _run(strategy, {HOSTILE: "garbage"}, **overrides)

@@ -17,18 +17,50 @@ pytestmark = pytest.mark.slow
 
 
 def _superlinks(home):
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any("flower-superlink" in c for c in (p.info["cmdline"] or [])[:2])
-            and any(str(home) in c for c in p.info["cmdline"] or [])]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any("flower-superlink" in c for c in (p.info["cmdline"] or [])[:2])
+        and any(str(home) in c for c in p.info["cmdline"] or [])
+    ]
 
 
 def test_umbel_run_on_digits(tmp_path):
     run_name = f"it-{tmp_path.name}"
     home = cli.PROJECT_ROOT / ".flwr" / run_name
-    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "fedavg", "--dataset", "digits", "--num-clients", "6",
-           "--groups", "2", "--samples-per-label", "20", "--seed", "1", "--rounds", "3", "--fraction", "0.5",
-           "--eval-every", "1", "--lr", "0.05", "--local-epochs", "2", "--results-dir", str(tmp_path / "results"),
-           "--run-name", run_name, "--tensorboard"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "server.cli",
+        "run",
+        "--strategy",
+        "fedavg",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "6",
+        "--groups",
+        "2",
+        "--samples-per-label",
+        "20",
+        "--seed",
+        "1",
+        "--rounds",
+        "3",
+        "--fraction",
+        "0.5",
+        "--eval-every",
+        "1",
+        "--lr",
+        "0.05",
+        "--local-epochs",
+        "2",
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--run-name",
+        run_name,
+        "--tensorboard",
+    ]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=420)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -47,7 +79,8 @@ def test_umbel_run_on_digits(tmp_path):
     events = EventAccumulator(str(folder / "tensorboard"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("accuracy/mean")] == [
-        (r["round"], pytest.approx(r["accuracy"])) for r in lines]
+        (r["round"], pytest.approx(r["accuracy"])) for r in lines
+    ]
     for png in ("accuracy.png", "clustering.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert _superlinks(home) == [] and not home.exists()
@@ -56,9 +89,30 @@ def test_umbel_run_on_digits(tmp_path):
 def test_sigterm_stops_the_run_and_its_superlink(tmp_path):
     run_name = f"term-{tmp_path.name}"
     home = cli.PROJECT_ROOT / ".flwr" / run_name
-    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "fedavg", "--dataset", "digits", "--num-clients", "4",
-           "--groups", "2", "--samples-per-label", "20", "--rounds", "500", "--fraction", "0.5",
-           "--results-dir", str(tmp_path / "results"), "--run-name", run_name]
+    cmd = [
+        sys.executable,
+        "-m",
+        "server.cli",
+        "run",
+        "--strategy",
+        "fedavg",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--groups",
+        "2",
+        "--samples-per-label",
+        "20",
+        "--rounds",
+        "500",
+        "--fraction",
+        "0.5",
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--run-name",
+        run_name,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
     for line in proc.stdout:  # wait for the first training round

@@ -34,10 +34,13 @@ def _start(app: ClientApp, strategy: str, rounds: int = 3, **overrides):
 
 
 def test_the_minimal_client_imports_nothing_of_umbel():
-    code = ("import sys; sys.path.insert(0, 'tests'); import minimal_client; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'common', 'client', 'strategies', 'server'}))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
-                         text=True, check=True)
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import minimal_client; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'common', 'client', 'strategies', 'server'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -63,9 +66,12 @@ def test_a_client_without_identity_handler_is_told_what_is_missing():
 
 
 def test_a_run_whose_every_reply_is_rejected_stops_with_the_reason():
-    with pytest.raises(RuntimeError, match=r"every train reply was rejected in 3 consecutive rounds.*"
-                                           r"metric 'train-loss' is missing \(the reply has \['num-examples', "
-                                           r"'train_loss'\]\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"every train reply was rejected in 3 consecutive rounds.*"
+        r"metric 'train-loss' is missing \(the reply has \['num-examples', "
+        r"'train_loss'\]\)",
+    ):
         _start(build_app(train_loss_key="train_loss"), "fedavg", rounds=5)
 
 

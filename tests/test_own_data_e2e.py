@@ -29,8 +29,16 @@ TESTS = Path(__file__).resolve().parent
 NUM_CLIENTS = 5  # good partitions; partition NUM_CLIENTS is the node with an empty folder
 SEED = 3  # 5 digits clients in 3 true groups (2, 2, 1)
 RUN_TIMEOUT = 900
-COMMON = {"model": "user_models:small_cnn", "dataset": "digits", "seed": SEED, "fraction": 1.0,
-          "lr": 0.05, "local-epochs": 2, "cluster-steps": 10, "eval-every": 100}
+COMMON = {
+    "model": "user_models:small_cnn",
+    "dataset": "digits",
+    "seed": SEED,
+    "fraction": 1.0,
+    "lr": 0.05,
+    "local-epochs": 2,
+    "cluster-steps": 10,
+    "eval-every": 100,
+}
 RUNS = {
     "fedclust": {"strategy": "fedclust", "num-clusters": 3, "rounds": 1},
     "cflgt": {"strategy": "cflgt", "pretrain-rounds": 2, "rounds": 3},
@@ -58,10 +66,31 @@ def work(request) -> Path:
 @pytest.fixture(scope="module")
 def federation(work) -> Path:
     root = work / "federation"
-    out = subprocess.run([sys.executable, "-m", "server.cli", "export", "--out", str(root), "--dataset", "digits",
-                          "--num-clients", str(NUM_CLIENTS), "--groups", "3", "--samples-per-label", "20",
-                          "--seed", str(SEED)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
-                         check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "export",
+            "--out",
+            str(root),
+            "--dataset",
+            "digits",
+            "--num-clients",
+            str(NUM_CLIENTS),
+            "--groups",
+            "3",
+            "--samples-per-label",
+            "20",
+            "--seed",
+            str(SEED),
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert len(set(json.loads((root / "federation.json").read_text())["true-groups"])) == 3
     return root
@@ -80,8 +109,9 @@ class Deployment:
         home = home or self.work / f"{name}-home"
         home.mkdir(exist_ok=True)
         with (self.work / f"{name}.log").open("w") as log:
-            self.procs.append(subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=_env(home), stdout=log,
-                                               stderr=subprocess.STDOUT))
+            self.procs.append(
+                subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=_env(home), stdout=log, stderr=subprocess.STDOUT)
+            )
         return self.procs[-1]
 
     def start(self) -> None:
@@ -92,8 +122,12 @@ class Deployment:
         empty = self.work / "empty-folder"
         empty.mkdir()
         port, control = free_port(), free_port()
-        link = self.spawn("superlink", deploy.superlink_command(host="127.0.0.1", port=port, certs=certs,
-                                                                 control_port=control, database=self.work / "state.db"))
+        link = self.spawn(
+            "superlink",
+            deploy.superlink_command(
+                host="127.0.0.1", port=port, certs=certs, control_port=control, database=self.work / "state.db"
+            ),
+        )
         _wait_for_port(port, link, self.work / "superlink.log")
         _wait_for_port(control, link, self.work / "superlink.log")
         deploy.write_connection(self.cli_home, "dep", f"127.0.0.1:{control}", root_certificates=certs / "ca.crt")
@@ -102,23 +136,46 @@ class Deployment:
             assert out.returncode == 0, out.stdout + out.stderr
         for pid, name in enumerate(names):
             folder = self.federation / f"partition_{pid}" if pid < NUM_CLIENTS else empty
-            cmd = deploy.supernode_command(superlink=f"127.0.0.1:{port}", partition_id=pid,
-                                           num_partitions=NUM_CLIENTS + 1, port=free_port(),
-                                           root_certificates=certs / "ca.crt", key=keys / name,
-                                           data_path=str(folder))  # this node's own data, nothing else
+            cmd = deploy.supernode_command(
+                superlink=f"127.0.0.1:{port}",
+                partition_id=pid,
+                num_partitions=NUM_CLIENTS + 1,
+                port=free_port(),
+                root_certificates=certs / "ca.crt",
+                key=keys / name,
+                data_path=str(folder),
+            )  # this node's own data, nothing else
             self.spawn(f"node{pid}", cmd)
 
     def run(self, name: str) -> dict:
         """``flwr run`` of ``RUNS[name]`` (once); its metrics, final assignment and log."""
         if name not in self.results:
-            config = {**COMMON, **RUNS[name], "num-clients": NUM_CLIENTS + 1, "num-classes": 10,
-                      "input-shape": "1,8,8", "truth-path": str(self.federation / "federation.json"),
-                      "node-wait-timeout": 180.0, "round-timeout": 300.0,
-                      "results-dir": str(self.work / "results"), "run-name": name}
+            config = {
+                **COMMON,
+                **RUNS[name],
+                "num-clients": NUM_CLIENTS + 1,
+                "num-classes": 10,
+                "input-shape": "1,8,8",
+                "truth-path": str(self.federation / "federation.json"),
+                "node-wait-timeout": 180.0,
+                "round-timeout": 300.0,
+                "results-dir": str(self.work / "results"),
+                "run-name": name,
+            }
             (self.work / f"{name}.toml").write_text(to_toml(config))
-            proc = self.spawn(f"run-{name}", [deploy._executable("flwr"), "run", str(PROJECT_ROOT), "dep",
-                                              "--stream", "--run-config", str(self.work / f"{name}.toml")],
-                              home=self.cli_home)
+            proc = self.spawn(
+                f"run-{name}",
+                [
+                    deploy._executable("flwr"),
+                    "run",
+                    str(PROJECT_ROOT),
+                    "dep",
+                    "--stream",
+                    "--run-config",
+                    str(self.work / f"{name}.toml"),
+                ],
+                home=self.cli_home,
+            )
             log = self.work / f"run-{name}.log"
             try:
                 proc.wait(timeout=RUN_TIMEOUT)
@@ -142,8 +199,12 @@ def _results(folder: Path, log: Path) -> dict:
     assert (folder / "summary.json").exists(), log.read_text()[-6000:]
     metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assignments = json.loads((folder / "assignments.json").read_text())
-    return {"metrics": metrics, "assignment": assignments["history"][-1]["assignment"],
-            "truth": assignments["true-groups"], "log": log.read_text()}
+    return {
+        "metrics": metrics,
+        "assignment": assignments["history"][-1]["assignment"],
+        "truth": assignments["true-groups"],
+        "log": log.read_text(),
+    }
 
 
 def _same_partition(a: dict[str, int], b: dict[str, int]) -> bool:
@@ -170,10 +231,29 @@ def test_simulation_with_data_path_finds_the_same_clusters(deployment, federatio
     for name, overrides in RUNS.items():
         deployed = deployment.run(name)["assignment"]
         flags = [f"--{k}={v}" for k, v in {**COMMON, **overrides}.items()]
-        out = subprocess.run([sys.executable, "-m", "server.cli", "run", "--data-path", str(federation),
-                              "--truth-path", str(federation / "federation.json"), "--results-dir", str(out_dir),
-                              "--run-name", name, *flags], cwd=PROJECT_ROOT, env=_env(out_dir / "home"),
-                             capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "server.cli",
+                "run",
+                "--data-path",
+                str(federation),
+                "--truth-path",
+                str(federation / "federation.json"),
+                "--results-dir",
+                str(out_dir),
+                "--run-name",
+                name,
+                *flags,
+            ],
+            cwd=PROJECT_ROOT,
+            env=_env(out_dir / "home"),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
         assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
         simulated = json.loads((out_dir / name / "assignments.json").read_text())["history"][-1]["assignment"]
         assert _same_partition(simulated, deployed), (simulated, deployed)

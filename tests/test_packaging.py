@@ -15,8 +15,17 @@ def test_distribution_metadata():
     requires = set(dist.requires or [])
     assert {"flwr[simulation]<1.43,>=1.41", "torch<2.15,>=2.14", "torchvision<0.30,>=0.29"} <= requires
     names = {r.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0] for r in requires}
-    assert {"numpy", "scipy", "scikit-learn", "networkx", "python-louvain", "matplotlib", "pytest", "tomli-w",
-            "tensorboard"} <= names
+    assert {
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "networkx",
+        "python-louvain",
+        "matplotlib",
+        "pytest",
+        "tomli-w",
+        "tensorboard",
+    } <= names
     scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
     assert scripts["umbel"] == "server.cli:main"
 
@@ -45,11 +54,19 @@ def test_a_built_wheel_runs_without_the_source_tree(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     source = tmp_path / "source"
-    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".git", ".flwr", "results", "build", "*.egg-info",
-                                                                "__pycache__", ".pytest_cache", "tests"))
+    shutil.copytree(
+        root,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".flwr", "results", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests"
+        ),
+    )
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
-                   check=True, timeout=300)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+        check=True,
+        timeout=300,
+    )
     wheel = next((tmp_path / "dist").glob("umbel-*.whl"))
     site = tmp_path / "site"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=300)
@@ -57,11 +74,35 @@ def test_a_built_wheel_runs_without_the_source_tree(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import server.cli; print(server.cli.__file__)"], cwd=work, env=env,
-                           capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [sys.executable, "-c", "import server.cli; print(server.cli.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert where.stdout.strip() == str(site / "server" / "cli.py")
-    cmd = [sys.executable, "-m", "server.cli", "run", "--rounds", "2", "--num-clients", "10", "--dataset", "digits",
-           "--samples-per-label", "20", "--pretrain-rounds", "1", "--run-name", "wheel", "--flwr-home", str(work / "flwr")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "server.cli",
+        "run",
+        "--rounds",
+        "2",
+        "--num-clients",
+        "10",
+        "--dataset",
+        "digits",
+        "--samples-per-label",
+        "20",
+        "--pretrain-rounds",
+        "1",
+        "--run-name",
+        "wheel",
+        "--flwr-home",
+        str(work / "flwr"),
+    ]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=420, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

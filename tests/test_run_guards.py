@@ -24,19 +24,38 @@ from strategies.checkpoint import load_checkpoint
 SMALL = ["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label", "20"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--strategy", "cflgt", "--rounds", "5", "--pretrain-rounds", "5"], "'pretrain-rounds' parameter of CFLGT"),
-    (["--strategy", "flhc", "--rounds", "5", "--warmup-rounds", "5"],
-     "'warmup-rounds' parameter of FLHC must be an int in the range [0, 4] ('rounds' is 5). Got 5 instead."),
-    (["--strategy", "flic", "--rounds", "5", "--cluster-round", "6"],
-     "'cluster-round' parameter of FLIC must be an int in the range [0, 5]"),
-    (["--strategy", "ifca", "--num-clusters", "500"],
-     "'num-clusters' parameter of IFCA must be at most the number of clients (6). Got 500 instead."),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--strategy", "cflgt", "--rounds", "5", "--pretrain-rounds", "5"], "'pretrain-rounds' parameter of CFLGT"),
+        (
+            ["--strategy", "flhc", "--rounds", "5", "--warmup-rounds", "5"],
+            "'warmup-rounds' parameter of FLHC must be an int in the range [0, 4] ('rounds' is 5). Got 5 instead.",
+        ),
+        (
+            ["--strategy", "flic", "--rounds", "5", "--cluster-round", "6"],
+            "'cluster-round' parameter of FLIC must be an int in the range [0, 5]",
+        ),
+        (
+            ["--strategy", "ifca", "--num-clusters", "500"],
+            "'num-clusters' parameter of IFCA must be at most the number of clients (6). Got 500 instead.",
+        ),
+    ],
+)
 @pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
 def test_contradicting_keys_stop_before_anything_starts(argv, message, check, capsys, tmp_path):
-    code = cli.main(["run", *SMALL, *argv, "--flwr-home", str(tmp_path), "--results-dir", str(tmp_path),
-                     *(["--check"] if check else [])])
+    code = cli.main(
+        [
+            "run",
+            *SMALL,
+            *argv,
+            "--flwr-home",
+            str(tmp_path),
+            "--results-dir",
+            str(tmp_path),
+            *(["--check"] if check else []),
+        ]
+    )
     assert code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "config.toml").exists()  # no SuperLink was configured
 

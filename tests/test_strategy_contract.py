@@ -118,8 +118,9 @@ def test_reply_order_does_not_change_the_result(name):
     runs = []
     for reverse in (False, True):
         rc, exp, strategy = _setup(name)
-        strategy.start(InProcessGrid(client_app, rc, 6, reverse_replies=reverse), exp.initial_model(),
-                       expected_clients=6)
+        strategy.start(
+            InProcessGrid(client_app, rc, 6, reverse_replies=reverse), exp.initial_model(), expected_clients=6
+        )
         runs.append(strategy)
     a, b = runs
     assert a.assignment == b.assignment
@@ -150,8 +151,12 @@ def _batchnorm_model(name, input_shape, num_classes, seed=0):
     """A small CNN with BatchNorm (float running stats, a 0-d int64 ``num_batches_tracked``)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        features = torch.nn.Sequential(torch.nn.Conv2d(input_shape[0], 4, 3, padding=1), torch.nn.BatchNorm2d(4),
-                                       torch.nn.ReLU(), torch.nn.Flatten())
+        features = torch.nn.Sequential(
+            torch.nn.Conv2d(input_shape[0], 4, 3, padding=1),
+            torch.nn.BatchNorm2d(4),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+        )
         return Classifier(features, torch.nn.Linear(4 * input_shape[1] * input_shape[2], max(num_classes, 1)))
 
 
@@ -182,8 +187,15 @@ def own_data(tmp_path_factory) -> dict[str, Any]:
     rc = small_run_config()
     root = tmp_path_factory.mktemp("federation")
     truth = export_partition(build_partition(ScenarioConfig.from_run_config(rc)), root, "hf")
-    return {"model": "user_models:small_cnn", "data-path": str(root), "truth-path": str(truth),
-            "num-classes": 10, "input-shape": "1,8,8", "local-epochs": 1, "cluster-steps": 10}
+    return {
+        "model": "user_models:small_cnn",
+        "data-path": str(root),
+        "truth-path": str(truth),
+        "num-classes": 10,
+        "input-shape": "1,8,8",
+        "local-epochs": 1,
+        "cluster-steps": 10,
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)

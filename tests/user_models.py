@@ -44,8 +44,9 @@ def softmaxed(input_shape, num_classes):
 
 def no_linear(input_shape, num_classes):
     """A model with no nn.Linear at all: global average pooling of a convolution."""
-    return nn.Sequential(nn.Conv2d(input_shape[0], num_classes, kernel_size=3, padding=1),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    return nn.Sequential(
+        nn.Conv2d(input_shape[0], num_classes, kernel_size=3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+    )
 
 
 def not_a_module(input_shape, num_classes):

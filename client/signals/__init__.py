@@ -23,11 +23,13 @@ QUERIES: dict[str, Handler] = {}
 
 def register(action: str) -> Callable[[Handler], Handler]:
     """Register ``handler`` for ``query.<action>``."""
+
     def decorator(handler: Handler) -> Handler:
         if action in QUERIES:
             raise ValueError(f"Query action {action!r} is registered twice.")
         QUERIES[action] = handler
         return handler
+
     return decorator
 
 

@@ -29,9 +29,19 @@ def train_steps(task: ClientTask, arrays: ArrayRecord, cfg, steps: int) -> torch
     batch = int(cfg[keys.BATCH_SIZE])
     rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
     model = task.model(arrays)
-    train(model, task.data.x_train[rows], task.data.y_train[rows], epochs=1, batch_size=batch,
-          lr=float(cfg[keys.LR]), momentum=float(cfg[keys.MOMENTUM]),
-          weight_decay=float(cfg[keys.WEIGHT_DECAY]), task=task.info.task, seed=seed, device=task.device)
+    train(
+        model,
+        task.data.x_train[rows],
+        task.data.y_train[rows],
+        epochs=1,
+        batch_size=batch,
+        lr=float(cfg[keys.LR]),
+        momentum=float(cfg[keys.MOMENTUM]),
+        weight_decay=float(cfg[keys.WEIGHT_DECAY]),
+        task=task.info.task,
+        seed=seed,
+        device=task.device,
+    )
     return model
 
 

@@ -28,8 +28,10 @@ def holdout_split(n: int, fraction: float, seed: int, partition_id: int) -> tupl
         Naming ``'holdout-fraction'`` unless it is in (0, 1), or if ``n < 2``.
     """
     if not 0.0 < fraction < 1.0 or n < 2:
-        raise ValueError("The 'holdout-fraction' parameter of query.holdout must be in (0, 1) with at least 2 "
-                         f"train samples. Got {fraction} with {n} samples instead.")
+        raise ValueError(
+            "The 'holdout-fraction' parameter of query.holdout must be in (0, 1) with at least 2 "
+            f"train samples. Got {fraction} with {n} samples instead."
+        )
     order = np.random.default_rng([seed, partition_id, 10]).permutation(n)
     n_val = min(n - 1, max(1, round(fraction * n)))
     return np.sort(order[n_val:]), np.sort(order[:n_val])
@@ -48,12 +50,26 @@ def holdout(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     epochs = int(cfg[keys.LOCAL_EPOCHS])
     delta = np.zeros(0, dtype=np.float32)
     if epochs > 0:
-        train(model, x[fit], y[fit], epochs=epochs, batch_size=int(cfg[keys.BATCH_SIZE]), lr=float(cfg[keys.LR]),
-              momentum=float(cfg[keys.MOMENTUM]), weight_decay=float(cfg[keys.WEIGHT_DECAY]),
-              task=task.info.task, seed=task.round_seed(int(cfg[keys.SERVER_ROUND])), device=task.device)
+        train(
+            model,
+            x[fit],
+            y[fit],
+            epochs=epochs,
+            batch_size=int(cfg[keys.BATCH_SIZE]),
+            lr=float(cfg[keys.LR]),
+            momentum=float(cfg[keys.MOMENTUM]),
+            weight_decay=float(cfg[keys.WEIGHT_DECAY]),
+            task=task.info.task,
+            seed=task.round_seed(int(cfg[keys.SERVER_ROUND])),
+            device=task.device,
+        )
         trained = model.state_dict()
-        delta = np.concatenate([
-            (trained[name].detach().cpu().numpy().astype(np.float32) - arr.numpy().astype(np.float32)).ravel()
-            for name, arr in sent.items() if np.issubdtype(arr.numpy().dtype, np.floating)])
+        delta = np.concatenate(
+            [
+                (trained[name].detach().cpu().numpy().astype(np.float32) - arr.numpy().astype(np.float32)).ravel()
+                for name, arr in sent.items()
+                if np.issubdtype(arr.numpy().dtype, np.floating)
+            ]
+        )
     _, accuracy = evaluate(model, x[val], y[val], task=task.info.task, device=task.device)
     return HoldoutResult(delta, float(accuracy), len(fit)).to_arrays()

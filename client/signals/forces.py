@@ -24,9 +24,16 @@ FORWARD_BATCH = 1024  # samples per forward pass (memory only: the result does n
 
 
 @torch.no_grad()
-def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: int, *,
-                 device: torch.device | None = None, batch_size: int = FORWARD_BATCH,
-                 head: nn.Linear | None = None) -> tuple[np.ndarray, np.ndarray]:
+def class_forces(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    num_classes: int,
+    *,
+    device: torch.device | None = None,
+    batch_size: int = FORWARD_BATCH,
+    head: nn.Linear | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Average pulling and pushing force of every class (CFLGT Eq. 6 and Eq. 8).
 
     ``pull_c = mean_d sum_{i: y_i = c} (1 - P_ic) v_i`` and
@@ -59,17 +66,23 @@ def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: in
         Naming ``'model'`` (no final Linear, or not C outputs), ``'y'`` or ``'num_classes'``.
     """
     if num_classes < 1:
-        raise ValueError(f"The 'num_classes' parameter of class_forces must be an int >= 1 "
-                         f"(classification only). Got {num_classes!r} instead.")
+        raise ValueError(
+            f"The 'num_classes' parameter of class_forces must be an int >= 1 "
+            f"(classification only). Got {num_classes!r} instead."
+        )
     if head is None:
         head = find_head(model, x.shape[1:], needed_by="class_forces (CFLGT)").module
     if head.out_features != num_classes:
-        raise ValueError(f"The 'model' parameter of class_forces must output {num_classes} classes. "
-                         f"Got a last layer with {head.out_features} outputs instead.")
+        raise ValueError(
+            f"The 'model' parameter of class_forces must output {num_classes} classes. "
+            f"Got a last layer with {head.out_features} outputs instead."
+        )
     y = np.asarray(y)
     if y.shape != (len(x),) or (y.size and (y.min() < 0 or y.max() >= num_classes)):
-        raise ValueError(f"The 'y' parameter of class_forces must hold {len(x)} class ids in "
-                         f"[0, {num_classes - 1}]. Got shape {y.shape} instead.")
+        raise ValueError(
+            f"The 'y' parameter of class_forces must hold {len(x)} class ids in "
+            f"[0, {num_classes - 1}]. Got shape {y.shape} instead."
+        )
     device = torch.device("cpu") if device is None else device
     original = next(model.parameters()).device
     was_training = model.training
@@ -79,8 +92,8 @@ def class_forces(model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: in
     totals = torch.zeros(2 * num_classes, dtype=torch.float64, device=device)
     try:
         for begin in range(0, len(x), batch_size):
-            xs = torch.as_tensor(np.ascontiguousarray(x[begin:begin + batch_size], dtype=np.float32), device=device)
-            ys = torch.as_tensor(np.asarray(y[begin:begin + batch_size]), device=device, dtype=torch.int64)
+            xs = torch.as_tensor(np.ascontiguousarray(x[begin : begin + batch_size], dtype=np.float32), device=device)
+            ys = torch.as_tensor(np.asarray(y[begin : begin + batch_size]), device=device, dtype=torch.int64)
             seen.clear()
             probs = torch.softmax(model(xs).float(), dim=1)
             v_mean = seen[-1].flatten(1).float().mean(dim=1)
@@ -103,6 +116,12 @@ def forces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Forces of the one received model on the train split (never the test split)."""
     (arrays,) = models_in(content)
     model = task.model(arrays)
-    pull, push = class_forces(model, task.data.x_train, task.data.y_train, task.info.num_classes,
-                              device=task.device, head=task.head("strategy 'cflgt' (class forces)").module)
+    pull, push = class_forces(
+        model,
+        task.data.x_train,
+        task.data.y_train,
+        task.info.num_classes,
+        device=task.device,
+        head=task.head("strategy 'cflgt' (class forces)").module,
+    )
     return ClassForces(pull, push).to_arrays()

@@ -17,8 +17,7 @@ from . import models_in, register
 def model_losses(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Loss of every received model on the train split (never the test split)."""
     losses = [
-        evaluate(task.model(arrays), task.data.x_train, task.data.y_train,
-                 task=task.info.task, device=task.device)[0]
+        evaluate(task.model(arrays), task.data.x_train, task.data.y_train, task=task.info.task, device=task.device)[0]
         for arrays in models_in(content)
     ]
     return ModelLosses(np.asarray(losses, dtype=np.float32)).to_arrays()

@@ -20,8 +20,11 @@ from . import models_in, register
 
 def float_vector(state: dict[str, np.ndarray]) -> np.ndarray:
     """The floating arrays of ``state``, flattened in order and concatenated: ``(d,)`` float32."""
-    parts = [np.asarray(a, dtype=np.float32).ravel() for a in state.values()
-             if np.issubdtype(np.asarray(a).dtype, np.floating)]
+    parts = [
+        np.asarray(a, dtype=np.float32).ravel()
+        for a in state.values()
+        if np.issubdtype(np.asarray(a).dtype, np.floating)
+    ]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
@@ -70,7 +73,9 @@ def gradient_profile(task: ClientTask, content: RecordDict) -> dict[str, np.ndar
     elif protocol == "gradient":
         vector = minibatch_gradient(task, sent, cfg)
     else:
-        raise ValueError(f"The '{keys.PROFILE_PROTOCOL}' parameter of query.profile must be one of "
-                         f"('model-gap', 'gradient'). Got {protocol!r} instead.")
+        raise ValueError(
+            f"The '{keys.PROFILE_PROTOCOL}' parameter of query.profile must be one of "
+            f"('model-gap', 'gradient'). Got {protocol!r} instead."
+        )
     chosen = coordinate_subset(vector.size, int(cfg[keys.PROFILE_SIZE]), int(cfg[keys.PROFILE_SEED]))
     return GradientProfile(vector[chosen]).to_arrays()

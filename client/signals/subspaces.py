@@ -46,7 +46,7 @@ def class_bases(x: np.ndarray, y: np.ndarray, p: int, device: torch.device) -> C
         # Right singular vectors of the (n_c, d) sample matrix = left ones of D_c = rows^T.
         _, _, vh = torch.linalg.svd(rows, full_matrices=False)
         keep = p or max(1, round(0.01 * rows.shape[0]))
-        bases.append(vh[:min(keep, vh.shape[0])].T.cpu().numpy())
+        bases.append(vh[: min(keep, vh.shape[0])].T.cpu().numpy())
         counts.append(int(rows.shape[0]))
     return ClassSubspaces(classes, tuple(bases), np.asarray(counts, dtype=np.int64))
 

@@ -40,8 +40,9 @@ def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
     u = np.asarray(updates)
     u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
     if u.ndim != 2 or u.shape[0] == 0:
-        raise ValueError("The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
-                         f"Got shape {u.shape} instead.")
+        raise ValueError(
+            f"The 'updates' parameter of update_norms must be a non-empty (m, d) array. Got shape {u.shape} instead."
+        )
     # float64 sums without a float64 copy of the updates (2,000 DNN updates: 2.5 GB)
     norms = np.sqrt(np.einsum("ij,ij->i", u, u, dtype=np.float64))
     mean = u.mean(axis=0, dtype=np.float64)
@@ -73,11 +74,13 @@ def mean_update_ratio(updates: np.ndarray) -> float:
     return float(np.sqrt(np.clip(mu2, 0.0, None)) / rms)
 
 
-def should_split(ratio: float, max_norm: float, size: int, server_round: int, *,
-                 eps1: float, eps2: float, split_after: int) -> bool:
+def should_split(
+    ratio: float, max_norm: float, size: int, server_round: int, *, eps1: float, eps2: float, split_after: int
+) -> bool:
     """Sattler's criterion with eps1 relative: ``ratio < eps1`` (:func:`mean_update_ratio`: the
     members' updates cancel) and ``max_norm > eps2`` (absolute, as in the reference), more than
-    2 members, ``server_round > split_after``. A NaN ratio never splits."""
+    2 members, ``server_round > split_after``. A NaN ratio never splits.
+    """
     return bool(ratio < eps1) and max_norm > eps2 and size > 2 and server_round > split_after
 
 
@@ -129,8 +132,10 @@ def bipartition(cosine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     c = np.asarray(cosine, dtype=np.float64)
     if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] < 2:
-        raise ValueError("The 'cosine' parameter of bipartition must be a square (n, n) array with n >= 2. "
-                         f"Got shape {c.shape} instead.")
+        raise ValueError(
+            "The 'cosine' parameter of bipartition must be a square (n, n) array with n >= 2. "
+            f"Got shape {c.shape} instead."
+        )
     # scikit-learn's AgglomerativeClustering(n_clusters=2, linkage="complete", metric="precomputed")
     # cuts this same scipy tree, after square index arrays of 8 N^2 bytes: built here row by row
     # into the condensed form (N^2 / 2 floats) instead.
@@ -138,7 +143,7 @@ def bipartition(cosine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     condensed = np.empty(n * (n - 1) // 2)
     at = 0
     for i in range(n - 1):
-        np.add(c[i, i + 1:], c[i + 1:, i], out=condensed[at:at + n - 1 - i])
+        np.add(c[i, i + 1 :], c[i + 1 :, i], out=condensed[at : at + n - 1 - i])
         at += n - 1 - i
     condensed *= -0.5
     condensed += 1.0
@@ -158,7 +163,9 @@ def split_cluster(members: Sequence[int], cosine: np.ndarray) -> tuple[list[int]
     """
     ids = np.asarray(list(members))
     if np.asarray(cosine).shape != (len(ids), len(ids)):
-        raise ValueError("The 'cosine' parameter of split_cluster must have shape (len(members), "
-                         f"len(members)) = {(len(ids), len(ids))}. Got {np.asarray(cosine).shape} instead.")
+        raise ValueError(
+            "The 'cosine' parameter of split_cluster must have shape (len(members), "
+            f"len(members)) = {(len(ids), len(ids))}. Got {np.asarray(cosine).shape} instead."
+        )
     a, b = bipartition(cosine)
     return ids[a].tolist(), ids[b].tolist()

@@ -54,8 +54,11 @@ def coordinate_subset(dim: int, size: int, seed: int) -> np.ndarray:
 
 def block_seed(run_seed: int, block: int) -> int:
     """The subset seed of model ``block``'s profile block: fixed for the run, so averages line up."""
-    return int(np.random.SeedSequence([check_int(run_seed, "run_seed", "block_seed", low=0),
-                                       check_int(block, "block", "block_seed", low=0)]).generate_state(1)[0])
+    return int(
+        np.random.SeedSequence(
+            [check_int(run_seed, "run_seed", "block_seed", low=0), check_int(block, "block", "block_seed", low=0)]
+        ).generate_state(1)[0]
+    )
 
 
 PROFILE_BUDGET_BYTES = 2 * 2**30

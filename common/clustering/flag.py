@@ -61,15 +61,23 @@ def class_angles(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int) ->
     owner = "class_angles"
     num_classes = check_int(num_classes, "num_classes", owner, low=1)
     _check_bases(bases, num_classes, owner)
-    return np.stack([
-        pairwise_subspace_angles([b.get(c) for b in bases], "smallest",
-                                 one_missing=ONE_MISSING, both_missing=BOTH_MISSING)
-        for c in range(num_classes)
-    ])
+    return np.stack(
+        [
+            pairwise_subspace_angles(
+                [b.get(c) for b in bases], "smallest", one_missing=ONE_MISSING, both_missing=BOTH_MISSING
+            )
+            for c in range(num_classes)
+        ]
+    )
 
 
-def class_weights(counts: np.ndarray | None, delta: float = 0.5, eps: float = 1.0,
-                  num_clients: int | None = None, num_classes: int | None = None) -> np.ndarray:
+def class_weights(
+    counts: np.ndarray | None,
+    delta: float = 0.5,
+    eps: float = 1.0,
+    num_clients: int | None = None,
+    num_classes: int | None = None,
+) -> np.ndarray:
     """Eq. 4-5: quantity-shift weights rescaled to ``[1 - delta, 1 + delta]``.
 
     Parameters
@@ -108,8 +116,10 @@ def class_weights(counts: np.ndarray | None, delta: float = 0.5, eps: float = 1.
         return np.ones((c, n, n))
     cnt = np.asarray(counts, dtype=np.float64)
     if cnt.ndim != 2 or 0 in cnt.shape or not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
-        raise ValueError(f"The 'counts' parameter of {owner} must be a non-negative finite (N, C) array. "
-                         f"Got shape {cnt.shape} with minimum {np.min(cnt) if cnt.size else None} instead.")
+        raise ValueError(
+            f"The 'counts' parameter of {owner} must be a non-negative finite (N, C) array. "
+            f"Got shape {cnt.shape} with minimum {np.min(cnt) if cnt.size else None} instead."
+        )
     logs = np.log(cnt.T + eps)  # (C, N)
     held = cnt.T > 0
     both = held[:, :, None] & held[:, None, :]
@@ -145,16 +155,19 @@ def weighted_class_similarity(angles: np.ndarray, weights: np.ndarray) -> np.nda
     a = np.asarray(angles, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
     if a.ndim != 3 or a.shape[1] != a.shape[2] or 0 in a.shape:
-        raise ValueError("The 'angles' parameter of weighted_class_similarity must have shape (C, N, N). "
-                         f"Got {a.shape} instead.")
+        raise ValueError(
+            f"The 'angles' parameter of weighted_class_similarity must have shape (C, N, N). Got {a.shape} instead."
+        )
     if w.shape != a.shape:
-        raise ValueError(f"The 'weights' parameter of weighted_class_similarity must have shape {a.shape}. "
-                         f"Got {w.shape} instead.")
+        raise ValueError(
+            f"The 'weights' parameter of weighted_class_similarity must have shape {a.shape}. Got {w.shape} instead."
+        )
     return (a * w).mean(axis=0)
 
 
-def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarray | None, num_classes: int,
-                    delta: float = 0.5) -> np.ndarray:
+def data_similarity(
+    bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarray | None, num_classes: int, delta: float = 0.5
+) -> np.ndarray:
     """Eq. 3-6 in one call: V from the clients' class bases and class counts.
 
     Parameters
@@ -179,13 +192,24 @@ def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarra
     if counts is not None:
         cnt = np.asarray(counts, dtype=np.float64)
         if cnt.shape != (n, num_classes) or not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
-            raise ValueError(f"The 'counts' parameter of {owner} must be a non-negative finite array of shape "
-                             f"{(n, num_classes)}. Got shape {cnt.shape} instead.")
+            raise ValueError(
+                f"The 'counts' parameter of {owner} must be a non-negative finite array of shape "
+                f"{(n, num_classes)}. Got shape {cnt.shape} instead."
+            )
         logs = np.log(cnt + 1.0)  # Eq. 4 with eps = 1, as class_weights
     # Eq. 5's w_min is 1 (a client with itself); w_max the largest max/min log-count ratio of a class.
-    w_max = 1.0 if logs is None else max(
-        (logs[cnt[:, c] > 0, c].max() / logs[cnt[:, c] > 0, c].min() for c in range(num_classes)
-         if np.any(cnt[:, c] > 0)), default=1.0)
+    w_max = (
+        1.0
+        if logs is None
+        else max(
+            (
+                logs[cnt[:, c] > 0, c].max() / logs[cnt[:, c] > 0, c].min()
+                for c in range(num_classes)
+                if np.any(cnt[:, c] > 0)
+            ),
+            default=1.0,
+        )
+    )
 
     def weights(rows: np.ndarray, cols: np.ndarray, c: int) -> np.ndarray | float:
         """Eq. 4-5 for the pairs rows x cols of class c, as :func:`class_weights` gives them."""
@@ -223,7 +247,7 @@ def data_similarity(bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarra
     gap = ONE_MISSING * (1.0 if logs is None else 1.0 + delta)
     step = max(1, (1 << 22) // n)
     for lo in range(0, n, step):
-        total[lo:lo + step] += gap * (has[lo:lo + step] @ lacks.T + lacks[lo:lo + step] @ has.T)
+        total[lo : lo + step] += gap * (has[lo : lo + step] @ lacks.T + lacks[lo : lo + step] @ has.T)
     return total / num_classes
 
 
@@ -249,8 +273,10 @@ def gradient_angles(updates: np.ndarray) -> np.ndarray:
     u = np.asarray(updates)
     u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
     if u.ndim != 2 or 0 in u.shape or not np.all(np.isfinite(u)):
-        raise ValueError("The 'updates' parameter of gradient_angles must be a finite non-empty (N, P) "
-                         f"array. Got shape {u.shape} instead.")
+        raise ValueError(
+            "The 'updates' parameter of gradient_angles must be a finite non-empty (N, P) "
+            f"array. Got shape {u.shape} instead."
+        )
     out = np.degrees(np.arccos(cosine_matrix(u, u)))  # float32 Gram for large float32 sketches
     np.fill_diagonal(out, 0.0)
     out += out.T
@@ -268,8 +294,9 @@ def min_max(matrix: np.ndarray) -> np.ndarray:
     """
     m = np.asarray(matrix, dtype=np.float64)
     if m.size == 0 or not np.all(np.isfinite(m)):
-        raise ValueError("The 'matrix' parameter of min_max must be a finite non-empty array. "
-                         f"Got shape {m.shape} instead.")
+        raise ValueError(
+            f"The 'matrix' parameter of min_max must be a finite non-empty array. Got shape {m.shape} instead."
+        )
     span = m.max() - m.min()
     return (m - m.min()) / span if span > 0 else np.zeros_like(m)
 
@@ -300,8 +327,7 @@ def proximity(data: np.ndarray, gradient: np.ndarray, beta: float = 0.5) -> np.n
     v = check_distance_matrix(data, "proximity", "data")
     g = check_distance_matrix(gradient, "proximity", "gradient")
     if g.shape != v.shape:
-        raise ValueError(f"The 'gradient' parameter of proximity must have shape {v.shape}. "
-                         f"Got {g.shape} instead.")
+        raise ValueError(f"The 'gradient' parameter of proximity must have shape {v.shape}. Got {g.shape} instead.")
     return beta * min_max(v) + (1 - beta) * min_max(g)
 
 
@@ -348,8 +374,10 @@ def sweep_cuts(distances: np.ndarray, alphas: Sequence[float], linkage: str = "a
     # These linkages never invert, so the merges below t are those whose subtree height is at most
     # the float just below t: fcluster's O(N) cut instead of cut_tree's O(N^2).
     tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
-    return [relabel_by_appearance(hierarchy.fcluster(tree, np.nextafter(t, -np.inf), criterion="distance"))
-            for t in thresholds]
+    return [
+        relabel_by_appearance(hierarchy.fcluster(tree, np.nextafter(t, -np.inf), criterion="distance"))
+        for t in thresholds
+    ]
 
 
 def elbow(num_clusters: Sequence[float], accuracy: Sequence[float], tol: float = ELBOW_TOL) -> int:
@@ -386,11 +414,14 @@ def elbow(num_clusters: Sequence[float], accuracy: Sequence[float], tol: float =
     acc = np.asarray(accuracy, dtype=np.float64)
     tol = check_float(tol, "tol", "elbow", low=0.0)
     if k.ndim != 1 or k.size == 0 or not np.all(np.isfinite(k)):
-        raise ValueError("The 'num_clusters' parameter of elbow must be a finite non-empty 1-D sequence. "
-                         f"Got shape {k.shape} instead.")
+        raise ValueError(
+            "The 'num_clusters' parameter of elbow must be a finite non-empty 1-D sequence. "
+            f"Got shape {k.shape} instead."
+        )
     if acc.shape != k.shape or not np.all(np.isfinite(acc)):
-        raise ValueError(f"The 'accuracy' parameter of elbow must be {k.size} finite values. "
-                         f"Got shape {acc.shape} instead.")
+        raise ValueError(
+            f"The 'accuracy' parameter of elbow must be {k.size} finite values. Got shape {acc.shape} instead."
+        )
     order = np.argsort(k, kind="stable")
     x, y = k[order], acc[order]
     plateau = int(np.argmax(y >= y.max() - tol))
@@ -425,8 +456,10 @@ def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | Non
         Naming ``'accuracy'`` if its length differs from ``num_clusters``.
     """
     if len(accuracy) != len(num_clusters):
-        raise ValueError(f"The 'accuracy' parameter of choose_threshold must have {len(num_clusters)} entries. "
-                         f"Got {len(accuracy)} instead.")
+        raise ValueError(
+            f"The 'accuracy' parameter of choose_threshold must have {len(num_clusters)} entries. "
+            f"Got {len(accuracy)} instead."
+        )
     first: dict[int, int] = {}
     for i, (k, acc) in enumerate(zip(num_clusters, accuracy, strict=True)):
         if acc is not None and np.isfinite(acc):
@@ -440,9 +473,11 @@ def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | Non
 def _check_bases(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int, owner: str) -> None:
     """A ValueError naming ``'bases'`` when empty or holding a class outside ``[0, num_classes)``."""
     if len(bases) == 0:
-        raise ValueError(f"The 'bases' parameter of {owner} must hold one mapping per client. "
-                         "Got an empty sequence instead.")
+        raise ValueError(
+            f"The 'bases' parameter of {owner} must hold one mapping per client. Got an empty sequence instead."
+        )
     bad = sorted({int(c) for b in bases for c in b if not 0 <= int(c) < num_classes})
     if bad:
-        raise ValueError(f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). "
-                         f"Got classes {bad} instead.")
+        raise ValueError(
+            f"The 'bases' parameter of {owner} must only hold classes in [0, {num_classes}). Got classes {bad} instead."
+        )

@@ -30,8 +30,9 @@ from .louvain import louvain_labels
 RESOLUTIONS = tuple(np.round(np.arange(0.5, 2.01, 0.1), 2).tolist())
 
 
-def louvain_by_silhouette(similarity: np.ndarray, seed: int = 0,
-                          resolutions: Sequence[float] = RESOLUTIONS) -> tuple[np.ndarray, float]:
+def louvain_by_silhouette(
+    similarity: np.ndarray, seed: int = 0, resolutions: Sequence[float] = RESOLUTIONS
+) -> tuple[np.ndarray, float]:
     """Louvain communities at the resolution whose partition has the best silhouette.
 
     Parameters
@@ -59,8 +60,10 @@ def louvain_by_silhouette(similarity: np.ndarray, seed: int = 0,
     """
     s = np.asarray(similarity, dtype=np.float64)
     if not len(resolutions) or min(resolutions) <= 0:
-        raise ValueError("The 'resolutions' parameter of louvain_by_silhouette must be a non-empty sequence "
-                         f"of floats > 0. Got {list(resolutions)!r} instead.")
+        raise ValueError(
+            "The 'resolutions' parameter of louvain_by_silhouette must be a non-empty sequence "
+            f"of floats > 0. Got {list(resolutions)!r} instead."
+        )
     distance = np.clip(2.0 - s, 0.0, 2.0)
     np.fill_diagonal(distance, 0.0)
     best: tuple[float, np.ndarray, float] | None = None
@@ -70,8 +73,7 @@ def louvain_by_silhouette(similarity: np.ndarray, seed: int = 0,
         key = labels.tobytes()
         if key not in seen:
             k = int(labels.max()) + 1
-            seen[key] = (silhouette_score(distance, labels, metric="precomputed")
-                         if 2 <= k <= len(s) - 1 else -np.inf)
+            seen[key] = silhouette_score(distance, labels, metric="precomputed") if 2 <= k <= len(s) - 1 else -np.inf
         if best is None or seen[key] > best[0]:
             best = (seen[key], labels, float(gamma))
         if labels.max() + 1 == len(s):
@@ -82,8 +84,9 @@ def louvain_by_silhouette(similarity: np.ndarray, seed: int = 0,
     return best[1], best[2]
 
 
-def join_by_modularity(links: np.ndarray, similarity: np.ndarray, labels: np.ndarray,
-                       resolution: float = 1.0) -> np.ndarray:
+def join_by_modularity(
+    links: np.ndarray, similarity: np.ndarray, labels: np.ndarray, resolution: float = 1.0
+) -> np.ndarray:
     """The community of each newcomer by Louvain's modularity gain, the clustered nodes fixed.
 
     Moving an isolated node ``i`` into community ``c`` changes the modularity by a positive
@@ -118,11 +121,14 @@ def join_by_modularity(links: np.ndarray, similarity: np.ndarray, labels: np.nda
     labels = np.asarray(labels, dtype=np.int64)
     n = len(labels)
     if links.ndim != 2 or links.shape[1] != n or s.shape != (n, n) or n == 0:
-        raise ValueError("The 'links' parameter of join_by_modularity must have shape (m, n) with n = "
-                         f"len(labels) = {n} and 'similarity' shape (n, n). Got {links.shape} and {s.shape} instead.")
+        raise ValueError(
+            "The 'links' parameter of join_by_modularity must have shape (m, n) with n = "
+            f"len(labels) = {n} and 'similarity' shape (n, n). Got {links.shape} and {s.shape} instead."
+        )
     if not resolution > 0:
-        raise ValueError("The 'resolution' parameter of join_by_modularity must be a float > 0. "
-                         f"Got {resolution!r} instead.")
+        raise ValueError(
+            f"The 'resolution' parameter of join_by_modularity must be a float > 0. Got {resolution!r} instead."
+        )
     degrees = s.sum(axis=1) - np.diag(s)
     two_m = max(float(degrees.sum()), 1e-12)
     onehot = np.eye(int(labels.max()) + 1)[labels]
@@ -166,10 +172,11 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     tol = check_float(tol, "tol", "loss_plateau", low=0.0, closed=(False, True))
     loss = np.asarray(losses, dtype=np.float64)
     if loss.ndim != 1 or not np.all(np.isfinite(loss)):
-        raise ValueError(f"The 'losses' parameter of loss_plateau must be a finite 1-D sequence. "
-                         f"Got shape {loss.shape} instead.")
+        raise ValueError(
+            f"The 'losses' parameter of loss_plateau must be a finite 1-D sequence. Got shape {loss.shape} instead."
+        )
     if loss.size < 2 * window:
         return False
-    early = loss[:window].mean() - loss[window:2 * window].mean()
-    recent = loss[-2 * window:-window].mean() - loss[-window:].mean()
+    early = loss[:window].mean() - loss[window : 2 * window].mean()
+    recent = loss[-2 * window : -window].mean() - loss[-window:].mean()
     return bool(recent < tol * early) if early > 0 else True

@@ -28,11 +28,11 @@ AUTO_MAX_CLUSTERS = 100
 def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"The '{name}' parameter of {owner} must be a non-empty 2-D array "
-                         f"(N, D). Got shape {arr.shape} instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be a non-empty 2-D array (N, D). Got shape {arr.shape} instead."
+        )
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"The '{name}' parameter of {owner} must hold finite values. "
-                         "Got NaN or Inf instead.")
+        raise ValueError(f"The '{name}' parameter of {owner} must hold finite values. Got NaN or Inf instead.")
     return arr
 
 
@@ -86,20 +86,20 @@ def _gram_distances(x: np.ndarray, metric: str, block: int = 1024) -> np.ndarray
     n = x.shape[0]
     out = np.empty((n, n))
     for start in range(0, n, block):
-        band = x[start:start + block] @ x.T
+        band = x[start : start + block] @ x.T
         if metric == "cosine":
             norms = np.sqrt(sq)
-            denom = norms[start:start + block, None] * norms[None, :]
+            denom = norms[start : start + block, None] * norms[None, :]
             band = 1.0 - np.divide(band, denom, out=np.zeros_like(band), where=denom > 0)
             np.clip(band, 0.0, 2.0, out=band)
         else:
             band *= -2.0
-            band += sq[start:start + block, None]
+            band += sq[start : start + block, None]
             band += sq[None, :]
             np.maximum(band, 0.0, out=band)
             if metric == "euclidean":
                 np.sqrt(band, out=band)
-        out[start:start + block] = band
+        out[start : start + block] = band
     out += out.T
     out *= 0.5
     np.fill_diagonal(out, 0.0)
@@ -116,14 +116,19 @@ def check_distance_matrix(distances: np.ndarray, owner: str, name: str = "distan
     """
     d = np.asarray(distances, dtype=np.float64)
     if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
-        raise ValueError(f"The '{name}' parameter of {owner} must be a non-empty square (N, N) "
-                         f"array. Got shape {d.shape} instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be a non-empty square (N, N) array. Got shape {d.shape} instead."
+        )
     if not np.all(np.isfinite(d)) or np.any(d < 0):
-        raise ValueError(f"The '{name}' parameter of {owner} must hold finite non-negative "
-                         "distances. Got a negative, NaN or Inf entry instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must hold finite non-negative "
+            "distances. Got a negative, NaN or Inf entry instead."
+        )
     if not is_symmetric(d, rtol=1e-8, atol=1e-10):
-        raise ValueError(f"The '{name}' parameter of {owner} must be symmetric. "
-                         f"Got a largest asymmetry of {np.max(np.abs(d - d.T))!r} instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be symmetric. "
+            f"Got a largest asymmetry of {np.max(np.abs(d - d.T))!r} instead."
+        )
     return d
 
 
@@ -135,7 +140,7 @@ def is_symmetric(matrix: np.ndarray, *, rtol: float = 1e-8, atol: float = 1e-10,
     """
     m = np.asarray(matrix)
     for start in range(0, m.shape[0], block):
-        if not np.allclose(m[start:start + block], m[:, start:start + block].T, rtol=rtol, atol=atol):
+        if not np.allclose(m[start : start + block], m[:, start : start + block].T, rtol=rtol, atol=atol):
             return False
     return True
 
@@ -179,14 +184,18 @@ def agglomerative(
     owner = "agglomerative"
     d = check_distance_matrix(distances, owner)
     if linkage == "ward":
-        raise ValueError(f"The 'linkage' parameter of {owner} must be one of {LINKAGES}; 'ward' "
-                         "needs Euclidean feature vectors and cannot use precomputed distances. "
-                         "Got 'ward' instead.")
+        raise ValueError(
+            f"The 'linkage' parameter of {owner} must be one of {LINKAGES}; 'ward' "
+            "needs Euclidean feature vectors and cannot use precomputed distances. "
+            "Got 'ward' instead."
+        )
     check_choice(linkage, "linkage", owner, LINKAGES)
     if (threshold is None) == (num_clusters is None):
-        raise ValueError(f"The 'threshold' and 'num_clusters' parameters of {owner}: exactly one "
-                         f"must be given. Got threshold={threshold!r}, num_clusters={num_clusters!r} "
-                         "instead.")
+        raise ValueError(
+            f"The 'threshold' and 'num_clusters' parameters of {owner}: exactly one "
+            f"must be given. Got threshold={threshold!r}, num_clusters={num_clusters!r} "
+            "instead."
+        )
     n = d.shape[0]
     if num_clusters is not None:
         num_clusters = check_int(num_clusters, "num_clusters", owner, low=1, high=n)
@@ -199,8 +208,12 @@ def agglomerative(
         k = num_clusters if num_clusters is not None else int(np.count_nonzero(tree[:, 2] >= threshold)) + 1
         return relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=min(k, n)).ravel())
     model = AgglomerativeClustering(
-        n_clusters=num_clusters, metric="precomputed", linkage=linkage,
-        distance_threshold=threshold, compute_full_tree=True if threshold is not None else "auto")
+        n_clusters=num_clusters,
+        metric="precomputed",
+        linkage=linkage,
+        distance_threshold=threshold,
+        compute_full_tree=True if threshold is not None else "auto",
+    )
     return relabel_by_appearance(model.fit_predict(d))
 
 
@@ -236,10 +249,15 @@ def centroids(vectors: np.ndarray, labels: np.ndarray, num_clusters: int | None 
     arr = _vectors(vectors, "vectors", owner)
     lab = np.asarray(labels)
     if lab.shape != (arr.shape[0],) or not np.issubdtype(lab.dtype, np.integer) or lab.min() < 0:
-        raise ValueError(f"The 'labels' parameter of {owner} must be {arr.shape[0]} non-negative "
-                         f"integers. Got shape {lab.shape}, dtype {lab.dtype} instead.")
-    k = int(lab.max()) + 1 if num_clusters is None else check_int(
-        num_clusters, "num_clusters", owner, low=int(lab.max()) + 1)
+        raise ValueError(
+            f"The 'labels' parameter of {owner} must be {arr.shape[0]} non-negative "
+            f"integers. Got shape {lab.shape}, dtype {lab.dtype} instead."
+        )
+    k = (
+        int(lab.max()) + 1
+        if num_clusters is None
+        else check_int(num_clusters, "num_clusters", owner, low=int(lab.max()) + 1)
+    )
     out = np.full((k, arr.shape[1]), np.nan)
     for c in np.unique(lab):
         out[c] = arr[lab == c].mean(axis=0)
@@ -270,15 +288,16 @@ def nearest(vectors: np.ndarray, references: np.ndarray) -> np.ndarray:
     ref = np.asarray(references, dtype=np.float64)
     usable = np.all(np.isfinite(ref), axis=1) if ref.ndim == 2 else np.zeros(0, bool)
     if ref.ndim != 2 or ref.shape[1] != arr.shape[1] or not usable.any():
-        raise ValueError(f"The 'references' parameter of {owner} must be a (K, {arr.shape[1]}) "
-                         f"array with a finite row. Got shape {ref.shape} instead.")
+        raise ValueError(
+            f"The 'references' parameter of {owner} must be a (K, {arr.shape[1]}) "
+            f"array with a finite row. Got shape {ref.shape} instead."
+        )
     dist = np.full((arr.shape[0], ref.shape[0]), np.inf)
     dist[:, usable] = cdist(arr, ref[usable])
     return np.argmin(dist, axis=1).astype(np.int64)
 
 
-def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0,
-             linkage: str = "average") -> np.ndarray:
+def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0, linkage: str = "average") -> np.ndarray:
     """:func:`agglomerative` with the run-config convention: ``num_clusters`` wins when > 0.
 
     Parameters
@@ -300,8 +319,9 @@ def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0,
     return agglomerative(distances, threshold=threshold, linkage=linkage)
 
 
-def auto_cut(distances: np.ndarray, linkage: str = "average",
-             max_clusters: int = AUTO_MAX_CLUSTERS) -> tuple[np.ndarray, float | None]:
+def auto_cut(
+    distances: np.ndarray, linkage: str = "average", max_clusters: int = AUTO_MAX_CLUSTERS
+) -> tuple[np.ndarray, float | None]:
     """The cut of the HC tree chosen without a threshold: the best silhouette.
 
     Every cut of the tree into ``2 .. min(N - 1, max_clusters)`` clusters is scored by the

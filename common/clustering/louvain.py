@@ -24,6 +24,7 @@ DENSE_MAX_NODES = 2_000
 KNN = 20
 """Neighbours kept per node above ``DENSE_MAX_NODES``."""
 
+
 def similarity_graph(similarity: np.ndarray) -> nx.Graph:
     """The undirected weighted graph of a similarity matrix (no self-loops, no zero edges).
 
@@ -44,11 +45,15 @@ def similarity_graph(similarity: np.ndarray) -> nx.Graph:
     """
     s = np.asarray(similarity, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != s.shape[1] or s.shape[0] == 0:
-        raise ValueError("The 'similarity' parameter of similarity_graph must be a non-empty square "
-                         f"(n, n) array. Got shape {s.shape} instead.")
+        raise ValueError(
+            "The 'similarity' parameter of similarity_graph must be a non-empty square "
+            f"(n, n) array. Got shape {s.shape} instead."
+        )
     if not np.all(np.isfinite(s)) or np.any(s < 0) or not is_symmetric(s, rtol=0.0, atol=1e-6):
-        raise ValueError("The 'similarity' parameter of similarity_graph must be symmetric, finite and "
-                         "non-negative. Got a matrix that is not instead.")
+        raise ValueError(
+            "The 'similarity' parameter of similarity_graph must be symmetric, finite and "
+            "non-negative. Got a matrix that is not instead."
+        )
     graph = nx.Graph()
     graph.add_nodes_from(range(s.shape[0]))
     i, j = knn_edges(s, KNN) if s.shape[0] > DENSE_MAX_NODES else np.triu_indices(s.shape[0], k=1)
@@ -82,7 +87,7 @@ def knn_edges(similarity: np.ndarray, k: int, block: int = 1024) -> tuple[np.nda
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     heads, tails = [], []
     for start in range(0, n, block):
-        rows = np.array(s[start:start + block], dtype=np.float64)
+        rows = np.array(s[start : start + block], dtype=np.float64)
         rows[np.arange(rows.shape[0]), np.arange(start, start + rows.shape[0])] = -np.inf
         nearest = np.argpartition(-rows, k - 1, axis=1)[:, :k]
         heads.append(np.repeat(np.arange(start, start + rows.shape[0]), k))
@@ -117,11 +122,14 @@ def louvain_labels(similarity: np.ndarray, resolution: float = 1.0, seed: int = 
         On a bad matrix or a resolution that is not positive.
     """
     if not isinstance(resolution, (int, float)) or not np.isfinite(resolution) or resolution <= 0:
-        raise ValueError("The 'resolution' parameter of louvain_labels must be a float in the range "
-                         f"(0.0, inf). Got {resolution!r} instead.")
+        raise ValueError(
+            "The 'resolution' parameter of louvain_labels must be a float in the range "
+            f"(0.0, inf). Got {resolution!r} instead."
+        )
     graph = similarity_graph(similarity)
-    partition = community_louvain.best_partition(graph, weight="weight", resolution=float(resolution),
-                                                 random_state=int(seed))
+    partition = community_louvain.best_partition(
+        graph, weight="weight", resolution=float(resolution), random_state=int(seed)
+    )
     raw = np.array([partition[i] for i in range(graph.number_of_nodes())])
     _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
     rank = np.argsort(np.argsort(first))

@@ -33,8 +33,7 @@ def order_by_cluster(labels: np.ndarray) -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise ValueError(
-            f"The 'labels' parameter of order_by_cluster must be a 1-D array. "
-            f"Got shape {labels.shape} instead."
+            f"The 'labels' parameter of order_by_cluster must be a 1-D array. Got shape {labels.shape} instead."
         )
     return np.argsort(labels, kind="stable").astype(np.int64)
 
@@ -54,8 +53,9 @@ def cluster_spans(sorted_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     lab = np.asarray(sorted_labels)
     if lab.ndim != 1:
-        raise ValueError(f"The 'sorted_labels' parameter of cluster_spans must be a 1-D array. "
-                         f"Got shape {lab.shape} instead.")
+        raise ValueError(
+            f"The 'sorted_labels' parameter of cluster_spans must be a 1-D array. Got shape {lab.shape} instead."
+        )
     if lab.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]]).astype(np.int64)
@@ -67,6 +67,8 @@ def order_matrix(matrix: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np
     order = order_by_cluster(labels)
     mat = np.asarray(matrix)
     if mat.shape != (len(order), len(order)):
-        raise ValueError(f"The 'matrix' parameter of order_matrix must have shape "
-                         f"({len(order)}, {len(order)}). Got shape {mat.shape} instead.")
+        raise ValueError(
+            f"The 'matrix' parameter of order_matrix must have shape "
+            f"({len(order)}, {len(order)}). Got shape {mat.shape} instead."
+        )
     return mat[np.ix_(order, order)], np.asarray(labels)[order]

@@ -42,8 +42,10 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError("The 'a' and 'b' parameters of cosine_matrix must be 2-D arrays with the same "
-                         f"number of columns. Got shapes {a.shape} and {b.shape} instead.")
+        raise ValueError(
+            "The 'a' and 'b' parameters of cosine_matrix must be 2-D arrays with the same "
+            f"number of columns. Got shapes {a.shape} and {b.shape} instead."
+        )
     if a.dtype == b.dtype == np.float32 and a.size + b.size > FLOAT32_GRAM_ENTRIES:
         # float64 copies of large update sets would take several times their size (1,000 DNN
         # updates: 1.3 GB each); the float32 Gram matrix is exact to about 1e-5. Scaled in place:
@@ -90,12 +92,12 @@ class GaussianSketch:
         If ``dim`` or ``sketch_dim`` is below 1.
     """
 
-    def __init__(self, dim: int, sketch_dim: int, seed: int, block: int = 4096,
-                 cache_bytes: int = 256 * 2**20) -> None:
+    def __init__(self, dim: int, sketch_dim: int, seed: int, block: int = 4096, cache_bytes: int = 256 * 2**20) -> None:
         for name, value in (("dim", dim), ("sketch_dim", sketch_dim), ("block", block)):
             if int(value) < 1:
-                raise ValueError(f"The '{name}' parameter of GaussianSketch must be an int >= 1. "
-                                 f"Got {value!r} instead.")
+                raise ValueError(
+                    f"The '{name}' parameter of GaussianSketch must be an int >= 1. Got {value!r} instead."
+                )
         self.dim, self.sketch_dim, self.seed, self.block = int(dim), int(sketch_dim), int(seed), int(block)
         self._cache: dict[int, np.ndarray] | None = {} if dim * sketch_dim * 4 <= cache_bytes else None
 
@@ -104,8 +106,7 @@ class GaussianSketch:
             return self._cache[b]
         rows = min(self.block, self.dim - b * self.block)
         rng = np.random.default_rng([self.seed, b])
-        mat = (rng.standard_normal((rows, self.sketch_dim), dtype=np.float32)
-               / np.float32(np.sqrt(self.sketch_dim)))
+        mat = rng.standard_normal((rows, self.sketch_dim), dtype=np.float32) / np.float32(np.sqrt(self.sketch_dim))
         if self._cache is not None:
             self._cache[b] = mat
         return mat
@@ -130,7 +131,7 @@ class GaussianSketch:
         out = np.zeros((x2.shape[0], self.sketch_dim), dtype=np.float32)
         for b in range(-(-self.dim // self.block)):
             start = b * self.block
-            out += x2[:, start:start + self.block] @ self._rows(b)
+            out += x2[:, start : start + self.block] @ self._rows(b)
         return out[0] if single else out
 
 
@@ -161,14 +162,14 @@ class CountSketch:
     def __init__(self, dim: int, sketch_dim: int, seed: int) -> None:
         for name, value in (("dim", dim), ("sketch_dim", sketch_dim)):
             if int(value) < 1:
-                raise ValueError(f"The '{name}' parameter of CountSketch must be an int >= 1. "
-                                 f"Got {value!r} instead.")
+                raise ValueError(f"The '{name}' parameter of CountSketch must be an int >= 1. Got {value!r} instead.")
         self.dim, self.sketch_dim, self.seed = int(dim), int(sketch_dim), int(seed)
         rng = np.random.default_rng([self.seed, self.dim, self.sketch_dim])
         buckets = rng.integers(0, self.sketch_dim, size=self.dim)
         signs = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=self.dim)
-        self._matrix = sparse.csr_matrix((signs, (np.arange(self.dim), buckets)),
-                                         shape=(self.dim, self.sketch_dim), dtype=np.float32)
+        self._matrix = sparse.csr_matrix(
+            (signs, (np.arange(self.dim), buckets)), shape=(self.dim, self.sketch_dim), dtype=np.float32
+        )
 
     def project(self, x: np.ndarray) -> np.ndarray:
         """Project rows: ``(m, d)`` or ``(d,)`` to ``(m, k)`` or ``(k,)``, float32.
@@ -182,7 +183,7 @@ class CountSketch:
         out = np.empty((x2.shape[0], self.sketch_dim), dtype=np.float32)
         step = max(1, (1 << 24) // max(1, self.dim))  # rows at a time: bounds the transposed copy to 64 MB
         for lo in range(0, x2.shape[0], step):
-            out[lo:lo + step] = (self._matrix.T @ x2[lo:lo + step].T).T
+            out[lo : lo + step] = (self._matrix.T @ x2[lo : lo + step].T).T
         return out[0] if single else out
 
 
@@ -207,16 +208,16 @@ def auto_sketch_dim(num_clients: int, dim: int, sketch_dim: int = 0) -> int:
     """
     for name, value in (("num_clients", num_clients), ("dim", dim), ("sketch_dim", sketch_dim)):
         if int(value) < 0:
-            raise ValueError(f"The '{name}' parameter of auto_sketch_dim must be an int >= 0. "
-                             f"Got {value!r} instead.")
+            raise ValueError(f"The '{name}' parameter of auto_sketch_dim must be an int >= 0. Got {value!r} instead.")
     if sketch_dim:
         return int(sketch_dim)
     big = int(num_clients) * int(dim) * 4 > AUTO_SKETCH_BYTES and int(dim) > AUTO_SKETCH_DIM
     return AUTO_SKETCH_DIM if big else 0
 
 
-def sketch_rows(rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0,
-                exact: bool = False, chunk: int = 512) -> np.ndarray:
+def sketch_rows(
+    rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0, exact: bool = False, chunk: int = 512
+) -> np.ndarray:
     """Clients' vectors as one array, sketched when large (:func:`auto_sketch_dim`).
 
     Parameters
@@ -246,13 +247,15 @@ def sketch_rows(rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_di
         raise ValueError("The 'rows' parameter of sketch_rows must hold at least one vector. Got none instead.")
     dim = int(np.shape(rows[0])[-1])
     if any(np.shape(r) != (dim,) for r in rows):
-        raise ValueError(f"The 'rows' parameter of sketch_rows must hold vectors of one length {dim}. "
-                         "Got vectors of other shapes instead.")
+        raise ValueError(
+            f"The 'rows' parameter of sketch_rows must hold vectors of one length {dim}. "
+            "Got vectors of other shapes instead."
+        )
     k = 0 if exact else auto_sketch_dim(n, dim, sketch_dim)
     if not k:
         return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(rows)
     sketch = CountSketch(dim, k, seed)
-    return np.concatenate([sketch.project(np.stack(rows[i:i + chunk])) for i in range(0, n, chunk)])
+    return np.concatenate([sketch.project(np.stack(rows[i : i + chunk])) for i in range(0, n, chunk)])
 
 
 class UpdateSimilarity:
@@ -300,14 +303,18 @@ class UpdateSimilarity:
         pids = [int(p) for p in pids]
         updates = np.asarray(updates, dtype=np.float32)
         if updates.ndim != 2 or updates.shape[0] != len(pids) or len(set(pids)) != len(pids):
-            raise ValueError("The 'updates' parameter of UpdateSimilarity.update must have one row per "
-                             f"distinct pid. Got shape {updates.shape} for {len(pids)} pids instead.")
+            raise ValueError(
+                "The 'updates' parameter of UpdateSimilarity.update must have one row per "
+                f"distinct pid. Got shape {updates.shape} for {len(pids)} pids instead."
+            )
         if not pids:
             return
         vectors = self.sketch.project(updates) if self.sketch is not None else updates
         if self.pids and vectors.shape[1] != self._vectors.shape[1]:
-            raise ValueError(f"The 'updates' parameter of UpdateSimilarity.update must have "
-                             f"{self._vectors.shape[1]} columns. Got {vectors.shape[1]} instead.")
+            raise ValueError(
+                f"The 'updates' parameter of UpdateSimilarity.update must have "
+                f"{self._vectors.shape[1]} columns. Got {vectors.shape[1]} instead."
+            )
         for pid in pids:
             if pid not in self._row:
                 self._row[pid] = len(self.pids)
@@ -342,8 +349,10 @@ class UpdateSimilarity:
         pids = self.pids if pids is None else [int(p) for p in pids]
         missing = [p for p in pids if p not in self._row]
         if missing:
-            raise ValueError(f"The 'pids' parameter of UpdateSimilarity.matrix must name clients with a "
-                             f"stored update. Got unseen {missing} instead.")
+            raise ValueError(
+                f"The 'pids' parameter of UpdateSimilarity.matrix must name clients with a "
+                f"stored update. Got unseen {missing} instead."
+            )
         rows = np.array([self._row[p] for p in pids], dtype=np.int64)
         return self._s[np.ix_(rows, rows)].astype(np.float64)
 

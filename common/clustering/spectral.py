@@ -72,8 +72,9 @@ def update_block(block: np.ndarray, new: np.ndarray, previous_updates: int) -> n
     block = np.asarray(block, dtype=np.float32)
     new = np.asarray(new, dtype=np.float32)
     if block.shape != new.shape:
-        raise ValueError(f"The 'new' parameter of update_block must have shape {block.shape}. "
-                         f"Got shape {new.shape} instead.")
+        raise ValueError(
+            f"The 'new' parameter of update_block must have shape {block.shape}. Got shape {new.shape} instead."
+        )
     beta = moving_average_factor(previous_updates)
     return ((1.0 - beta) * block + beta * new).astype(np.float32)
 
@@ -91,8 +92,9 @@ def profile_matrix(blocks: np.ndarray) -> np.ndarray:
     """Stack per-client blocks ``(N, K, D)`` into the paper's ``G`` of shape ``(K * D, N)``."""
     blocks = np.asarray(blocks)
     if blocks.ndim != 3:
-        raise ValueError(f"The 'blocks' parameter of profile_matrix must be 3-D (N, K, D). "
-                         f"Got shape {blocks.shape} instead.")
+        raise ValueError(
+            f"The 'blocks' parameter of profile_matrix must be 3-D (N, K, D). Got shape {blocks.shape} instead."
+        )
     return blocks.reshape(blocks.shape[0], -1).T
 
 
@@ -122,8 +124,9 @@ def _large(g: np.ndarray) -> bool:
 def _top_svd(g: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seeded randomised SVD of ``g`` to ``count`` components (float32 stays float32)."""
     count = min(count, min(g.shape) - 1)
-    return randomized_svd(g if g.dtype == np.float32 else g.astype(np.float64), n_components=count,
-                          n_iter=7, random_state=seed)
+    return randomized_svd(
+        g if g.dtype == np.float32 else g.astype(np.float64), n_components=count, n_iter=7, random_state=seed
+    )
 
 
 def singular_values(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -226,8 +229,10 @@ def align_labels(new: np.ndarray, old: np.ndarray, num_clusters: int) -> np.ndar
     old = np.asarray(old, dtype=np.int64)
     for name, arr in (("new", new), ("old", old)):
         if arr.shape != (len(new),) or (arr.size and (arr.min() < 0 or arr.max() >= k)):
-            raise ValueError(f"The '{name}' parameter of align_labels must be {len(new)} labels in "
-                             f"[0, {k}). Got {arr.tolist()} instead.")
+            raise ValueError(
+                f"The '{name}' parameter of align_labels must be {len(new)} labels in "
+                f"[0, {k}). Got {arr.tolist()} instead."
+            )
     table = np.zeros((k, k), dtype=np.int64)
     np.add.at(table, (new, old), 1)
     rows, cols = linear_sum_assignment(table, maximize=True)
@@ -236,8 +241,9 @@ def align_labels(new: np.ndarray, old: np.ndarray, num_clusters: int) -> np.ndar
     return mapping[new]
 
 
-def spectral_clustering(matrix: np.ndarray, k: int, previous: np.ndarray,
-                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def spectral_clustering(
+    matrix: np.ndarray, k: int, previous: np.ndarray, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Alg. 3: project ``G`` on its top-``k`` left singular vectors, k-means, align to ``previous``.
 
     Parameters
@@ -309,10 +315,11 @@ def largest_gap(values: np.ndarray, max_dims: int) -> int:
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 1 or values.size < 2:
-        raise ValueError(f"The 'values' parameter of largest_gap must hold at least 2 singular values. "
-                         f"Got {values.size} instead.")
+        raise ValueError(
+            f"The 'values' parameter of largest_gap must hold at least 2 singular values. Got {values.size} instead."
+        )
     m = min(check_int(max_dims, "max_dims", "largest_gap", low=1), values.size - 1)
-    return int(np.argmax(values[:m] - values[1:m + 1])) + 1
+    return int(np.argmax(values[:m] - values[1 : m + 1])) + 1
 
 
 def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) -> NumClustersEstimate:
@@ -334,8 +341,10 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
     g = np.asarray(matrix, dtype=np.float64)
     k_max = check_int(max_clusters, "max_clusters", "estimate_num_clusters", low=2)
     if g.ndim != 2 or g.shape[1] < 3:
-        raise ValueError(f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
-                         f"(clients). Got shape {g.shape} instead.")
+        raise ValueError(
+            f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
+            f"(clients). Got shape {g.shape} instead."
+        )
     k_max = min(k_max, g.shape[1] - 1)
     g = g - g.mean(axis=1, keepdims=True)
     values = singular_values(g, seed)
@@ -349,8 +358,9 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
     return NumClustersEstimate(best, s, values, silhouettes, labels[best])
 
 
-def impute_blocks(blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, rank: int = 0,
-                  iters: int = IMPUTE_ITERS, seed: int = 0) -> np.ndarray:
+def impute_blocks(
+    blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, rank: int = 0, iters: int = IMPUTE_ITERS, seed: int = 0
+) -> np.ndarray:
     """Fill the blocks a client never answered: cluster means, then a rank-``rank`` completion.
 
     With ``profile-fraction`` < 1 a client's block of model ``k`` stays empty until it is
@@ -388,11 +398,13 @@ def impute_blocks(blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, ra
     c = np.asarray(counts)
     lab = np.asarray(labels)
     if b.ndim != 3 or c.shape != b.shape[:2]:
-        raise ValueError(f"The 'counts' parameter of impute_blocks must have shape {b.shape[:2]}. "
-                         f"Got {c.shape} instead.")
+        raise ValueError(
+            f"The 'counts' parameter of impute_blocks must have shape {b.shape[:2]}. Got {c.shape} instead."
+        )
     if lab.shape != (b.shape[0],):
-        raise ValueError(f"The 'labels' parameter of impute_blocks must have shape {(b.shape[0],)}. "
-                         f"Got {lab.shape} instead.")
+        raise ValueError(
+            f"The 'labels' parameter of impute_blocks must have shape {(b.shape[0],)}. Got {lab.shape} instead."
+        )
     for k in range(b.shape[1]):
         answered = c[:, k] > 0
         if answered.all() or not answered.any():

@@ -27,11 +27,11 @@ def _basis(x: np.ndarray, name: str, owner: str, dim: int | None = None) -> np.n
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 2 or 0 in arr.shape or (dim is not None and arr.shape[0] != dim):
         want = f"({dim}, p)" if dim is not None else "(d, p)"
-        raise ValueError(f"The '{name}' parameter of {owner} must be a non-empty 2-D basis {want}. "
-                         f"Got shape {arr.shape} instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be a non-empty 2-D basis {want}. Got shape {arr.shape} instead."
+        )
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"The '{name}' parameter of {owner} must hold finite values. "
-                         "Got NaN or Inf instead.")
+        raise ValueError(f"The '{name}' parameter of {owner} must hold finite values. Got NaN or Inf instead.")
     return arr
 
 
@@ -126,13 +126,16 @@ def pairwise_subspace_angles(
     one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
     both_missing = check_float(both_missing, "both_missing", owner, low=0.0)
     if len(bases) == 0:
-        raise ValueError(f"The 'bases' parameter of {owner} must hold at least one basis or None. "
-                         "Got an empty sequence instead.")
+        raise ValueError(
+            f"The 'bases' parameter of {owner} must hold at least one basis or None. Got an empty sequence instead."
+        )
     present = [_basis(b, "bases", owner) if b is not None else None for b in bases]
     dims = {b.shape[0] for b in present if b is not None}
     if len(dims) > 1:
-        raise ValueError(f"The 'bases' parameter of {owner} must hold bases with one row count d. "
-                         f"Got row counts {sorted(dims)} instead.")
+        raise ValueError(
+            f"The 'bases' parameter of {owner} must hold bases with one row count d. "
+            f"Got row counts {sorted(dims)} instead."
+        )
     n = len(present)
     held = np.array([b is not None for b in present])
     out = np.full((n, n), one_missing)
@@ -140,8 +143,11 @@ def pairwise_subspace_angles(
     rows = np.flatnonzero(held)
     if rows.size:
         chosen = [present[i] for i in rows]
-        out[np.ix_(rows, rows)] = (_reference_among(chosen, signed=measure == "reference-signed")
-                                   if measure.startswith("reference") else _angles_among(chosen, measure))
+        out[np.ix_(rows, rows)] = (
+            _reference_among(chosen, signed=measure == "reference-signed")
+            if measure.startswith("reference")
+            else _angles_among(chosen, measure)
+        )
     np.fill_diagonal(out, 0.0)
     return out
 
@@ -216,7 +222,7 @@ def _angles_among(bases: Sequence[np.ndarray], measure: str) -> np.ndarray:
                 cols = ib[start:] if ra == rb else ib  # within one group, the pairs i <= j only
                 right = qb[start:] if ra == rb else qb
                 left = qa[start:stop].transpose(0, 2, 1).reshape(-1, qa.shape[1])  # (b * ra, d)
-                m = (left @ right.transpose(1, 0, 2).reshape(qa.shape[1], -1))  # (b * ra, nb * rb)
+                m = left @ right.transpose(1, 0, 2).reshape(qa.shape[1], -1)  # (b * ra, nb * rb)
                 m = m.reshape(stop - start, ra, len(cols), rb)
                 if measure == "smallest" and ra <= CLOSED_FORM_MAX_RANK:
                     value = np.degrees(np.arccos(np.sqrt(np.clip(_largest_gram_eigenvalue(m), 0.0, 1.0))))
@@ -263,10 +269,13 @@ def _largest_gram_eigenvalue(m: np.ndarray) -> np.ndarray:
     d0, d1, d2 = g[0, 0] - q, g[1, 1] - q, g[2, 2] - q
     off = g[0, 1] ** 2 + g[0, 2] ** 2 + g[1, 2] ** 2
     p = np.sqrt((d0 * d0 + d1 * d1 + d2 * d2 + 2.0 * off) / 6.0)
-    det = d0 * (d1 * d2 - g[1, 2] ** 2) - g[0, 1] * (g[0, 1] * d2 - g[1, 2] * g[0, 2]) \
+    det = (
+        d0 * (d1 * d2 - g[1, 2] ** 2)
+        - g[0, 1] * (g[0, 1] * d2 - g[1, 2] * g[0, 2])
         + g[0, 2] * (g[0, 1] * g[1, 2] - d1 * g[0, 2])
+    )
     safe = np.where(p > 0, p, 1.0)
-    half_det = np.clip(det / (2.0 * safe ** 3), -1.0, 1.0)
+    half_det = np.clip(det / (2.0 * safe**3), -1.0, 1.0)
     return q + 2.0 * p * np.cos(np.arccos(half_det) / 3.0)
 
 
@@ -279,12 +288,15 @@ def stack_bases(per_class: Sequence[np.ndarray]) -> np.ndarray:
         Naming ``'per_class'`` if empty or of mixed ``d``.
     """
     if len(per_class) == 0:
-        raise ValueError("The 'per_class' parameter of stack_bases must hold at least one basis. "
-                         "Got an empty sequence instead.")
+        raise ValueError(
+            "The 'per_class' parameter of stack_bases must hold at least one basis. Got an empty sequence instead."
+        )
     mats = [_basis(b, "per_class", "stack_bases") for b in per_class]
     if len({m.shape[0] for m in mats}) > 1:
-        raise ValueError("The 'per_class' parameter of stack_bases must hold bases with one row "
-                         f"count d. Got row counts {sorted({m.shape[0] for m in mats})} instead.")
+        raise ValueError(
+            "The 'per_class' parameter of stack_bases must hold bases with one row "
+            f"count d. Got row counts {sorted({m.shape[0] for m in mats})} instead."
+        )
     return np.concatenate(mats, axis=1)
 
 
@@ -325,9 +337,14 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
         return out
     q = [orthonormal_basis(b) for b in first]
     ranks = np.array([x.shape[1] for x in q])
-    groups = {int(r): (np.flatnonzero(ranks == r),  # (g * r, d): one matrix product per reference
-                       np.stack([q[i].T for i in np.flatnonzero(ranks == r)]).reshape(-1, q[0].shape[0]))
-              for r in np.unique(ranks) if r > 0}
+    groups = {
+        int(r): (
+            np.flatnonzero(ranks == r),  # (g * r, d): one matrix product per reference
+            np.stack([q[i].T for i in np.flatnonzero(ranks == r)]).reshape(-1, q[0].shape[0]),
+        )
+        for r in np.unique(ranks)
+        if r > 0
+    }
     out[ranks == 0] = 90.0
     for j, b in enumerate(second):
         qb = orthonormal_basis(b)
@@ -339,8 +356,11 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
             gram = m @ m.transpose(0, 2, 1) if r <= qb.shape[1] else m.transpose(0, 2, 1) @ m
             cos2 = np.clip(np.linalg.eigvalsh(gram)[..., ::-1], 0.0, 1.0)
             angles = np.degrees(np.arccos(np.sqrt(cos2)))
-            out[rows, j] = angles[:, 0] if measure == "smallest" else (
-                angles.sum(axis=1) if measure == "sum" else angles.mean(axis=1))
+            out[rows, j] = (
+                angles[:, 0]
+                if measure == "smallest"
+                else (angles.sum(axis=1) if measure == "sum" else angles.mean(axis=1))
+            )
     return out
 
 
@@ -350,8 +370,9 @@ REFERENCES_PER_CLUSTER = 20
 """Members of each sample cluster that the other clients are compared with."""
 
 
-def sampled_clusters(bases: Sequence[np.ndarray], measure: str, cut: Callable[[np.ndarray], np.ndarray],
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sampled_clusters(
+    bases: Sequence[np.ndarray], measure: str, cut: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cluster a seeded sample exactly, then place every other client by its mean angle.
 
     Up to ``SAMPLE_SIZE`` clients: ``cut(pairwise_subspace_angles(bases, measure))`` itself.
@@ -377,8 +398,16 @@ def sampled_clusters(bases: Sequence[np.ndarray], measure: str, cut: Callable[[n
     rest = np.setdiff1d(np.arange(n), sample)
     if rest.size:
         clusters = np.unique(sample_labels)
-        refs = [np.sort(rng.choice(sample[sample_labels == k], size=min(REFERENCES_PER_CLUSTER,
-                                   int(np.sum(sample_labels == k))), replace=False)) for k in clusters]
+        refs = [
+            np.sort(
+                rng.choice(
+                    sample[sample_labels == k],
+                    size=min(REFERENCES_PER_CLUSTER, int(np.sum(sample_labels == k))),
+                    replace=False,
+                )
+            )
+            for k in clusters
+        ]
         angles = angles_between([bases[i] for i in rest], [bases[i] for r in refs for i in r], measure)
         sizes = np.array([len(r) for r in refs])
         means = np.add.reduceat(angles, np.concatenate([[0], np.cumsum(sizes)[:-1]]), axis=1) / sizes

@@ -48,16 +48,20 @@ def trajectories_from_forces(pull: np.ndarray, push: np.ndarray) -> np.ndarray:
     push = np.asarray(push, dtype=np.float64)
     for name, arr in (("pull", pull), ("push", push)):
         if arr.ndim != 2 or arr.shape != pull.shape or not np.all(np.isfinite(arr)):
-            raise ValueError(f"The '{name}' parameter of trajectories_from_forces must be a finite "
-                             f"array of shape (N, C) like 'pull' {pull.shape}. Got shape {arr.shape} instead.")
+            raise ValueError(
+                f"The '{name}' parameter of trajectories_from_forces must be a finite "
+                f"array of shape (N, C) like 'pull' {pull.shape}. Got shape {arr.shape} instead."
+            )
     return np.stack([pull, push], axis=-1)
 
 
 def _check_trajectories(trajectories: Any, name: str, owner: str) -> np.ndarray:
     arr = np.asarray(trajectories, dtype=np.float64)
     if arr.ndim != 3 or arr.shape[-1] != 2 or arr.shape[1] == 0 or not np.all(np.isfinite(arr)):
-        raise ValueError(f"The '{name}' parameter of {owner} must be a finite array of shape (N, C, 2) "
-                         f"with C >= 1. Got shape {arr.shape} instead.")
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be a finite array of shape (N, C, 2) "
+            f"with C >= 1. Got shape {arr.shape} instead."
+        )
     return arr
 
 
@@ -84,8 +88,10 @@ def trajectory_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarr
     a = _check_trajectories(a, "a", "trajectory_distances")
     b = a if b is None else _check_trajectories(b, "b", "trajectory_distances")
     if b.shape[1] != a.shape[1]:
-        raise ValueError(f"The 'b' parameter of trajectory_distances must have C = {a.shape[1]} points "
-                         f"like 'a'. Got {b.shape[1]} instead.")
+        raise ValueError(
+            f"The 'b' parameter of trajectory_distances must have C = {a.shape[1]} points "
+            f"like 'a'. Got {b.shape[1]} instead."
+        )
     total = np.zeros((a.shape[0], b.shape[0]))
     for c in range(a.shape[1]):
         total += cdist(a[:, c], b[:, c])
@@ -165,33 +171,48 @@ def affinity_propagation(
     """
     owner = "affinity_propagation"
     d = np.asarray(distances, dtype=np.float64)
-    if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0 or not np.all(np.isfinite(d)) \
-            or np.any(d < 0) or not np.allclose(d, d.T):
-        raise ValueError(f"The 'distances' parameter of {owner} must be a symmetric, finite, non-negative "
-                         f"(N, N) array with N >= 1. Got shape {d.shape} instead.")
+    if (
+        d.ndim != 2
+        or d.shape[0] != d.shape[1]
+        or d.shape[0] == 0
+        or not np.all(np.isfinite(d))
+        or np.any(d < 0)
+        or not np.allclose(d, d.T)
+    ):
+        raise ValueError(
+            f"The 'distances' parameter of {owner} must be a symmetric, finite, non-negative "
+            f"(N, N) array with N >= 1. Got shape {d.shape} instead."
+        )
     damping = check_float(damping, "damping", owner, low=0.5, high=1.0, closed=(True, False))
     max_iter = check_int(max_iter, "max_iter", owner, low=1)
     convergence_iter = check_int(convergence_iter, "convergence_iter", owner, low=1)
     similarities = -d
-    pref = float(np.median(similarities)) if preference == MEDIAN else check_float(
-        preference, "preference", owner)
+    pref = float(np.median(similarities)) if preference == MEDIAN else check_float(preference, "preference", owner)
     n = d.shape[0]
     one = APResult(np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64), pref, True, damping)
     if n == 1 or not np.any(d):
         return one
-    schedule = [(damping, max_iter)] + [(max(damping, floor), max_iter * factor) for floor, factor in retries
-                                        if floor > damping]
+    schedule = [(damping, max_iter)] + [
+        (max(damping, floor), max_iter * factor) for floor, factor in retries if floor > damping
+    ]
     for run_damping, run_iter in schedule:
-        ap = AffinityPropagation(affinity="precomputed", damping=run_damping, preference=pref, max_iter=run_iter,
-                                 convergence_iter=convergence_iter, random_state=seed)
+        ap = AffinityPropagation(
+            affinity="precomputed",
+            damping=run_damping,
+            preference=pref,
+            max_iter=run_iter,
+            convergence_iter=convergence_iter,
+            random_state=seed,
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)
             try:
                 labels = ap.fit_predict(similarities)
             except ConvergenceWarning:
                 continue
-        return APResult(labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref,
-                        True, run_damping)
+        return APResult(
+            labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref, True, run_damping
+        )
     return APResult(one.labels, one.exemplars, pref, False, schedule[-1][0])
 
 
@@ -218,8 +239,14 @@ class TrajectoryClusters:
     distances: np.ndarray
 
 
-def cluster_trajectories(trajectories: np.ndarray, *, damping: float = 0.5, preference: float | str = MEDIAN,
-                         seed: int = 0, max_points: int = AP_MAX_POINTS) -> TrajectoryClusters:
+def cluster_trajectories(
+    trajectories: np.ndarray,
+    *,
+    damping: float = 0.5,
+    preference: float | str = MEDIAN,
+    seed: int = 0,
+    max_points: int = AP_MAX_POINTS,
+) -> TrajectoryClusters:
     """CFLGT's clustering of N trajectories, bounded in time and memory for large N.
 
     Up to ``max_points`` trajectories: :func:`affinity_propagation` on all their
@@ -248,8 +275,11 @@ def cluster_trajectories(trajectories: np.ndarray, *, damping: float = 0.5, pref
     points = _check_trajectories(trajectories, "trajectories", "cluster_trajectories")
     max_points = check_int(max_points, "max_points", "cluster_trajectories", low=1)
     n = points.shape[0]
-    sample = np.arange(n, dtype=np.int64) if n <= max_points else np.sort(
-        np.random.default_rng(seed).choice(n, size=max_points, replace=False)).astype(np.int64)
+    sample = (
+        np.arange(n, dtype=np.int64)
+        if n <= max_points
+        else np.sort(np.random.default_rng(seed).choice(n, size=max_points, replace=False)).astype(np.int64)
+    )
     distances = trajectory_distances(points[sample])
     result = affinity_propagation(distances, damping=damping, preference=preference, seed=seed)
     if n > max_points:
@@ -304,10 +334,10 @@ def hopkins_statistic(points: np.ndarray, *, sample_fraction: float = 0.1, seed:
     owner = "hopkins_statistic"
     x = np.asarray(points, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2 or not np.all(np.isfinite(x)):
-        raise ValueError(f"The 'points' parameter of {owner} must be a finite (N, p) array with N >= 2. "
-                         f"Got shape {x.shape} instead.")
-    sample_fraction = check_float(sample_fraction, "sample_fraction", owner, low=0.0, high=1.0,
-                                  closed=(False, True))
+        raise ValueError(
+            f"The 'points' parameter of {owner} must be a finite (N, p) array with N >= 2. Got shape {x.shape} instead."
+        )
+    sample_fraction = check_float(sample_fraction, "sample_fraction", owner, low=0.0, high=1.0, closed=(False, True))
     rng = np.random.default_rng(seed)
     m = max(1, round(sample_fraction * x.shape[0]))
     probes = rng.uniform(x.min(axis=0), x.max(axis=0), size=(m, x.shape[1]))
@@ -332,7 +362,9 @@ def coefficient_of_variation(values: np.ndarray) -> float:
     """
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0 or not np.all(np.isfinite(v)):
-        raise ValueError("The 'values' parameter of coefficient_of_variation must be a non-empty finite "
-                         f"array. Got {v.size} values instead.")
+        raise ValueError(
+            "The 'values' parameter of coefficient_of_variation must be a non-empty finite "
+            f"array. Got {v.size} values instead."
+        )
     mean = v.mean()
     return float("nan") if mean == 0 else float(v.std() / mean)

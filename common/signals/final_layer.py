@@ -32,15 +32,16 @@ class FinalLayer:
     bias: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"weight": np.asarray(self.weight, dtype=np.float32),
-                "bias": np.asarray(self.bias, dtype=np.float32)}
+        return {"weight": np.asarray(self.weight, dtype=np.float32), "bias": np.asarray(self.bias, dtype=np.float32)}
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, outputs: int, features: int) -> FinalLayer:
         """Check a reply holding a ``(outputs, features)`` weight and an ``(outputs,)`` bias."""
         check_names(arrays, ["weight", "bias"], "final layer")
-        return cls(require_array(arrays, "weight", (outputs, features), "final layer"),
-                   require_array(arrays, "bias", (outputs,), "final layer"))
+        return cls(
+            require_array(arrays, "weight", (outputs, features), "final layer"),
+            require_array(arrays, "bias", (outputs,), "final layer"),
+        )
 
     def vector(self) -> np.ndarray:
         """Weight then bias, flattened: shape (C * d + C,), float64."""

@@ -37,9 +37,11 @@ class HoldoutResult:
     num_fit: int
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"delta": np.asarray(self.delta, dtype=np.float32),
-                "accuracy": np.asarray([self.accuracy], dtype=np.float32),
-                "num-fit": np.asarray([self.num_fit], dtype=np.int64)}
+        return {
+            "delta": np.asarray(self.delta, dtype=np.float32),
+            "accuracy": np.asarray([self.accuracy], dtype=np.float32),
+            "num-fit": np.asarray([self.num_fit], dtype=np.int64),
+        }
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, size: int, max_fit: int) -> HoldoutResult:

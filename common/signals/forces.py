@@ -34,12 +34,12 @@ class ClassForces:
     push: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"pull": np.asarray(self.pull, dtype=np.float32),
-                "push": np.asarray(self.push, dtype=np.float32)}
+        return {"pull": np.asarray(self.pull, dtype=np.float32), "push": np.asarray(self.push, dtype=np.float32)}
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, num_classes: int,
-                    non_negative: bool = False) -> ClassForces:
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], *, num_classes: int, non_negative: bool = False
+    ) -> ClassForces:
         """Check and wrap a reply holding two finite ``(num_classes,)`` arrays.
 
         ``non_negative`` also refuses negative forces: ask for it when the features ``v``

@@ -47,15 +47,23 @@ class ClassSubspaces:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {"classes": np.asarray(self.classes, dtype=np.int64)}
-        out.update({basis_name(int(c)): np.asarray(b, dtype=np.float32) for c, b in zip(self.classes, self.bases,
-                                                                                         strict=True)})
+        out.update(
+            {basis_name(int(c)): np.asarray(b, dtype=np.float32) for c, b in zip(self.classes, self.bases, strict=True)}
+        )
         if self.counts is not None:
             out["counts"] = np.asarray(self.counts, dtype=np.int64)
         return out
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, dim: int | None, num_classes: int, max_vectors: int,
-                    with_counts: bool = False) -> ClassSubspaces:
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        dim: int | None,
+        num_classes: int,
+        max_vectors: int,
+        with_counts: bool = False,
+    ) -> ClassSubspaces:
         """Check a reply: classes in ``[0, num_classes)``, bases (dim, 1..max_vectors), orthonormal.
 
         ``dim=None`` accepts any row count shared by all the reply's bases.
@@ -69,8 +77,7 @@ class ClassSubspaces:
         what = "class subspaces"
         classes = require_array(arrays, "classes", (None,), what, integer=True)
         if classes.size == 0 or np.any(np.diff(classes) <= 0) or classes[0] < 0 or classes[-1] >= num_classes:
-            raise SignalError(f"{what}: classes {classes.tolist()} are not strictly increasing in "
-                              f"[0, {num_classes})")
+            raise SignalError(f"{what}: classes {classes.tolist()} are not strictly increasing in [0, {num_classes})")
         names = ["classes", *(basis_name(int(c)) for c in classes)] + (["counts"] if with_counts else [])
         check_names(arrays, names, what)
         bases = []
@@ -80,8 +87,9 @@ class ClassSubspaces:
             p = basis.shape[1]
             gram = basis.astype(np.float64).T @ basis.astype(np.float64)
             if not 1 <= p <= max_vectors or not np.allclose(gram, np.eye(p), atol=ORTHONORMAL_TOL):
-                raise SignalError(f"{what}: basis of class {int(c)} has {p} columns (1..{max_vectors} "
-                                  "allowed) or is not orthonormal")
+                raise SignalError(
+                    f"{what}: basis of class {int(c)} has {p} columns (1..{max_vectors} allowed) or is not orthonormal"
+                )
             bases.append(basis)
         counts = None
         if with_counts:

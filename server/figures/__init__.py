@@ -18,11 +18,13 @@ FIGURES: dict[str, FigureFn] = {}
 
 def register(strategy_name: str) -> Callable[[FigureFn], FigureFn]:
     """Register ``fn`` as the figure writer of the strategy called ``strategy_name``."""
+
     def decorator(fn: FigureFn) -> FigureFn:
         if strategy_name in FIGURES:
             raise ValueError(f"Figures for {strategy_name!r} are registered twice.")
         FIGURES[strategy_name] = fn
         return fn
+
     return decorator
 
 

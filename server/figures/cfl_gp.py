@@ -36,14 +36,25 @@ def singular_values(strategy: Any, folder: Path) -> list[Path]:
     shown = min(len(spectra[-1][1]), 2 * strategy.params.max_clusters + 2)
     for i, (rnd, values) in enumerate(spectra):
         x = np.arange(1, min(len(values), shown) + 1)
-        ax.plot(x, values[:len(x)], marker=".", color=cmap(0.3 + 0.7 * (i + 1) / len(spectra)),
-                label=f"round {rnd}" if i in (0, len(spectra) - 1) else None)
+        ax.plot(
+            x,
+            values[: len(x)],
+            marker=".",
+            color=cmap(0.3 + 0.7 * (i + 1) / len(spectra)),
+            label=f"round {rnd}" if i in (0, len(spectra) - 1) else None,
+        )
     estimate = getattr(strategy, "estimate", None)
     title = f"CFL-GP profile spectrum (K = {strategy.k}"
     if estimate is not None:
         values = estimate.singular_values[:shown]
-        ax.plot(np.arange(1, len(values) + 1), values, marker="x", color="black", linestyle=":",
-                label="one-model profile at the K estimate")
+        ax.plot(
+            np.arange(1, len(values) + 1),
+            values,
+            marker="x",
+            color="black",
+            linestyle=":",
+            label="one-model profile at the K estimate",
+        )
         s = estimate.gap_dims
         title += f" from the gap after {s} + silhouette"
     else:

@@ -16,7 +16,8 @@ from . import register
 def cfl_sattler_norms(strategy: Any, folder: Path) -> list[Path]:
     """Write ``cfl-norms.png``: per cluster and round, ``mean_update_ratio`` of its sampled members
     against eps1 (top) and ``max ||update_i||`` against eps2 (bottom); kept splits (red) and
-    rejected bi-partitions (grey, dotted) as vertical lines in both panels."""
+    rejected bi-partitions (grey, dotted) as vertical lines in both panels.
+    """
     fig = Figure(figsize=(7.0, 6.0))
     top, bottom = fig.subplots(2, 1, sharex=True)
     for k in sorted({r["cluster"] for r in strategy.norms}):
@@ -24,16 +25,20 @@ def cfl_sattler_norms(strategy: Any, folder: Path) -> list[Path]:
         x = [r["round"] for r in rows]
         top.plot(x, [r["ratio"] for r in rows], color=f"C{k % 10}", marker=".", label=f"cluster {k}")
         bottom.plot(x, [r["max-norm"] for r in rows], color=f"C{k % 10}", marker=".")
-    top.axhline(strategy.params.eps1, color="black", linestyle="--", linewidth=0.8, label=f"eps1 = {strategy.params.eps1:g}")
+    top.axhline(
+        strategy.params.eps1, color="black", linestyle="--", linewidth=0.8, label=f"eps1 = {strategy.params.eps1:g}"
+    )
     if strategy.params.eps2:
-        bottom.axhline(strategy.params.eps2, color="black", linestyle="--", linewidth=0.8,
-                       label=f"eps2 = {strategy.params.eps2:g}")
+        bottom.axhline(
+            strategy.params.eps2, color="black", linestyle="--", linewidth=0.8, label=f"eps2 = {strategy.params.eps2:g}"
+        )
     for ax in (top, bottom):
         for i, split in enumerate(strategy.splits):
             ax.axvline(split["round"], color="tab:red", alpha=0.5, label="split" if i == 0 and ax is top else None)
         for i, attempt in enumerate(a for a in strategy.attempts if not a["kept"]):
-            ax.axvline(attempt["round"], color="grey", linestyle=":",
-                       label="no separation" if i == 0 and ax is top else None)
+            ax.axvline(
+                attempt["round"], color="grey", linestyle=":", label="no separation" if i == 0 and ax is top else None
+            )
         ax.grid(alpha=0.3)
     top.set_ylabel("||mean update|| / RMS ||update_i||", fontsize=9)
     bottom.set_ylabel("max ||update_i||", fontsize=9)

@@ -20,8 +20,15 @@ from ..plots import _save
 from . import register
 
 
-def _draw(ax: Any, points: np.ndarray, color: Any, order: np.ndarray, width: float = 0.6, alpha: float = 0.35,
-          label: str | None = None) -> None:
+def _draw(
+    ax: Any,
+    points: np.ndarray,
+    color: Any,
+    order: np.ndarray,
+    width: float = 0.6,
+    alpha: float = 0.35,
+    label: str | None = None,
+) -> None:
     ax.plot(points[order, 0], points[order, 1], "-o", color=color, lw=width, ms=2.0, alpha=alpha, label=label)
 
 
@@ -59,8 +66,14 @@ def trajectory_figures(strategy: Any, folder: Path) -> list[Path]:
     ax.set_xlabel("Z1' (pulling force)")
     ax.set_ylabel("Z2' (pushing force)")
     ax.grid(alpha=0.3)
-    legend = ax.legend(title="cluster (clients); thick: exemplar", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                       fontsize=8, title_fontsize=8, ncol=1 if len(clusters) <= 16 else 2)
+    legend = ax.legend(
+        title="cluster (clients); thick: exemplar",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        title_fontsize=8,
+        ncol=1 if len(clusters) <= 16 else 2,
+    )
     for handle in legend.legend_handles:
         if handle is not None:
             handle.set_alpha(1.0)
@@ -88,15 +101,21 @@ def trajectory_figures(strategy: Any, folder: Path) -> list[Path]:
         if i >= len(clusters) - cols:
             ax.set_xlabel("Z1' (pulling)", fontsize=9)
             ax.xaxis.set_tick_params(labelbottom=True)
-    for ax in axes[len(clusters):]:
+    for ax in axes[len(clusters) :]:
         ax.set_visible(False)
-    paths.append(_save(fig, folder / "trajectory-clusters.png",
-                       "CFLGT: trajectories by cluster (outlined: the exemplar)"))
+    paths.append(
+        _save(fig, folder / "trajectory-clusters.png", "CFLGT: trajectories by cluster (outlined: the exemplar)")
+    )
 
-    data = {"partition-ids": pids, "clusters": labels.tolist(), "point-order": order.tolist(),
-            "trajectories": points.tolist(), "exemplars": np.asarray(strategy.exemplars).tolist(),
-            "pending": sorted(strategy.pending),
-            "diagnostics": {k: None if math.isnan(v) else v for k, v in strategy.diagnostics.items()}}
+    data = {
+        "partition-ids": pids,
+        "clusters": labels.tolist(),
+        "point-order": order.tolist(),
+        "trajectories": points.tolist(),
+        "exemplars": np.asarray(strategy.exemplars).tolist(),
+        "pending": sorted(strategy.pending),
+        "diagnostics": {k: None if math.isnan(v) else v for k, v in strategy.diagnostics.items()},
+    }
     path = folder / "trajectories.json"
     path.write_text(json.dumps(data, indent=1))
     return [*paths, path]

@@ -18,7 +18,8 @@ from . import register
 @register("flag")
 def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     """``flag-sweep.png`` (blue bars: clusters, red line: accuracy, dashed: chosen alpha) and
-    ``flag-sweep.json``; nothing when no sweep ran (``alpha`` or ``num-clusters`` given)."""
+    ``flag-sweep.json``; nothing when no sweep ran (``alpha`` or ``num-clusters`` given).
+    """
     sweep = list(getattr(strategy, "sweep", []))
     if not sweep:
         return []
@@ -44,5 +45,4 @@ def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     data = folder / "flag-sweep.json"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps({"chosen-alpha": chosen, "sweep": sweep}, indent=1))
-    return [_save(fig, folder / "flag-sweep.png",
-                  "FLAG: threshold sweep, validated on held-out train data"), data]
+    return [_save(fig, folder / "flag-sweep.png", "FLAG: threshold sweep, validated on held-out train data"), data]

@@ -48,16 +48,30 @@ def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     for k in range(len(strategy.models)):
         members = sorted(p for p, c in strategy.assignment.items() if c == k)
         accs = [strategy.last_eval[p][0] for p in members if p in strategy.last_eval]
-        clusters.append({
-            "cluster": k, "size": len(members),
-            "true-groups": {str(g): n for g, n in sorted(Counter(strategy.clients[p].true_group
-                                                                   for p in members).items())},
-            "accuracy": float(np.mean(accs)) if accs else None,
-        })
+        clusters.append(
+            {
+                "cluster": k,
+                "size": len(members),
+                "true-groups": {
+                    str(g): n for g, n in sorted(Counter(strategy.clients[p].true_group for p in members).items())
+                },
+                "accuracy": float(np.mean(accs)) if accs else None,
+            }
+        )
     report = folder / "flic.json"
-    report.write_text(json.dumps({"cluster-round": strategy.clustered_at, "resolution": strategy.resolution,
-                                  "joined": {str(p): r for p, r in sorted(strategy.joined.items())},
-                                  "train-loss": loss.tolist(), "clusters": clusters}, indent=1) + "\n")
+    report.write_text(
+        json.dumps(
+            {
+                "cluster-round": strategy.clustered_at,
+                "resolution": strategy.resolution,
+                "joined": {str(p): r for p, r in sorted(strategy.joined.items())},
+                "train-loss": loss.tolist(),
+                "clusters": clusters,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     paths = [png, report]
     if strategy.clustering_similarity is not None and len(strategy.clustering_similarity[0]) <= MAX_SAVED:
         pids, matrix = strategy.clustering_similarity

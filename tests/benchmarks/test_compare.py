@@ -14,13 +14,30 @@ import runs
 
 def _write_run(folder, rounds, round_s, eval_every, ari, accuracy, signal_up=0):
     folder.mkdir(parents=True)
-    metrics = [{"round": r, "accuracy": accuracy if r % eval_every == 0 or r == rounds else None,
-                "ari": ari, "round-seconds": 0.1} for r in range(1, rounds + 1)]
+    metrics = [
+        {
+            "round": r,
+            "accuracy": accuracy if r % eval_every == 0 or r == rounds else None,
+            "ari": ari,
+            "round-seconds": 0.1,
+        }
+        for r in range(1, rounds + 1)
+    ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
-    (folder / "summary.json").write_text(json.dumps({
-        "final-accuracy": accuracy, "final-ari": ari, "rounds-to-truth": 2 if ari == 1.0 else None,
-        "final-num-clusters": 3, "num-clients": 10, "bytes-up-signal": signal_up,
-        "bytes-up-model": 2e6, "bytes-down-model": 3e6}))
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "final-accuracy": accuracy,
+                "final-ari": ari,
+                "rounds-to-truth": 2 if ari == 1.0 else None,
+                "final-num-clusters": 3,
+                "num-clients": 10,
+                "bytes-up-signal": signal_up,
+                "bytes-up-model": 2e6,
+                "bytes-down-model": 3e6,
+            }
+        )
+    )
     times = {str(r): round_s for r in range(2, rounds + 1)}
     times["2"] = 50.0  # skipped when skip_first=2, kept with the default skip_first=1
     (folder / "round-times.json").write_text(json.dumps({"round-seconds": times, "final-train-loss": 0.5}))
@@ -41,8 +58,17 @@ def _cells(tmp_path):
             folder = tmp_path / f"{strategy}-{seed}"
             _write_run(folder, 6, round_s, 3, ari, acc + delta, signal)
             run = runs.read_run(folder)
-            out.append(compare.CellResult(strategy, "rotation-4", seed, run["summary"], run["metrics"],
-                                          runs.training_round_seconds(run, skip_first=2), 30.0))
+            out.append(
+                compare.CellResult(
+                    strategy,
+                    "rotation-4",
+                    seed,
+                    run["summary"],
+                    run["metrics"],
+                    runs.training_round_seconds(run, skip_first=2),
+                    30.0,
+                )
+            )
     return out
 
 
@@ -91,16 +117,45 @@ def test_unknown_strategy_or_scenario_is_refused_with_the_allowed_ones(capsys):
 
 
 def test_dry_run_prints_one_command_per_cell(capsys):
-    assert compare.main(["--strategies", "fedavg,flic", "--scenarios", "rotation-4", "--seeds", "3",
-                         "--dry-run", "--", "--rounds", "2"]) == 0
+    assert (
+        compare.main(
+            [
+                "--strategies",
+                "fedavg,flic",
+                "--scenarios",
+                "rotation-4",
+                "--seeds",
+                "3",
+                "--dry-run",
+                "--",
+                "--rounds",
+                "2",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("umbel run --strategy") for line in lines)
     assert lines[1].endswith("--rounds 2") and "--cluster-round" not in lines[1]  # FLIC's automatic round
 
 
 def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(capsys):
-    assert compare.main(["--preset", "paper", "--strategies", "pacfl,pacfl-reference,cfl-sattler-paper,cflgt",
-                         "--scenarios", "label-groups-1", "--seeds", "0", "--dry-run"]) == 0
+    assert (
+        compare.main(
+            [
+                "--preset",
+                "paper",
+                "--strategies",
+                "pacfl,pacfl-reference,cfl-sattler-paper,cflgt",
+                "--scenarios",
+                "label-groups-1",
+                "--seeds",
+                "0",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("umbel run --strategy pacfl ") and "--pacfl-measure" not in lines[0]
     assert lines[1].startswith("umbel run --strategy pacfl ")
@@ -111,9 +166,18 @@ def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(caps
 
 
 def test_markdown_labels_modified_defaults():
-    row = {"scenario": "s", "final-accuracy-mean": 0.5, "final-accuracy-std": None, "final-ari": 1.0,
-           "ari-1.0-round": "1", "final-clusters": "2", "signal-bytes-up-per-client": 1.0, "model-mb": 1.0,
-           "round-time-vs-fedavg": 1.0, "wall-seconds": 1.0}
+    row = {
+        "scenario": "s",
+        "final-accuracy-mean": 0.5,
+        "final-accuracy-std": None,
+        "final-ari": 1.0,
+        "ari-1.0-round": "1",
+        "final-clusters": "2",
+        "signal-bytes-up-per-client": 1.0,
+        "model-mb": 1.0,
+        "round-time-vs-fedavg": 1.0,
+        "wall-seconds": 1.0,
+    }
     text = compare.markdown([{**row, "strategy": "pacfl"}, {**row, "strategy": "pacfl-eq3"}], compare.PAPER)
     assert "| pacfl (modified) |" in text and "| pacfl-eq3 |" in text
     assert "(modified) pacfl: mean principal angle" in text

@@ -12,8 +12,9 @@ import overhead
 
 
 def test_ratio_is_of_the_mean_round_times_over_all_pairs():
-    report = overhead.ratio_report([{"umbel": [1.0, 3.0], "flower": [1.0, 1.0]},
-                                    {"umbel": [2.0, 2.0], "flower": [2.0, 2.0]}])
+    report = overhead.ratio_report(
+        [{"umbel": [1.0, 3.0], "flower": [1.0, 1.0]}, {"umbel": [2.0, 2.0], "flower": [2.0, 2.0]}]
+    )
     assert report["ratio"] == pytest.approx(2.0 / 1.5)
     assert report["pair-ratios"] == pytest.approx([2.0, 1.0]) and report["rounds-compared"] == 4
 
@@ -32,9 +33,32 @@ def test_bad_arguments_name_the_parameter(argv, name, capsys):
 
 @pytest.mark.slow
 def test_one_pair_on_digits_times_both_loops_the_same_way(tmp_path):
-    assert overhead.main(["--pairs", "1", "--rounds", "5", "--results-dir", str(tmp_path), "--",
-                          "--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label",
-                          "20", "--fraction", "0.5", "--lr", "0.05"]) == 0
+    assert (
+        overhead.main(
+            [
+                "--pairs",
+                "1",
+                "--rounds",
+                "5",
+                "--results-dir",
+                str(tmp_path),
+                "--",
+                "--dataset",
+                "digits",
+                "--num-clients",
+                "6",
+                "--groups",
+                "2",
+                "--samples-per-label",
+                "20",
+                "--fraction",
+                "0.5",
+                "--lr",
+                "0.05",
+            ]
+        )
+        == 0
+    )
     folder = tmp_path / "overhead"
     report = json.loads((folder / "overhead.json").read_text())
     for loop in ("umbel", "flower"):

@@ -15,8 +15,7 @@ scaling = importlib.util.module_from_spec(_spec)
 sys.modules["scaling"] = scaling  # dataclasses look their module up
 _spec.loader.exec_module(scaling)
 
-SHAPES = [("features.1.weight", (24, 40)), ("features.1.bias", (24,)), ("head.weight", (10, 24)),
-          ("head.bias", (10,))]
+SHAPES = [("features.1.weight", (24, 40)), ("features.1.bias", (24,)), ("head.weight", (10, 24)), ("head.bias", (10,))]
 SIZES = scaling.Sizes(sum(math.prod(s) for _, s in SHAPES), 24)
 ALGORITHMS = {"fedavg", "ifca", "cflgt", "fedclust", "pacfl", "flhc", "flag", "flic", "cfl-sattler", "cfl-gp"}
 
@@ -46,8 +45,10 @@ def test_growth_exponent_recovers_a_known_power_law():
     assert scaling.growth_exponent(ns, [3e-6 * n**1.5 for n in ns]) == pytest.approx(1.5)
     assert scaling.growth_exponent(ns, [0.2 * n**2 for n in ns]) == pytest.approx(2.0)
     assert scaling.growth_exponent([100], [1.0]) is None
-    rows = scaling.summarise([{"variant": "fedavg", "n": n, "status": "ok", "seconds": 1e-3 * n, "peak_mb": None,
-                               "rss_mb": 2.0} for n in ns] + [{"variant": "flic", "n": 10, "status": "timed out"}])
+    rows = scaling.summarise(
+        [{"variant": "fedavg", "n": n, "status": "ok", "seconds": 1e-3 * n, "peak_mb": None, "rss_mb": 2.0} for n in ns]
+        + [{"variant": "flic", "n": 10, "status": "timed out"}]
+    )
     assert rows[0]["time_exponent"] == pytest.approx(1.0) and rows[0]["memory_exponent"] == pytest.approx(0.0)
     assert rows[-1]["time_exponent"] is None
 

@@ -16,8 +16,20 @@ _spec.loader.exec_module(signal_cost)
 def test_signal_cost_table_on_a_tiny_digits_federation(tmp_path):
     from common.models import build_model
 
-    argv = ["--dataset", "digits", "--num-clients", "4", "--repeats", "1", "--set", "samples-per-label=10",
-            "--set", "groups=2", "--out", str(tmp_path)]
+    argv = [
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--repeats",
+        "1",
+        "--set",
+        "samples-per-label=10",
+        "--set",
+        "groups=2",
+        "--out",
+        str(tmp_path),
+    ]
     assert signal_cost.main(argv) == 0
     result = json.loads((tmp_path / "signal_cost.json").read_text())
     net = build_model("dnn", (1, 8, 8), 10)

@@ -18,12 +18,36 @@ def test_sweep_runs_each_value_and_plots(tmp_path, monkeypatch):
 
     def fake(strategy, key, value, run_name, results_dir, extra):
         calls.append((strategy, key, value, run_name, list(extra)))
-        return {"value": float(value), "run-name": run_name, "final-accuracy": 0.5 + float(value) / 10,
-                "final-ari": 1.0, "num-clusters": 4 - int(float(value)), "round-seconds": 1.0}
+        return {
+            "value": float(value),
+            "run-name": run_name,
+            "final-accuracy": 0.5 + float(value) / 10,
+            "final-ari": 1.0,
+            "num-clusters": 4 - int(float(value)),
+            "round-seconds": 1.0,
+        }
 
     monkeypatch.setattr(sweep, "run_one", fake)
-    assert sweep.main(["--strategy", "fedclust", "--key", "fedclust-lambda", "--values", "2,1,3",
-                       "--name", "s", "--results-dir", str(tmp_path), "--", "--rounds", "2"]) == 0
+    assert (
+        sweep.main(
+            [
+                "--strategy",
+                "fedclust",
+                "--key",
+                "fedclust-lambda",
+                "--values",
+                "2,1,3",
+                "--name",
+                "s",
+                "--results-dir",
+                str(tmp_path),
+                "--",
+                "--rounds",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert [c[2] for c in calls] == ["2", "1", "3"] and calls[0][4] == ["--rounds", "2"]
     assert calls[0][3] == "s-2"
     saved = json.loads((tmp_path / "s" / "sweep.json").read_text())

@@ -14,8 +14,9 @@ def _call(message_type, content, rc, pid=0):
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
     msg = Message(content, dst_node_id=7, message_type=message_type)
     msg.metadata.__dict__["_message_id"] = "m1"
-    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": pid, "num-partitions": 6},
-                  state=RecordDict(), run_config=rc)
+    ctx = Context(
+        run_id=1, node_id=7, node_config={"partition-id": pid, "num-partitions": 6}, state=RecordDict(), run_config=rc
+    )
     reply = app(msg, ctx)
     assert reply.metadata.reply_to_message_id == "m1"
     return reply.content
@@ -23,8 +24,17 @@ def _call(message_type, content, rc, pid=0):
 
 def _train_content(rc):
     exp = Experiment.from_run_config(rc)
-    cfg = ConfigRecord({keys.SERVER_ROUND: 1, keys.CLUSTER_ID: 0, keys.LOCAL_EPOCHS: 1, keys.BATCH_SIZE: 8,
-                        keys.LR: 0.05, keys.MOMENTUM: 0.0, keys.WEIGHT_DECAY: 0.0})
+    cfg = ConfigRecord(
+        {
+            keys.SERVER_ROUND: 1,
+            keys.CLUSTER_ID: 0,
+            keys.LOCAL_EPOCHS: 1,
+            keys.BATCH_SIZE: 8,
+            keys.LR: 0.05,
+            keys.MOMENTUM: 0.0,
+            keys.WEIGHT_DECAY: 0.0,
+        }
+    )
     return exp.initial_model(), RecordDict({keys.ARRAYS: exp.initial_model(), keys.CONFIG: cfg})
 
 

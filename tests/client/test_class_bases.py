@@ -37,9 +37,18 @@ def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
     initial = Experiment.from_run_config(rc).initial_model()
 
     def head(steps):
-        cfg = ConfigRecord({keys.SERVER_ROUND: 1, keys.LOCAL_EPOCHS: 2, keys.BATCH_SIZE: 8, keys.LR: 0.05,
-                            keys.MOMENTUM: 0.0, keys.WEIGHT_DECAY: 0.0, keys.CLUSTER_EPOCHS: 1,
-                            keys.CLUSTER_STEPS: steps})
+        cfg = ConfigRecord(
+            {
+                keys.SERVER_ROUND: 1,
+                keys.LOCAL_EPOCHS: 2,
+                keys.BATCH_SIZE: 8,
+                keys.LR: 0.05,
+                keys.MOMENTUM: 0.0,
+                keys.WEIGHT_DECAY: 0.0,
+                keys.CLUSTER_EPOCHS: 1,
+                keys.CLUSTER_STEPS: steps,
+            }
+        )
         return final_layer(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: cfg}))
 
     by_steps, by_epoch = head(3), head(0)
@@ -72,8 +81,17 @@ def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
     monkeypatch.setattr(final_layer_module, "train", counting_train)
 
     def update(steps):
-        cfg = ConfigRecord({keys.SERVER_ROUND: 4, keys.LOCAL_EPOCHS: 1, keys.BATCH_SIZE: 8, keys.LR: 0.05,
-                            keys.MOMENTUM: 0.0, keys.WEIGHT_DECAY: 0.0, keys.CLUSTER_STEPS: steps})
+        cfg = ConfigRecord(
+            {
+                keys.SERVER_ROUND: 4,
+                keys.LOCAL_EPOCHS: 1,
+                keys.BATCH_SIZE: 8,
+                keys.LR: 0.05,
+                keys.MOMENTUM: 0.0,
+                keys.WEIGHT_DECAY: 0.0,
+                keys.CLUSTER_STEPS: steps,
+            }
+        )
         return model_update(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: cfg}))["delta"]
 
     by_steps = update(5)

@@ -99,8 +99,9 @@ def test_query_handler_replies_two_float32_class_vectors_from_the_train_split():
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
     msg = Message(content, dst_node_id=7, message_type=keys.query_type(keys.FORCES_ACTION))
     msg.metadata.__dict__["_message_id"] = "m1"
-    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 6},
-                  state=RecordDict(), run_config=rc)
+    ctx = Context(
+        run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 6}, state=RecordDict(), run_config=rc
+    )
     signal = app(msg, ctx).content[keys.SIGNAL]
     arrays = {name: arr.numpy() for name, arr in signal.items()}
     assert sorted(arrays) == ["pull", "push"]

@@ -7,8 +7,9 @@ from common.aggregation import weighted_average
 
 
 def _models(rng, n):
-    return [{"w": rng.normal(size=(4, 3)).astype(np.float32), "b": rng.normal(size=3).astype(np.float32)}
-            for _ in range(n)]
+    return [
+        {"w": rng.normal(size=(4, 3)).astype(np.float32), "b": rng.normal(size=3).astype(np.float32)} for _ in range(n)
+    ]
 
 
 def test_equals_flower_fedavg_aggregation():
@@ -16,8 +17,10 @@ def test_equals_flower_fedavg_aggregation():
     models = _models(rng, 5)
     weights = [10, 50, 3, 7, 30]
     ours = weighted_average(models, weights)
-    records = [RecordDict({"arrays": ArrayRecord([m["w"], m["b"]]), "metrics": MetricRecord({"num-examples": w})})
-               for m, w in zip(models, weights, strict=True)]
+    records = [
+        RecordDict({"arrays": ArrayRecord([m["w"], m["b"]]), "metrics": MetricRecord({"num-examples": w})})
+        for m, w in zip(models, weights, strict=True)
+    ]
     flower = aggregate_arrayrecords(records, "num-examples").to_numpy_ndarrays()
     np.testing.assert_allclose(ours["w"], flower[0], rtol=1e-6)
     np.testing.assert_allclose(ours["b"], flower[1], rtol=1e-6)
@@ -52,9 +55,12 @@ def test_shape_mismatch_and_empty():
 
 def test_coordinate_median_takes_the_middle_value_per_coordinate_and_resists_outliers():
     from common.aggregation import coordinate_median
-    models = [{"w": np.array([[1.0, 5.0]], dtype=np.float32), "n": np.array(1, dtype=np.int64)},
-              {"w": np.array([[2.0, -7.0]], dtype=np.float32), "n": np.array(2, dtype=np.int64)},
-              {"w": np.array([[1000.0, 4.0]], dtype=np.float32), "n": np.array(6, dtype=np.int64)}]
+
+    models = [
+        {"w": np.array([[1.0, 5.0]], dtype=np.float32), "n": np.array(1, dtype=np.int64)},
+        {"w": np.array([[2.0, -7.0]], dtype=np.float32), "n": np.array(2, dtype=np.int64)},
+        {"w": np.array([[1000.0, 4.0]], dtype=np.float32), "n": np.array(6, dtype=np.int64)},
+    ]
     out = coordinate_median(models)
     np.testing.assert_array_equal(out["w"], [[2.0, 4.0]])
     assert out["w"].dtype == np.float32 and out["n"] == 2
@@ -64,6 +70,7 @@ def test_coordinate_median_takes_the_middle_value_per_coordinate_and_resists_out
 
 def test_coordinate_median_refuses_empty_and_mismatched_models():
     from common.aggregation import coordinate_median
+
     with pytest.raises(ValueError, match="'models' parameter of coordinate_median"):
         coordinate_median([])
     with pytest.raises(ValueError, match="Array 'w' must have shape"):

@@ -82,7 +82,7 @@ def test_threshold_grid_and_cuts() -> None:
     np.testing.assert_allclose(threshold_grid(0.3), [1, 0.7, 0.4, 0.1])
     assert len(threshold_grid(0.1)) == 10 and threshold_grid(0.1)[-1] == pytest.approx(0.1)
     np.testing.assert_allclose(threshold_grid(1.0), [1.0])
-    d = np.array([[0, .1, .9, .9], [.1, 0, .9, .9], [.9, .9, 0, .1], [.9, .9, .1, 0]])
+    d = np.array([[0, 0.1, 0.9, 0.9], [0.1, 0, 0.9, 0.9], [0.9, 0.9, 0, 0.1], [0.9, 0.9, 0.1, 0]])
     cuts = sweep_cuts(d, [1.0, 0.5, 0.05])
     np.testing.assert_array_equal(cuts[0], [0, 0, 0, 0])
     np.testing.assert_array_equal(cuts[1], [0, 0, 1, 1])
@@ -123,17 +123,20 @@ def test_elbow_is_not_pushed_to_the_end_by_noise_on_the_plateau() -> None:
         elbow([1, 2, 3], [0.5, 0.6, 0.7], tol=-1)
 
 
-@pytest.mark.parametrize(("call", "name"), [
-    (lambda: proximity(V_WEIGHTED, G, beta=1.5), "'beta'"),
-    (lambda: proximity(V_WEIGHTED, G, beta=-0.1), "'beta'"),
-    (lambda: class_weights(COUNTS, delta=-0.1), "'delta'"),
-    (lambda: class_weights(COUNTS, delta=1.2), "'delta'"),
-    (lambda: threshold_grid(0.0), "'step'"),
-    (lambda: threshold_grid(1.5), "'step'"),
-    (lambda: class_weights(-COUNTS), "'counts'"),
-    (lambda: class_angles(BASES, 2), "'bases'"),
-    (lambda: class_angles([], 2), "'bases'"),
-])
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: proximity(V_WEIGHTED, G, beta=1.5), "'beta'"),
+        (lambda: proximity(V_WEIGHTED, G, beta=-0.1), "'beta'"),
+        (lambda: class_weights(COUNTS, delta=-0.1), "'delta'"),
+        (lambda: class_weights(COUNTS, delta=1.2), "'delta'"),
+        (lambda: threshold_grid(0.0), "'step'"),
+        (lambda: threshold_grid(1.5), "'step'"),
+        (lambda: class_weights(-COUNTS), "'counts'"),
+        (lambda: class_angles(BASES, 2), "'bases'"),
+        (lambda: class_angles([], 2), "'bases'"),
+    ],
+)
 def test_bad_parameters_name_themselves(call, name) -> None:
     with pytest.raises(ValueError, match=name):
         call()

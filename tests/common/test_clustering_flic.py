@@ -15,8 +15,9 @@ from common.clustering.louvain import louvain_labels
 def _rotation_like(rng, per_group=15):
     """``1 + cos`` of four groups: cos 0.85 within, 0.2 between groups 0-2 and 1-3, -0.4 otherwise."""
     truth = np.repeat(np.arange(4), per_group)
-    between = np.array([[0.85, -0.4, 0.2, -0.4], [-0.4, 0.85, -0.4, 0.2],
-                        [0.2, -0.4, 0.85, -0.4], [-0.4, 0.2, -0.4, 0.85]])
+    between = np.array(
+        [[0.85, -0.4, 0.2, -0.4], [-0.4, 0.85, -0.4, 0.2], [0.2, -0.4, 0.85, -0.4], [-0.4, 0.2, -0.4, 0.85]]
+    )
     c = between[np.ix_(truth, truth)] + rng.normal(0, 0.03, (len(truth),) * 2)
     c = np.clip((c + c.T) / 2, -1, 1)
     np.fill_diagonal(c, 1.0)

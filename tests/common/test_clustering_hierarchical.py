@@ -30,8 +30,10 @@ def test_pairwise_distances_match_the_definition():
     np.testing.assert_allclose(pairwise_distances(x, "cityblock")[0, 1], 7.0)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.zeros(3), "'vectors'"), (np.array([[np.nan, 1.0]]), "'vectors'"), (np.zeros((0, 2)), "'vectors'")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [(np.zeros(3), "'vectors'"), (np.array([[np.nan, 1.0]]), "'vectors'"), (np.zeros((0, 2)), "'vectors'")],
+)
 def test_pairwise_distances_rejects_bad_vectors(bad, match):
     with pytest.raises(ValueError, match=match):
         pairwise_distances(bad)

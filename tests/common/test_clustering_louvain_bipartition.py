@@ -54,9 +54,20 @@ def test_update_norms_ratio_and_relative_split_criterion():
     # Unit updates with pairwise cosine 0.25: the ratio is 0.5 whatever the sample size.
     base = rng.normal(size=400)
     for m in (2, 5, 50):
-        est = np.mean([mean_update_ratio(np.stack([0.5 * base / np.linalg.norm(base)
-                                                   + np.sqrt(0.75) * v / np.linalg.norm(v)
-                                                   for v in rng.normal(size=(m, 400))]))**2 for _ in range(200)])
+        est = np.mean(
+            [
+                mean_update_ratio(
+                    np.stack(
+                        [
+                            0.5 * base / np.linalg.norm(base) + np.sqrt(0.75) * v / np.linalg.norm(v)
+                            for v in rng.normal(size=(m, 400))
+                        ]
+                    )
+                )
+                ** 2
+                for _ in range(200)
+            ]
+        )
         assert est == pytest.approx(0.25, abs=0.03)
     assert mean_update_ratio(np.ones((3, 4))) == pytest.approx(1.0)
     assert mean_update_ratio(np.array([[1.0, 0.0], [-1.0, 0.0]])) == 0.0
@@ -100,8 +111,10 @@ def test_two_nested_splits_map_positions_back_to_client_ids():
     directions = {0: [1, 0, 0], 1: [-1, 0, 0], 2: [0, 1, 0], 3: [0, -1, 0]}
     group = {10: 0, 31: 0, 17: 1, 42: 1, 5: 2, 66: 2, 23: 3, 8: 3}
     rng = np.random.default_rng(0)
-    vec = {pid: np.array(directions[g], float) * 3 + np.array([0, 0, 1.0]) + 0.05 * rng.normal(size=3)
-           for pid, g in group.items()}
+    vec = {
+        pid: np.array(directions[g], float) * 3 + np.array([0, 0, 1.0]) + 0.05 * rng.normal(size=3)
+        for pid, g in group.items()
+    }
 
     def cos(members):
         u = np.array([vec[p] / np.linalg.norm(vec[p]) for p in members])
@@ -150,7 +163,8 @@ def test_update_norms_of_float32_updates_are_float64_sums_without_a_float64_copy
     ratio = mean_update_ratio(u)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    np.testing.assert_allclose(got, (np.linalg.norm(u64.mean(axis=0)), np.sqrt(np.mean(norms**2)), norms.max()),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        got, (np.linalg.norm(u64.mean(axis=0)), np.sqrt(np.mean(norms**2)), norms.max()), rtol=1e-12
+    )
     assert ratio == pytest.approx(mean_update_ratio(u64), rel=1e-12)
     assert peak < u.nbytes / 4

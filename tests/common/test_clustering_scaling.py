@@ -84,8 +84,9 @@ def test_class_similarity_one_class_at_a_time_equals_the_stacked_formula():
     counts[1, next(iter(bases[1]))] = 0  # a basis without a count
     for cnt in (counts, None):
         for delta in (0.0, 0.5, 1.0):
-            old = weighted_class_similarity(class_angles(bases, c),
-                                            class_weights(cnt, delta, num_clients=n, num_classes=c))
+            old = weighted_class_similarity(
+                class_angles(bases, c), class_weights(cnt, delta, num_clients=n, num_classes=c)
+            )
             np.testing.assert_allclose(data_similarity(bases, cnt, c, delta), old, rtol=1e-12, atol=1e-9)
     with pytest.raises(ValueError, match="'counts' parameter of data_similarity"):
         data_similarity(bases, counts[:3], c)
@@ -168,10 +169,12 @@ def test_sampled_affinity_propagation_equals_plain_ap_below_the_limit_and_places
     sampled = trajectories.cluster_trajectories(points, seed=3, max_points=40)
     assert sampled.sample.shape == (40,) and sampled.distances.shape == (40, 40)
     assert adjusted_rand_score(truth, sampled.result.labels) == 1.0
-    np.testing.assert_array_equal(sampled.result.labels[sampled.result.exemplars],
-                                  np.arange(len(sampled.result.exemplars)))
-    np.testing.assert_array_equal(sampled.result.labels,
-                                  trajectories.cluster_trajectories(points, seed=3, max_points=40).result.labels)
+    np.testing.assert_array_equal(
+        sampled.result.labels[sampled.result.exemplars], np.arange(len(sampled.result.exemplars))
+    )
+    np.testing.assert_array_equal(
+        sampled.result.labels, trajectories.cluster_trajectories(points, seed=3, max_points=40).result.labels
+    )
     with pytest.raises(ValueError, match="'max_points' parameter of cluster_trajectories"):
         trajectories.cluster_trajectories(points, max_points=0)
 
@@ -284,8 +287,15 @@ def test_sampled_subspace_clusters_are_exact_below_the_sample_size_and_place_the
     rng = np.random.default_rng(9)
     truth = rng.permutation(np.arange(60) % 3)
     classes = [np.linalg.qr(rng.standard_normal((40, 2)))[0] for _ in range(6)]
-    bases = [np.column_stack([classes[2 * g] + 0.05 * rng.standard_normal((40, 2)),
-                              classes[2 * g + 1] + 0.05 * rng.standard_normal((40, 2))]) for g in truth]
+    bases = [
+        np.column_stack(
+            [
+                classes[2 * g] + 0.05 * rng.standard_normal((40, 2)),
+                classes[2 * g + 1] + 0.05 * rng.standard_normal((40, 2)),
+            ]
+        )
+        for g in truth
+    ]
 
     def cut(d):
         return agglomerative(d, num_clusters=3)
@@ -297,6 +307,7 @@ def test_sampled_subspace_clusters_are_exact_below_the_sample_size_and_place_the
     monkeypatch.setattr(subspaces, "REFERENCES_PER_CLUSTER", 3)
     labels, sample, matrix = subspaces.sampled_clusters(bases, measure, cut, np.random.default_rng(0))
     assert len(sample) == 15 and matrix.shape == (15, 15)
-    assert labels[sample].tolist() == cut(subspaces.pairwise_subspace_angles([bases[i] for i in sample],
-                                                                            measure)).tolist()
+    assert (
+        labels[sample].tolist() == cut(subspaces.pairwise_subspace_angles([bases[i] for i in sample], measure)).tolist()
+    )
     assert adjusted_rand_score(truth, labels) == 1.0

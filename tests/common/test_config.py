@@ -14,15 +14,18 @@ def test_run_config_keys_are_kebab_case():
     assert (t.local_epochs, t.eval_every, t.round_timeout) == (2, 3, 5.0)
 
 
-@pytest.mark.parametrize("key, value, pattern", [
-    ("fraction", 0.0, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),
-    ("fraction", 1.5, r"'fraction' .* Got 1.5 instead"),
-    ("rounds", 0, r"'rounds' parameter .* must be an int >= 1"),
-    ("momentum", 1.0, r"'momentum' .* \[0.0, 1.0\)"),
-    ("lr", -0.1, r"'lr' .* > 0.0"),
-    ("local-epochs", 0, r"'local-epochs'"),
-    ("batch-size", 0, r"'batch-size'"),
-])
+@pytest.mark.parametrize(
+    "key, value, pattern",
+    [
+        ("fraction", 0.0, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),
+        ("fraction", 1.5, r"'fraction' .* Got 1.5 instead"),
+        ("rounds", 0, r"'rounds' parameter .* must be an int >= 1"),
+        ("momentum", 1.0, r"'momentum' .* \[0.0, 1.0\)"),
+        ("lr", -0.1, r"'lr' .* > 0.0"),
+        ("local-epochs", 0, r"'local-epochs'"),
+        ("batch-size", 0, r"'batch-size'"),
+    ],
+)
 def test_bad_values_name_the_key(key, value, pattern):
     with pytest.raises(ValueError, match=pattern):
         TrainingParams.from_run_config({key: value})
@@ -54,7 +57,9 @@ def test_params_from_run_config_maps_kebab_keys_and_keeps_defaults():
 
 
 def test_late_round_must_lie_within_the_run():
-    with pytest.raises(ValueError, match=r"The 'late-round' parameter of the run config must be an int in the range \[0, 3\]. Got 4"):
+    with pytest.raises(
+        ValueError, match=r"The 'late-round' parameter of the run config must be an int in the range \[0, 3\]. Got 4"
+    ):
         TrainingParams(rounds=3, late_round=4)
     assert TrainingParams(rounds=10).admission_round == 6
     with pytest.raises(ValueError, match="'late-clients'"):

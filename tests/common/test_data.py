@@ -194,7 +194,10 @@ def test_given_data_dir_is_the_only_place_searched(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataUnavailableError) as err:
         load_dataset("fashion-mnist", data_dir=str(tmp_path / "empty"))
-    assert "empty" in str(err.value) and "/usr/share/datasets" not in str(err.value).split("were not found in")[1].split("and the")[0]
+    assert (
+        "empty" in str(err.value)
+        and "/usr/share/datasets" not in str(err.value).split("were not found in")[1].split("and the")[0]
+    )
 
 
 def test_data_dir_that_does_not_exist_is_named(tmp_path):
@@ -236,9 +239,7 @@ def test_digits_stratified_seeded_split():
     again = load_dataset("digits", seed=0)
     other = load_dataset("digits", seed=1)
     assert again is ds
-    assert not np.array_equal(other.y_test, ds.y_test) or not np.array_equal(
-        other.x_test, ds.x_test
-    )
+    assert not np.array_equal(other.y_test, ds.y_test) or not np.array_equal(other.x_test, ds.x_test)
     np.testing.assert_array_equal(to_float(ds.info, ds.x_train), ds.x_train)
 
 

@@ -117,15 +117,18 @@ def test_imagefolder_with_named_classes_needs_every_class(tmp_path):
         read_folder(tmp_path / "n", FolderSpec(5, (1, 5, 6)))
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("missing", "be an existing folder or .npz file. Got a path that does not exist"),
-    ("empty", "hold the client's data. Got an empty folder"),
-    ("unknown", "be a Hugging Face save_to_disk folder"),
-    ("label", r"hold labels in \[0, 3\] \(run-config 'num-classes' 4\). Got label 7"),
-    ("shape", r"hold samples of shape \(1, 5, 6\) \(run-config 'input-shape'\). Got samples of shape \(1, 6, 5\)"),
-    ("few", "hold at least 2 samples for the splits"),
-    ("rgb", r"be an image with 1 channel\(s\)"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("missing", "be an existing folder or .npz file. Got a path that does not exist"),
+        ("empty", "hold the client's data. Got an empty folder"),
+        ("unknown", "be a Hugging Face save_to_disk folder"),
+        ("label", r"hold labels in \[0, 3\] \(run-config 'num-classes' 4\). Got label 7"),
+        ("shape", r"hold samples of shape \(1, 5, 6\) \(run-config 'input-shape'\). Got samples of shape \(1, 6, 5\)"),
+        ("few", "hold at least 2 samples for the splits"),
+        ("rgb", r"be an image with 1 channel\(s\)"),
+    ],
+)
 def test_bad_data_names_the_node_the_path_and_what_was_expected(tmp_path, case, expected):
     x, y = _samples()
     folder = tmp_path / "node-data"
@@ -242,8 +245,7 @@ def test_node_config_data_path_wins_over_the_run_config_and_the_scenario(tmp_pat
 
 
 def test_truth_file_without_groups_is_refused(tmp_path):
-    (tmp_path / "federation.json").write_text(json.dumps({"num-partitions": 2, "num-classes": 3,
-                                                          "input-shape": [4]}))
+    (tmp_path / "federation.json").write_text(json.dumps({"num-partitions": 2, "num-classes": 3, "input-shape": [4]}))
     with pytest.raises(ClientDataError, match="'truth-path'"):
         read_truth(tmp_path)
 
@@ -275,8 +277,11 @@ def test_a_path_dataset_is_partitioned_by_a_label_scenario(whole_digits_npz):
 
 def test_a_path_dataset_can_be_rotated_when_it_holds_images(whole_digits_npz, tmp_path):
     path, _ = whole_digits_npz
-    part = build_partition(ScenarioConfig(dataset=f"npz:{path}", scenario="rotation", num_clients=4,
-                                          samples_per_client=30, angles=(0.0, 90.0)))
+    part = build_partition(
+        ScenarioConfig(
+            dataset=f"npz:{path}", scenario="rotation", num_clients=4, samples_per_client=30, angles=(0.0, 90.0)
+        )
+    )
     rotated = next(c for c in part.clients if c.rotation == 90.0)
     data = client_data(part, rotated.partition_id)
     raw = part.dataset.x_train[rotated.train_idx].astype(np.float32) / 255
@@ -287,10 +292,13 @@ def test_a_path_dataset_can_be_rotated_when_it_holds_images(whole_digits_npz, tm
         ScenarioConfig(dataset=f"npz:{flat}", scenario="rotation", num_clients=2, samples_per_client=5)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("parquet:/data/x", "'dataset' parameter of scenario 'label-groups' must be one of"),
-    ("npz:/no/such/file.npz", "must be an existing folder or .npz file"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("parquet:/data/x", "'dataset' parameter of scenario 'label-groups' must be one of"),
+        ("npz:/no/such/file.npz", "must be an existing folder or .npz file"),
+    ],
+)
 def test_bad_path_datasets_are_named_errors(name, message):
     with pytest.raises(ValueError, match=message):
         ScenarioConfig(dataset=name)

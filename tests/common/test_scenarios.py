@@ -66,8 +66,7 @@ def rebuild(config: ScenarioConfig) -> Partition:
         digits(scenario="rotation", num_clients=8, samples_per_client=40),
         digits(scenario="label-swap", num_clients=10, samples_per_client=40),
         digits(scenario="attack", num_clients=10, samples_per_client=40, attackers=3),
-        ScenarioConfig(scenario="linear-regression", dataset="regression", num_clients=9,
-                       samples_per_client=30),
+        ScenarioConfig(scenario="linear-regression", dataset="regression", num_clients=9, samples_per_client=30),
     ],
     ids=lambda c: c.scenario,
 )
@@ -76,14 +75,15 @@ def test_every_scenario_is_disjoint_deterministic_and_model_ready(config):
     check_partition(p)
     assert build_partition(config) is p
     same = rebuild(config)
-    assert all(np.array_equal(a.train_idx, b.train_idx) and np.array_equal(a.test_idx, b.test_idx)
-               for a, b in zip(p.clients, same.clients, strict=True))
+    assert all(
+        np.array_equal(a.train_idx, b.train_idx) and np.array_equal(a.test_idx, b.test_idx)
+        for a, b in zip(p.clients, same.clients, strict=True)
+    )
     np.testing.assert_array_equal(p.true_groups(), same.true_groups())
     np.testing.assert_array_equal(client_data(p, 0).x_train, client_data(same, 0).x_train)
     other = build_partition(ScenarioConfig(**{**config.__dict__, "seed": 1}))
     assert not np.array_equal(p.true_groups(), other.true_groups()) or any(
-        not np.array_equal(client_data(p, i).y_train, client_data(other, i).y_train)
-        for i in range(config.num_clients)
+        not np.array_equal(client_data(p, i).y_train, client_data(other, i).y_train) for i in range(config.num_clients)
     )
     cd = client_data(p, config.num_clients - 1)
     assert isinstance(cd, ClientData)
@@ -107,8 +107,9 @@ def test_scenarios_tuple():
 
 
 def test_label_groups_structure():
-    p = build_partition(digits(scenario="label-groups", num_clients=30, groups=4,
-                               labels_per_group=3, samples_per_label=4))
+    p = build_partition(
+        digits(scenario="label-groups", num_clients=30, groups=4, labels_per_group=3, samples_per_label=4)
+    )
     assert p.num_groups == 4
     sets: dict[int, frozenset] = {}
     for i, c in enumerate(p.clients):
@@ -150,8 +151,9 @@ def test_label_skew_follows_niid_bench():
 
 
 def test_label_skew_dirichlet_groups_share_label_sets():
-    p = build_partition(digits(scenario="label-skew-dirichlet", num_clients=12, groups=3,
-                               label_fraction=0.2, quantity_alpha=0.5))
+    p = build_partition(
+        digits(scenario="label-skew-dirichlet", num_clients=12, groups=3, label_fraction=0.2, quantity_alpha=0.5)
+    )
     groups = p.true_groups()
     assert np.all(np.bincount(groups) == 4) and p.num_groups == 3
     sets = {}
@@ -161,8 +163,7 @@ def test_label_skew_dirichlet_groups_share_label_sets():
         assert len(labels_of(p, i)) >= 10
     assert len(set(sets.values())) == 3
     used = set().union(*sets.values())
-    assert sum(len(c.train_idx) for c in p.clients) == np.isin(p.dataset.y_train,
-                                                              list(used)).sum()
+    assert sum(len(c.train_idx) for c in p.clients) == np.isin(p.dataset.y_train, list(used)).sum()
     sizes = [len(c.train_idx) for c in p.clients]
     assert np.std(sizes) > 0
 
@@ -172,8 +173,7 @@ def test_dirichlet_has_no_groups_and_uses_all_data():
     assert p.num_groups == 0 and np.all(p.true_groups() == -1)
     assert sum(len(c.train_idx) for c in p.clients) == len(p.dataset.y_train)
     assert min(len(c.train_idx) for c in p.clients) >= 10
-    props = np.stack([np.bincount(labels_of(p, i), minlength=10) / len(p.clients[i].train_idx)
-                      for i in range(15)])
+    props = np.stack([np.bincount(labels_of(p, i), minlength=10) / len(p.clients[i].train_idx) for i in range(15)])
     assert props.max(axis=1).mean() > 0.3  # skewed, unlike the ~0.1 of IID data
 
 
@@ -193,8 +193,7 @@ def test_rotation_rotates_by_group_angle():
 
 
 def test_rotation_other_angles():
-    p = build_partition(digits(scenario="rotation", num_clients=4, samples_per_client=10,
-                               angles="0,15,195"))
+    p = build_partition(digits(scenario="rotation", num_clients=4, samples_per_client=10, angles="0,15,195"))
     assert p.num_groups == 3
     c = next(c for c in p.clients if c.rotation == 15.0)
     x = client_data(p, c.partition_id).x_train
@@ -225,8 +224,7 @@ def test_label_swap_maps_labels():
 
 
 def test_attack_marks_attackers():
-    p = build_partition(digits(scenario="attack", num_clients=20, samples_per_client=30,
-                               attackers=7))
+    p = build_partition(digits(scenario="attack", num_clients=20, samples_per_client=30, attackers=7))
     flags = np.array([c.attacker for c in p.clients])
     assert flags.sum() == 7 and p.num_groups == 2
     np.testing.assert_array_equal(p.true_groups(), flags.astype(np.int64))
@@ -236,8 +234,9 @@ def test_attack_marks_attackers():
 
 
 def test_linear_regression_follows_cfl_gp():
-    cfg = ScenarioConfig(scenario="linear-regression", dataset="regression", num_clients=12,
-                         samples_per_client=200, regression_phi=30.0)
+    cfg = ScenarioConfig(
+        scenario="linear-regression", dataset="regression", num_clients=12, samples_per_client=200, regression_phi=30.0
+    )
     p = build_partition(cfg)
     assert p.num_groups == 3 and np.all(np.bincount(p.true_groups()) == 4)
     assert p.dataset.x_train.shape == (12 * 200, 1) and p.dataset.y_train.dtype == np.float32
@@ -265,8 +264,16 @@ def test_stratified_test_scales_down_when_pool_is_small():
 
 
 def test_from_run_config_reads_kebab_keys_and_defaults():
-    rc = {"scenario": "rotation", "dataset": "digits", "num-clients": 6, "angles": "0, 45",
-          "samples-per-client": 25, "test-fraction": 0.4, "rounds": 3, "seed": 2}
+    rc = {
+        "scenario": "rotation",
+        "dataset": "digits",
+        "num-clients": 6,
+        "angles": "0, 45",
+        "samples-per-client": 25,
+        "test-fraction": 0.4,
+        "rounds": 3,
+        "seed": 2,
+    }
     cfg = ScenarioConfig.from_run_config(rc)
     assert cfg.angles == (0.0, 45.0) and cfg.num_clients == 6 and cfg.test_fraction == 0.4
     assert cfg.groups == 5 and cfg.labels_per_group == 2 and cfg.seed == 2
@@ -278,9 +285,11 @@ def test_from_run_config_reads_kebab_keys_and_defaults():
     "kwargs, pattern",
     [
         ({"scenario": "blobs"}, r"'scenario' parameter .*'label-swap'.*Got 'blobs'"),
-        ({"labels_per_group": 11},
-         r"^The 'labels-per-group' parameter of scenario 'label-groups' must be an int in the "
-         r"range \[1, 10\]\. Got 11 instead\.$"),
+        (
+            {"labels_per_group": 11},
+            r"^The 'labels-per-group' parameter of scenario 'label-groups' must be an int in the "
+            r"range \[1, 10\]\. Got 11 instead\.$",
+        ),
         ({"num_clients": 0}, r"'num-clients' parameter .* >= 1\. Got 0"),
         ({"test_fraction": 0.0}, r"'test-fraction' parameter .*\(0\.0, 1\.0\]\. Got 0\.0"),
         ({"test_fraction": 1.5}, r"'test-fraction' parameter .*Got 1\.5"),
@@ -291,12 +300,13 @@ def test_from_run_config_reads_kebab_keys_and_defaults():
         ({"angles": "north"}, r"'angles' parameter"),
         ({"angles": ()}, r"'angles' parameter"),
         ({"groups": 46, "labels_per_group": 2}, r"'groups' parameter .*\[1, 45\]"),
-        ({"scenario": "label-swap", "groups": 6},
-         r"'groups' parameter of scenario 'label-swap' .*\[1, 5\]\. Got 6"),
+        ({"scenario": "label-swap", "groups": 6}, r"'groups' parameter of scenario 'label-swap' .*\[1, 5\]\. Got 6"),
         ({"scenario": "linear-regression"}, r"'dataset' parameter .*must be 'regression'"),
         ({"dataset": "regression"}, r"'dataset' parameter .*only in scenario 'linear-regression'"),
-        ({"scenario": "linear-regression", "dataset": "regression", "regression_phi": 90},
-         r"'regression-phi' parameter"),
+        (
+            {"scenario": "linear-regression", "dataset": "regression", "regression_phi": 90},
+            r"'regression-phi' parameter",
+        ),
         ({"scenario": "rotation", "num_clients": 3}, r"'angles' parameter"),
         ({"seed": -1}, r"'seed' parameter"),
         ({"num_clients": 2.5}, r"'num-clients' parameter"),

@@ -12,13 +12,16 @@ def test_require_array_accepts_matching_shape_with_free_sizes():
     assert require_array({"x": arr}, "x", (None, 4), "test") is arr
 
 
-@pytest.mark.parametrize("arrays, shape, message", [
-    ({}, (3,), "'x' is missing"),
-    ({"x": np.ones((2, 3), np.float32)}, (3,), r"shape \[2, 3\], expected \[3\]"),
-    ({"x": np.ones(4, np.float32)}, (3,), r"shape \[4\], expected \[3\]"),
-    ({"x": np.ones(3, np.int64)}, (3,), "dtype int64, expected floating"),
-    ({"x": np.array([1.0, np.nan, 2.0], np.float32)}, (3,), "NaN or Inf"),
-])
+@pytest.mark.parametrize(
+    "arrays, shape, message",
+    [
+        ({}, (3,), "'x' is missing"),
+        ({"x": np.ones((2, 3), np.float32)}, (3,), r"shape \[2, 3\], expected \[3\]"),
+        ({"x": np.ones(4, np.float32)}, (3,), r"shape \[4\], expected \[3\]"),
+        ({"x": np.ones(3, np.int64)}, (3,), "dtype int64, expected floating"),
+        ({"x": np.array([1.0, np.nan, 2.0], np.float32)}, (3,), "NaN or Inf"),
+    ],
+)
 def test_require_array_rejects(arrays, shape, message):
     with pytest.raises(SignalError, match=message):
         require_array(arrays, "x", shape, "test")
@@ -34,11 +37,14 @@ def test_model_losses_round_trip_and_best():
     assert sig.losses.dtype == np.float32 and sig.best() == 1
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ({"losses": np.ones(2, np.float32)}, "expected \\[3\\]"),
-    ({"losses": np.array([1.0, -1.0, 0.5], np.float32)}, "negative"),
-    ({"losses": np.ones(3, np.float32), "x": np.ones(1)}, "unexpected \\['x'\\]"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"losses": np.ones(2, np.float32)}, "expected \\[3\\]"),
+        ({"losses": np.array([1.0, -1.0, 0.5], np.float32)}, "negative"),
+        ({"losses": np.ones(3, np.float32), "x": np.ones(1)}, "unexpected \\['x'\\]"),
+    ],
+)
 def test_model_losses_rejects(arrays, message):
     with pytest.raises(SignalError, match=message):
         ModelLosses.from_arrays(arrays, num_models=3)

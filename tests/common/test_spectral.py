@@ -142,8 +142,11 @@ def test_unanswered_blocks_are_imputed_not_left_at_zero(fraction):
     scores = {"zero": [], "mean": [], "completed": []}
     for seed in range(6):
         blocks, counts, truth, previous = _masked(seed, fraction)
-        for name, b in (("zero", blocks), ("mean", spectral.impute_blocks(blocks, counts, previous)),
-                        ("completed", spectral.impute_blocks(blocks, counts, previous, rank=4))):
+        for name, b in (
+            ("zero", blocks),
+            ("mean", spectral.impute_blocks(blocks, counts, previous)),
+            ("completed", spectral.impute_blocks(blocks, counts, previous, rank=4)),
+        ):
             labels, _, _ = spectral.spectral_clustering(spectral.profile_matrix(b), 4, previous, seed)
             scores[name].append(adjusted_rand_score(truth, labels))
     assert np.mean(scores["zero"]) < 0.2
@@ -200,8 +203,13 @@ def test_random_partition_is_balanced_and_seeded():
 
 def test_redraw_like_keeps_shapes_and_constants_and_draws_the_rest():
     rng = np.random.default_rng(0)
-    arrays = {"w": rng.uniform(-0.1, 0.1, (20, 5)).astype(np.float32), "b": np.zeros(5, np.float32),
-              "bn": np.ones(4, np.float32), "one": np.array([0.5], np.float32), "n": np.array([3])}
+    arrays = {
+        "w": rng.uniform(-0.1, 0.1, (20, 5)).astype(np.float32),
+        "b": np.zeros(5, np.float32),
+        "bn": np.ones(4, np.float32),
+        "one": np.array([0.5], np.float32),
+        "n": np.array([3]),
+    }
     out = kmodels.redraw_like(arrays, np.random.default_rng(1))
     assert {k: (v.shape, v.dtype) for k, v in out.items()} == {k: (v.shape, v.dtype) for k, v in arrays.items()}
     for kept in ("b", "bn", "n"):

@@ -20,9 +20,10 @@ from common.clustering.trajectories import (
 def _groups(seed=0, per_group=8, noise=0.01):
     """Three groups of 4-point trajectories around far-apart shapes."""
     rng = np.random.default_rng(seed)
-    shapes = np.array([[[0, 0], [1, 0], [1, 1], [0, 1]],
-                       [[5, 5], [6, 5], [6, 6], [5, 6]],
-                       [[0, 9], [3, 9], [0, 6], [3, 6]]], dtype=float)
+    shapes = np.array(
+        [[[0, 0], [1, 0], [1, 1], [0, 1]], [[5, 5], [6, 5], [6, 6], [5, 6]], [[0, 9], [3, 9], [0, 6], [3, 6]]],
+        dtype=float,
+    )
     truth = np.repeat(np.arange(3), per_group)
     points = shapes[truth] + rng.normal(0, noise, size=(len(truth), 4, 2))
     return points, truth

@@ -24,12 +24,17 @@ def test_a_factory_builds_the_users_module_with_seeded_weights():
     assert not torch.equal(a.classifier.weight, c.classifier.weight)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("no_such_module_xyz:build", "whose module cannot be imported"),
-    ("user_models:missing", "has no callable 'missing'"),
-    ("user_models:not_a_module", ("must name a factory that returns a torch.nn.Module. "
-                                  "Got 'user_models:not_a_module', which returned str")),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("no_such_module_xyz:build", "whose module cannot be imported"),
+        ("user_models:missing", "has no callable 'missing'"),
+        (
+            "user_models:not_a_module",
+            ("must name a factory that returns a torch.nn.Module. Got 'user_models:not_a_module', which returned str"),
+        ),
+    ],
+)
 def test_a_bad_factory_is_a_clear_error(name, message):
     with pytest.raises(ValueError, match=message):
         build_model(name, (1, 8, 8), 10)
@@ -49,10 +54,13 @@ def test_an_attribute_head_is_preferred_and_builtins_keep_their_head():
     assert find_head(model, (1, 8, 8)).module is model.head
 
 
-@pytest.mark.parametrize("factory, message", [
-    ("softmaxed", "whose output is not the output of its last nn.Linear"),
-    ("no_linear", "whose forward pass reaches no nn.Linear"),
-])
+@pytest.mark.parametrize(
+    "factory, message",
+    [
+        ("softmaxed", "whose output is not the output of its last nn.Linear"),
+        ("no_linear", "whose forward pass reaches no nn.Linear"),
+    ],
+)
 @pytest.mark.parametrize("strategy", ["cflgt", "fedclust"])
 def test_a_model_without_a_usable_head_fails_before_training_naming_the_strategy(factory, message, strategy):
     rc = small_run_config(strategy=strategy, model=f"user_models:{factory}")

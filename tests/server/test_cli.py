@@ -29,8 +29,22 @@ def test_eleven_labels_of_ten_exits_before_training(capsys, tmp_path):
 
 
 def test_check_validates_data_without_running(capsys, tmp_path):
-    code, out = _run(["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label", "20",
-                      "--results-dir", str(tmp_path), "--check"], capsys)
+    code, out = _run(
+        [
+            "--dataset",
+            "digits",
+            "--num-clients",
+            "6",
+            "--groups",
+            "2",
+            "--samples-per-label",
+            "20",
+            "--results-dir",
+            str(tmp_path),
+            "--check",
+        ],
+        capsys,
+    )
     assert code == 0 and "6 clients" in out.out
     code, out = _run(["--dataset", "digits", "--samples-per-label", "20", "--check"], capsys)
     assert code == 2 and "'samples-per-label'" in out.err
@@ -38,8 +52,22 @@ def test_check_validates_data_without_running(capsys, tmp_path):
 
 def test_a_device_this_machine_lacks_fails_before_starting(capsys, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    code, out = _run(["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label", "20",
-                      "--device", "cuda", "--check"], capsys)
+    code, out = _run(
+        [
+            "--dataset",
+            "digits",
+            "--num-clients",
+            "6",
+            "--groups",
+            "2",
+            "--samples-per-label",
+            "20",
+            "--device",
+            "cuda",
+            "--check",
+        ],
+        capsys,
+    )
     assert code == 2 and "'device'" in out.err
 
 

@@ -2,7 +2,6 @@ import pytest
 from conftest import small_run_config
 
 from server.experiment import Experiment
-from strategies import REGISTRY
 
 
 def test_builds_every_part_from_run_config():
@@ -21,23 +20,36 @@ def test_initial_model_is_seeded():
     assert not (a["head.weight"].numpy() == c["head.weight"].numpy()).all()
 
 
-@pytest.mark.parametrize("overrides, pattern", [
-    ({"strategy": "nope"}, r"'strategy' parameter .* must be one of \{.*'fedavg'.*'local'"),
-    ({"scenario": "nope"}, r"'scenario' parameter .* must be one of"),
-    ({"dataset": "imagenet"}, r"'dataset' parameter .* must be one of"),
-    ({"model": "gpt"}, r"'model' parameter .* must be one of"),
-    ({"model": "lenet5"}, r"'model'.*28"),
-    ({"dataset": "fashion-mnist", "labels-per-group": 11},
-     r"'labels-per-group' parameter of scenario 'label-groups' must be an int in the range \[1, 10\]\. Got 11 instead"),
-    ({"num-clients": 0}, r"'num-clients'"),
-    ({"fraction": 0.0}, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),
-    ({"fraction": 1.01}, r"'fraction'"),
-    ({"device": "tpu"}, r"'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or 'cuda:N'\. Got 'tpu' instead"),
-    ({"proximal-mu": -1.0, "strategy": "fedprox"}, r"'proximal-mu' parameter of FedProx"),
-    ({"server-loop": "tensorflow"}, r"'server-loop' parameter of the run config must be one of \{'flower', 'umbel'\}"),
-    ({"server-loop": "flower", "strategy": "flic"},
-     r"'server-loop' parameter of the run config must be 'umbel' for strategy 'flic'.*Got 'flower' instead"),
-])
+@pytest.mark.parametrize(
+    "overrides, pattern",
+    [
+        ({"strategy": "nope"}, r"'strategy' parameter .* must be one of \{.*'fedavg'.*'local'"),
+        ({"scenario": "nope"}, r"'scenario' parameter .* must be one of"),
+        ({"dataset": "imagenet"}, r"'dataset' parameter .* must be one of"),
+        ({"model": "gpt"}, r"'model' parameter .* must be one of"),
+        ({"model": "lenet5"}, r"'model'.*28"),
+        (
+            {"dataset": "fashion-mnist", "labels-per-group": 11},
+            r"'labels-per-group' parameter of scenario 'label-groups' must be an int in the range \[1, 10\]\. Got 11 instead",
+        ),
+        ({"num-clients": 0}, r"'num-clients'"),
+        ({"fraction": 0.0}, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),
+        ({"fraction": 1.01}, r"'fraction'"),
+        (
+            {"device": "tpu"},
+            r"'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or 'cuda:N'\. Got 'tpu' instead",
+        ),
+        ({"proximal-mu": -1.0, "strategy": "fedprox"}, r"'proximal-mu' parameter of FedProx"),
+        (
+            {"server-loop": "tensorflow"},
+            r"'server-loop' parameter of the run config must be one of \{'flower', 'umbel'\}",
+        ),
+        (
+            {"server-loop": "flower", "strategy": "flic"},
+            r"'server-loop' parameter of the run config must be 'umbel' for strategy 'flic'.*Got 'flower' instead",
+        ),
+    ],
+)
 def test_bad_input_names_the_key(overrides, pattern):
     with pytest.raises(ValueError, match=pattern):
         Experiment.from_run_config(small_run_config(**overrides))

@@ -6,15 +6,33 @@ from server.results import progress_line, summarise
 
 
 def _record(rnd, acc=None, ari=None, clusters=1):
-    return {"round": rnd, "phase": "train", "accuracy": acc, "accuracy-std": None if acc is None else 0.1,
-            "loss": None, "ari": ari, "ami": ari, "num-clusters": clusters, "cluster-sizes": [4],
-            "train-replies": 2, "failures": 1, "rejected": 0, "bytes-down-model": 100, "bytes-up-model": 50,
-            "bytes-down-signal": 8, "bytes-up-signal": 16, "clustering-seconds": 0.5, "round-seconds": 2.0}
+    return {
+        "round": rnd,
+        "phase": "train",
+        "accuracy": acc,
+        "accuracy-std": None if acc is None else 0.1,
+        "loss": None,
+        "ari": ari,
+        "ami": ari,
+        "num-clusters": clusters,
+        "cluster-sizes": [4],
+        "train-replies": 2,
+        "failures": 1,
+        "rejected": 0,
+        "bytes-down-model": 100,
+        "bytes-up-model": 50,
+        "bytes-down-signal": 8,
+        "bytes-up-signal": 16,
+        "clustering-seconds": 0.5,
+        "round-seconds": 2.0,
+    }
 
 
 def test_summary_averages_the_final_stretch_not_the_best_round():
-    history = [_record(r, acc=(0.9 if r == 10 else 0.5 + r / 100) if r % 2 == 0 else None,
-                       ari=1.0 if r >= 6 else 0.3) for r in range(1, 21)]
+    history = [
+        _record(r, acc=(0.9 if r == 10 else 0.5 + r / 100) if r % 2 == 0 else None, ari=1.0 if r >= 6 else 0.3)
+        for r in range(1, 21)
+    ]
     summary = summarise(history)
     # the final stretch of 20 rounds is rounds 17-20; 18 and 20 were evaluated
     assert summary["final-accuracy"] == pytest.approx(0.69) and summary["final-evaluations"] == 2
@@ -57,10 +75,25 @@ def test_write_partial_summarises_only_the_rounds_that_ran(tmp_path):
     assert write_partial(tmp_path, {"strategy": "fedavg"}) == 0 and not (tmp_path / "summary.json").exists()
     rows = []
     for r, acc in ((1, None), (2, 0.5), (3, None), (4, 0.7)):
-        rows.append({"round": r, "phase": "train", "accuracy": acc, "accuracy-std": None if acc is None else 0.1,
-                     "ari": 0.0, "ami": 0.0, "num-clusters": 1 if r < 3 else 2, "bytes-down-model": 10,
-                     "bytes-up-model": 10, "bytes-down-signal": 0, "bytes-up-signal": r, "failures": 0,
-                     "rejected": 0, "clustering-seconds": 0.0, "round-seconds": 1.0})
+        rows.append(
+            {
+                "round": r,
+                "phase": "train",
+                "accuracy": acc,
+                "accuracy-std": None if acc is None else 0.1,
+                "ari": 0.0,
+                "ami": 0.0,
+                "num-clusters": 1 if r < 3 else 2,
+                "bytes-down-model": 10,
+                "bytes-up-model": 10,
+                "bytes-down-signal": 0,
+                "bytes-up-signal": r,
+                "failures": 0,
+                "rejected": 0,
+                "clustering-seconds": 0.0,
+                "round-seconds": 1.0,
+            }
+        )
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert write_partial(tmp_path, {"strategy": "fedavg", "rounds": 100}) == 4
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -15,10 +15,28 @@ def _read(logdir):
 
 def test_each_round_is_read_back_at_its_step(tmp_path):
     logger = TensorBoardLogger(tmp_path / "tb")
-    logger.log_round({"round": 1, "accuracy": None, "ari": 0.0, "num-clusters": 1, "bytes-up-signal": 0,
-                      "round-seconds": 1.5, "phase": "pretrain"})
-    logger.log_round({"round": 2, "accuracy": 0.75, "ari": 1.0, "num-clusters": 5, "bytes-up-signal": 8000,
-                      "round-seconds": 2.25, "phase": "cluster"})
+    logger.log_round(
+        {
+            "round": 1,
+            "accuracy": None,
+            "ari": 0.0,
+            "num-clusters": 1,
+            "bytes-up-signal": 0,
+            "round-seconds": 1.5,
+            "phase": "pretrain",
+        }
+    )
+    logger.log_round(
+        {
+            "round": 2,
+            "accuracy": 0.75,
+            "ari": 1.0,
+            "num-clusters": 5,
+            "bytes-up-signal": 8000,
+            "round-seconds": 2.25,
+            "phase": "cluster",
+        }
+    )
     logger.close()
     events = _read(tmp_path / "tb")
     assert events["accuracy/mean"] == [(2, 0.75)]
@@ -30,7 +48,8 @@ def test_each_round_is_read_back_at_its_step(tmp_path):
 
 def test_scalars_skip_missing_and_non_numbers():
     assert scalars({"round": 3, "accuracy": None, "phase": "train", "failures": 2, "ari": True}) == {
-        "clients/failures": 2.0}
+        "clients/failures": 2.0
+    }
     assert len(set(SCALARS.values())) == len(SCALARS)
 
 

@@ -56,9 +56,15 @@ def test_identity_keys_clients_by_partition_id_not_node_id():
 def test_sampling_is_seeded_and_sized_by_fraction():
     def sampled(seed):
         s, grid, _ = _run(FedAvg, rounds=3, seed=seed)
-        return [sorted(grid.pid_of[m.metadata.dst_node_id] for m in grid.sent
-                       if m.metadata.message_type == "train" and m.content["config"]["server-round"] == r)
-                for r in (1, 2, 3)]
+        return [
+            sorted(
+                grid.pid_of[m.metadata.dst_node_id]
+                for m in grid.sent
+                if m.metadata.message_type == "train" and m.content["config"]["server-round"] == r
+            )
+            for r in (1, 2, 3)
+        ]
+
     first, again, other = sampled(1), sampled(1), sampled(2)
     assert first == again
     assert first != other
@@ -95,8 +101,9 @@ def test_one_cluster_aggregation_equals_flowers_fedavg():
     trained = []
     for msg in (m for m in grid.sent if m.metadata.message_type == "train"):
         node = msg.metadata.dst_node_id
-        ctx = Context(run_id=1, node_id=node, node_config={"partition-id": grid.pid_of[node]},
-                      state=RecordDict(), run_config=rc)
+        ctx = Context(
+            run_id=1, node_id=node, node_config={"partition-id": grid.pid_of[node]}, state=RecordDict(), run_config=rc
+        )
         trained.append(client_app(msg, ctx).content)
     expected = aggregate_arrayrecords(trained, keys.NUM_EXAMPLES)
     for name, arr in expected.items():
@@ -118,6 +125,7 @@ def _poison(mutate):
             return reply
         mutate(reply.content)
         return reply
+
     return fault
 
 
@@ -156,12 +164,19 @@ def _inf_loss(content):
     content[keys.METRICS][keys.TRAIN_LOSS] = float("inf")
 
 
-@pytest.mark.parametrize("mutate, fault_text", [
-    (_nan, "NaN or Inf"), (_wrong_shape, "expected float32[10]"), (_wrong_dtype, "float64"),
-    (_extra_key, "unexpected"), (_no_examples, "num-examples' is missing"),
-    (_absurd_examples, "not a whole number"), (_negative_examples, "not a whole number"),
-    (_inf_loss, "train-loss"),
-])
+@pytest.mark.parametrize(
+    "mutate, fault_text",
+    [
+        (_nan, "NaN or Inf"),
+        (_wrong_shape, "expected float32[10]"),
+        (_wrong_dtype, "float64"),
+        (_extra_key, "unexpected"),
+        (_no_examples, "num-examples' is missing"),
+        (_absurd_examples, "not a whole number"),
+        (_negative_examples, "not a whole number"),
+        (_inf_loss, "train-loss"),
+    ],
+)
 def test_malformed_reply_is_rejected_for_that_client_only(mutate, fault_text, caplog):
     with caplog.at_level(logging.WARNING):
         dirty, _, initial = _run(FedAvg, rounds=2, fraction=1.0, grid_kwargs={"faults": {0: _poison(mutate)}})
@@ -212,7 +227,8 @@ def test_every_client_is_evaluated_with_its_own_clusters_model():
         assert m.content["config"][keys.CLUSTER_ID] == strategy.assignment[pid]
     rec = strategy.history[0]
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["accuracy"] == pytest.approx(
-        np.mean([a for a, _ in strategy.last_eval.values()]))
+        np.mean([a for a, _ in strategy.last_eval.values()])
+    )
 
 
 def test_traffic_counts_array_payload_bytes():

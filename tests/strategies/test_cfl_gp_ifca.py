@@ -38,9 +38,18 @@ def _sent(grid, message_type):
     return [m for m in grid.sent if m.metadata.message_type == message_type]
 
 
-@pytest.mark.parametrize("key, value", [("num-clusters", -1), ("max-clusters", 1), ("cluster-period", 0),
-                                        ("profile-protocol", "sgd"), ("profile-fraction", 0.0),
-                                        ("compression-ratio", 0.5), ("estimate-after", 0)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("num-clusters", -1),
+        ("max-clusters", 1),
+        ("cluster-period", 0),
+        ("profile-protocol", "sgd"),
+        ("profile-fraction", 0.0),
+        ("compression-ratio", 0.5),
+        ("estimate-after", 0),
+    ],
+)
 def test_cflgp_rejects_bad_parameters_naming_them(key, value):
     with pytest.raises(ValueError, match=f"'{key}' parameter of CFLGP"):
         CFLGP.from_run_config(TrainingParams(), {key: value})
@@ -65,21 +74,26 @@ class SpyCFLGP(CFLGP):
 
     def query_signal(self, action, pids, server_round, from_arrays, *, models=(), **kwargs):
         if action == keys.PROFILE_ACTION:
-            self.sent_models = [*getattr(self, "sent_models", []),
-                                next(k for k, m in enumerate(self.models) if m is models[0])]
+            self.sent_models = [
+                *getattr(self, "sent_models", []),
+                next(k for k, m in enumerate(self.models) if m is models[0]),
+            ]
         return super().query_signal(action, pids, server_round, from_arrays, models=models, **kwargs)
 
 
 def test_cflgp_sends_the_round_robin_model_itself_with_its_blocks_seed():
-    rc = small_run_config(strategy="cfl-gp", rounds=4, **{**FAST, "num-clusters": 3, "stable-updates": 0,
-                                                           "cluster-period": 1})
+    rc = small_run_config(
+        strategy="cfl-gp", rounds=4, **{**FAST, "num-clusters": 3, "stable-updates": 0, "cluster-period": 1}
+    )
     exp = Experiment.from_run_config(rc)
     grid = InProcessGrid(client_app, rc, rc["num-clients"])
     strategy = SpyCFLGP(exp.training, exp.strategy_params)
     strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
     assert strategy.sent_models == [0, 1, 2, 0]
-    seeds = {q.content[keys.CONFIG][keys.SERVER_ROUND]: q.content[keys.CONFIG][keys.PROFILE_SEED]
-             for q in _sent(grid, keys.query_type(keys.PROFILE_ACTION))}
+    seeds = {
+        q.content[keys.CONFIG][keys.SERVER_ROUND]: q.content[keys.CONFIG][keys.PROFILE_SEED]
+        for q in _sent(grid, keys.query_type(keys.PROFILE_ACTION))
+    }
     assert seeds == {1: block_seed(1, 0), 2: block_seed(1, 1), 3: block_seed(1, 2), 4: block_seed(1, 0)}
 
 
@@ -100,8 +114,11 @@ def test_cflgp_compression_picks_the_same_coordinates_on_server_and_client():
 
 
 def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
-    strategy, _grid, _ = _run("cfl-gp", rounds=4, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 2,
-                                                    "profile-protocol": "gradient"})
+    strategy, _grid, _ = _run(
+        "cfl-gp",
+        rounds=4,
+        **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 2, "profile-protocol": "gradient"},
+    )
     assert strategy.stopped and len(strategy.broadcasts) == 3
     assert strategy.history[-1]["ari"] == 1.0
     assert [r["phase"] for r in strategy.history] == ["cluster"] * 3 + ["train"]
@@ -121,8 +138,9 @@ def test_cflgp_with_a_profile_fraction_imputes_the_blocks_a_client_has_not_answe
     seen = []
     original = spectral.impute_blocks
     monkeypatch.setattr(spectral, "impute_blocks", lambda *a, **k: seen.append((a[1].copy(), k)) or original(*a, **k))
-    strategy, grid, _ = _run("cfl-gp", rounds=5, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 0,
-                                                    "profile-fraction": 0.5})
+    strategy, grid, _ = _run(
+        "cfl-gp", rounds=5, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 0, "profile-fraction": 0.5}
+    )
     queries = _sent(grid, keys.query_type(keys.PROFILE_ACTION))
     assert len(queries) == 5 * 3
     assert seen and all(np.any(counts == 0) and k["rank"] == 2 for counts, k in seen)
@@ -138,8 +156,10 @@ def test_ifca_sends_all_models_and_clients_choose_by_train_loss():
         assert set(msg.content.array_records) == {"arrays-0", "arrays-1", "arrays-2"}
         pid = grid.pid_of[msg.metadata.dst_node_id]
         task = task_from_context(rc, {keys.PARTITION_ID: pid, "num-partitions": rc["num-clients"]})
-        losses = [evaluate(task.model(msg.content[keys.model_record(k)]), task.data.x_train, task.data.y_train)[0]
-                  for k in range(3)]
+        losses = [
+            evaluate(task.model(msg.content[keys.model_record(k)]), task.data.x_train, task.data.y_train)[0]
+            for k in range(3)
+        ]
         assert strategy.choices[pid] == int(np.argmin(losses)) == strategy.assignment[pid]
 
 
@@ -151,16 +171,23 @@ def _bad_choice(value):
             else:
                 reply.content[keys.METRICS][keys.CLUSTER_ID] = value
         return reply
+
     return fault
 
 
-@pytest.mark.parametrize("value, message", [(None, "metric 'cluster-id' is missing"),
-                                            (7, "cluster-id 7 is not a model index in"),
-                                            (0.5, "cluster-id 0.5 is not a model index")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (None, "metric 'cluster-id' is missing"),
+        (7, "cluster-id 7 is not a model index in"),
+        (0.5, "cluster-id 0.5 is not a model index"),
+    ],
+)
 def test_ifca_rejects_a_missing_or_impossible_choice(value, message, caplog):
     with caplog.at_level(logging.WARNING):
-        strategy, _, _ = _run("ifca", rounds=1, fraction=1.0, grid_kwargs={"faults": {0: _bad_choice(value)}},
-                              **{"num-clusters": 2})
+        strategy, _, _ = _run(
+            "ifca", rounds=1, fraction=1.0, grid_kwargs={"faults": {0: _bad_choice(value)}}, **{"num-clusters": 2}
+        )
     assert f"client 0 reply rejected: {message}" in caplog.text
     assert strategy.history[0]["rejected"] == 1 and 0 not in strategy.choices
 

@@ -21,8 +21,9 @@ FORCES = keys.query_type(keys.FORCES_ACTION)
 
 
 def _run(grid_kwargs=None, **overrides):
-    rc = small_run_config(**{"strategy": "cflgt", "pretrain-rounds": 1, "rounds": 2, "local-epochs": 1,
-                             "eval-every": 100, **overrides})
+    rc = small_run_config(
+        **{"strategy": "cflgt", "pretrain-rounds": 1, "rounds": 2, "local-epochs": 1, "eval-every": 100, **overrides}
+    )
     exp = Experiment.from_run_config(rc)
     grid = InProcessGrid(client_app, rc, rc["num-clients"], **(grid_kwargs or {}))
     strategy = exp.build_strategy()
@@ -31,8 +32,11 @@ def _run(grid_kwargs=None, **overrides):
 
 
 def _forces_queries(grid):
-    return [(m.content[keys.CONFIG][keys.SERVER_ROUND], grid.pid_of[m.metadata.dst_node_id])
-            for m in grid.sent if m.metadata.message_type == FORCES]
+    return [
+        (m.content[keys.CONFIG][keys.SERVER_ROUND], grid.pid_of[m.metadata.dst_node_id])
+        for m in grid.sent
+        if m.metadata.message_type == FORCES
+    ]
 
 
 def test_params_validation_and_run_config():
@@ -90,12 +94,14 @@ def test_a_client_without_a_trajectory_waits_in_the_largest_cluster_and_is_asked
 
 
 def test_newcomers_join_the_nearest_exemplar_computed_on_the_pretrained_model(tmp_path):
-    strategy, grid = _run(rounds=3, **{"num-clients": 8, "samples-per-label": 15, "late-clients": 0.25,
-                                       "late-round": 3})
+    strategy, grid = _run(
+        rounds=3, **{"num-clients": 8, "samples-per-label": 15, "late-clients": 0.25, "late-round": 3}
+    )
     late = sorted(set(range(8)) - set(strategy.distance_pids))
     assert len(late) == 2 and [q for q in _forces_queries(grid) if q[0] == 3] == [(3, p) for p in late]
-    newcomer_msgs = [m for m in grid.sent if m.metadata.message_type == FORCES
-                     and m.content[keys.CONFIG][keys.SERVER_ROUND] == 3]
+    newcomer_msgs = [
+        m for m in grid.sent if m.metadata.message_type == FORCES and m.content[keys.CONFIG][keys.SERVER_ROUND] == 3
+    ]
     ref = strategy.reference
     assert all(np.array_equal(m.content[keys.ARRAYS][n].numpy(), ref[n].numpy()) for m in newcomer_msgs for n in ref)
     assert len(strategy.assignment) == 8 and strategy.history[-1]["ari"] == 1.0

@@ -24,8 +24,9 @@ def _run(strategy_cls, rounds, tmp_path=None, resume=None, every=0, **overrides)
         strategy.checkpoint_to(tmp_path / "checkpoint.pkl", every)
     if resume is not None:
         strategy.resume(load_checkpoint(resume, strategy_cls.name))
-    strategy.start(InProcessGrid(client_app, rc, rc["num-clients"]), exp.initial_model(),
-                   expected_clients=rc["num-clients"])
+    strategy.start(
+        InProcessGrid(client_app, rc, rc["num-clients"]), exp.initial_model(), expected_clients=rc["num-clients"]
+    )
     return strategy
 
 
@@ -41,7 +42,8 @@ def _same_run(a, b):
 
 # One strategy of each family, with settings that make it cluster before or around round 3.
 FAMILIES = {
-    "fedavg": {}, "local": {},
+    "fedavg": {},
+    "local": {},
     "fedclust": {"num-clusters": 2},  # one-shot
     "cflgt": {"pretrain-rounds": 2},  # trajectories
     "flic": {"cluster-round": 3},  # update similarity
@@ -77,6 +79,7 @@ def test_a_crashed_run_resumes_from_its_last_checkpoint_with_late_clients_still_
     def crash_in_round_3(strategy, record):
         if record["round"] == 3:
             raise Crash
+
     crashing.on_round = crash_in_round_3
     with pytest.raises(Crash):
         crashing.start(InProcessGrid(client_app, rc, 6), exp.initial_model(), expected_clients=6)

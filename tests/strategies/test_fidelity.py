@@ -65,8 +65,11 @@ def test_cflgt_forces_and_cluster_models_come_from_the_pretrained_model():
     queried = [m.content[keys.ARRAYS] for m in _sent(grid, keys.FORCES_ACTION)]
     assert len(queried) == 6 and not _same(queried[0], initial)  # one FedAvg round moved the model
     assert all(_same(q, strategy.reference) for q in queried)
-    trained = [m.content[keys.ARRAYS] for m in grid.sent
-               if m.metadata.message_type == "train" and m.content[keys.CONFIG][keys.SERVER_ROUND] == 2]
+    trained = [
+        m.content[keys.ARRAYS]
+        for m in grid.sent
+        if m.metadata.message_type == "train" and m.content[keys.CONFIG][keys.SERVER_ROUND] == 2
+    ]
     assert trained and all(_same(t, strategy.reference) for t in trained)  # cluster models start there
 
 
@@ -83,16 +86,21 @@ def test_forces_bases_and_holdout_accuracy_read_the_train_split():
     np.testing.assert_allclose(pull, on_train, rtol=1e-5)
     assert not np.allclose(on_train, on_test, rtol=1e-3)
 
-    reply = ClassSubspaces.from_arrays(subspaces(task, RecordDict({keys.CONFIG: ConfigRecord(
-        {keys.SUBSPACE_VECTORS: 2, keys.WITH_COUNTS: True})})), dim=None, num_classes=task.info.num_classes,
-        max_vectors=2, with_counts=True)
+    reply = ClassSubspaces.from_arrays(
+        subspaces(task, RecordDict({keys.CONFIG: ConfigRecord({keys.SUBSPACE_VECTORS: 2, keys.WITH_COUNTS: True})})),
+        dim=None,
+        num_classes=task.info.num_classes,
+        max_vectors=2,
+        with_counts=True,
+    )
     expected = class_bases(x_tr, y_tr, 2, torch.device("cpu"))
     np.testing.assert_array_equal(reply.counts, expected.counts)
     for got, want in zip(reply.bases, expected.bases, strict=True):
         np.testing.assert_allclose(np.abs(got), np.abs(want), atol=1e-5)
     assert reply.counts.sum() == len(y_tr)
-    assert not np.allclose(np.abs(expected.bases[0]), np.abs(class_bases(x_te, y_te, 2, torch.device("cpu")).bases[0]),
-                           atol=1e-3)
+    assert not np.allclose(
+        np.abs(expected.bases[0]), np.abs(class_bases(x_te, y_te, 2, torch.device("cpu")).bases[0]), atol=1e-3
+    )
 
     hold = {**task_cfg(rc), keys.HOLDOUT_FRACTION: 0.5, keys.LOCAL_EPOCHS: 0, keys.SERVER_ROUND: 1}
     got = holdout(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: ConfigRecord(hold)}))
@@ -123,8 +131,9 @@ def test_flag_update_trains_gradient_epochs_not_local_epochs():
 
 # ---------------------------------------------------------------- FedClust
 def test_fedclust_newcomers_train_the_initial_model():
-    s, grid, exp = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 2.0, "late-clients": 0.34,
-                                                        "late-round": 3})
+    s, grid, exp = _run(
+        strategy="fedclust", rounds=3, **{"fedclust-lambda": 2.0, "late-clients": 0.34, "late-round": 3}
+    )
     queries = _sent(grid, keys.FINAL_LAYER_ACTION)
     late = [m for m in queries if m.content[keys.CONFIG][keys.SERVER_ROUND] == 3]
     assert len(late) == 2
@@ -139,8 +148,9 @@ def test_fedclust_newcomers_train_the_initial_model():
 
 def _offline(strategy, signals, truth):
     strategy.clients = {p: ClientInfo(p, 1000 + p, 10, 5, int(truth[p])) for p in signals}
-    strategy.initial = ArrayRecord({"head.weight": Array(np.zeros((2, 3), np.float32)),
-                                    "head.bias": Array(np.zeros(2, np.float32))})
+    strategy.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+    )
     strategy.init_clusters(strategy.initial)
     strategy.collect = lambda pids, rnd: {p: signals[p] for p in pids if p in signals}
     return strategy
@@ -149,8 +159,7 @@ def _offline(strategy, signals, truth):
 def test_fedclust_distance_is_plain_euclidean_and_cuts_by_it():
     # final layers on a line at 0, 1, 3: Euclidean gaps 1 and 2 (squared: 1 and 4)
     vectors = {p: FinalLayer(np.full((2, 3), x), np.zeros(2)) for p, x in enumerate([0.0, 1.0, 3.0])}
-    s = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=3.0, linkage="single")), vectors,
-                 [0, 0, 1])
+    s = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=3.0, linkage="single")), vectors, [0, 0, 1])
     s.cluster(1)
     step = np.sqrt(6)  # six weights move by 1 per unit
     np.testing.assert_allclose(s.distance_matrix, step * np.array([[0, 1, 3], [1, 0, 2], [3, 2, 0]]))
@@ -170,12 +179,16 @@ def _bases(t_deg: float):
     return a, b
 
 
-@pytest.mark.parametrize(("measure", "expected"), [("smallest", 0.0), ("sum", 60.0), ("mean", 30.0),
-                                                   ("reference", 45.0)])
+@pytest.mark.parametrize(
+    ("measure", "expected"), [("smallest", 0.0), ("sum", 60.0), ("mean", 30.0), ("reference", 45.0)]
+)
 def test_pacfl_measures_differ_on_subspaces_that_are_not_axis_aligned(measure, expected):
     a, b = _bases(60.0)
-    signals = {0: ClassSubspaces(np.array([0]), (a,)), 1: ClassSubspaces(np.array([0]), (b,)),
-               2: ClassSubspaces(np.array([0]), (a,))}
+    signals = {
+        0: ClassSubspaces(np.array([0]), (a,)),
+        1: ClassSubspaces(np.array([0]), (b,)),
+        2: ClassSubspaces(np.array([0]), (a,)),
+    }
     s = _offline(PACFL(TrainingParams(), PACFLParams(pacfl_measure=measure, pacfl_vectors=2)), signals, [0, 1, 0])
     s.cluster(1)
     assert s.distance_matrix[0, 1] == pytest.approx(expected, abs=1e-4)
@@ -184,20 +197,30 @@ def test_pacfl_measures_differ_on_subspaces_that_are_not_axis_aligned(measure, e
 
 # ---------------------------------------------------------------- CFL-GP
 def test_cflgp_server_blocks_are_the_clients_compressed_profiles_per_model():
-    s, grid, exp = _run(strategy="cfl-gp", rounds=3, **{"num-clusters": 2, "compression-ratio": 50.0,
-                                                        "cluster-period": 1, "stable-updates": 0})
+    s, grid, exp = _run(
+        strategy="cfl-gp",
+        rounds=3,
+        **{"num-clusters": 2, "compression-ratio": 50.0, "cluster-period": 1, "stable-updates": 0},
+    )
     queries = _sent(grid, keys.PROFILE_ACTION)
     by_round = {}
     for m in queries:
         by_round.setdefault(m.content[keys.CONFIG][keys.SERVER_ROUND], []).append(m)
     seeds = {r: {m.content[keys.CONFIG][keys.PROFILE_SEED] for m in ms} for r, ms in by_round.items()}
-    assert seeds == {1: {block_seed(exp.training.seed, 0)}, 2: {block_seed(exp.training.seed, 1)},
-                     3: {block_seed(exp.training.seed, 0)}}
+    assert seeds == {
+        1: {block_seed(exp.training.seed, 0)},
+        2: {block_seed(exp.training.seed, 1)},
+        3: {block_seed(exp.training.seed, 0)},
+    }
     rc = small_run_config(**{"local-epochs": 1})
     for pid in range(6):
         task = _task(rc, pid)
-        vectors = {r: gradient_profile(task, next(m for m in ms if grid.pid_of[m.metadata.dst_node_id] == pid)
-                                       .content)["vector"] for r, ms in by_round.items()}
+        vectors = {
+            r: gradient_profile(task, next(m for m in ms if grid.pid_of[m.metadata.dst_node_id] == pid).content)[
+                "vector"
+            ]
+            for r, ms in by_round.items()
+        }
         np.testing.assert_allclose(s.blocks[pid][0], (vectors[1] + vectors[3]) / 2, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(s.blocks[pid][1], vectors[2], rtol=1e-4, atol=1e-6)
         m = by_round[1][0]
@@ -242,8 +265,9 @@ def _sattler(updates: np.ndarray):
 def test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_updates():
     rng = np.random.default_rng(0)
     v = rng.normal(size=50)
-    opposed = np.stack([v + 0.1 * rng.normal(size=50) for _ in range(4)] +
-                       [-v + 0.1 * rng.normal(size=50) for _ in range(3)]).astype(np.float32)
+    opposed = np.stack(
+        [v + 0.1 * rng.normal(size=50) for _ in range(4)] + [-v + 0.1 * rng.normal(size=50) for _ in range(3)]
+    ).astype(np.float32)
     s = _sattler(opposed)
     assert len(s.models) == 2 and s.attempts[0]["kept"]
     assert [s.assignment[p] for p in range(7)] == [0, 0, 0, 0, 1, 1, 1]
@@ -255,8 +279,11 @@ def test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_up
 
 def test_pacfl_reference_signed_is_the_reference_codes_signed_cosine():
     a, b = _bases(60.0)
-    signals = {0: ClassSubspaces(np.array([0]), (a,)), 1: ClassSubspaces(np.array([0]), (-b,)),
-               2: ClassSubspaces(np.array([0]), (a,))}
+    signals = {
+        0: ClassSubspaces(np.array([0]), (a,)),
+        1: ClassSubspaces(np.array([0]), (-b,)),
+        2: ClassSubspaces(np.array([0]), (a,)),
+    }
     got = {}
     for measure in ("reference", "reference-signed"):
         s = _offline(PACFL(TrainingParams(), PACFLParams(pacfl_measure=measure, pacfl_vectors=2)), signals, [0, 1, 0])
@@ -298,16 +325,24 @@ def test_flag_vectors_zero_is_one_percent_of_each_class():
 
 def test_flag_uniform_weights_ignores_the_class_counts():
     e = np.eye(6)
-    signals = {p: (ClassSubspaces(np.array([0, 1]) if p < 4 else np.array([2, 3]),
-                                  (e[:, [0]], e[:, [1]]) if p < 4 else (e[:, [2]], e[:, [3]]),
-                                  np.array([10 + 20 * p, 30])), ModelUpdate(np.eye(5)[p // 4]))
-               for p in range(8)}
+    signals = {
+        p: (
+            ClassSubspaces(
+                np.array([0, 1]) if p < 4 else np.array([2, 3]),
+                (e[:, [0]], e[:, [1]]) if p < 4 else (e[:, [2]], e[:, [3]]),
+                np.array([10 + 20 * p, 30]),
+            ),
+            ModelUpdate(np.eye(5)[p // 4]),
+        )
+        for p in range(8)
+    }
     matrices = {}
     for uniform in (False, True):
         s = FLAG(TrainingParams(), FLAGParams(alpha=0.5, uniform_weights=uniform))
         s.clients = {p: ClientInfo(p, 1000 + p, 40, 5, p // 4) for p in signals}
-        s.initial = ArrayRecord({"head.weight": Array(np.zeros((4, 5), np.float32)),
-                                 "head.bias": Array(np.zeros(4, np.float32))})
+        s.initial = ArrayRecord(
+            {"head.weight": Array(np.zeros((4, 5), np.float32)), "head.bias": Array(np.zeros(4, np.float32))}
+        )
         s.init_clusters(s.initial)
         s.collect = lambda pids, rnd: {p: signals[p] for p in pids}
         s.cluster(1)

@@ -41,8 +41,9 @@ def _signals(rng, gradient_noise=0.01):
 def _offline(params, signals):
     s = FLAG(TrainingParams(), params)
     s.clients = {p: ClientInfo(p, 1000 + p, 40, 5, int(TRUTH[p])) for p in signals}
-    s.initial = ArrayRecord({"head.weight": Array(np.zeros((4, 5), np.float32)),
-                             "head.bias": Array(np.zeros(4, np.float32))})
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((4, 5), np.float32)), "head.bias": Array(np.zeros(4, np.float32))}
+    )
     s.init_clusters(s.initial)
     s.collect = lambda pids, rnd: {p: signals[p] for p in pids if p in signals}
     return s
@@ -53,7 +54,11 @@ def test_given_alpha_cuts_the_proximity_and_keeps_v_and_g():
     s.cluster(1)
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0 and not s.sweep
     # each of the 4 classes is held on one side only: 180 degrees x (1 + delta) = 270 for every class
-    assert np.allclose(s.data_matrix[:4, 4:], 270.0) and np.all(s.data_matrix[:4, :4] < 90) and np.allclose(s.gradient_matrix[:4, 4:], 90.0, atol=2)
+    assert (
+        np.allclose(s.data_matrix[:4, 4:], 270.0)
+        and np.all(s.data_matrix[:4, :4] < 90)
+        and np.allclose(s.gradient_matrix[:4, 4:], 90.0, atol=2)
+    )
     assert s.distance_matrix.shape == (8, 8) and s.distance_pids == list(range(8))
     assert np.allclose(s.distance_matrix[:4, 4:], 1.0, atol=0.02) and s.distance_matrix.max() <= 1.0
 
@@ -103,25 +108,43 @@ def test_holdout_result_round_trip_and_rejections():
     r = HoldoutResult(np.arange(3, dtype=np.float32), 0.75, 9)
     back = HoldoutResult.from_arrays(r.to_arrays(), size=3, max_fit=10)
     assert back.accuracy == 0.75 and back.num_fit == 9 and np.array_equal(back.delta, r.delta)
-    for arrays, size in [({**r.to_arrays(), "accuracy": np.array([1.5], np.float32)}, 3),
-                         ({**r.to_arrays(), "num-fit": np.array([11])}, 3), (r.to_arrays(), 4)]:
+    for arrays, size in [
+        ({**r.to_arrays(), "accuracy": np.array([1.5], np.float32)}, 3),
+        ({**r.to_arrays(), "num-fit": np.array([11])}, 3),
+        (r.to_arrays(), 4),
+    ]:
         with pytest.raises(SignalError):
             HoldoutResult.from_arrays(arrays, size=size, max_fit=10)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("beta", 1.5), ("beta", -0.1), ("delta", 2.0), ("alpha", 1.5), ("sweep_step", 0.0), ("sweep_step", 1.5),
-    ("sweep_clients", 0), ("sweep_rounds", 0), ("gradient_epochs", 0), ("flag_vectors", -1),
-    ("uniform_weights", 1), ("num_clusters", -1),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("beta", 1.5),
+        ("beta", -0.1),
+        ("delta", 2.0),
+        ("alpha", 1.5),
+        ("sweep_step", 0.0),
+        ("sweep_step", 1.5),
+        ("sweep_clients", 0),
+        ("sweep_rounds", 0),
+        ("gradient_epochs", 0),
+        ("flag_vectors", -1),
+        ("uniform_weights", 1),
+        ("num_clusters", -1),
+    ],
+)
 def test_params_are_validated_with_the_run_config_name(field, value):
     with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of FLAG"):
         FLAGParams(**{field: value})
 
 
 def test_flag_on_digits_sweeps_on_train_data_and_finds_the_groups(tmp_path):
-    rc = small_run_config(strategy="flag", rounds=2, **{
-        "sweep-step": 0.2, "sweep-clients": 4, "sweep-rounds": 1, "gradient-epochs": 3, "local-epochs": 1})
+    rc = small_run_config(
+        strategy="flag",
+        rounds=2,
+        **{"sweep-step": 0.2, "sweep-clients": 4, "sweep-rounds": 1, "gradient-epochs": 3, "local-epochs": 1},
+    )
     exp = Experiment.from_run_config(rc)
     grid = InProcessGrid(client_app, rc, rc["num-clients"])
     s = exp.build_strategy()
@@ -130,11 +153,15 @@ def test_flag_on_digits_sweeps_on_train_data_and_finds_the_groups(tmp_path):
     assert adjusted_rand_score([s.clients[p].true_group for p in pids], [s.assignment[p] for p in pids]) == 1.0
     sent = [m.metadata.message_type for m in grid.sent]
     holdouts = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.HOLDOUT_ACTION)]
-    assert sent.count(keys.query_type(keys.SUBSPACES_ACTION)) == 6 and sent.count(keys.query_type(keys.UPDATE_ACTION)) == 6
+    assert (
+        sent.count(keys.query_type(keys.SUBSPACES_ACTION)) == 6 and sent.count(keys.query_type(keys.UPDATE_ACTION)) == 6
+    )
     assert holdouts and {m.content[keys.CONFIG][keys.HOLDOUT_FRACTION] for m in holdouts} == {0.1}
     assert {int(m.metadata.dst_node_id) for m in holdouts} <= {grid.node_of[p] for p in range(6)}
     assert len({grid.pid_of[m.metadata.dst_node_id] for m in holdouts}) == 4
-    assert [r["alpha"] for r in s.sweep] == [1.0, 0.8, 0.6, 0.4, 0.2] and s.chosen_alpha in {r["alpha"] for r in s.sweep}
+    assert [r["alpha"] for r in s.sweep] == [1.0, 0.8, 0.6, 0.4, 0.2] and s.chosen_alpha in {
+        r["alpha"] for r in s.sweep
+    }
     assert all(r["accuracy"] is not None and 0 <= r["accuracy"] <= 1 for r in s.sweep)
     paths = flag_sweep(s, tmp_path)
     assert [p.name for p in paths] == ["flag-sweep.png", "flag-sweep.json"] and paths[0].stat().st_size > 0

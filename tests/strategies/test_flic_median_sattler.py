@@ -29,14 +29,18 @@ def _start(cls, params=None, spy=None, **overrides):
         def after_train(rnd, updates):
             spy(strategy, rnd, updates)
             original(rnd, updates)
+
         strategy.after_train = after_train
     strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
     return strategy, grid
 
 
 def _sampled(grid, rnd):
-    return {grid.pid_of[m.metadata.dst_node_id] for m in grid.sent
-            if m.metadata.message_type == "train" and m.content["config"]["server-round"] == rnd}
+    return {
+        grid.pid_of[m.metadata.dst_node_id]
+        for m in grid.sent
+        if m.metadata.message_type == "train" and m.content["config"]["server-round"] == rnd
+    }
 
 
 def test_registry_and_params_validation():
@@ -58,8 +62,13 @@ def _queried(grid, action):
 
 
 def test_flic_clusters_seen_clients_and_joins_the_unseen_by_their_update():
-    strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=6, fraction=0.34,
-                            **{"num-clients": 9, "groups": 3, "samples-per-label": 10})
+    strategy, grid = _start(
+        FLIC,
+        FLICParams(cluster_round=3),
+        rounds=6,
+        fraction=0.34,
+        **{"num-clients": 9, "groups": 3, "samples-per-label": 10},
+    )
     seen = _sampled(grid, 1) | _sampled(grid, 2)
     assert strategy.clustered_at == 3 and strategy.resolution > 0
     assert [r["phase"] for r in strategy.history] == ["fedavg", "fedavg", "cluster", "train", "train", "train"]
@@ -75,9 +84,15 @@ def test_flic_clusters_seen_clients_and_joins_the_unseen_by_their_update():
 def test_flic_late_attackers_join_the_attackers_not_the_loyal_cluster():
     # The attackers' data is clean: by train loss they would join the loyal cluster; by the
     # direction of their update (minus the true one) they join the attackers.
-    strategy, grid = _start(FLIC, FLICParams(cluster_round=3), rounds=4, fraction=1.0, scenario="attack",
-                            attackers=4, **{"num-clients": 8, "samples-per-client": 150, "seed": 2,
-                                                              "late-clients": 0.25, "late-round": 4})
+    strategy, grid = _start(
+        FLIC,
+        FLICParams(cluster_round=3),
+        rounds=4,
+        fraction=1.0,
+        scenario="attack",
+        attackers=4,
+        **{"num-clients": 8, "samples-per-client": 150, "seed": 2, "late-clients": 0.25, "late-round": 4},
+    )
     late = sorted(strategy.joined)
     assert len(late) == 2 and strategy.joined[late[0]] == 4 and late == sorted(_queried(grid, "update"))
     truth = {p: c.true_group for p, c in strategy.clients.items()}
@@ -106,12 +121,20 @@ def test_flic_similarity_rows_change_only_for_sampled_clients():
 
 def test_flic_automatic_round_waits_for_a_training_loss_plateau():
     seen = []
-    loose, _ = _start(FLIC, FLICParams(stable_tol=100.0), spy=lambda s, rnd, ups: seen.append(ups), rounds=16,
-                      fraction=1.0, **{"eval-every": 100})
+    loose, _ = _start(
+        FLIC,
+        FLICParams(stable_tol=100.0),
+        spy=lambda s, rnd, ups: seen.append(ups),
+        rounds=16,
+        fraction=1.0,
+        **{"eval-every": 100},
+    )
     # the first round the test can pass is 2 * STABLE_PATIENCE; clustering runs before the next one
     assert loose.clustered_at == 2 * STABLE_PATIENCE + 1 < 16 // 2 + 1
-    expected = [np.average([u.loss for u in ups.values()], weights=[u.num_examples for u in ups.values()])
-                for ups in seen[:2 * STABLE_PATIENCE]]
+    expected = [
+        np.average([u.loss for u in ups.values()], weights=[u.num_examples for u in ups.values()])
+        for ups in seen[: 2 * STABLE_PATIENCE]
+    ]
     np.testing.assert_allclose(loose.train_loss, expected)
     assert loose.train_loss[0] > loose.train_loss[STABLE_PATIENCE]  # digits at lr 0.05: the loss falls
     details = loose.run_details()
@@ -139,17 +162,24 @@ def test_fedmedian_model_is_the_coordinate_median_of_the_replies():
 
 
 def test_sattler_splits_on_every_members_update_and_keeps_partition_ids():
-    strategy, grid = _start(CFLSattler, CFLSattlerParams(eps1=1e6, split_after=1), rounds=5, fraction=0.5,
-                            **{"num-clients": 8, "samples-per-label": 10})
+    strategy, grid = _start(
+        CFLSattler,
+        CFLSattlerParams(eps1=1e6, split_after=1),
+        rounds=5,
+        fraction=0.5,
+        **{"num-clients": 8, "samples-per-label": 10},
+    )
     first = strategy.attempts[0]
     assert first["round"] == 3 and first["cluster"] == 0 and sum(first["sizes"]) == 8
     asked = [m for m in grid.sent if m.metadata.message_type == "query.update"]
-    assert {grid.pid_of[m.metadata.dst_node_id] for m in asked if m.content["config"]["server-round"] == 3} \
-        == set(range(8))
+    assert {grid.pid_of[m.metadata.dst_node_id] for m in asked if m.content["config"]["server-round"] == 3} == set(
+        range(8)
+    )
     kept = [a for a in strategy.attempts if a["kept"]]
     assert kept and all(a["alpha-intra-min"] > a["alpha-cross-max"] for a in kept)
-    assert all(not a["kept"] and a["alpha-intra-min"] <= a["alpha-cross-max"]
-               for a in strategy.attempts if a not in kept)
+    assert all(
+        not a["kept"] and a["alpha-intra-min"] <= a["alpha-cross-max"] for a in strategy.attempts if a not in kept
+    )
     assert len(strategy.splits) == len(kept) and len(strategy.models) == 1 + len(kept)
     assert sorted(strategy.assignment) == list(range(8))
     sizes = np.bincount(list(strategy.assignment.values()), minlength=len(strategy.models))
@@ -158,8 +188,13 @@ def test_sattler_splits_on_every_members_update_and_keeps_partition_ids():
 
 
 def test_add_flat_lays_the_update_over_the_floating_arrays_in_record_order():
-    record = ArrayRecord({"w": Array(np.ones((2, 2), np.float32)), "steps": Array(np.array([7], np.int64)),
-                          "b": Array(np.zeros(3, np.float32))})
+    record = ArrayRecord(
+        {
+            "w": Array(np.ones((2, 2), np.float32)),
+            "steps": Array(np.array([7], np.int64)),
+            "b": Array(np.zeros(3, np.float32)),
+        }
+    )
     assert float_size(record) == 7
     out = add_flat(record, np.arange(7, dtype=np.float32))
     np.testing.assert_array_equal(out["w"].numpy(), [[1, 2], [3, 4]])
@@ -171,8 +206,7 @@ def test_add_flat_lays_the_update_over_the_floating_arrays_in_record_order():
 
 
 def test_sattler_does_not_split_when_the_mean_update_is_large():
-    strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e-9, eps2=1e-9, split_after=0), rounds=3,
-                         fraction=1.0)
+    strategy, _ = _start(CFLSattler, CFLSattlerParams(eps1=1e-9, eps2=1e-9, split_after=0), rounds=3, fraction=1.0)
     assert strategy.splits == [] == strategy.attempts and len(strategy.models) == 1
     assert [r["round"] for r in strategy.norms] == [1, 2, 3]
 
@@ -197,7 +231,7 @@ def test_a_split_stores_updates_in_chunks_as_in_one_call_and_averages_them_exact
         s.update([3, 1, 4, 0, 8, 9, 2], first)
     whole.update(list(range(10, 1, -1)), fresh)
     for lo in range(0, 9, 2):
-        chunked.update(list(range(10, 1, -1))[lo:lo + 2], fresh[lo:lo + 2])
+        chunked.update(list(range(10, 1, -1))[lo : lo + 2], fresh[lo : lo + 2])
     assert whole.pids == chunked.pids
     np.testing.assert_allclose(whole.matrix(), chunked.matrix(), atol=1e-6)  # float32 products
     rows = list(fresh)

@@ -24,8 +24,9 @@ class ByTrueGroup(ClusteredStrategy):
 
     def init_clusters(self, initial):
         groups = sorted({c.true_group for c in self.clients.values()})
-        self.set_clusters([initial.copy() for _ in groups],
-                          {pid: groups.index(c.true_group) for pid, c in self.clients.items()})
+        self.set_clusters(
+            [initial.copy() for _ in groups], {pid: groups.index(c.true_group) for pid, c in self.clients.items()}
+        )
 
 
 class ChangingGrid(InProcessGrid):
@@ -46,8 +47,15 @@ class ChangingGrid(InProcessGrid):
         return [n for n in self.pid_of if n not in self.offline]
 
     def get_nodes(self):
-        return [SimpleNamespace(node_id=n, public_key=self.keys[n], name=self.names.get(n, ""),
-                                last_activated_at=self.activated.get(n, "t0")) for n in self.get_node_ids()]
+        return [
+            SimpleNamespace(
+                node_id=n,
+                public_key=self.keys[n],
+                name=self.names.get(n, ""),
+                last_activated_at=self.activated.get(n, "t0"),
+            )
+            for n in self.get_node_ids()
+        ]
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
@@ -86,8 +94,11 @@ def _start(grid_factory, rounds, on_round=None, **overrides):
 
 
 def _trained(grid, server_round):
-    return {m.metadata.dst_node_id: m for m in grid.sent
-            if m.metadata.message_type == "train" and m.content["config"]["server-round"] == server_round}
+    return {
+        m.metadata.dst_node_id: m
+        for m in grid.sent
+        if m.metadata.message_type == "train" and m.content["config"]["server-round"] == server_round
+    }
 
 
 def test_a_restarted_insecure_node_is_lost_then_rejoins_with_its_cluster_state(caplog):
@@ -110,13 +121,16 @@ def test_a_restarted_insecure_node_is_lost_then_rejoins_with_its_cluster_state(c
     # round 3 trains partition 2 on its new node, with the model of the cluster it had before
     msg = _trained(grid, 3)[new_node]
     k = strategy.assignment[2]
-    assert msg.content["config"][keys.CLUSTER_ID] == k == _trained(grid, 1)[first_node].content["config"][keys.CLUSTER_ID]
+    assert (
+        msg.content["config"][keys.CLUSTER_ID] == k == _trained(grid, 1)[first_node].content["config"][keys.CLUSTER_ID]
+    )
     assert first_node not in _trained(grid, 3)
     assert "clients lost (their nodes are offline): [2]" in caplog.text and "clients rejoined" in caplog.text
     assert coverage(strategy.history[:2], fraction=0.5) == {
         "final-accuracy": "over 5 of 6 clients",
         "final-ari": "over 6 clients (1 of them offline at the end)",
-        "final-ami": "over 6 clients (1 of them offline at the end)"}
+        "final-ami": "over 6 clients (1 of them offline at the end)",
+    }
     assert coverage(strategy.history)["final-accuracy"] == "over 6 of 6 clients"
 
 
@@ -163,8 +177,9 @@ def test_with_registered_keys_an_offline_clients_id_is_not_taken_by_another_key(
         strategy, grid = _start(make, rounds=3, on_round=events)
     assert strategy.clients[1].node_id == grid.node_of[1]
     assert "bound to the registered key" in caplog.text
-    assert not [m for m in grid.sent if m.metadata.dst_node_id == state["other"]
-                and m.metadata.message_type != "query.identity"]
+    assert not [
+        m for m in grid.sent if m.metadata.dst_node_id == state["other"] and m.metadata.message_type != "query.identity"
+    ]
     assert [r["clients-lost"] for r in strategy.history] == [[], [1], []]
     assert [r["clients-rejoined"] for r in strategy.history] == [[], [4], [1]]
 

@@ -28,8 +28,9 @@ TRUTH = np.repeat([0, 1], 4)
 def _offline(strategy, signals):
     """A strategy with 8 known clients whose ``collect`` returns ``signals`` (no Flower)."""
     strategy.clients = {p: ClientInfo(p, 1000 + p, 10, 5, int(TRUTH[p % 8])) for p in signals}
-    strategy.initial = ArrayRecord({"head.weight": Array(np.zeros((2, 3), np.float32)),
-                                    "head.bias": Array(np.zeros(2, np.float32))})
+    strategy.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+    )
     strategy.init_clusters(strategy.initial)
     strategy.collect = lambda pids, rnd: {p: signals[p] for p in pids if p in signals}
     return strategy
@@ -45,8 +46,10 @@ def test_fedclust_assigns_blobs_and_newcomers_join_the_nearest_centroid():
     s.cluster(1)
     labels = [s.assignment[p] for p in range(8)]
     assert adjusted_rand_score(TRUTH, labels) == 1.0 and len(s.models) == 2
-    assert all(m is not s.initial and m["head.weight"].numpy().tolist() == s.initial["head.weight"].numpy().tolist()
-               for m in s.models)
+    assert all(
+        m is not s.initial and m["head.weight"].numpy().tolist() == s.initial["head.weight"].numpy().tolist()
+        for m in s.models
+    )
     assert s.distance_matrix.shape == (8, 8) and s.distance_pids == list(range(8)) and s.centroids.shape == (2, 8)
     newcomers = _layers(rng, [9, 12])  # 9 % 8 = 1 -> group 0, 12 % 8 = 4 -> group 1
     s.collect = lambda pids, rnd: {p: newcomers[p] for p in pids}
@@ -56,8 +59,9 @@ def test_fedclust_assigns_blobs_and_newcomers_join_the_nearest_centroid():
     one = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=100.0)), _layers(rng, range(8)))
     one.cluster(1)
     assert one.num_clusters == 1
-    by_count = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=100.0, num_clusters=2)),
-                        _layers(rng, range(8)))
+    by_count = _offline(
+        FedClust(TrainingParams(), FedClustParams(fedclust_lambda=100.0, num_clusters=2)), _layers(rng, range(8))
+    )
     by_count.cluster(1)
     assert adjusted_rand_score(TRUTH, [by_count.assignment[p] for p in range(8)]) == 1.0
 
@@ -122,12 +126,20 @@ def test_flhc_clusters_updates_from_the_warm_global_model():
     assert adjusted_rand_score(TRUTH, [cos.assignment[p] for p in range(8)]) == 1.0
 
 
-@pytest.mark.parametrize("cls, field, value", [
-    (FedClustParams, "fedclust_lambda", -1.0), (FedClustParams, "cluster_epochs", 0),
-    (FedClustParams, "num_clusters", -1), (FedClustParams, "linkage", "ward"),
-    (PACFLParams, "pacfl_vectors", 0), (PACFLParams, "pacfl_measure", "largest"),
-    (FLHCParams, "warmup_rounds", -1), (FLHCParams, "flhc_metric", "hamming"), (FLHCParams, "cluster_steps", -1),
-])
+@pytest.mark.parametrize(
+    "cls, field, value",
+    [
+        (FedClustParams, "fedclust_lambda", -1.0),
+        (FedClustParams, "cluster_epochs", 0),
+        (FedClustParams, "num_clusters", -1),
+        (FedClustParams, "linkage", "ward"),
+        (PACFLParams, "pacfl_vectors", 0),
+        (PACFLParams, "pacfl_measure", "largest"),
+        (FLHCParams, "warmup_rounds", -1),
+        (FLHCParams, "flhc_metric", "hamming"),
+        (FLHCParams, "cluster_steps", -1),
+    ],
+)
 def test_params_are_validated_with_the_run_config_name(cls, field, value):
     with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of"):
         cls(**{field: value})
@@ -148,8 +160,7 @@ def _ari(strategy):
 
 
 def test_fedclust_on_digits_sends_only_the_final_layer_and_places_late_clients():
-    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 2.0, "late-clients": 0.34,
-                                                     "late-round": 2})
+    s, grid = _run(strategy="fedclust", rounds=3, **{"fedclust-lambda": 2.0, "late-clients": 0.34, "late-round": 2})
     queries = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.FINAL_LAYER_ACTION)]
     assert len(queries) == 6 and queries[0].content[keys.CONFIG][keys.CLUSTER_STEPS] == 100
     assert _ari(s) == 1.0 and s.num_clusters == 2 and len(s.assignment) == 6
@@ -177,7 +188,8 @@ def test_threshold_and_num_clusters_zero_cut_automatically(caplog):
         s.cluster(1)
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0 and s.auto_silhouette > 0.9
     assert "automatic cut (threshold and num-clusters 0): 2 clusters" in caplog.text
-    given = _offline(FedClust(TrainingParams(), FedClustParams(fedclust_lambda=0.0, num_clusters=3)),
-                     _layers(rng, range(8)))
+    given = _offline(
+        FedClust(TrainingParams(), FedClustParams(fedclust_lambda=0.0, num_clusters=3)), _layers(rng, range(8))
+    )
     given.cluster(1)
     assert given.num_clusters == 3 and given.auto_silhouette is None

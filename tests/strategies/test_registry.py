@@ -12,7 +12,9 @@ def test_registry_names_match_classes():
 
 
 def test_unknown_strategy_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"The 'strategy' parameter .* must be one of \{.*'fedavg'.*'local'.*\}\. Got 'nope' instead"):
+    with pytest.raises(
+        ValueError, match=r"The 'strategy' parameter .* must be one of \{.*'fedavg'.*'local'.*\}\. Got 'nope' instead"
+    ):
         get_strategy("nope")
 
 
@@ -24,6 +26,8 @@ def test_every_strategy_builds_from_defaults():
 
 def test_fedprox_mu_is_validated_and_sent():
     assert params_from_run_config(FedProxParams, {"proximal-mu": 0.5}).proximal_mu == 0.5
-    with pytest.raises(ValueError, match=r"The 'proximal-mu' parameter of FedProx must be a float >= 0.0\. Got -1.0 instead"):
+    with pytest.raises(
+        ValueError, match=r"The 'proximal-mu' parameter of FedProx must be a float >= 0.0\. Got -1.0 instead"
+    ):
         FedProxParams(proximal_mu=-1.0)
     assert FedProx(params=FedProxParams(0.3)).client_config(1, 0) == {"proximal-mu": 0.3}

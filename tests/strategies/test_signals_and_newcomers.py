@@ -26,7 +26,7 @@ class TwoModels(ClusteredStrategy):
         garbage = initial.copy()
         for name in list(garbage.keys()):
             garbage[name] = Array(np.full(garbage[name].shape, 5.0, dtype=np.float32))
-        self.set_clusters([initial.copy(), garbage], {pid: 0 for pid in self.clients})
+        self.set_clusters([initial.copy(), garbage], dict.fromkeys(self.clients, 0))
 
 
 def _start(strategy_cls, grid_kwargs=None, **overrides):
@@ -41,8 +41,9 @@ def _start(strategy_cls, grid_kwargs=None, **overrides):
 def test_losses_query_returns_train_losses_of_every_model_and_counts_bytes():
     strategy, grid = _start(TwoModels, rounds=1)
     down_before, signal_before = strategy._stats.down.model, strategy._stats.up.signal
-    losses = strategy.query_signal(keys.LOSSES_ACTION, [0, 3], 1, ModelLosses.from_arrays,
-                                   models=strategy.models, num_models=2)
+    losses = strategy.query_signal(
+        keys.LOSSES_ACTION, [0, 3], 1, ModelLosses.from_arrays, models=strategy.models, num_models=2
+    )
     assert sorted(losses) == [0, 3]
     assert all(sig.losses.shape == (2,) and sig.best() == 0 for sig in losses.values())
     queries = [m for m in grid.sent if m.metadata.message_type == "query.losses"]
@@ -62,19 +63,20 @@ def _bad_losses(reply: Message, server_round: int) -> Message:
 def test_malformed_signal_is_rejected_for_that_client_only(caplog):
     strategy, _ = _start(TwoModels, rounds=1, grid_kwargs={"faults": {0: _bad_losses}})
     with caplog.at_level(logging.WARNING):
-        losses = strategy.query_signal(keys.LOSSES_ACTION, [0, 1], 1, ModelLosses.from_arrays,
-                                       models=strategy.models, num_models=2)
+        losses = strategy.query_signal(
+            keys.LOSSES_ACTION, [0, 1], 1, ModelLosses.from_arrays, models=strategy.models, num_models=2
+        )
     assert sorted(losses) == [1]
     assert "client 0 reply rejected: model losses: array 'losses' holds NaN or Inf" in caplog.text
 
 
 def test_late_clients_wait_then_join_the_cluster_with_the_lowest_train_loss():
     strategy, grid = _start(TwoModels, rounds=3, **{"late-clients": 0.34, "late-round": 2})
-    late = sorted({grid.pid_of[m.metadata.dst_node_id] for m in grid.sent
-                   if m.metadata.message_type == "query.losses"})
+    late = sorted({grid.pid_of[m.metadata.dst_node_id] for m in grid.sent if m.metadata.message_type == "query.losses"})
     assert len(late) == 2
-    first = [m for m in grid.sent if m.metadata.message_type == "train"
-             and m.content[keys.CONFIG][keys.SERVER_ROUND] == 1]
+    first = [
+        m for m in grid.sent if m.metadata.message_type == "train" and m.content[keys.CONFIG][keys.SERVER_ROUND] == 1
+    ]
     assert not {grid.pid_of[m.metadata.dst_node_id] for m in first} & set(late)
     assert [strategy.assignment[p] for p in late] == [0, 0]
     assert [r["cluster-sizes"] for r in strategy.history] == [[4, 0], [6, 0], [6, 0]]

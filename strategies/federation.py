@@ -372,7 +372,9 @@ def _claim_of(node: int, info: Any) -> Claim:
 
 def _identity_of(node: int, content: RecordDict) -> ClientInfo:
     if keys.IDENTITY not in content.config_records:
-        raise ValueError(f"node {node}'s reply holds no ConfigRecord {keys.IDENTITY!r}")
+        raise ValueError(
+            f"The reply of node {node} must hold a ConfigRecord {keys.IDENTITY!r}. Got {sorted(content)} instead."
+        )
     ident = content.config_records[keys.IDENTITY]
     where = f"the identity reply of node {node}"
     pid, num_train, num_test, true_group = (
@@ -380,14 +382,18 @@ def _identity_of(node: int, content: RecordDict) -> ClientInfo:
     )
     if pid < 0 or num_train < 1 or num_test < 0:
         raise ValueError(
-            f"impossible sizes or id: {keys.PARTITION_ID} {pid}, {keys.NUM_TRAIN} {num_train}, {keys.NUM_TEST} {num_test}"
+            f"The values '{keys.PARTITION_ID}', '{keys.NUM_TRAIN}' and '{keys.NUM_TEST}' of {where} must be "
+            f">= 0, >= 1 and >= 0. Got {pid}, {num_train} and {num_test} instead."
         )
     num_val = read_int(ident, keys.NUM_VAL, where, default=0)
     counts = read_ints(ident, keys.CLASS_COUNTS, where, default=[])
     if num_val < 0:
-        raise ValueError(f"{keys.NUM_VAL} must be an int >= 0, got {num_val!r}")
+        raise ValueError(f"The '{keys.NUM_VAL}' value of {where} must be an int >= 0. Got {num_val!r} instead.")
     if counts and (min(counts) < 0 or sum(counts) != num_train):
-        raise ValueError(f"{keys.CLASS_COUNTS} must be ints >= 0 summing to {keys.NUM_TRAIN}, got {counts!r}")
+        raise ValueError(
+            f"The '{keys.CLASS_COUNTS}' value of {where} must be ints >= 0 summing to '{keys.NUM_TRAIN}' "
+            f"({num_train}). Got {counts!r} instead."
+        )
     return ClientInfo(
         partition_id=pid,
         node_id=node,

@@ -7,8 +7,8 @@ check once: each returns the value as its type, or raises ``ValueError`` naming 
 record came from and what it held. They take any mapping (both records are mappings of ``str``),
 so this module stays free of Flower.
 
-``where`` names the record's origin in the messages, e.g. ``"the identity reply of node 7"`` or
-``"the train config"``.
+``where`` names the record's origin in the messages, e.g. ``"the identity reply of node 7"``;
+``default``, where given, stands in for an absent key (never for a value of the wrong type).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ _MAX_DRAWS = 100
 _NOISE_STD = 0.2  # CFL-GP Sec. 5.1: n ~ N(0, 0.2^2)
 AUTO_SAMPLES_PER_LABEL = 50
 """label-groups' ``samples-per-label`` when it is 0 (CFLGT Sec. V-A), if every label has that many."""
-_LOG = logging.getLogger("flwr")  # Flower's console logger, by name: common does not import flwr
+_LOG = logging.getLogger("flwr")  # Flower's console logger, by its name: common stays free of Flower
 
 
 def _half_up(x: np.ndarray | float) -> np.ndarray:

@@ -24,7 +24,7 @@ back to partition ids (the reference code's pitfall; tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         super().init_clusters(initial)
+        if self.params.split_after >= self.training.rounds:
+            log(
+                WARNING,
+                "CFLSattler: split-after %d is not below rounds %d, so no cluster can split: this run is FedAvg",
+                self.params.split_after,
+                self.training.rounds,
+            )
         self.similarity: UpdateSimilarity | None = None
         self.norms: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []

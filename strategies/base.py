@@ -7,7 +7,8 @@ cluster's model, traffic and timing records, newcomers (``late-clients``), and t
 loop (Flower's ``Strategy.start`` carries a single model, so it is overridden). An algorithm
 only says how it collects its signal and assigns clusters, through the hooks
 ``init_clusters``, ``before_round``, ``client_config``, ``train_records``, ``reply_cluster``,
-``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for a typed signal.
+``aggregate_cluster``, ``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for
+a typed signal.
 
 Empty clusters are kept on purpose: a cluster without members (or without replies this
 round) keeps its model and shows as size 0.
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from flwr.app import (
@@ -72,6 +73,7 @@ class NoParams:
 
 
 RoundCallback = Callable[["ClusteredStrategy", dict[str, Any]], None]
+T = TypeVar("T")
 
 
 class ClusteredStrategy(Strategy):
@@ -672,10 +674,26 @@ class ClusteredStrategy(Strategy):
                 self._stats.capped += 1
         return updates
 
+    def require(self, value: T | None, name: str, hook: str) -> T:
+        """``value`` when it is set.
+
+        Raises
+        ------
+        RuntimeError
+            If ``value`` is None: the attribute ``name`` is not initialised until ``hook`` has run.
+        """
+        if value is None:
+            raise RuntimeError(f"{type(self).__name__}.{name} is not initialised yet: {hook} must run first.")
+        return value
+
+    @property
+    def initial_model(self) -> ArrayRecord:
+        """The initial model; ``RuntimeError`` before ``start`` has set it (before ``init_clusters``)."""
+        return self.require(self.initial, "initial", "start() (it sets the initial model before init_clusters)")
+
     def head_shape(self) -> tuple[int, int]:
         """``(outputs, features)`` of the initial model's classifier head."""
-        assert self.initial is not None
-        outputs, features = self.initial[self.head_key].shape
+        outputs, features = self.initial_model[self.head_key].shape
         return int(outputs), int(features)
 
     def true_group(self, pid: int) -> int:

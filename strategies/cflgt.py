@@ -136,14 +136,14 @@ class CFLGT(ClusteredStrategy):
             self._place(newcomers, server_round)
 
     def _forces(self, pids: list[int], server_round: int) -> dict[int, np.ndarray]:
-        assert self.reference is not None
+        reference = self.require(self.reference, "reference", "the clustering round (before_round)")
         num_classes = self.head_shape()[0]
         replies = self.query_signal(
             keys.FORCES_ACTION,
             pids,
             server_round,
             ClassForces.from_arrays,
-            models=[self.reference],
+            models=[reference],
             num_classes=num_classes,
         )
         return {pid: trajectories_from_forces(f.pull[None], f.push[None])[0] for pid, f in replies.items()}

@@ -111,14 +111,13 @@ class FedClust(OneShotStrategy):
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
         """Each client's final layer after ``cluster-epochs`` of training the initial model."""
-        assert self.initial is not None
         outputs, features = self.head_shape()
         return self.query_signal(
             keys.FINAL_LAYER_ACTION,
             pids,
             server_round,
             FinalLayer.from_arrays,
-            models=[self.initial],
+            models=[self.initial_model],
             config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs, keys.CLUSTER_STEPS: self.params.cluster_steps},
             outputs=outputs,
             features=features,
@@ -132,12 +131,12 @@ class FedClust(OneShotStrategy):
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
         """Alg. 2: train the initial model, upload the final layer, take the nearest centroid."""
-        assert self.centroids is not None
+        centres = self.require(self.centroids, "centroids", "the clustering round (cluster)")
         layers = self.collect(newcomers, server_round)
         got = sorted(layers)
         placed: dict[int, int] = {}
         if got:
             with self.clustering_timer():
-                chosen = nearest(np.stack([layers[p].vector() for p in got]), self.centroids)
+                chosen = nearest(np.stack([layers[p].vector() for p in got]), centres)
             placed = {p: int(k) for p, k in zip(got, chosen, strict=True)}
         return placed

@@ -109,7 +109,6 @@ class FLAG(OneShotStrategy):
 
     @property
     def _num_classes(self) -> int:
-        assert self.initial is not None
         return self.head_shape()[0]
 
     def _size(self, record: ArrayRecord) -> int:
@@ -137,15 +136,15 @@ class FLAG(OneShotStrategy):
         for pid in sorted(q for q, s in subs.items() if s.dim != max(set(dims), key=dims.count)):
             log(WARNING, "round %d: client %d sent bases of another row count; ignored", server_round, pid)
             del subs[pid]
-        assert self.initial is not None
+        initial = self.initial_model
         ups = self.query_signal(
             keys.UPDATE_ACTION,
             sorted(subs),
             server_round,
             ModelUpdate.from_arrays,
-            models=[self.initial],
+            models=[initial],
             config={keys.LOCAL_EPOCHS: p.gradient_epochs},
-            size=self._size(self.initial),
+            size=self._size(initial),
         )
         return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
 
@@ -214,10 +213,10 @@ class FLAG(OneShotStrategy):
 
     def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
         """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the initial model."""
-        assert self.initial is not None
-        size = self._size(self.initial)
+        initial = self.initial_model
+        size = self._size(initial)
         members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}
-        models = dict.fromkeys(members, self.initial)
+        models = dict.fromkeys(members, initial)
         accuracy: dict[int, float] = {}
         for r in range(self.params.sweep_rounds + 1):
             epochs = self.training.local_epochs if r < self.params.sweep_rounds else 0

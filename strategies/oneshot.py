@@ -72,8 +72,7 @@ class OneShotStrategy(ClusteredStrategy):
 
     def start_model(self) -> ArrayRecord:
         """The model every cluster starts from (default: the initial model)."""
-        assert self.initial is not None
-        return self.initial
+        return self.initial_model
 
     def clustering_round(self) -> int:
         return 1

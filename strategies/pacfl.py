@@ -81,7 +81,6 @@ class PACFL(OneShotStrategy):
         Bases whose row count differs from the clustered clients' (or, in the clustering
         round, from the most common one) are dropped with a warning.
         """
-        assert self.initial is not None
         got = self.query_signal(
             keys.SUBSPACES_ACTION,
             pids,

@@ -67,7 +67,7 @@ MUTATIONS = [
     (
         "fedclust newcomers from the cluster model",
         "strategies/fedclust.py",
-        "models=[self.initial],\n            config={keys.CLUSTER_EPOCHS",
+        "models=[self.initial_model],\n            config={keys.CLUSTER_EPOCHS",
         "models=[self.models[0]],\n            config={keys.CLUSTER_EPOCHS",
         [FIDELITY + "test_fedclust_newcomers_train_the_initial_model"],
     ),

@@ -244,3 +244,13 @@ def test_set_clusters_rejects_out_of_range_assignment():
     s = FedAvg()
     with pytest.raises(ValueError, match="point outside the 1 cluster models"):
         s.set_clusters([ArrayRecord()], {0: 0, 1: 1})
+
+
+def test_state_read_before_its_hook_ran_raises_naming_the_attribute_and_the_hook():
+    from strategies import FedClust
+
+    with pytest.raises(RuntimeError, match=r"FedAvg\.initial is not initialised yet: start\(\)"):
+        FedAvg().head_shape()
+    with pytest.raises(RuntimeError, match=r"FedClust\.centroids is not initialised yet: the clustering round"):
+        FedClust().place([0], server_round=1)
+    assert FedAvg().require(0, "x", "y") == 0  # a falsy value that is set is returned, not refused

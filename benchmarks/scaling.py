@@ -333,7 +333,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
     )
     from common.clustering.similarity import cosine_matrix, sketch_rows
     from strategies.cfl_sattler import CHUNK
-    from strategies.updates import mean_rows
+    from strategies.flat import mean_rows
 
     truth = planted(n, 2, rng)
     # A split asks every member for a fresh update: received input, drawn before the RSS baseline.

@@ -32,6 +32,7 @@ from common.signals.profile import PROTOCOLS, GradientProfile
 from common.validation import check_choice, check_float, check_int
 
 from .base import ClusteredStrategy
+from .flat import float_size
 
 OWNER = "CFLGP"
 
@@ -74,10 +75,6 @@ class CFLGPParams:
             )
 
 
-def _float_size(record: ArrayRecord) -> int:
-    return sum(a.numpy().size for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
-
-
 class CFLGP(ClusteredStrategy):
     """Round-robin gradient profiles and spectral clustering into K clusters.
 
@@ -104,7 +101,7 @@ class CFLGP(ClusteredStrategy):
                 f"{len(self.clients)} clients. Got {p.num_clusters} instead."
             )
         self.k = p.num_clusters or min(p.max_clusters, len(self.clients))
-        dim = _float_size(initial)
+        dim = float_size(initial)
         self.ratio = p.compression_ratio or compression.automatic_ratio(len(self.clients), self.k, dim)
         if p.compression_ratio == 0 and self.ratio > 1:
             log(

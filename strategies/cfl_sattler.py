@@ -45,7 +45,8 @@ from common.validation import check_bool, check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
-from .updates import StoredUpdates, add_flat, float_size, mean_rows
+from .flat import add_flat, float_size, mean_rows
+from .updates import StoredUpdates
 
 RETRY_AFTER = 5
 CHUNK = 512

@@ -22,7 +22,7 @@ from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
@@ -41,6 +41,7 @@ from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
 from common.validation import check_bool, check_float, check_int
 
+from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut
 
 HOLDOUT = 0.1  # the paper's validation share of a sampled client's train data
@@ -111,9 +112,6 @@ class FLAG(OneShotStrategy):
     def _num_classes(self) -> int:
         return self.head_shape()[0]
 
-    def _size(self, record: ArrayRecord) -> int:
-        return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
-
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, tuple[ClassSubspaces, ModelUpdate]]:
         """Each client's class bases (with counts unless ``uniform-weights``) and update direction."""
         if self._pending is not None:
@@ -144,7 +142,7 @@ class FLAG(OneShotStrategy):
             ModelUpdate.from_arrays,
             models=[initial],
             config={keys.LOCAL_EPOCHS: p.gradient_epochs},
-            size=self._size(initial),
+            size=float_size(initial),
         )
         return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
 
@@ -214,7 +212,7 @@ class FLAG(OneShotStrategy):
     def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
         """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the initial model."""
         initial = self.initial_model
-        size = self._size(initial)
+        size = float_size(initial)
         members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}
         models = dict.fromkeys(members, initial)
         accuracy: dict[int, float] = {}
@@ -240,11 +238,4 @@ class FLAG(OneShotStrategy):
 
 def _average(sent: ArrayRecord, deltas: list[np.ndarray], weights: list[int]) -> ArrayRecord:
     """``sent`` plus the ``weights``-weighted mean delta (float arrays, record order): FedAvg's model."""
-    mean, offset, out = np.average(np.stack(deltas), axis=0, weights=weights), 0, {}
-    for name, array in sent.items():
-        arr = array.numpy()
-        if np.issubdtype(arr.dtype, np.floating):
-            arr = (arr + mean[offset : offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
-            offset += arr.size
-        out[name] = Array(arr)
-    return ArrayRecord(out)
+    return add_flat(sent, np.average(np.stack(deltas), axis=0, weights=weights))

@@ -28,6 +28,7 @@ from common.clustering.similarity import sketch_rows
 from common.signals.update import ModelUpdate
 from common.validation import check_choice, check_float, check_int
 
+from .flat import float_size
 from .oneshot import OneShotStrategy, check_cut
 
 
@@ -75,16 +76,13 @@ class FLHC(OneShotStrategy):
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ModelUpdate]:
         """Each client's update from the global model after ``cluster-steps`` mini-batches."""
-        size = sum(
-            int(np.prod(a.shape)) for a in self.models[0].values() if np.issubdtype(a.numpy().dtype, np.floating)
-        )
         return self.query_signal(
             keys.UPDATE_ACTION,
             pids,
             server_round,
             ModelUpdate.from_arrays,
             models=[self.models[0]],
-            size=size,
+            size=float_size(self.models[0]),
             config={keys.CLUSTER_STEPS: self.params.cluster_steps},
         )
 

@@ -51,7 +51,8 @@ from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
 from .replies import TrainUpdate
-from .updates import StoredUpdates, float_size
+from .flat import float_size
+from .updates import StoredUpdates
 
 STABLE_PATIENCE = 3
 

@@ -57,6 +57,7 @@ from .federation import (
     packed,
     send,
 )
+from .record import RoundRecord
 from .replies import (
     ReplyFault,
     S,
@@ -72,7 +73,7 @@ class NoParams:
     """Parameters of a strategy that has none of its own."""
 
 
-RoundCallback = Callable[["ClusteredStrategy", dict[str, Any]], None]
+RoundCallback = Callable[["ClusteredStrategy", RoundRecord], None]
 T = TypeVar("T")
 
 
@@ -98,20 +99,27 @@ class ClusteredStrategy(Strategy):
         Late clients (``late-clients``) not admitted yet; they join in ``admit``.
     initial : ArrayRecord or None
         The initial model every cluster model descends from.
-    history : list of dict
-        One record per round (what ``metrics.jsonl`` holds).
+    history : list of RoundRecord
+        One record per round (``to_dict`` is the line ``metrics.jsonl`` holds).
     assignment_changes : list of dict
         ``{"round", "assignment"}`` each time the assignment changed (``assignments.json``).
     head_key : str
         ``state_dict`` key of the model's classifier-head weight (``common.models.find_head``).
     truth : dict of int to int or None
         True groups by partition id from a truth file; ``None``: the clients' own claims.
+    distance_matrix : ndarray of shape (n, n) or None
+        The client distances the last clustering used (drawn as ``distances.png``); None here,
+        set by the algorithms that have one.
+    distance_pids : sequence of int
+        Partition ids of ``distance_matrix``'s rows (empty: every assigned client).
     """
 
     name: ClassVar[str] = "clustered"
     params_type: ClassVar[type] = NoParams
     # Parameters naming a round, each with how many rounds must still follow it.
     round_params: ClassVar[dict[str, int]] = {}
+    distance_matrix: np.ndarray | None = None
+    distance_pids: Sequence[int] = ()
 
     def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:
         self.training = training if training is not None else TrainingParams()
@@ -122,7 +130,7 @@ class ClusteredStrategy(Strategy):
         self.initial: ArrayRecord | None = None
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
-        self.history: list[dict[str, Any]] = []
+        self.history: list[RoundRecord] = []
         self.assignment_changes: list[dict[str, Any]] = []
         self.head_key = "head.weight"
         self.truth: dict[int, int] | None = None
@@ -525,6 +533,7 @@ class ClusteredStrategy(Strategy):
         membership = self.membership  # this run's node ids, not the saved run's
         vars(self).update(state)
         self.membership, self._lost = membership, set()
+        self.history = [r if isinstance(r, RoundRecord) else RoundRecord.from_dict(r) for r in self.history]
         self.clients = {pid: rebound[pid] for pid in state["clients"]}
         self.waiting = {pid: rebound[pid] for pid in state["waiting"]}
         self._resume = None
@@ -707,31 +716,31 @@ class ClusteredStrategy(Strategy):
         truth = np.array([self.true_group(p) for p in pids])
         scores = clustering_scores(truth, np.array([self.assignment[p] for p in pids])) if pids else None
         s = self._stats
-        record: dict[str, Any] = {
-            "round": server_round,
-            "phase": self.phase(server_round),
-            "accuracy": None if eval_metrics is None else float(eval_metrics[keys.ACCURACY]),
-            "accuracy-std": None if eval_metrics is None else float(eval_metrics["accuracy-std"]),
-            "loss": None if eval_metrics is None else float(eval_metrics[keys.LOSS]),
-            "ari": None if scores is None else scores[0],
-            "ami": None if scores is None else scores[1],
-            "num-clusters": self.num_clusters,
-            "num-clients": len(pids),
-            "eval-clients": None if eval_metrics is None else len(self.last_eval),
-            "clients-lost": s.lost,
-            "clients-rejoined": s.rejoined,
-            "cluster-sizes": cluster_sizes(self.assignment, len(self.models)),
-            "train-replies": s.train_replies,
-            "failures": s.failures,
-            "rejected": s.rejected,
-            "capped": s.capped,
-            "bytes-down-model": s.down.model,
-            "bytes-up-model": s.up.model,
-            "bytes-down-signal": s.down.signal,
-            "bytes-up-signal": s.up.signal,
-            "clustering-seconds": round(s.clustering_seconds, 6),
-            "round-seconds": round(time.perf_counter() - s.start, 4),
-        }
+        record = RoundRecord(
+            round=server_round,
+            phase=self.phase(server_round),
+            accuracy=None if eval_metrics is None else float(eval_metrics[keys.ACCURACY]),
+            accuracy_std=None if eval_metrics is None else float(eval_metrics["accuracy-std"]),
+            loss=None if eval_metrics is None else float(eval_metrics[keys.LOSS]),
+            ari=None if scores is None else scores[0],
+            ami=None if scores is None else scores[1],
+            num_clusters=self.num_clusters,
+            num_clients=len(pids),
+            eval_clients=None if eval_metrics is None else len(self.last_eval),
+            clients_lost=s.lost,
+            clients_rejoined=s.rejoined,
+            cluster_sizes=cluster_sizes(self.assignment, len(self.models)),
+            train_replies=s.train_replies,
+            failures=s.failures,
+            rejected=s.rejected,
+            capped=s.capped,
+            bytes_down_model=s.down.model,
+            bytes_up_model=s.up.model,
+            bytes_down_signal=s.down.signal,
+            bytes_up_signal=s.up.signal,
+            clustering_seconds=round(s.clustering_seconds, 6),
+            round_seconds=round(time.perf_counter() - s.start, 4),
+        )
         self.history.append(record)
         current = {str(pid): k for pid, k in sorted(self.assignment.items())}
         if not self.assignment_changes or self.assignment_changes[-1]["assignment"] != current:

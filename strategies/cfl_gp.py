@@ -28,6 +28,7 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
+from common.config import TrainingParams
 from common.signals.profile import PROTOCOLS, GradientProfile
 from common.validation import check_choice, check_float, check_int
 
@@ -93,6 +94,22 @@ class CFLGP(ClusteredStrategy):
     name = "cfl-gp"
     params_type = CFLGPParams
 
+    def __init__(self, training: TrainingParams | None = None, params: CFLGPParams | None = None) -> None:
+        super().__init__(training, params)
+        self.k = 0  # the model count, set by init_clusters
+        self.ratio = 1.0
+        self.size = 0
+        self.last_block = -1
+        self.blocks: dict[int, np.ndarray] = {}
+        self.counts: dict[int, np.ndarray] = {}
+        self.broadcasts: list[tuple[int, int]] = []
+        self.spectra: list[tuple[int, np.ndarray]] = []
+        self.estimate: spectral.NumClustersEstimate | None = None
+        self.unchanged = 0
+        self.stopped = False
+        self.distance_matrix: np.ndarray | None = None
+        self.distance_pids: list[int] = []
+
     def init_clusters(self, initial: ArrayRecord) -> None:
         p = self.params
         if p.num_clusters > len(self.clients):
@@ -115,14 +132,7 @@ class CFLGP(ClusteredStrategy):
                 compression.PROFILE_BUDGET_BYTES / 2**30,
             )
         self.size = compression.compressed_size(dim, self.ratio)
-        self.blocks: dict[int, np.ndarray] = {}
-        self.counts: dict[int, np.ndarray] = {}
         self.last_block = self.k - 1
-        self.broadcasts: list[tuple[int, int]] = []
-        self.spectra: list[tuple[int, np.ndarray]] = []
-        self.estimate: spectral.NumClustersEstimate | None = None
-        self.unchanged = 0
-        self.stopped = False
         self.set_clusters(
             [initial.copy() for _ in range(self.k)], kmodels.random_partition(sorted(self.clients), self.k, self.rng)
         )

@@ -28,7 +28,6 @@ from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
@@ -40,12 +39,13 @@ from common.clustering.bipartition import (
     update_norms,
 )
 from common.clustering.similarity import UpdateSimilarity, cosine_matrix, sketch_rows
+from common.config import TrainingParams
 from common.signals.update import ModelUpdate
 from common.validation import check_bool, check_float, check_int
 
 from .base import ClusteredStrategy
-from .replies import TrainUpdate
 from .flat import add_flat, float_size, mean_rows
+from .replies import TrainUpdate
 from .updates import StoredUpdates
 
 RETRY_AFTER = 5
@@ -73,7 +73,7 @@ class CFLSattlerParams:
         object.__setattr__(self, "eps_absolute", check_bool(self.eps_absolute, "eps-absolute", "CFLSattler"))
 
 
-class CFLSattler(StoredUpdates, ClusteredStrategy):
+class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand
     """Recursive bi-partitioning of clusters by the cosine similarity of their members' updates.
 
     Attributes
@@ -91,8 +91,8 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
     name = "cfl-sattler"
     params_type = CFLSattlerParams
 
-    def init_clusters(self, initial: ArrayRecord) -> None:
-        super().init_clusters(initial)
+    def __init__(self, training: TrainingParams | None = None, params: CFLSattlerParams | None = None) -> None:
+        super().__init__(training, params)
         self.similarity: UpdateSimilarity | None = None
         self.norms: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []

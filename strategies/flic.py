@@ -46,12 +46,13 @@ from common.clustering.flic import (
 )
 from common.clustering.louvain import louvain_labels
 from common.clustering.similarity import UpdateSimilarity
+from common.config import TrainingParams
 from common.signals.update import ModelUpdate
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
-from .replies import TrainUpdate
 from .flat import float_size
+from .replies import TrainUpdate
 from .updates import StoredUpdates
 
 STABLE_PATIENCE = 3
@@ -77,7 +78,7 @@ class FLICParams:
         )
 
 
-class FLIC(StoredUpdates, ClusteredStrategy):
+class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand
     """FedAvg, then Louvain on the incremental update similarity, then FedAvg per cluster.
 
     Attributes
@@ -100,8 +101,8 @@ class FLIC(StoredUpdates, ClusteredStrategy):
     params_type = FLICParams
     round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
 
-    def init_clusters(self, initial: ArrayRecord) -> None:
-        super().init_clusters(initial)
+    def __init__(self, training: TrainingParams | None = None, params: FLICParams | None = None) -> None:
+        super().__init__(training, params)
         self.similarity: UpdateSimilarity | None = None
         self.train_loss: list[float] = []
         self.clustered_at: int | None = None

@@ -243,74 +243,53 @@ def _cflgt(n, sizes, shapes, meter, rng):
 
 
 def _fedclust(n, sizes, shapes, meter, rng):
-    from common.clustering.hierarchical import cut_tree, pairwise_distances
+    from common.clustering.oneshot import Cut, fedclust_clusters
 
     truth = planted(n, GROUPS, rng)
     heads = vectors(truth, sizes.head, rng, noise=0.3)
     with meter.measure():
-        labels = cut_tree(pairwise_distances(heads), threshold=1.0, num_clusters=GROUPS)
+        labels = fedclust_clusters(heads, Cut(threshold=1.0, num_clusters=GROUPS)).labels
     return labels, truth
 
 
 def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
-    from common.clustering.hierarchical import cut_tree
-    from common.clustering.subspaces import (
-        SAMPLE_SIZE,
-        pairwise_subspace_angles,
-        sampled_clusters,
-        stack_bases,
-    )
+    from common.clustering.oneshot import Cut, pacfl_clusters
+    from common.clustering.subspaces import stack_bases
 
     truth = planted(n, GROUPS, rng)
     stacked = [stack_bases([b[c] for c in sorted(b)]) for b in class_bases(truth, rng)]
     with meter.measure():
-        if n <= SAMPLE_SIZE:  # PACFL.cluster_labels
-            labels = cut_tree(pairwise_subspace_angles(stacked, measure), threshold=30.0, num_clusters=GROUPS)
-        else:
-            labels = sampled_clusters(
-                stacked,
-                measure,
-                lambda d: cut_tree(d, threshold=30.0, num_clusters=GROUPS),
-                np.random.default_rng(SEED),
-            )[0]
+        cut = Cut(threshold=30.0, num_clusters=GROUPS)
+        labels = pacfl_clusters(stacked, cut, measure, np.random.default_rng(SEED)).labels
     return labels, truth
 
 
 def _flhc(n, sizes, shapes, meter, rng):
-    from common.clustering.hierarchical import cut_tree, pairwise_distances
-    from common.clustering.similarity import sketch_rows
+    from common.clustering.oneshot import Cut, flhc_clusters
 
     truth = planted(n, GROUPS, rng)
     updates = vectors(truth, sizes.params, rng, noise=1.0)
     with meter.measure():
-        rows = sketch_rows(list(updates), SEED, exact=False)
-        labels = cut_tree(pairwise_distances(rows, "euclidean"), threshold=1.0, num_clusters=GROUPS)
+        labels = flhc_clusters(list(updates), Cut(threshold=1.0, num_clusters=GROUPS), "euclidean", SEED).labels
     return labels, truth
-
-
-class _Server:
-    """What ``StoredUpdates.remember`` reads of a strategy: its clients and its similarity."""
-
-    def __init__(self, n: int) -> None:
-        self.clients = dict.fromkeys(range(n))
-        self.similarity = None
-        self.assignment: dict[int, int] = {}
 
 
 def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callable | None = None):
     """FLIC's / Sattler's per-round storage of the sampled clients' updates (``StoredUpdates.remember``)."""
-    from strategies.updates import StoredUpdates
+    from common.clustering.similarity import update_similarity
 
-    server = type("Stored", (StoredUpdates, _Server), {})(n)
+    similarity = None
     centers = rng.standard_normal((int(truth.max()) + 1, sizes.params), dtype=np.float32)
     for rows in batches(n, rng):
         deltas = vectors(truth[rows], sizes.params, rng, noise=1.0, centers=centers)
         with meter.measure(exclude=deltas.nbytes):
-            server.remember(rows.tolist(), deltas, sketch, SEED)
+            if similarity is None:
+                similarity = update_similarity(n, deltas.shape[1], sketch, SEED)
+            similarity.update(rows.tolist(), deltas)
             if after is not None:
                 after(deltas)
         del deltas
-    return server.similarity
+    return similarity
 
 
 def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
@@ -358,15 +337,8 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
 
 
 def _flag(n, sizes, shapes, meter, rng):
-    from common.clustering.flag import (
-        data_similarity,
-        gradient_angles,
-        proximity,
-        sweep_cuts,
-        threshold_grid,
-    )
-    from common.clustering.hierarchical import cut_tree
-    from common.clustering.similarity import sketch_rows
+    from common.clustering.flag import flag_distances, sweep_cuts, threshold_grid
+    from common.clustering.oneshot import Cut, cut_distances
 
     truth = planted(n, GROUPS, rng)
     bases = class_bases(truth, rng)
@@ -375,10 +347,9 @@ def _flag(n, sizes, shapes, meter, rng):
         counts[i, sorted(b)] = rng.integers(50, 500, size=len(b))
     updates = vectors(truth, sizes.params, rng, noise=1.0)
     with meter.measure():
-        gradient = gradient_angles(sketch_rows(list(updates), SEED))
-        a = proximity(data_similarity(bases, counts, sizes.classes, 0.5), gradient, 0.5)
+        a, _, _ = flag_distances(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
         sweep_cuts(a, threshold_grid(0.1), "average")
-        labels = cut_tree(a, threshold=1.0, num_clusters=GROUPS)
+        labels = cut_distances(a, Cut(threshold=1.0, num_clusters=GROUPS))[0]
     return labels, truth
 
 

@@ -26,7 +26,8 @@ from flwr.app import Message, MetricRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.hierarchical import centroids, nearest, pairwise_distances
+from common.clustering.hierarchical import centroids, nearest
+from common.clustering.oneshot import OneShotClusters, fedclust_clusters
 from common.signals.final_layer import FinalLayer
 from common.validation import check_float, check_int
 
@@ -123,8 +124,9 @@ class FedClust(OneShotStrategy):
             features=features,
         )
 
-    def distances(self, signals: Sequence[FinalLayer]) -> np.ndarray:
-        return pairwise_distances(np.stack([s.vector() for s in signals]))
+    def cluster_signals(self, signals: Sequence[FinalLayer]) -> OneShotClusters:
+        """Euclidean distances between the final-layer vectors, cut (``fedclust_clusters``)."""
+        return fedclust_clusters(np.stack([s.vector() for s in signals]), self.hc_cut)
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
         self.centroids = centroids(np.stack([self.signals[p].vector() for p in pids]), labels, len(self.models))

@@ -26,16 +26,9 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flag import (
-    choose_threshold,
-    data_similarity,
-    gradient_angles,
-    proximity,
-    sweep_cuts,
-    threshold_grid,
-)
+from common.clustering.flag import choose_threshold, flag_distances, sweep_cuts, threshold_grid
 from common.clustering.hierarchical import relabel_by_appearance
-from common.clustering.similarity import sketch_rows
+from common.clustering.oneshot import OneShotClusters, cut_distances
 from common.signals.flag import HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
@@ -146,6 +139,12 @@ class FLAG(OneShotStrategy):
         )
         return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
 
+    def cluster_signals(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> OneShotClusters:
+        """A (``distances``) cut at ``alpha`` (or the sweep's choice), or into ``num-clusters``."""
+        a = self.distances(signals)
+        labels, silhouette = cut_distances(a, self.hc_cut)
+        return OneShotClusters(labels, a, silhouette)
+
     def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
         """A = beta minmax(V) + (1 - beta) minmax(G); V and G are kept on the strategy."""
         key = tuple(id(s) for s in signals)
@@ -158,9 +157,10 @@ class FLAG(OneShotStrategy):
             if self.params.uniform_weights
             else np.stack([np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
         )
-        self.data_matrix = data_similarity(bases, counts, c, self.params.delta)
-        self.gradient_matrix = gradient_angles(sketch_rows([u.delta for _, u in signals], self.training.seed))
-        a = proximity(self.data_matrix, self.gradient_matrix, self.params.beta)
+        p = self.params
+        a, self.data_matrix, self.gradient_matrix = flag_distances(
+            bases, counts, [u.delta for _, u in signals], c, beta=p.beta, delta=p.delta, seed=self.training.seed
+        )
         self._cache = (key, a)
         return a
 

@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 from flwr.app import ArrayRecord
 
 from common import keys
-from common.clustering.hierarchical import METRICS, pairwise_distances
-from common.clustering.similarity import sketch_rows
+from common.clustering.hierarchical import METRICS
+from common.clustering.oneshot import OneShotClusters, flhc_clusters
 from common.signals.update import ModelUpdate
 from common.validation import check_choice, check_float, check_int
 
@@ -86,8 +85,6 @@ class FLHC(OneShotStrategy):
             config={keys.CLUSTER_STEPS: self.params.cluster_steps},
         )
 
-    def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
-        return pairwise_distances(
-            sketch_rows([s.delta for s in signals], self.training.seed, exact=self.params.flhc_metric == "cityblock"),
-            self.params.flhc_metric,
-        )
+    def cluster_signals(self, signals: Sequence[ModelUpdate]) -> OneShotClusters:
+        """``flhc-metric`` distances between the updates, cut (``flhc_clusters``)."""
+        return flhc_clusters([s.delta for s in signals], self.hc_cut, self.params.flhc_metric, self.training.seed)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.clustering.similarity import CountSketch, UpdateSimilarity, auto_sketch_dim
+from common.clustering.similarity import UpdateSimilarity, update_similarity
 
 
 class StoredUpdates:
-    """Mixin: the latest update of every client in ``similarity``, drawn as the cosine-distance matrix."""
+    """Mixin: the latest update of every client in ``similarity``, drawn as the cosine-distance matrix.
+
+    ``distance_matrix`` and ``distance_pids`` are read-only here, computed when read, where
+    ``ClusteredStrategy`` declares them as plain attributes (hence the ``type: ignore`` on the
+    classes that mix this in).
+    """
 
     similarity: UpdateSimilarity | None
     assignment: dict[int, int]
@@ -20,9 +25,7 @@ class StoredUpdates:
         ``sketch_dim`` 0 keeps full updates unless all clients' would pass 2 GiB (``auto_sketch_dim``).
         """
         if self.similarity is None:
-            sketch_dim = auto_sketch_dim(len(self.clients), deltas.shape[1], sketch_dim)
-            sketch = CountSketch(deltas.shape[1], sketch_dim, seed) if sketch_dim else None
-            self.similarity = UpdateSimilarity(sketch)
+            self.similarity = update_similarity(len(self.clients), deltas.shape[1], sketch_dim, seed)
         self.similarity.update(pids, deltas)
 
     @property

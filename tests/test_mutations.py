@@ -73,16 +73,16 @@ MUTATIONS = [
     ),
     (
         "fedclust squared euclidean",
-        "strategies/fedclust.py",
-        "return pairwise_distances(np.stack([s.vector() for s in signals]))",
-        'return pairwise_distances(np.stack([s.vector() for s in signals]), "sqeuclidean")',
+        "common/clustering/oneshot.py",
+        "distances = pairwise_distances(final_layers)",
+        'distances = pairwise_distances(final_layers, "sqeuclidean")',
         [FIDELITY + "test_fedclust_distance_is_plain_euclidean_and_cuts_by_it"],
     ),
     (
         "pacfl measure ignored",
-        "strategies/pacfl.py",
-        "[s.stacked() for s in signals], self.params.pacfl_measure)",
-        '[s.stacked() for s in signals], "smallest")',
+        "common/clustering/oneshot.py",
+        "distances = pairwise_subspace_angles(bases, measure)",
+        'distances = pairwise_subspace_angles(bases, "smallest")',
         [FIDELITY + "test_pacfl_measures_differ_on_subspaces_that_are_not_axis_aligned"],
     ),
     (

@@ -19,7 +19,7 @@ import numpy as np
 from flwr.common import log
 
 from common.metrics import final_mean, final_stretch, first_round_reaching
-from strategies import FLHC, PACFL, ClusteredStrategy
+from strategies import ClusteredStrategy
 from strategies.record import RoundRecord
 
 from . import plots
@@ -27,15 +27,6 @@ from .figures import FIGURES
 from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
-# What each strategy's ``distance_matrix`` measures (PACFL's and FL+HC's depend on their parameters).
-DISTANCE_NAMES = {
-    "cflgt": "trajectory distance (mean point-wise L2)",
-    "fedclust": "Euclidean distance of final layers",
-    "flag": "A = beta V + (1 - beta) G (data and gradient angles)",
-    "flic": "cosine distance 1 - cos of updates",
-    "cfl-sattler": "cosine distance 1 - cos of updates",
-    "cfl-gp": "Euclidean distance of the profiles' spectral features",
-}
 
 
 def progress_line(record: RoundRecord, rounds: int) -> str:
@@ -167,11 +158,7 @@ class RunRecorder:
 
 def distance_name(strategy: ClusteredStrategy) -> str:
     """What ``strategy.distance_matrix`` measures, in words."""
-    if isinstance(strategy, PACFL):
-        return f"principal angles ({strategy.params.pacfl_measure}), degrees"
-    if isinstance(strategy, FLHC):
-        return f"{strategy.params.flhc_metric} distance of updates"
-    return DISTANCE_NAMES.get(type(strategy).name, "client distance")
+    return strategy.describe_distances()
 
 
 def clustering_rounds(history: Sequence[RoundRecord]) -> list[int]:

@@ -3,8 +3,9 @@
 The base owns the mechanics every clustered algorithm shares: identity discovery, seeded
 client sampling, one message per client carrying its own cluster's model, reply checks,
 per-cluster aggregation weighted by ``num-examples``, evaluation of every client with its
-cluster's model, traffic and timing records, newcomers (``late-clients``), and the round
-loop (Flower's ``Strategy.start`` carries a single model, so it is overridden). An algorithm
+cluster's model, traffic and timing records, and the round loop (Flower's ``Strategy.start``
+carries a single model, so it is overridden). Late clients are held out and admitted by
+``strategies.admission``, checkpoints written and read back by ``strategies.checkpoint``. An algorithm
 only says how it collects its signal and assigns clusters, through the hooks
 ``init_clusters``, ``before_round``, ``client_config``, ``train_records``, ``reply_cluster``,
 ``aggregate_cluster``, ``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for
@@ -44,7 +45,8 @@ from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
 
-from .checkpoint import rebind_clients, save_checkpoint
+from .admission import admit_waiting, hold_out_late
+from .checkpoint import restored_state, save_checkpoint
 from .federation import (
     ClientInfo,
     Exchange,
@@ -120,6 +122,20 @@ class ClusteredStrategy(Strategy):
     round_params: ClassVar[dict[str, int]] = {}
     distance_matrix: np.ndarray | None = None
     distance_pids: Sequence[int] = ()
+    # Per-run wiring and settings: attributes a checkpoint leaves out (``save_checkpoint``).
+    transient: ClassVar[frozenset[str]] = frozenset(
+        {
+            "grid",
+            "on_round",
+            "training",
+            "params",
+            "checkpoint_path",
+            "checkpoint_every",
+            "_outbox",
+            "_stats",
+            "_resume",
+        }
+    )
 
     def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:
         self.training = training if training is not None else TrainingParams()
@@ -427,6 +443,10 @@ class ClusteredStrategy(Strategy):
             sizes,
         )
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures, in words (the title of ``distances.png``)."""
+        return "client distance"
+
     def run_details(self) -> dict[str, Any]:
         """Strategy-specific facts for ``summary.json`` (key -> JSON value); none by default."""
         return {}
@@ -480,7 +500,9 @@ class ClusteredStrategy(Strategy):
             if self._resume is not None:
                 first_round = self._restore(self._resume, clients)
             else:
-                self.clients, self.waiting = self._hold_out_late(clients)
+                self.clients, self.waiting = hold_out_late(
+                    clients, self.training.late_clients, self.rng, self.training.admission_round
+                )
                 self.initial = initial_arrays
                 self.init_clusters(initial_arrays)
         self.summary()
@@ -489,7 +511,7 @@ class ClusteredStrategy(Strategy):
             self._stats = _RoundStats(start=time.perf_counter())
             self._refresh_membership(rnd)
             if self.waiting and rnd >= self.training.admission_round:
-                self._admit_waiting(rnd)
+                admit_waiting(self, rnd)
             self.before_round(rnd)
             replies = grid.send_and_receive(
                 self.configure_train(rnd, initial_arrays, train_config or ConfigRecord(), grid),
@@ -528,42 +550,11 @@ class ClusteredStrategy(Strategy):
 
     def _restore(self, checkpoint: dict[str, Any], found: dict[int, ClientInfo]) -> int:
         """Load a checkpoint's state onto this strategy; the first round still to run."""
-        state = checkpoint["state"]
-        rebound = rebind_clients({**state["clients"], **state["waiting"]}, found)
         membership = self.membership  # this run's node ids, not the saved run's
-        vars(self).update(state)
-        self.membership, self._lost = membership, set()
-        self.history = [r if isinstance(r, RoundRecord) else RoundRecord.from_dict(r) for r in self.history]
-        self.clients = {pid: rebound[pid] for pid in state["clients"]}
-        self.waiting = {pid: rebound[pid] for pid in state["waiting"]}
-        self._resume = None
+        vars(self).update(restored_state(checkpoint, found))
+        self.membership, self._lost, self._resume = membership, set(), None
         log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"], len(self.clients))
         return int(checkpoint["round"]) + 1
-
-    def _hold_out_late(self, clients: dict[int, ClientInfo]) -> tuple[dict[int, ClientInfo], dict[int, ClientInfo]]:
-        """Split off ``late-clients`` of the federation (seeded), keeping at least one client in."""
-        count = min(len(clients) - 1, round(self.training.late_clients * len(clients)))
-        if count <= 0:
-            return clients, {}
-        late = {int(p) for p in self.rng.choice(sorted(clients), size=count, replace=False)}
-        log(INFO, "%d late clients join in round %d: %s", count, self.training.admission_round, sorted(late))
-        return ({p: c for p, c in clients.items() if p not in late}, {p: c for p, c in clients.items() if p in late})
-
-    def _admit_waiting(self, server_round: int) -> None:
-        newcomers = sorted(self.waiting)
-        self.clients.update(self.waiting)
-        self.waiting = {}
-        self.admit(server_round, newcomers)
-        missing = [p for p in newcomers if p not in self.assignment]
-        if missing:
-            raise RuntimeError(f"{type(self).__name__}.admit left clients {missing} without a cluster.")
-        log(
-            INFO,
-            "round %d: newcomers %s joined clusters %s",
-            server_round,
-            newcomers,
-            [self.assignment[p] for p in newcomers],
-        )
 
     def _refresh_membership(self, server_round: int) -> None:
         """Identify nodes never seen (restarted, late); note the clients lost and rejoined."""

@@ -94,6 +94,10 @@ class CFLGP(ClusteredStrategy):
     name = "cfl-gp"
     params_type = CFLGPParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "Euclidean distance of the profiles' spectral features"
+
     def __init__(self, training: TrainingParams | None = None, params: CFLGPParams | None = None) -> None:
         super().__init__(training, params)
         self.k = 0  # the model count, set by init_clusters

@@ -91,6 +91,10 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     name = "cfl-sattler"
     params_type = CFLSattlerParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "cosine distance 1 - cos of updates"
+
     def __init__(self, training: TrainingParams | None = None, params: CFLSattlerParams | None = None) -> None:
         super().__init__(training, params)
         self.similarity: UpdateSimilarity | None = None

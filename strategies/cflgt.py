@@ -94,6 +94,10 @@ class CFLGT(ClusteredStrategy):
     name = "cflgt"
     params_type = CFLGTParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "trajectory distance (mean point-wise L2)"
+
     def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
         super().__init__(training, params)
         if self.params.pretrain_rounds >= self.training.rounds:

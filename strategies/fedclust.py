@@ -69,6 +69,10 @@ class FedClust(OneShotStrategy):
     name = "fedclust"
     params_type = FedClustParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "Euclidean distance of final layers"
+
     def __init__(self, training=None, params=None) -> None:
         super().__init__(training, params)
         self.centroids: np.ndarray | None = None

@@ -88,6 +88,10 @@ class FLAG(OneShotStrategy):
     name = "flag"
     params_type = FLAGParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "A = beta V + (1 - beta) G (data and gradient angles)"
+
     def __init__(self, training: Any = None, params: Any = None) -> None:
         super().__init__(training, params)
         self.data_matrix: np.ndarray | None = None

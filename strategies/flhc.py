@@ -62,6 +62,10 @@ class FLHC(OneShotStrategy):
     params_type = FLHCParams
     round_params: ClassVar[dict[str, int]] = {"warmup_rounds": 1}
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return f"{self.params.flhc_metric} distance of updates"
+
     @property
     def threshold(self) -> float:
         return self.params.flhc_threshold

@@ -101,6 +101,10 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     params_type = FLICParams
     round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "cosine distance 1 - cos of updates"
+
     def __init__(self, training: TrainingParams | None = None, params: FLICParams | None = None) -> None:
         super().__init__(training, params)
         self.similarity: UpdateSimilarity | None = None

@@ -68,6 +68,10 @@ class PACFL(OneShotStrategy):
     name = "pacfl"
     params_type = PACFLParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return f"principal angles ({self.params.pacfl_measure}), degrees"
+
     @property
     def threshold(self) -> float:
         return self.params.pacfl_threshold

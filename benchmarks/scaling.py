@@ -66,6 +66,7 @@ class Sizes:
 
     @property
     def head(self) -> int:
+        """Entries of the final layer: weight and bias."""
         return self.classes * self.head_in + self.classes
 
 
@@ -602,6 +603,7 @@ def _num(x: float | None, fmt: str) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
+    """``scaling.md``: the table of every (variant, N) and the growth exponents."""
     head = (
         f"Server clustering step, {model} (params {_fmt(sizes.params)}, head {_fmt(sizes.head)}), "
         f"{GROUPS} planted groups, seed {SEED}.\n\n"
@@ -629,6 +631,7 @@ def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
 
 
 def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> None:
+    """Write ``scaling.md``, ``scaling.csv`` and ``scaling.json`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     for r in rows:
         r["signal"] = VARIANTS[r["variant"]].signal(sizes)
@@ -660,6 +663,7 @@ def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: measure every variant at every size in fresh subprocesses."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated client counts N")
     parser.add_argument("--model", default="dnn", choices=("dnn", "lenet5"))

@@ -241,7 +241,7 @@ class ClusteredStrategy(Strategy):
         return len(set(self.assignment.values()))
 
     def sample(self, server_round: int) -> list[int]:
-        """This round's training clients, drawn with the strategy's own seeded generator."""
+        """The round's training clients, drawn with the strategy's own seeded generator."""
         pool = sorted(pid for pid in self.clients if pid in self.assignment)
         m = self.training.num_sampled(len(pool))
         return sorted(int(p) for p in self.rng.choice(pool, size=m, replace=False))
@@ -384,7 +384,10 @@ class ClusteredStrategy(Strategy):
             self.models[k] = self.aggregate_cluster(k, cluster_updates)
         self._stats.train_replies = len(updates)
         self.after_train(server_round, updates)
-        metrics = {"replies": len(updates), "failures": len(exchange.failures)}
+        metrics: dict[str, int | float | list[int] | list[float]] = {
+            "replies": len(updates),
+            "failures": len(exchange.failures),
+        }
         if updates:
             metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
         return packed(self.models), MetricRecord(metrics)
@@ -478,8 +481,10 @@ class ClusteredStrategy(Strategy):
         default to the training parameters, ``evaluate_fn`` is called with the packed
         cluster models, and ``expected_clients`` is how many nodes to wait for.
         """
-        overrides = {"rounds": num_rounds, "round_timeout": timeout}
-        self.training = replace(self.training, **{k: v for k, v in overrides.items() if v is not None})
+        if num_rounds is not None:
+            self.training = replace(self.training, rounds=num_rounds)
+        if timeout is not None:
+            self.training = replace(self.training, round_timeout=timeout)
         self.grid = grid
         first_round = 1
         if self._resume is not None or not self.clients:
@@ -588,7 +593,7 @@ class ClusteredStrategy(Strategy):
                 "round %d: clients rejoined, with their cluster state: %s (nodes %s)",
                 server_round,
                 s.rejoined,
-                [self.clients.get(p, self.waiting.get(p)).node_id for p in s.rejoined],
+                [(self.clients.get(p) or self.waiting[p]).node_id for p in s.rejoined],
             )
         if newcomers:
             log(INFO, "round %d: clients never seen before arrived: %s", server_round, newcomers)
@@ -710,9 +715,9 @@ class ClusteredStrategy(Strategy):
         record = RoundRecord(
             round=server_round,
             phase=self.phase(server_round),
-            accuracy=None if eval_metrics is None else float(eval_metrics[keys.ACCURACY]),
-            accuracy_std=None if eval_metrics is None else float(eval_metrics["accuracy-std"]),
-            loss=None if eval_metrics is None else float(eval_metrics[keys.LOSS]),
+            accuracy=None if eval_metrics is None else _scalar(eval_metrics, keys.ACCURACY),
+            accuracy_std=None if eval_metrics is None else _scalar(eval_metrics, "accuracy-std"),
+            loss=None if eval_metrics is None else _scalar(eval_metrics, keys.LOSS),
             ari=None if scores is None else scores[0],
             ami=None if scores is None else scores[1],
             num_clusters=self.num_clusters,
@@ -738,6 +743,13 @@ class ClusteredStrategy(Strategy):
             self.assignment_changes.append({"round": server_round, "assignment": current})
         if self.on_round is not None:
             self.on_round(self, record)
+
+
+def _scalar(metrics: MetricRecord, key: str) -> float:
+    value = metrics[key]
+    if isinstance(value, list):
+        raise TypeError(f"Metric {key!r} is a list, not a number.")
+    return float(value)
 
 
 @dataclass

@@ -115,6 +115,7 @@ class CFLGP(ClusteredStrategy):
         self.distance_pids: list[int] = []
 
     def init_clusters(self, initial: ArrayRecord) -> None:
+        """K copies of the initial model, clients in random clusters; the profile size from the compression ratio."""
         p = self.params
         if p.num_clusters > len(self.clients):
             raise ValueError(
@@ -151,9 +152,11 @@ class CFLGP(ClusteredStrategy):
         )
 
     def phase(self, server_round: int) -> str:
+        """``cluster`` in a round that updated a profile block, else ``train``."""
         return "cluster" if self.broadcasts and self.broadcasts[-1][0] == server_round else "train"
 
     def before_round(self, server_round: int) -> None:
+        """In a clustering round: update one model's profile block (round-robin), then re-cluster."""
         if not self.is_cluster_round(server_round):
             return
         k = spectral.round_robin(self.last_block, self.k)

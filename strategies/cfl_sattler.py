@@ -105,9 +105,11 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         self._retry: dict[int, int] = {}
 
     def phase(self, server_round: int) -> str:
+        """``train`` up to ``split-after``, ``cluster`` after (a split may happen)."""
         return "train" if server_round <= self.params.split_after else "cluster"
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
+        """Store the round's updates and mark the clusters whose updates call for a split."""
         if not updates:
             return
         pids = sorted(updates)
@@ -144,6 +146,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                     self._candidates.add(k)
 
     def before_round(self, server_round: int) -> None:
+        """Try to bi-partition every cluster marked after the last round."""
         for k in sorted(self._candidates):
             self._try_split(server_round, k)
         self._candidates.clear()

@@ -120,11 +120,13 @@ class CFLGT(ClusteredStrategy):
         return self.params.pretrain_rounds + 1
 
     def phase(self, server_round: int) -> str:
+        """``pretrain``, then ``cluster`` in the clustering round, then ``train``."""
         if server_round < self.clustering_round:
             return "pretrain"
         return "cluster" if server_round == self.clustering_round else "train"
 
     def before_round(self, server_round: int) -> None:
+        """Collect trajectories and run AP in the clustering round; afterwards place waiting clients."""
         if server_round < self.clustering_round:
             return
         if self.distance_matrix is None:
@@ -205,6 +207,7 @@ class CFLGT(ClusteredStrategy):
         )
 
     def run_details(self) -> dict[str, Any]:
+        """The AP diagnostics (``ap-hopkins``, ``ap-converged``, ...) for ``summary.json``."""
         return {"ap-" + k: None if isinstance(v, float) and np.isnan(v) else v for k, v in self.diagnostics.items()}
 
     def _place(self, pids: list[int], server_round: int) -> None:
@@ -229,7 +232,7 @@ class CFLGT(ClusteredStrategy):
         if not pids:
             return
         sizes = cluster_sizes({p: k for p, k in self.assignment.items() if p not in pids}, len(self.models))
-        largest = int(np.argmax(sizes)) if sizes and max(sizes) else 0
+        largest = int(np.argmax(sizes)) if any(sizes) else 0
         self.assignment.update(dict.fromkeys(pids, largest))
         self.pending |= set(pids)
         log(

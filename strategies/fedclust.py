@@ -79,6 +79,7 @@ class FedClust(OneShotStrategy):
         self.newcomers: set[int] = set()
 
     def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Note the newcomers (their accuracy is reported apart), then place them."""
         self.newcomers.update(newcomers)
         super().admit(server_round, newcomers)
 
@@ -112,6 +113,7 @@ class FedClust(OneShotStrategy):
 
     @property
     def threshold(self) -> float:
+        """The cut height ``fedclust-lambda``."""
         return self.params.fedclust_lambda
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
@@ -133,6 +135,7 @@ class FedClust(OneShotStrategy):
         return fedclust_clusters(np.stack([s.vector() for s in signals]), self.hc_cut)
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
+        """Keep each cluster's mean final layer, for newcomers."""
         self.centroids = centroids(np.stack([self.signals[p].vector() for p in pids]), labels, len(self.models))
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:

@@ -103,6 +103,7 @@ class FLAG(OneShotStrategy):
 
     @property
     def threshold(self) -> float:
+        """``alpha`` when given, else the sweep's choice (1 before it ran)."""
         return self.params.alpha if self.params.alpha > 0 else float(self.chosen_alpha or 1.0)
 
     @property

@@ -68,9 +68,11 @@ class FLHC(OneShotStrategy):
 
     @property
     def threshold(self) -> float:
+        """The cut height ``flhc-threshold``."""
         return self.params.flhc_threshold
 
     def clustering_round(self) -> int:
+        """The round after the ``warmup-rounds`` FedAvg rounds."""
         return self.params.warmup_rounds + 1
 
     def start_model(self) -> ArrayRecord:

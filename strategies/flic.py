@@ -118,11 +118,13 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         self._reference: ArrayRecord | None = None
 
     def phase(self, server_round: int) -> str:
+        """``fedavg`` until the clustering round, ``cluster`` in it, ``train`` after."""
         if self.clustered_at is None or server_round < self.clustered_at:
             return "fedavg"
         return "cluster" if server_round == self.clustered_at else "train"
 
     def before_round(self, server_round: int) -> None:
+        """Cluster by Louvain once the loss plateaus (or in ``cluster-round``)."""
         if self.clustered_at is None and self._due(server_round):
             self._cluster(server_round)
 
@@ -132,11 +134,12 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         return self._stable_since is not None or server_round >= self.training.rounds // 2 + 1
 
     def _cluster(self, server_round: int) -> None:
-        seen = [] if self.similarity is None else [p for p in self.similarity.pids if p in self.clients]
-        if len(seen) < 2:
+        similarity = self.similarity
+        seen = [] if similarity is None else [p for p in similarity.pids if p in self.clients]
+        if similarity is None or len(seen) < 2:
             log(WARNING, "round %d: FLIC has updates of %d clients; clustering postponed", server_round, len(seen))
             return
-        s = self.similarity.matrix(seen)
+        s = similarity.matrix(seen)
         with self.clustering_timer():
             if self.params.resolution:
                 self.resolution = self.params.resolution
@@ -163,6 +166,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         self.assignment.update(self._join(unseen, server_round))
 
     def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Before clustering as every strategy; after, join by modularity gain."""
         if self.clustered_at is None:
             super().admit(server_round, newcomers)
         else:
@@ -174,22 +178,27 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         """
         if not pids:
             return {}
+        hook = "the clustering (before_round)"
+        reference = self.require(self._reference, "_reference", hook)
         ups = self.query_signal(
             keys.UPDATE_ACTION,
             pids,
             server_round,
             ModelUpdate.from_arrays,
-            models=[self._reference],
-            size=float_size(self._reference),
+            models=[reference],
+            size=float_size(reference),
         )
         replied = sorted(ups)
         placed: dict[int, int] = {}
         if replied:
-            seen, s = self.clustering_similarity
+            seen, s = self.require(self.clustering_similarity, "clustering_similarity", hook)
+            similarity = self.require(self.similarity, "similarity", hook)
+            labelled = self.require(self._labels, "_labels", hook)
+            resolution = self.require(self.resolution, "resolution", hook)
             with self.clustering_timer():
-                self.similarity.update(replied, np.stack([ups[p].delta for p in replied]))
-                links = self.similarity.matrix(replied + seen)[: len(replied), len(replied) :]
-                labels = join_by_modularity(links, s, self._labels, self.resolution)
+                similarity.update(replied, np.stack([ups[p].delta for p in replied]))
+                links = similarity.matrix(replied + seen)[: len(replied), len(replied) :]
+                labels = join_by_modularity(links, s, labelled, resolution)
             placed = {p: int(k) for p, k in zip(replied, labels, strict=True)}
             self.joined.update(dict.fromkeys(replied, server_round))
         missing = sorted(set(pids) - set(replied))
@@ -214,6 +223,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         }
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
+        """Before clustering: store the updates and the round's mean train loss."""
         if not updates or self.clustered_at is not None:
             return
         pids = sorted(updates)

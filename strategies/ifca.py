@@ -65,9 +65,11 @@ class IFCA(ClusteredStrategy):
         self.set_clusters(models, kmodels.random_partition(sorted(self.clients), k, self.rng))
 
     def train_records(self, server_round: int, partition_id: int, cluster: int) -> dict[str, ArrayRecord]:
+        """Every cluster model, for the client to train the one with its lowest loss."""
         return {keys.model_record(j): model for j, model in enumerate(self.models)}
 
     def client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        """``num-models``: how many models the message carries."""
         return {keys.NUM_MODELS: len(self.models)}
 
     def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:

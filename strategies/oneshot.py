@@ -77,16 +77,19 @@ class OneShotStrategy(ClusteredStrategy):
         return self.initial_model
 
     def clustering_round(self) -> int:
+        """The round whose start runs the clustering (default 1)."""
         return 1
 
     # --------------------------------------------------------------- hooks
     def before_round(self, server_round: int) -> None:
+        """Cluster once when due; afterwards, ask the clients without a signal again."""
         if not self.clustered and server_round >= self.clustering_round():
             self.cluster(server_round)
         elif self.pending:
             self._place_or_wait(sorted(self.pending), server_round)
 
     def phase(self, server_round: int) -> str:
+        """``warmup`` before the clustering round, ``cluster`` in it, ``train`` after."""
         if server_round < self.clustering_round():
             return "warmup"
         return "cluster" if server_round == self.clustering_round() else "train"

@@ -74,6 +74,7 @@ class PACFL(OneShotStrategy):
 
     @property
     def threshold(self) -> float:
+        """The cut height ``pacfl-threshold`` in degrees."""
         return self.params.pacfl_threshold
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ClassSubspaces]:

@@ -294,12 +294,12 @@ def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callabl
 
 
 def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.louvain import louvain_labels
+    from common.clustering.flic import flic_clusters
 
     truth = planted(n, GROUPS, rng)
     similarity = _stored(n, sizes, meter, rng, sketch, truth)
     with meter.measure(exclude=0):
-        labels = louvain_labels(similarity.matrix(similarity.pids), 1.0, SEED)
+        labels, _ = flic_clusters(similarity.matrix(similarity.pids), 1.0, SEED)
     return labels, truth[np.asarray(similarity.pids)]
 
 
@@ -370,8 +370,10 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
             blocks[p][0] = spectral.update_block(blocks[p][0], fresh[p], int(counts[p][0]))
             counts[p][0] += 1
         pids = sorted(blocks)
-        matrix = spectral.profile_matrix(np.stack([blocks[p] for p in pids]))
-        labels, _, _ = spectral.spectral_clustering(matrix, k, previous, SEED)
+        stacked = np.stack([blocks[p] for p in pids])
+        labels, _, _ = spectral.cflgp_clusters(
+            stacked, np.stack([counts[p] for p in pids]), previous, impute_seed=SEED, seed=SEED
+        )
     return labels, truth
 
 
@@ -461,7 +463,7 @@ VARIANTS: dict[str, Variant] = {
             lambda s: f"update {_fmt(s.params)} f32",
             _stored_bytes,
             _flic,
-            note="StoredUpdates.remember over 1/fraction rounds + louvain_labels",
+            note="update_similarity + update over 1/fraction rounds + flic_clusters",
         ),
         Variant(
             "cfl-sattler",

@@ -197,20 +197,18 @@ class CFLGP(ClusteredStrategy):
     def _seed(self, server_round: int) -> int:
         return int(np.random.SeedSequence([self.training.seed, server_round]).generate_state(1)[0])
 
-    def _matrix(self) -> tuple[list[int], np.ndarray]:
+    def _profiles(self) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+        """The clients with a profile, their blocks (N, K, d), answer counts (N, K) and clusters."""
         pids = sorted(self.blocks)
         blocks, counts = np.stack([self.blocks[p] for p in pids]), np.stack([self.counts[p] for p in pids])
-        if np.any(counts == 0):
-            blocks = spectral.impute_blocks(
-                blocks, counts, np.array([self.assignment[p] for p in pids]), rank=self.k, seed=self.training.seed
-            )
-        return pids, spectral.profile_matrix(blocks)
+        return pids, blocks, counts, np.array([self.assignment[p] for p in pids])
 
     def _estimate_k(self, server_round: int) -> None:
         """App. G on the K_max-model profile; each of the K clusters keeps the model most of it trained."""
         if len(self.blocks) < 3:
             return
-        pids, matrix = self._matrix()
+        pids, blocks, counts, clusters = self._profiles()
+        matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed)
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
         labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
         source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
@@ -234,9 +232,10 @@ class CFLGP(ClusteredStrategy):
     def _recluster(self, server_round: int) -> None:
         if len(self.blocks) < self.k:
             return
-        pids, matrix = self._matrix()
-        previous = np.array([self.assignment[p] for p in pids])
-        labels, features, values = spectral.spectral_clustering(matrix, self.k, previous, self._seed(server_round))
+        pids, blocks, counts, previous = self._profiles()
+        labels, features, values = spectral.cflgp_clusters(
+            blocks, counts, previous, impute_seed=self.training.seed, seed=self._seed(server_round)
+        )
         self.spectra.append((server_round, values))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1
         self.assignment.update({p: int(c) for p, c in zip(pids, labels, strict=True)})

@@ -39,12 +39,7 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flic import (
-    join_by_modularity,
-    loss_plateau,
-    louvain_by_silhouette,
-)
-from common.clustering.louvain import louvain_labels
+from common.clustering.flic import flic_clusters, join_by_modularity, loss_plateau
 from common.clustering.similarity import UpdateSimilarity
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
@@ -141,11 +136,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
             return
         s = similarity.matrix(seen)
         with self.clustering_timer():
-            if self.params.resolution:
-                self.resolution = self.params.resolution
-                labels = louvain_labels(s, self.resolution, self.training.seed)
-            else:
-                labels, self.resolution = louvain_by_silhouette(s, self.training.seed)
+            labels, self.resolution = flic_clusters(s, self.params.resolution, self.training.seed)
         self.clustering_similarity, self._labels = (seen, s), labels
         self._reference = self.models[0].copy()
         count = int(labels.max()) + 1

@@ -180,3 +180,13 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     early = loss[:window].mean() - loss[window : 2 * window].mean()
     recent = loss[-2 * window : -window].mean() - loss[-window:].mean()
     return bool(recent < tol * early) if early > 0 else True
+
+
+def flic_clusters(similarity: np.ndarray, resolution: float | None, seed: int) -> tuple[np.ndarray, float]:
+    """FLIC's server step: Louvain communities of the update-similarity graph, and the resolution used.
+
+    ``resolution`` > 0 is used as given; None or 0 picks it by silhouette (``louvain_by_silhouette``).
+    """
+    if resolution:
+        return louvain_labels(similarity, resolution, seed), resolution
+    return louvain_by_silhouette(similarity, seed)

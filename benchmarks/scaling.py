@@ -304,14 +304,7 @@ def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
 
 
 def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.bipartition import (
-        mean_update_ratio,
-        separation,
-        should_split,
-        split_cluster,
-        update_norms,
-    )
-    from common.clustering.similarity import cosine_matrix, sketch_rows
+    from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
     from strategies.cfl_sattler import CHUNK
     from strategies.flat import mean_rows
 
@@ -326,10 +319,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
         should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
         for lo in range(0, n, CHUNK):  # CFLSattler._try_split
             similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo : lo + CHUNK]))
-        rows = sketch_rows(fresh, SEED, sketch_dim=sketch, chunk=CHUNK)
-        cos = cosine_matrix(rows, rows)
-        first, second = split_cluster(list(range(n)), cos)
-        separation(cos, np.asarray(first), np.asarray(second))
+        first, second, _, _ = sattler_bipartition(list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK)
         for half in (first, second):
             mean_rows([fresh[i] for i in half], CHUNK)
         labels = np.zeros(n, dtype=np.int64)

@@ -31,14 +31,8 @@ import numpy as np
 from flwr.common import log
 
 from common import keys
-from common.clustering.bipartition import (
-    mean_update_ratio,
-    separation,
-    should_split,
-    split_cluster,
-    update_norms,
-)
-from common.clustering.similarity import UpdateSimilarity, cosine_matrix, sketch_rows
+from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
+from common.clustering.similarity import UpdateSimilarity
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
 from common.validation import check_bool, check_float, check_int
@@ -169,11 +163,10 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                     self.params.sketch_dim,
                     self.training.seed,
                 )
-            rows = sketch_rows(deltas, self.training.seed, sketch_dim=self.params.sketch_dim, chunk=CHUNK)
-            cos = cosine_matrix(rows, rows)
-            first, second = split_cluster(replied, cos)
-            at = {p: i for i, p in enumerate(replied)}
-            cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))
+            first, second, cross, intra = sattler_bipartition(
+                replied, deltas, sketch_dim=self.params.sketch_dim, seed=self.training.seed, chunk=CHUNK
+            )
+        at = {p: i for i, p in enumerate(replied)}
         kept = intra > cross
         self.attempts.append(
             {

@@ -45,3 +45,15 @@ def test_cflgp_imputes_unanswered_blocks_before_the_spectral_step():
     np.testing.assert_allclose(
         values, spectral.spectral_clustering(spectral.profile_matrix(imputed), k, previous, 5)[2]
     )
+
+
+def test_sattler_bipartition_returns_client_ids_of_opposed_groups_and_their_separation():
+    from common.clustering.bipartition import sattler_bipartition
+
+    rng = np.random.default_rng(2)
+    direction = rng.standard_normal(50)
+    pids = [10, 3, 7, 42, 5, 8]
+    updates = [(1 if i % 2 == 0 else -1) * direction + 0.1 * rng.standard_normal(50) for i in range(6)]
+    first, second, cross, intra = sattler_bipartition(pids, updates, seed=0)
+    assert sorted(map(sorted, (first, second))) == [[3, 8, 42], [5, 7, 10]]
+    assert intra > 0.9 and cross < -0.9

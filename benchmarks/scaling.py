@@ -276,7 +276,7 @@ def _flhc(n, sizes, shapes, meter, rng):
 
 
 def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callable | None = None):
-    """FLIC's / Sattler's per-round storage of the sampled clients' updates (``StoredUpdates.remember``)."""
+    """FLIC's / Sattler's per-round storage of the sampled clients' updates (what ``StoredUpdates.remember`` does)."""
     from common.clustering.similarity import update_similarity
 
     similarity = None

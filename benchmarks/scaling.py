@@ -66,6 +66,7 @@ class Sizes:
 
     @property
     def head(self) -> int:
+        """Entries of the final layer: weight and bias."""
         return self.classes * self.head_in + self.classes
 
 
@@ -243,97 +244,69 @@ def _cflgt(n, sizes, shapes, meter, rng):
 
 
 def _fedclust(n, sizes, shapes, meter, rng):
-    from common.clustering.hierarchical import cut_tree, pairwise_distances
+    from common.clustering.oneshot import Cut, fedclust_clusters
 
     truth = planted(n, GROUPS, rng)
     heads = vectors(truth, sizes.head, rng, noise=0.3)
     with meter.measure():
-        labels = cut_tree(pairwise_distances(heads), threshold=1.0, num_clusters=GROUPS)
+        labels = fedclust_clusters(heads, Cut(threshold=1.0, num_clusters=GROUPS)).labels
     return labels, truth
 
 
 def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
-    from common.clustering.hierarchical import cut_tree
-    from common.clustering.subspaces import (
-        SAMPLE_SIZE,
-        pairwise_subspace_angles,
-        sampled_clusters,
-        stack_bases,
-    )
+    from common.clustering.oneshot import Cut, pacfl_clusters
+    from common.clustering.subspaces import stack_bases
 
     truth = planted(n, GROUPS, rng)
     stacked = [stack_bases([b[c] for c in sorted(b)]) for b in class_bases(truth, rng)]
     with meter.measure():
-        if n <= SAMPLE_SIZE:  # PACFL.cluster_labels
-            labels = cut_tree(pairwise_subspace_angles(stacked, measure), threshold=30.0, num_clusters=GROUPS)
-        else:
-            labels = sampled_clusters(
-                stacked,
-                measure,
-                lambda d: cut_tree(d, threshold=30.0, num_clusters=GROUPS),
-                np.random.default_rng(SEED),
-            )[0]
+        cut = Cut(threshold=30.0, num_clusters=GROUPS)
+        labels = pacfl_clusters(stacked, cut, measure, np.random.default_rng(SEED)).labels
     return labels, truth
 
 
 def _flhc(n, sizes, shapes, meter, rng):
-    from common.clustering.hierarchical import cut_tree, pairwise_distances
-    from common.clustering.similarity import sketch_rows
+    from common.clustering.oneshot import Cut, flhc_clusters
 
     truth = planted(n, GROUPS, rng)
     updates = vectors(truth, sizes.params, rng, noise=1.0)
     with meter.measure():
-        rows = sketch_rows(list(updates), SEED, exact=False)
-        labels = cut_tree(pairwise_distances(rows, "euclidean"), threshold=1.0, num_clusters=GROUPS)
+        labels = flhc_clusters(list(updates), Cut(threshold=1.0, num_clusters=GROUPS), "euclidean", SEED).labels
     return labels, truth
 
 
-class _Server:
-    """What ``StoredUpdates.remember`` reads of a strategy: its clients and its similarity."""
-
-    def __init__(self, n: int) -> None:
-        self.clients = dict.fromkeys(range(n))
-        self.similarity = None
-        self.assignment: dict[int, int] = {}
-
-
 def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callable | None = None):
-    """FLIC's / Sattler's per-round storage of the sampled clients' updates (``StoredUpdates.remember``)."""
-    from strategies.updates import StoredUpdates
+    """FLIC's / Sattler's per-round storage of the sampled clients' updates (what ``StoredUpdates.remember`` does)."""
+    from common.clustering.similarity import update_similarity
 
-    server = type("Stored", (StoredUpdates, _Server), {})(n)
+    similarity = None
     centers = rng.standard_normal((int(truth.max()) + 1, sizes.params), dtype=np.float32)
     for rows in batches(n, rng):
         deltas = vectors(truth[rows], sizes.params, rng, noise=1.0, centers=centers)
         with meter.measure(exclude=deltas.nbytes):
-            server.remember(rows.tolist(), deltas, sketch, SEED)
+            if similarity is None:
+                similarity = update_similarity(n, deltas.shape[1], sketch, SEED)
+            similarity.update(rows.tolist(), deltas)
             if after is not None:
                 after(deltas)
         del deltas
-    return server.similarity
+    return similarity
 
 
 def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.louvain import louvain_labels
+    from common.clustering.flic import flic_clusters
 
     truth = planted(n, GROUPS, rng)
     similarity = _stored(n, sizes, meter, rng, sketch, truth)
     with meter.measure(exclude=0):
-        labels = louvain_labels(similarity.matrix(similarity.pids), 1.0, SEED)
+        labels, _ = flic_clusters(similarity.matrix(similarity.pids), 1.0, SEED)
     return labels, truth[np.asarray(similarity.pids)]
 
 
 def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.bipartition import (
-        mean_update_ratio,
-        separation,
-        should_split,
-        split_cluster,
-        update_norms,
-    )
-    from common.clustering.similarity import cosine_matrix, sketch_rows
+    from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
     from strategies.cfl_sattler import CHUNK
-    from strategies.updates import mean_rows
+    from strategies.flat import mean_rows
 
     truth = planted(n, 2, rng)
     # A split asks every member for a fresh update: received input, drawn before the RSS baseline.
@@ -346,10 +319,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
         should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
         for lo in range(0, n, CHUNK):  # CFLSattler._try_split
             similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo : lo + CHUNK]))
-        rows = sketch_rows(fresh, SEED, sketch_dim=sketch, chunk=CHUNK)
-        cos = cosine_matrix(rows, rows)
-        first, second = split_cluster(list(range(n)), cos)
-        separation(cos, np.asarray(first), np.asarray(second))
+        first, second, _, _ = sattler_bipartition(list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK)
         for half in (first, second):
             mean_rows([fresh[i] for i in half], CHUNK)
         labels = np.zeros(n, dtype=np.int64)
@@ -358,15 +328,8 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
 
 
 def _flag(n, sizes, shapes, meter, rng):
-    from common.clustering.flag import (
-        data_similarity,
-        gradient_angles,
-        proximity,
-        sweep_cuts,
-        threshold_grid,
-    )
-    from common.clustering.hierarchical import cut_tree
-    from common.clustering.similarity import sketch_rows
+    from common.clustering.flag import flag_distances, sweep_cuts, threshold_grid
+    from common.clustering.oneshot import Cut, cut_distances
 
     truth = planted(n, GROUPS, rng)
     bases = class_bases(truth, rng)
@@ -375,10 +338,9 @@ def _flag(n, sizes, shapes, meter, rng):
         counts[i, sorted(b)] = rng.integers(50, 500, size=len(b))
     updates = vectors(truth, sizes.params, rng, noise=1.0)
     with meter.measure():
-        gradient = gradient_angles(sketch_rows(list(updates), SEED))
-        a = proximity(data_similarity(bases, counts, sizes.classes, 0.5), gradient, 0.5)
+        a, _, _ = flag_distances(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
         sweep_cuts(a, threshold_grid(0.1), "average")
-        labels = cut_tree(a, threshold=1.0, num_clusters=GROUPS)
+        labels = cut_distances(a, Cut(threshold=1.0, num_clusters=GROUPS))[0]
     return labels, truth
 
 
@@ -398,8 +360,10 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
             blocks[p][0] = spectral.update_block(blocks[p][0], fresh[p], int(counts[p][0]))
             counts[p][0] += 1
         pids = sorted(blocks)
-        matrix = spectral.profile_matrix(np.stack([blocks[p] for p in pids]))
-        labels, _, _ = spectral.spectral_clustering(matrix, k, previous, SEED)
+        stacked = np.stack([blocks[p] for p in pids])
+        labels, _, _ = spectral.cflgp_clusters(
+            stacked, np.stack([counts[p] for p in pids]), previous, impute_seed=SEED, seed=SEED
+        )
     return labels, truth
 
 
@@ -489,7 +453,7 @@ VARIANTS: dict[str, Variant] = {
             lambda s: f"update {_fmt(s.params)} f32",
             _stored_bytes,
             _flic,
-            note="StoredUpdates.remember over 1/fraction rounds + louvain_labels",
+            note="update_similarity + update over 1/fraction rounds + flic_clusters",
         ),
         Variant(
             "cfl-sattler",
@@ -631,6 +595,7 @@ def _num(x: float | None, fmt: str) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
+    """``scaling.md``: the table of every (variant, N) and the growth exponents."""
     head = (
         f"Server clustering step, {model} (params {_fmt(sizes.params)}, head {_fmt(sizes.head)}), "
         f"{GROUPS} planted groups, seed {SEED}.\n\n"
@@ -658,6 +623,7 @@ def markdown(rows: list[dict[str, Any]], model: str, sizes: Sizes) -> str:
 
 
 def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> None:
+    """Write ``scaling.md``, ``scaling.csv`` and ``scaling.json`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     for r in rows:
         r["signal"] = VARIANTS[r["variant"]].signal(sizes)
@@ -689,6 +655,7 @@ def write(rows: list[dict[str, Any]], out: Path, model: str, sizes: Sizes) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: measure every variant at every size in fresh subprocesses."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated client counts N")
     parser.add_argument("--model", default="dnn", choices=("dnn", "lenet5"))

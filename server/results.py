@@ -20,6 +20,7 @@ from flwr.common import log
 
 from common.metrics import final_mean, final_stretch, first_round_reaching
 from strategies import ClusteredStrategy
+from strategies.record import RoundRecord
 
 from . import plots
 from .figures import FIGURES
@@ -28,13 +29,13 @@ from .tracking import MetricsLogger
 FINAL_FRACTION = 0.1
 
 
-def progress_line(record: Mapping[str, Any], rounds: int) -> str:
+def progress_line(record: RoundRecord, rounds: int) -> str:
     """``round  12/100 | train    | acc 0.7812 | ARI 1.000 | clusters  5 |  1.83 s``."""
-    acc = "   -  " if record["accuracy"] is None else f"{record['accuracy']:.4f}"
-    ari = " n/a " if record["ari"] is None else f"{record['ari']:.3f}"
+    acc = "   -  " if record.accuracy is None else f"{record.accuracy:.4f}"
+    ari = " n/a " if record.ari is None else f"{record.ari:.3f}"
     return (
-        f"round {record['round']:>4}/{rounds} | {record['phase']:<8} | acc {acc} | ARI {ari} | "
-        f"clusters {record['num-clusters']:>3} | {record['round-seconds']:6.2f} s"
+        f"round {record.round:>4}/{rounds} | {record.phase:<8} | acc {acc} | ARI {ari} | "
+        f"clusters {record.num_clusters:>3} | {record.round_seconds:6.2f} s"
     )
 
 
@@ -60,19 +61,21 @@ class RunRecorder:
         self._metrics = self.folder / "metrics.jsonl"
         self._metrics.unlink(missing_ok=True)  # a re-used run name starts afresh; rounds append
 
-    def replay(self, history: list[dict[str, Any]]) -> None:
+    def replay(self, history: Sequence[RoundRecord | Mapping[str, Any]]) -> None:
         """Write the rounds a resumed run already has (from its checkpoint) to ``metrics.jsonl``."""
         with self._metrics.open("a") as fh:
             for record in history:
-                fh.write(json.dumps(record) + "\n")
+                line = record.to_dict() if isinstance(record, RoundRecord) else dict(record)
+                fh.write(json.dumps(line) + "\n")
 
-    def on_round(self, strategy: ClusteredStrategy, record: dict[str, Any]) -> None:
+    def on_round(self, strategy: ClusteredStrategy, record: RoundRecord) -> None:
         """Append the round's record and log the progress line."""
+        line = record.to_dict()
         with self._metrics.open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
+            fh.write(json.dumps(line) + "\n")
         log(INFO, "%s", progress_line(record, strategy.training.rounds))
         for logger in self.loggers:
-            logger.log_round(record)
+            logger.log_round(line)
 
     def finish(self, strategy: ClusteredStrategy) -> dict[str, Any]:
         """Write ``summary.json``, ``assignments.json`` and the plots; return the summary."""
@@ -130,11 +133,10 @@ class RunRecorder:
 
     def _plot_distances(self, strategy: ClusteredStrategy) -> None:
         """``distances.png`` from ``strategy.distance_matrix`` over ``distance_pids`` (default: all assigned)."""
-        matrix = getattr(strategy, "distance_matrix", None)
-        if matrix is None:
+        if strategy.distance_matrix is None:
             return
-        matrix = np.asarray(matrix)
-        pids = list(getattr(strategy, "distance_pids", None) or sorted(strategy.assignment))
+        matrix = np.asarray(strategy.distance_matrix)
+        pids = list(strategy.distance_pids or sorted(strategy.assignment))
         if matrix.shape != (len(pids), len(pids)) or any(p not in strategy.assignment for p in pids):
             log(
                 WARNING,
@@ -144,7 +146,7 @@ class RunRecorder:
             )
             return
         name = type(strategy).name
-        rounds = [r["round"] for r in strategy.history if r["clustering-seconds"] > 0]
+        rounds = [r.round for r in strategy.history if r.clustering_seconds > 0]
         when = f", round {rounds[-1]}" if rounds else ""
         plots.plot_distance_matrix(
             matrix,
@@ -156,46 +158,36 @@ class RunRecorder:
 
 def distance_name(strategy: ClusteredStrategy) -> str:
     """What ``strategy.distance_matrix`` measures, in words."""
-    params = getattr(strategy, "params", None)
-    names = {
-        "cflgt": "trajectory distance (mean point-wise L2)",
-        "fedclust": "Euclidean distance of final layers",
-        "pacfl": f"principal angles ({getattr(params, 'pacfl_measure', '')}), degrees",
-        "flhc": f"{getattr(params, 'flhc_metric', '')} distance of updates",
-        "flag": "A = beta V + (1 - beta) G (data and gradient angles)",
-        "flic": "cosine distance 1 - cos of updates",
-        "cfl-sattler": "cosine distance 1 - cos of updates",
-        "cfl-gp": "Euclidean distance of the profiles' spectral features",
-    }
-    return names.get(type(strategy).name, "client distance")
+    return strategy.describe_distances()
 
 
-def clustering_rounds(history: list[dict[str, Any]]) -> list[int]:
+def clustering_rounds(history: Sequence[RoundRecord]) -> list[int]:
     """Rounds whose cluster count differs from the round before (round 1 when it starts above 1)."""
     marks, previous = [], 1
     for record in history:
-        if record["num-clusters"] != previous:
-            marks.append(record["round"])
-        previous = record["num-clusters"]
+        if record.num_clusters != previous:
+            marks.append(record.round)
+        previous = record.num_clusters
     return marks
 
 
-def plot_history(history: list[dict[str, Any]], folder: Path, name: str) -> None:
+def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> None:
     """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``."""
-    evaluated = [r for r in history if r["accuracy"] is not None]
+    evaluated = [(r.round, r.accuracy, r.accuracy_std) for r in history if r.accuracy is not None]
     if evaluated:
+        rounds, accuracy, spread = zip(*evaluated, strict=True)
         plots.plot_accuracy(
-            [r["round"] for r in evaluated],
-            [r["accuracy"] for r in evaluated],
-            [r["accuracy-std"] for r in evaluated],
+            list(rounds),
+            list(accuracy),
+            list(spread),
             folder / "accuracy.png",
             title=f"{name}: mean local test accuracy",
             marks=clustering_rounds(history),
         )
     plots.plot_clustering(
-        [r["round"] for r in history],
-        [r["ari"] for r in history],
-        [r["num-clusters"] for r in history],
+        [r.round for r in history],
+        [r.ari for r in history],
+        [r.num_clusters for r in history],
         folder / "clustering.png",
         title=f"{name}: clustering",
     )
@@ -209,7 +201,7 @@ def write_partial(folder: Path, run_config: Mapping[str, Any]) -> int:
     path = Path(folder) / "metrics.jsonl"
     if not path.exists():
         return 0
-    history = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    history = [RoundRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
     if not history:
         return 0
     summary = summarise(history, FINAL_FRACTION)
@@ -219,7 +211,7 @@ def write_partial(folder: Path, run_config: Mapping[str, Any]) -> int:
     return len(history)
 
 
-def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, Any]:
+def summarise(history: Sequence[RoundRecord], fraction: float = FINAL_FRACTION) -> dict[str, Any]:
     """Headline numbers of a run from its per-round records.
 
     ``final-accuracy`` is the mean over the evaluations in the run's ``final_stretch`` (every
@@ -228,42 +220,41 @@ def summarise(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -
     there (a resumed run, old records) it falls back to the last ``fraction`` of evaluated
     rounds. ``rounds-to-truth`` is the first round whose ARI reached 1.0.
     """
-    evaluated = [r for r in history if r["accuracy"] is not None]
-    last_round = history[-1]["round"] if history else 0
-    stretch = [r for r in evaluated if r["round"] > last_round - final_stretch(max(last_round, 1))]
+    evaluated = [(r.round, r.accuracy, r.accuracy_std) for r in history if r.accuracy is not None]
+    last_round = history[-1].round if history else 0
+    stretch = [e for e in evaluated if e[0] > last_round - final_stretch(max(last_round, 1))]
     if stretch:
         evaluated = stretch
         fraction = 1.0
-    final = [r["accuracy"] for r in evaluated][-max(1, int(np.ceil(fraction * len(evaluated)))) :]
-    accuracy = final_mean([r["accuracy"] for r in evaluated], fraction) if evaluated else None
-    last = history[-1] if history else {}
-    totals = {
-        key: sum(r[key] for r in history)
-        for key in ("bytes-down-model", "bytes-up-model", "bytes-down-signal", "bytes-up-signal")
-    }
+    accuracies = [acc for _, acc, _ in evaluated]
+    final = accuracies[-max(1, int(np.ceil(fraction * len(evaluated)))) :]
+    last = history[-1] if history else None
     return {
         "rounds": len(history),
-        "final-accuracy": accuracy,
-        "final-accuracy-std": final_mean([r["accuracy-std"] for r in evaluated], fraction) if evaluated else None,
+        "final-accuracy": final_mean(accuracies, fraction) if evaluated else None,
+        "final-accuracy-std": final_mean([std for _, _, std in evaluated], fraction) if evaluated else None,
         "final-accuracy-spread": float(np.std(final)) if final else None,
         "final-accuracy-range": [min(final), max(final)] if final else None,
         "final-evaluations": len(final),
-        "final-ari": last.get("ari"),
-        "final-ami": last.get("ami"),
-        "final-num-clusters": last.get("num-clusters"),
+        "final-ari": None if last is None else last.ari,
+        "final-ami": None if last is None else last.ami,
+        "final-num-clusters": None if last is None else last.num_clusters,
         "coverage": coverage(history, fraction),
-        "rounds-to-truth": first_round_reaching([r["round"] for r in history], [r["ari"] for r in history]),
-        **totals,
-        "failures": sum(r["failures"] for r in history),
-        "rejected": sum(r["rejected"] for r in history),
-        "capped": sum(r.get("capped", 0) for r in history),
-        "lost-replies-per-round": [r["failures"] + r["rejected"] for r in history],
-        "clustering-seconds": round(sum(r["clustering-seconds"] for r in history), 6),
-        "training-seconds": round(sum(r["round-seconds"] for r in history), 3),
+        "rounds-to-truth": first_round_reaching([r.round for r in history], [r.ari for r in history]),
+        "bytes-down-model": sum(r.bytes_down_model for r in history),
+        "bytes-up-model": sum(r.bytes_up_model for r in history),
+        "bytes-down-signal": sum(r.bytes_down_signal for r in history),
+        "bytes-up-signal": sum(r.bytes_up_signal for r in history),
+        "failures": sum(r.failures for r in history),
+        "rejected": sum(r.rejected for r in history),
+        "capped": sum(r.capped for r in history),
+        "lost-replies-per-round": [r.failures + r.rejected for r in history],
+        "clustering-seconds": round(sum(r.clustering_seconds for r in history), 6),
+        "training-seconds": round(sum(r.round_seconds for r in history), 3),
     }
 
 
-def coverage(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) -> dict[str, str]:
+def coverage(history: Sequence[RoundRecord], fraction: float = FINAL_FRACTION) -> dict[str, str]:
     """How many clients each final figure covers, e.g. ``{"final-accuracy": "over 19 of 20 clients"}``.
 
     Accuracy counts the clients whose evaluation came back, at least in every round
@@ -271,19 +262,19 @@ def coverage(history: list[dict[str, Any]], fraction: float = FINAL_FRACTION) ->
     with a cluster in the last round. Records without these counts give nothing.
     """
     out: dict[str, str] = {}
-    evaluated = [r for r in history if r.get("accuracy") is not None and r.get("eval-clients") is not None]
+    evaluated = [
+        (r.eval_clients, r.num_clients) for r in history if r.accuracy is not None and r.eval_clients is not None
+    ]
     if evaluated:
         final = evaluated[-max(1, math.ceil(fraction * len(evaluated))) :]
-        out["final-accuracy"] = (
-            f"over {min(r['eval-clients'] for r in final)} of {max(r['num-clients'] for r in final)} clients"
-        )
-    if history and history[-1].get("num-clients") is not None:
+        out["final-accuracy"] = f"over {min(e for e, _ in final)} of {max(n or 0 for _, n in final)} clients"
+    if history and history[-1].num_clients is not None:
         last = history[-1]
         gone: set[int] = set()
         for record in history:
-            gone = (gone | set(record.get("clients-lost", []))) - set(record.get("clients-rejoined", []))
+            gone = (gone | set(record.clients_lost)) - set(record.clients_rejoined)
         out["final-ari"] = out["final-ami"] = (
-            f"over {last['num-clients']} clients ({len(gone)} of them offline at the end)"
+            f"over {last.num_clients} clients ({len(gone)} of them offline at the end)"
         )
     return out
 

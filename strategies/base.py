@@ -3,11 +3,13 @@
 The base owns the mechanics every clustered algorithm shares: identity discovery, seeded
 client sampling, one message per client carrying its own cluster's model, reply checks,
 per-cluster aggregation weighted by ``num-examples``, evaluation of every client with its
-cluster's model, traffic and timing records, newcomers (``late-clients``), and the round
-loop (Flower's ``Strategy.start`` carries a single model, so it is overridden). An algorithm
+cluster's model, traffic and timing records, and the round loop (Flower's ``Strategy.start``
+carries a single model, so it is overridden). Late clients are held out and admitted by
+``strategies.admission``, checkpoints written and read back by ``strategies.checkpoint``. An algorithm
 only says how it collects its signal and assigns clusters, through the hooks
 ``init_clusters``, ``before_round``, ``client_config``, ``train_records``, ``reply_cluster``,
-``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for a typed signal.
+``aggregate_cluster``, ``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for
+a typed signal.
 
 Empty clusters are kept on purpose: a cluster without members (or without replies this
 round) keeps its model and shows as size 0.
@@ -21,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from flwr.app import (
@@ -43,7 +45,8 @@ from common.config import TrainingParams, params_from_run_config
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
 
-from .checkpoint import rebind_clients, save_checkpoint
+from .admission import admit_waiting, hold_out_late
+from .checkpoint import restored_state, save_checkpoint
 from .federation import (
     ClientInfo,
     Exchange,
@@ -56,6 +59,7 @@ from .federation import (
     packed,
     send,
 )
+from .record import RoundRecord
 from .replies import (
     ReplyFault,
     S,
@@ -71,7 +75,8 @@ class NoParams:
     """Parameters of a strategy that has none of its own."""
 
 
-RoundCallback = Callable[["ClusteredStrategy", dict[str, Any]], None]
+RoundCallback = Callable[["ClusteredStrategy", RoundRecord], None]
+T = TypeVar("T")
 
 
 class ClusteredStrategy(Strategy):
@@ -96,20 +101,41 @@ class ClusteredStrategy(Strategy):
         Late clients (``late-clients``) not admitted yet; they join in ``admit``.
     initial : ArrayRecord or None
         The initial model every cluster model descends from.
-    history : list of dict
-        One record per round (what ``metrics.jsonl`` holds).
+    history : list of RoundRecord
+        One record per round (``to_dict`` is the line ``metrics.jsonl`` holds).
     assignment_changes : list of dict
         ``{"round", "assignment"}`` each time the assignment changed (``assignments.json``).
     head_key : str
         ``state_dict`` key of the model's classifier-head weight (``common.models.find_head``).
     truth : dict of int to int or None
         True groups by partition id from a truth file; ``None``: the clients' own claims.
+    distance_matrix : ndarray of shape (n, n) or None
+        The client distances the last clustering used (drawn as ``distances.png``); None here,
+        set by the algorithms that have one.
+    distance_pids : sequence of int
+        Partition ids of ``distance_matrix``'s rows (empty: every assigned client).
     """
 
     name: ClassVar[str] = "clustered"
     params_type: ClassVar[type] = NoParams
     # Parameters naming a round, each with how many rounds must still follow it.
     round_params: ClassVar[dict[str, int]] = {}
+    distance_matrix: np.ndarray | None = None
+    distance_pids: Sequence[int] = ()
+    # Per-run wiring and settings: attributes a checkpoint leaves out (``save_checkpoint``).
+    transient: ClassVar[frozenset[str]] = frozenset(
+        {
+            "grid",
+            "on_round",
+            "training",
+            "params",
+            "checkpoint_path",
+            "checkpoint_every",
+            "_outbox",
+            "_stats",
+            "_resume",
+        }
+    )
 
     def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:
         self.training = training if training is not None else TrainingParams()
@@ -120,7 +146,7 @@ class ClusteredStrategy(Strategy):
         self.initial: ArrayRecord | None = None
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
-        self.history: list[dict[str, Any]] = []
+        self.history: list[RoundRecord] = []
         self.assignment_changes: list[dict[str, Any]] = []
         self.head_key = "head.weight"
         self.truth: dict[int, int] | None = None
@@ -215,7 +241,7 @@ class ClusteredStrategy(Strategy):
         return len(set(self.assignment.values()))
 
     def sample(self, server_round: int) -> list[int]:
-        """This round's training clients, drawn with the strategy's own seeded generator."""
+        """The round's training clients, drawn with the strategy's own seeded generator."""
         pool = sorted(pid for pid in self.clients if pid in self.assignment)
         m = self.training.num_sampled(len(pool))
         return sorted(int(p) for p in self.rng.choice(pool, size=m, replace=False))
@@ -358,7 +384,10 @@ class ClusteredStrategy(Strategy):
             self.models[k] = self.aggregate_cluster(k, cluster_updates)
         self._stats.train_replies = len(updates)
         self.after_train(server_round, updates)
-        metrics = {"replies": len(updates), "failures": len(exchange.failures)}
+        metrics: dict[str, int | float | list[int] | list[float]] = {
+            "replies": len(updates),
+            "failures": len(exchange.failures),
+        }
         if updates:
             metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
         return packed(self.models), MetricRecord(metrics)
@@ -417,6 +446,10 @@ class ClusteredStrategy(Strategy):
             sizes,
         )
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures, in words (the title of ``distances.png``)."""
+        return "client distance"
+
     def run_details(self) -> dict[str, Any]:
         """Strategy-specific facts for ``summary.json`` (key -> JSON value); none by default."""
         return {}
@@ -448,8 +481,10 @@ class ClusteredStrategy(Strategy):
         default to the training parameters, ``evaluate_fn`` is called with the packed
         cluster models, and ``expected_clients`` is how many nodes to wait for.
         """
-        overrides = {"rounds": num_rounds, "round_timeout": timeout}
-        self.training = replace(self.training, **{k: v for k, v in overrides.items() if v is not None})
+        if num_rounds is not None:
+            self.training = replace(self.training, rounds=num_rounds)
+        if timeout is not None:
+            self.training = replace(self.training, round_timeout=timeout)
         self.grid = grid
         first_round = 1
         if self._resume is not None or not self.clients:
@@ -470,7 +505,9 @@ class ClusteredStrategy(Strategy):
             if self._resume is not None:
                 first_round = self._restore(self._resume, clients)
             else:
-                self.clients, self.waiting = self._hold_out_late(clients)
+                self.clients, self.waiting = hold_out_late(
+                    clients, self.training.late_clients, self.rng, self.training.admission_round
+                )
                 self.initial = initial_arrays
                 self.init_clusters(initial_arrays)
         self.summary()
@@ -479,7 +516,7 @@ class ClusteredStrategy(Strategy):
             self._stats = _RoundStats(start=time.perf_counter())
             self._refresh_membership(rnd)
             if self.waiting and rnd >= self.training.admission_round:
-                self._admit_waiting(rnd)
+                admit_waiting(self, rnd)
             self.before_round(rnd)
             replies = grid.send_and_receive(
                 self.configure_train(rnd, initial_arrays, train_config or ConfigRecord(), grid),
@@ -518,41 +555,11 @@ class ClusteredStrategy(Strategy):
 
     def _restore(self, checkpoint: dict[str, Any], found: dict[int, ClientInfo]) -> int:
         """Load a checkpoint's state onto this strategy; the first round still to run."""
-        state = checkpoint["state"]
-        rebound = rebind_clients({**state["clients"], **state["waiting"]}, found)
         membership = self.membership  # this run's node ids, not the saved run's
-        vars(self).update(state)
-        self.membership, self._lost = membership, set()
-        self.clients = {pid: rebound[pid] for pid in state["clients"]}
-        self.waiting = {pid: rebound[pid] for pid in state["waiting"]}
-        self._resume = None
+        vars(self).update(restored_state(checkpoint, found))
+        self.membership, self._lost, self._resume = membership, set(), None
         log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"], len(self.clients))
         return int(checkpoint["round"]) + 1
-
-    def _hold_out_late(self, clients: dict[int, ClientInfo]) -> tuple[dict[int, ClientInfo], dict[int, ClientInfo]]:
-        """Split off ``late-clients`` of the federation (seeded), keeping at least one client in."""
-        count = min(len(clients) - 1, round(self.training.late_clients * len(clients)))
-        if count <= 0:
-            return clients, {}
-        late = {int(p) for p in self.rng.choice(sorted(clients), size=count, replace=False)}
-        log(INFO, "%d late clients join in round %d: %s", count, self.training.admission_round, sorted(late))
-        return ({p: c for p, c in clients.items() if p not in late}, {p: c for p, c in clients.items() if p in late})
-
-    def _admit_waiting(self, server_round: int) -> None:
-        newcomers = sorted(self.waiting)
-        self.clients.update(self.waiting)
-        self.waiting = {}
-        self.admit(server_round, newcomers)
-        missing = [p for p in newcomers if p not in self.assignment]
-        if missing:
-            raise RuntimeError(f"{type(self).__name__}.admit left clients {missing} without a cluster.")
-        log(
-            INFO,
-            "round %d: newcomers %s joined clusters %s",
-            server_round,
-            newcomers,
-            [self.assignment[p] for p in newcomers],
-        )
 
     def _refresh_membership(self, server_round: int) -> None:
         """Identify nodes never seen (restarted, late); note the clients lost and rejoined."""
@@ -586,7 +593,7 @@ class ClusteredStrategy(Strategy):
                 "round %d: clients rejoined, with their cluster state: %s (nodes %s)",
                 server_round,
                 s.rejoined,
-                [self.clients.get(p, self.waiting.get(p)).node_id for p in s.rejoined],
+                [(self.clients.get(p) or self.waiting[p]).node_id for p in s.rejoined],
             )
         if newcomers:
             log(INFO, "round %d: clients never seen before arrived: %s", server_round, newcomers)
@@ -672,10 +679,26 @@ class ClusteredStrategy(Strategy):
                 self._stats.capped += 1
         return updates
 
+    def require(self, value: T | None, name: str, hook: str) -> T:
+        """``value`` when it is set.
+
+        Raises
+        ------
+        RuntimeError
+            If ``value`` is None: the attribute ``name`` is not initialised until ``hook`` has run.
+        """
+        if value is None:
+            raise RuntimeError(f"{type(self).__name__}.{name} is not initialised yet: {hook} must run first.")
+        return value
+
+    @property
+    def initial_model(self) -> ArrayRecord:
+        """The initial model; ``RuntimeError`` before ``start`` has set it (before ``init_clusters``)."""
+        return self.require(self.initial, "initial", "start() (it sets the initial model before init_clusters)")
+
     def head_shape(self) -> tuple[int, int]:
         """``(outputs, features)`` of the initial model's classifier head."""
-        assert self.initial is not None
-        outputs, features = self.initial[self.head_key].shape
+        outputs, features = self.initial_model[self.head_key].shape
         return int(outputs), int(features)
 
     def true_group(self, pid: int) -> int:
@@ -689,37 +712,44 @@ class ClusteredStrategy(Strategy):
         truth = np.array([self.true_group(p) for p in pids])
         scores = clustering_scores(truth, np.array([self.assignment[p] for p in pids])) if pids else None
         s = self._stats
-        record: dict[str, Any] = {
-            "round": server_round,
-            "phase": self.phase(server_round),
-            "accuracy": None if eval_metrics is None else float(eval_metrics[keys.ACCURACY]),
-            "accuracy-std": None if eval_metrics is None else float(eval_metrics["accuracy-std"]),
-            "loss": None if eval_metrics is None else float(eval_metrics[keys.LOSS]),
-            "ari": None if scores is None else scores[0],
-            "ami": None if scores is None else scores[1],
-            "num-clusters": self.num_clusters,
-            "num-clients": len(pids),
-            "eval-clients": None if eval_metrics is None else len(self.last_eval),
-            "clients-lost": s.lost,
-            "clients-rejoined": s.rejoined,
-            "cluster-sizes": cluster_sizes(self.assignment, len(self.models)),
-            "train-replies": s.train_replies,
-            "failures": s.failures,
-            "rejected": s.rejected,
-            "capped": s.capped,
-            "bytes-down-model": s.down.model,
-            "bytes-up-model": s.up.model,
-            "bytes-down-signal": s.down.signal,
-            "bytes-up-signal": s.up.signal,
-            "clustering-seconds": round(s.clustering_seconds, 6),
-            "round-seconds": round(time.perf_counter() - s.start, 4),
-        }
+        record = RoundRecord(
+            round=server_round,
+            phase=self.phase(server_round),
+            accuracy=None if eval_metrics is None else _scalar(eval_metrics, keys.ACCURACY),
+            accuracy_std=None if eval_metrics is None else _scalar(eval_metrics, "accuracy-std"),
+            loss=None if eval_metrics is None else _scalar(eval_metrics, keys.LOSS),
+            ari=None if scores is None else scores[0],
+            ami=None if scores is None else scores[1],
+            num_clusters=self.num_clusters,
+            num_clients=len(pids),
+            eval_clients=None if eval_metrics is None else len(self.last_eval),
+            clients_lost=s.lost,
+            clients_rejoined=s.rejoined,
+            cluster_sizes=cluster_sizes(self.assignment, len(self.models)),
+            train_replies=s.train_replies,
+            failures=s.failures,
+            rejected=s.rejected,
+            capped=s.capped,
+            bytes_down_model=s.down.model,
+            bytes_up_model=s.up.model,
+            bytes_down_signal=s.down.signal,
+            bytes_up_signal=s.up.signal,
+            clustering_seconds=round(s.clustering_seconds, 6),
+            round_seconds=round(time.perf_counter() - s.start, 4),
+        )
         self.history.append(record)
         current = {str(pid): k for pid, k in sorted(self.assignment.items())}
         if not self.assignment_changes or self.assignment_changes[-1]["assignment"] != current:
             self.assignment_changes.append({"round": server_round, "assignment": current})
         if self.on_round is not None:
             self.on_round(self, record)
+
+
+def _scalar(metrics: MetricRecord, key: str) -> float:
+    value = metrics[key]
+    if isinstance(value, list):
+        raise TypeError(f"Metric {key!r} is a list, not a number.")
+    return float(value)
 
 
 @dataclass

@@ -28,10 +28,12 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
+from common.config import TrainingParams
 from common.signals.profile import PROTOCOLS, GradientProfile
 from common.validation import check_choice, check_float, check_int
 
 from .base import ClusteredStrategy
+from .flat import float_size
 
 OWNER = "CFLGP"
 
@@ -74,10 +76,6 @@ class CFLGPParams:
             )
 
 
-def _float_size(record: ArrayRecord) -> int:
-    return sum(a.numpy().size for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
-
-
 class CFLGP(ClusteredStrategy):
     """Round-robin gradient profiles and spectral clustering into K clusters.
 
@@ -96,7 +94,28 @@ class CFLGP(ClusteredStrategy):
     name = "cfl-gp"
     params_type = CFLGPParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "Euclidean distance of the profiles' spectral features"
+
+    def __init__(self, training: TrainingParams | None = None, params: CFLGPParams | None = None) -> None:
+        super().__init__(training, params)
+        self.k = 0  # the model count, set by init_clusters
+        self.ratio = 1.0
+        self.size = 0
+        self.last_block = -1
+        self.blocks: dict[int, np.ndarray] = {}
+        self.counts: dict[int, np.ndarray] = {}
+        self.broadcasts: list[tuple[int, int]] = []
+        self.spectra: list[tuple[int, np.ndarray]] = []
+        self.estimate: spectral.NumClustersEstimate | None = None
+        self.unchanged = 0
+        self.stopped = False
+        self.distance_matrix: np.ndarray | None = None
+        self.distance_pids: list[int] = []
+
     def init_clusters(self, initial: ArrayRecord) -> None:
+        """K copies of the initial model, clients in random clusters; the profile size from the compression ratio."""
         p = self.params
         if p.num_clusters > len(self.clients):
             raise ValueError(
@@ -104,7 +123,7 @@ class CFLGP(ClusteredStrategy):
                 f"{len(self.clients)} clients. Got {p.num_clusters} instead."
             )
         self.k = p.num_clusters or min(p.max_clusters, len(self.clients))
-        dim = _float_size(initial)
+        dim = float_size(initial)
         self.ratio = p.compression_ratio or compression.automatic_ratio(len(self.clients), self.k, dim)
         if p.compression_ratio == 0 and self.ratio > 1:
             log(
@@ -118,14 +137,7 @@ class CFLGP(ClusteredStrategy):
                 compression.PROFILE_BUDGET_BYTES / 2**30,
             )
         self.size = compression.compressed_size(dim, self.ratio)
-        self.blocks: dict[int, np.ndarray] = {}
-        self.counts: dict[int, np.ndarray] = {}
         self.last_block = self.k - 1
-        self.broadcasts: list[tuple[int, int]] = []
-        self.spectra: list[tuple[int, np.ndarray]] = []
-        self.estimate: spectral.NumClustersEstimate | None = None
-        self.unchanged = 0
-        self.stopped = False
         self.set_clusters(
             [initial.copy() for _ in range(self.k)], kmodels.random_partition(sorted(self.clients), self.k, self.rng)
         )
@@ -140,9 +152,11 @@ class CFLGP(ClusteredStrategy):
         )
 
     def phase(self, server_round: int) -> str:
+        """``cluster`` in a round that updated a profile block, else ``train``."""
         return "cluster" if self.broadcasts and self.broadcasts[-1][0] == server_round else "train"
 
     def before_round(self, server_round: int) -> None:
+        """In a clustering round: update one model's profile block (round-robin), then re-cluster."""
         if not self.is_cluster_round(server_round):
             return
         k = spectral.round_robin(self.last_block, self.k)
@@ -183,20 +197,18 @@ class CFLGP(ClusteredStrategy):
     def _seed(self, server_round: int) -> int:
         return int(np.random.SeedSequence([self.training.seed, server_round]).generate_state(1)[0])
 
-    def _matrix(self) -> tuple[list[int], np.ndarray]:
+    def _profiles(self) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+        """The clients with a profile, their blocks (N, K, d), answer counts (N, K) and clusters."""
         pids = sorted(self.blocks)
         blocks, counts = np.stack([self.blocks[p] for p in pids]), np.stack([self.counts[p] for p in pids])
-        if np.any(counts == 0):
-            blocks = spectral.impute_blocks(
-                blocks, counts, np.array([self.assignment[p] for p in pids]), rank=self.k, seed=self.training.seed
-            )
-        return pids, spectral.profile_matrix(blocks)
+        return pids, blocks, counts, np.array([self.assignment[p] for p in pids])
 
     def _estimate_k(self, server_round: int) -> None:
         """App. G on the K_max-model profile; each of the K clusters keeps the model most of it trained."""
         if len(self.blocks) < 3:
             return
-        pids, matrix = self._matrix()
+        pids, blocks, counts, clusters = self._profiles()
+        matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed)
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
         labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
         source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
@@ -220,9 +232,10 @@ class CFLGP(ClusteredStrategy):
     def _recluster(self, server_round: int) -> None:
         if len(self.blocks) < self.k:
             return
-        pids, matrix = self._matrix()
-        previous = np.array([self.assignment[p] for p in pids])
-        labels, features, values = spectral.spectral_clustering(matrix, self.k, previous, self._seed(server_round))
+        pids, blocks, counts, previous = self._profiles()
+        labels, features, values = spectral.cflgp_clusters(
+            blocks, counts, previous, impute_seed=self.training.seed, seed=self._seed(server_round)
+        )
         self.spectra.append((server_round, values))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1
         self.assignment.update({p: int(c) for p, c in zip(pids, labels, strict=True)})

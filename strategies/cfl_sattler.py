@@ -32,20 +32,16 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.bipartition import (
-    mean_update_ratio,
-    separation,
-    should_split,
-    split_cluster,
-    update_norms,
-)
-from common.clustering.similarity import UpdateSimilarity, cosine_matrix, sketch_rows
+from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
+from common.clustering.similarity import UpdateSimilarity
+from common.config import TrainingParams
 from common.signals.update import ModelUpdate
 from common.validation import check_bool, check_float, check_int
 
 from .base import ClusteredStrategy
+from .flat import add_flat, float_size, mean_rows
 from .replies import TrainUpdate
-from .updates import StoredUpdates, add_flat, float_size, mean_rows
+from .updates import StoredUpdates
 
 RETRY_AFTER = 5
 CHUNK = 512
@@ -72,7 +68,7 @@ class CFLSattlerParams:
         object.__setattr__(self, "eps_absolute", check_bool(self.eps_absolute, "eps-absolute", "CFLSattler"))
 
 
-class CFLSattler(StoredUpdates, ClusteredStrategy):
+class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand
     """Recursive bi-partitioning of clusters by the cosine similarity of their members' updates.
 
     Attributes
@@ -90,7 +86,21 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
     name = "cfl-sattler"
     params_type = CFLSattlerParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "cosine distance 1 - cos of updates"
+
+    def __init__(self, training: TrainingParams | None = None, params: CFLSattlerParams | None = None) -> None:
+        super().__init__(training, params)
+        self.similarity: UpdateSimilarity | None = None
+        self.norms: list[dict[str, Any]] = []
+        self.attempts: list[dict[str, Any]] = []
+        self.splits: list[dict[str, int]] = []
+        self._candidates: set[int] = set()
+        self._retry: dict[int, int] = {}
+
     def init_clusters(self, initial: ArrayRecord) -> None:
+        """One cluster of every client; warns when ``split-after`` leaves no round to split in."""
         super().init_clusters(initial)
         if self.params.split_after >= self.training.rounds:
             log(
@@ -99,17 +109,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
                 self.params.split_after,
                 self.training.rounds,
             )
-        self.similarity: UpdateSimilarity | None = None
-        self.norms: list[dict[str, Any]] = []
-        self.attempts: list[dict[str, Any]] = []
-        self.splits: list[dict[str, int]] = []
-        self._candidates: set[int] = set()
-        self._retry: dict[int, int] = {}
 
     def phase(self, server_round: int) -> str:
+        """``train`` up to ``split-after``, ``cluster`` after (a split may happen)."""
         return "train" if server_round <= self.params.split_after else "cluster"
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
+        """Store the round's updates and mark the clusters whose updates call for a split."""
         if not updates:
             return
         pids = sorted(updates)
@@ -146,6 +152,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
                     self._candidates.add(k)
 
     def before_round(self, server_round: int) -> None:
+        """Try to bi-partition every cluster marked after the last round."""
         for k in sorted(self._candidates):
             self._try_split(server_round, k)
         self._candidates.clear()
@@ -168,11 +175,10 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
                     self.params.sketch_dim,
                     self.training.seed,
                 )
-            rows = sketch_rows(deltas, self.training.seed, sketch_dim=self.params.sketch_dim, chunk=CHUNK)
-            cos = cosine_matrix(rows, rows)
-            first, second = split_cluster(replied, cos)
-            at = {p: i for i, p in enumerate(replied)}
-            cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))
+            first, second, cross, intra = sattler_bipartition(
+                replied, deltas, sketch_dim=self.params.sketch_dim, seed=self.training.seed, chunk=CHUNK
+            )
+        at = {p: i for i, p in enumerate(replied)}
         kept = intra > cross
         self.attempts.append(
             {

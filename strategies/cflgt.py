@@ -100,6 +100,10 @@ class CFLGT(ClusteredStrategy):
     name = "cflgt"
     params_type = CFLGTParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "trajectory distance (mean point-wise L2)"
+
     def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
         super().__init__(training, params)
         if self.params.pretrain_rounds == 0:
@@ -126,11 +130,13 @@ class CFLGT(ClusteredStrategy):
         return self.params.pretrain_rounds + 1
 
     def phase(self, server_round: int) -> str:
+        """``pretrain``, then ``cluster`` in the clustering round, then ``train``."""
         if server_round < self.clustering_round:
             return "pretrain"
         return "cluster" if server_round == self.clustering_round else "train"
 
     def before_round(self, server_round: int) -> None:
+        """Collect trajectories and run AP in the clustering round; afterwards place waiting clients."""
         if server_round < self.clustering_round:
             return
         if self.distance_matrix is None:
@@ -146,14 +152,14 @@ class CFLGT(ClusteredStrategy):
             self._place(newcomers, server_round)
 
     def _forces(self, pids: list[int], server_round: int) -> dict[int, np.ndarray]:
-        assert self.reference is not None
+        reference = self.require(self.reference, "reference", "the clustering round (before_round)")
         num_classes = self.head_shape()[0]
         replies = self.query_signal(
             keys.FORCES_ACTION,
             pids,
             server_round,
             ClassForces.from_arrays,
-            models=[self.reference],
+            models=[reference],
             num_classes=num_classes,
         )
         return {pid: trajectories_from_forces(f.pull[None], f.push[None])[0] for pid, f in replies.items()}
@@ -211,6 +217,7 @@ class CFLGT(ClusteredStrategy):
         )
 
     def run_details(self) -> dict[str, Any]:
+        """The AP diagnostics (``ap-hopkins``, ``ap-converged``, ...) for ``summary.json``."""
         return {"ap-" + k: None if isinstance(v, float) and np.isnan(v) else v for k, v in self.diagnostics.items()}
 
     def _place(self, pids: list[int], server_round: int) -> None:
@@ -235,7 +242,7 @@ class CFLGT(ClusteredStrategy):
         if not pids:
             return
         sizes = cluster_sizes({p: k for p, k in self.assignment.items() if p not in pids}, len(self.models))
-        largest = int(np.argmax(sizes)) if sizes and max(sizes) else 0
+        largest = int(np.argmax(sizes)) if any(sizes) else 0
         self.assignment.update(dict.fromkeys(pids, largest))
         self.pending |= set(pids)
         log(

@@ -16,24 +16,25 @@ import os
 import pickle
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from .record import RoundRecord
 
 if TYPE_CHECKING:
     from .federation import ClientInfo
 
 FORMAT = 1
-# Per-run wiring and settings, never part of the saved state.
-TRANSIENT = frozenset(
-    {"grid", "on_round", "training", "params", "checkpoint_path", "checkpoint_every", "_outbox", "_stats", "_resume"}
-)
 
 
 def save_checkpoint(strategy: Any, server_round: int, path: Path) -> Path:
     """Write a ``ClusteredStrategy``'s state after ``server_round`` to ``path`` atomically (temp file + rename).
 
-    The state is every attribute but the ``TRANSIENT`` wiring, so each algorithm's own state is saved too.
+    The state is every attribute but the wiring the class names ``transient``, so each algorithm's
+    own state is saved too.
     """
-    state = {name: value for name, value in vars(strategy).items() if name not in TRANSIENT}
+    transient = type(strategy).transient
+    state = {name: value for name, value in vars(strategy).items() if name not in transient}
     payload = {"format": FORMAT, "strategy": type(strategy).name, "round": server_round, "state": state}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,3 +90,17 @@ def rebind_clients(saved: dict[int, ClientInfo], found: dict[int, ClientInfo]) -
     if missing:
         raise RuntimeError(f"Cannot resume: partitions {missing} of the checkpoint have no node in this run.")
     return {pid: replace(info, node_id=found[pid].node_id) for pid, info in saved.items()}
+
+
+def restored_state(checkpoint: Mapping[str, Any], found: dict[int, ClientInfo]) -> dict[str, Any]:
+    """The saved attributes of a ``load_checkpoint`` payload, ready to load onto a strategy.
+
+    Clients and waiting clients carry this run's node ids (``rebind_clients``); a history of
+    plain dicts (a checkpoint written before ``RoundRecord``) is read into records.
+    """
+    state = dict(checkpoint["state"])
+    rebound = rebind_clients({**state["clients"], **state["waiting"]}, found)
+    state["clients"] = {pid: rebound[pid] for pid in state["clients"]}
+    state["waiting"] = {pid: rebound[pid] for pid in state["waiting"]}
+    state["history"] = [r if isinstance(r, RoundRecord) else RoundRecord.from_dict(r) for r in state["history"]]
+    return state

@@ -26,7 +26,8 @@ from flwr.app import Message, MetricRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.hierarchical import centroids, nearest, pairwise_distances
+from common.clustering.hierarchical import centroids, nearest
+from common.clustering.oneshot import OneShotClusters, fedclust_clusters
 from common.signals.final_layer import FinalLayer
 from common.validation import check_float, check_int
 
@@ -68,12 +69,17 @@ class FedClust(OneShotStrategy):
     name = "fedclust"
     params_type = FedClustParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "Euclidean distance of final layers"
+
     def __init__(self, training=None, params=None) -> None:
         super().__init__(training, params)
         self.centroids: np.ndarray | None = None
         self.newcomers: set[int] = set()
 
     def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Note the newcomers (their accuracy is reported apart), then place them."""
         self.newcomers.update(newcomers)
         super().admit(server_round, newcomers)
 
@@ -107,37 +113,39 @@ class FedClust(OneShotStrategy):
 
     @property
     def threshold(self) -> float:
+        """The cut height ``fedclust-lambda``."""
         return self.params.fedclust_lambda
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
         """Each client's final layer after ``cluster-epochs`` of training the initial model."""
-        assert self.initial is not None
         outputs, features = self.head_shape()
         return self.query_signal(
             keys.FINAL_LAYER_ACTION,
             pids,
             server_round,
             FinalLayer.from_arrays,
-            models=[self.initial],
+            models=[self.initial_model],
             config={keys.CLUSTER_EPOCHS: self.params.cluster_epochs, keys.CLUSTER_STEPS: self.params.cluster_steps},
             outputs=outputs,
             features=features,
         )
 
-    def distances(self, signals: Sequence[FinalLayer]) -> np.ndarray:
-        return pairwise_distances(np.stack([s.vector() for s in signals]))
+    def cluster_signals(self, signals: Sequence[FinalLayer]) -> OneShotClusters:
+        """Euclidean distances between the final-layer vectors, cut (``fedclust_clusters``)."""
+        return fedclust_clusters(np.stack([s.vector() for s in signals]), self.hc_cut)
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
+        """Keep each cluster's mean final layer, for newcomers."""
         self.centroids = centroids(np.stack([self.signals[p].vector() for p in pids]), labels, len(self.models))
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
         """Alg. 2: train the initial model, upload the final layer, take the nearest centroid."""
-        assert self.centroids is not None
+        centres = self.require(self.centroids, "centroids", "the clustering round (cluster)")
         layers = self.collect(newcomers, server_round)
         got = sorted(layers)
         placed: dict[int, int] = {}
         if got:
             with self.clustering_timer():
-                chosen = nearest(np.stack([layers[p].vector() for p in got]), self.centroids)
+                chosen = nearest(np.stack([layers[p].vector() for p in got]), centres)
             placed = {p: int(k) for p, k in zip(got, chosen, strict=True)}
         return placed

@@ -22,5 +22,6 @@ class FedMedian(ClusteredStrategy):
     name = "fedmedian"
 
     def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:
+        """The coordinate-wise median of the members' models (no weights)."""
         median = coordinate_median([u.arrays for u in updates], updates[0].sent)
         return ArrayRecord({name: Array(arr) for name, arr in median.items()})

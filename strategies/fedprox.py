@@ -32,4 +32,5 @@ class FedProx(ClusteredStrategy):
     params_type = FedProxParams
 
     def client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        """``proximal-mu`` for the client's proximal term."""
         return {keys.PROXIMAL_MU: self.params.proximal_mu}

@@ -22,25 +22,19 @@ from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flag import (
-    choose_threshold,
-    data_similarity,
-    gradient_angles,
-    proximity,
-    sweep_cuts,
-    threshold_grid,
-)
+from common.clustering.flag import choose_threshold, flag_distances, sweep_cuts, threshold_grid
 from common.clustering.hierarchical import relabel_by_appearance
-from common.clustering.similarity import sketch_rows
+from common.clustering.oneshot import OneShotClusters, cut_distances
 from common.signals.flag import HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
 from common.validation import check_bool, check_float, check_int
 
+from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut
 
 HOLDOUT = 0.1  # the paper's validation share of a sampled client's train data
@@ -94,6 +88,10 @@ class FLAG(OneShotStrategy):
     name = "flag"
     params_type = FLAGParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "A = beta V + (1 - beta) G (data and gradient angles)"
+
     def __init__(self, training: Any = None, params: Any = None) -> None:
         super().__init__(training, params)
         self.data_matrix: np.ndarray | None = None
@@ -105,15 +103,12 @@ class FLAG(OneShotStrategy):
 
     @property
     def threshold(self) -> float:
+        """``alpha`` when given, else the sweep's choice (1 before it ran)."""
         return self.params.alpha if self.params.alpha > 0 else float(self.chosen_alpha or 1.0)
 
     @property
     def _num_classes(self) -> int:
-        assert self.initial is not None
         return self.head_shape()[0]
-
-    def _size(self, record: ArrayRecord) -> int:
-        return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, tuple[ClassSubspaces, ModelUpdate]]:
         """Each client's class bases (with counts unless ``uniform-weights``) and update direction."""
@@ -137,17 +132,23 @@ class FLAG(OneShotStrategy):
         for pid in sorted(q for q, s in subs.items() if s.dim != max(set(dims), key=dims.count)):
             log(WARNING, "round %d: client %d sent bases of another row count; ignored", server_round, pid)
             del subs[pid]
-        assert self.initial is not None
+        initial = self.initial_model
         ups = self.query_signal(
             keys.UPDATE_ACTION,
             sorted(subs),
             server_round,
             ModelUpdate.from_arrays,
-            models=[self.initial],
+            models=[initial],
             config={keys.LOCAL_EPOCHS: p.gradient_epochs},
-            size=self._size(self.initial),
+            size=float_size(initial),
         )
         return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
+
+    def cluster_signals(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> OneShotClusters:
+        """A (``distances``) cut at ``alpha`` (or the sweep's choice), or into ``num-clusters``."""
+        a = self.distances(signals)
+        labels, silhouette = cut_distances(a, self.hc_cut)
+        return OneShotClusters(labels, a, silhouette)
 
     def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
         """A = beta minmax(V) + (1 - beta) minmax(G); V and G are kept on the strategy."""
@@ -161,9 +162,10 @@ class FLAG(OneShotStrategy):
             if self.params.uniform_weights
             else np.stack([np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
         )
-        self.data_matrix = data_similarity(bases, counts, c, self.params.delta)
-        self.gradient_matrix = gradient_angles(sketch_rows([u.delta for _, u in signals], self.training.seed))
-        a = proximity(self.data_matrix, self.gradient_matrix, self.params.beta)
+        p = self.params
+        a, self.data_matrix, self.gradient_matrix = flag_distances(
+            bases, counts, [u.delta for _, u in signals], c, beta=p.beta, delta=p.delta, seed=self.training.seed
+        )
         self._cache = (key, a)
         return a
 
@@ -214,10 +216,10 @@ class FLAG(OneShotStrategy):
 
     def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
         """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the initial model."""
-        assert self.initial is not None
-        size = self._size(self.initial)
+        initial = self.initial_model
+        size = float_size(initial)
         members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}
-        models = dict.fromkeys(members, self.initial)
+        models = dict.fromkeys(members, initial)
         accuracy: dict[int, float] = {}
         for r in range(self.params.sweep_rounds + 1):
             epochs = self.training.local_epochs if r < self.params.sweep_rounds else 0
@@ -241,11 +243,4 @@ class FLAG(OneShotStrategy):
 
 def _average(sent: ArrayRecord, deltas: list[np.ndarray], weights: list[int]) -> ArrayRecord:
     """``sent`` plus the ``weights``-weighted mean delta (float arrays, record order): FedAvg's model."""
-    mean, offset, out = np.average(np.stack(deltas), axis=0, weights=weights), 0, {}
-    for name, array in sent.items():
-        arr = array.numpy()
-        if np.issubdtype(arr.dtype, np.floating):
-            arr = (arr + mean[offset : offset + arr.size].reshape(arr.shape)).astype(arr.dtype)
-            offset += arr.size
-        out[name] = Array(arr)
-    return ArrayRecord(out)
+    return add_flat(sent, np.average(np.stack(deltas), axis=0, weights=weights))

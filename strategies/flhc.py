@@ -20,16 +20,16 @@ from dataclasses import dataclass, replace
 from logging import INFO
 from typing import Any, ClassVar
 
-import numpy as np
 from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.hierarchical import METRICS, pairwise_distances
-from common.clustering.similarity import sketch_rows
+from common.clustering.hierarchical import METRICS
+from common.clustering.oneshot import OneShotClusters, flhc_clusters
 from common.signals.update import ModelUpdate
 from common.validation import check_choice, check_float, check_int
 
+from .flat import float_size
 from .oneshot import OneShotStrategy, check_cut
 
 
@@ -77,11 +77,17 @@ class FLHC(OneShotStrategy):
             log(INFO, "FLHC: warmup-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
             self.params = replace(self.params, warmup_rounds=auto)
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return f"{self.params.flhc_metric} distance of updates"
+
     @property
     def threshold(self) -> float:
+        """The cut height ``flhc-threshold``."""
         return self.params.flhc_threshold
 
     def clustering_round(self) -> int:
+        """The round after the ``warmup-rounds`` FedAvg rounds."""
         return self.params.warmup_rounds + 1
 
     def start_model(self) -> ArrayRecord:
@@ -90,21 +96,16 @@ class FLHC(OneShotStrategy):
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ModelUpdate]:
         """Each client's update from the global model after ``cluster-steps`` mini-batches."""
-        size = sum(
-            int(np.prod(a.shape)) for a in self.models[0].values() if np.issubdtype(a.numpy().dtype, np.floating)
-        )
         return self.query_signal(
             keys.UPDATE_ACTION,
             pids,
             server_round,
             ModelUpdate.from_arrays,
             models=[self.models[0]],
-            size=size,
+            size=float_size(self.models[0]),
             config={keys.CLUSTER_STEPS: self.params.cluster_steps},
         )
 
-    def distances(self, signals: Sequence[ModelUpdate]) -> np.ndarray:
-        return pairwise_distances(
-            sketch_rows([s.delta for s in signals], self.training.seed, exact=self.params.flhc_metric == "cityblock"),
-            self.params.flhc_metric,
-        )
+    def cluster_signals(self, signals: Sequence[ModelUpdate]) -> OneShotClusters:
+        """``flhc-metric`` distances between the updates, cut (``flhc_clusters``)."""
+        return flhc_clusters([s.delta for s in signals], self.hc_cut, self.params.flhc_metric, self.training.seed)

@@ -39,19 +39,16 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flic import (
-    join_by_modularity,
-    loss_plateau,
-    louvain_by_silhouette,
-)
-from common.clustering.louvain import louvain_labels
+from common.clustering.flic import flic_clusters, join_by_modularity, loss_plateau
 from common.clustering.similarity import UpdateSimilarity
+from common.config import TrainingParams
 from common.signals.update import ModelUpdate
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
+from .flat import float_size
 from .replies import TrainUpdate
-from .updates import StoredUpdates, float_size
+from .updates import StoredUpdates
 
 STABLE_PATIENCE = 3
 
@@ -76,7 +73,7 @@ class FLICParams:
         )
 
 
-class FLIC(StoredUpdates, ClusteredStrategy):
+class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand
     """FedAvg, then Louvain on the incremental update similarity, then FedAvg per cluster.
 
     Attributes
@@ -99,8 +96,12 @@ class FLIC(StoredUpdates, ClusteredStrategy):
     params_type = FLICParams
     round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
 
-    def init_clusters(self, initial: ArrayRecord) -> None:
-        super().init_clusters(initial)
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return "cosine distance 1 - cos of updates"
+
+    def __init__(self, training: TrainingParams | None = None, params: FLICParams | None = None) -> None:
+        super().__init__(training, params)
         self.similarity: UpdateSimilarity | None = None
         self.train_loss: list[float] = []
         self.clustered_at: int | None = None
@@ -112,11 +113,13 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         self._reference: ArrayRecord | None = None
 
     def phase(self, server_round: int) -> str:
+        """``fedavg`` until the clustering round, ``cluster`` in it, ``train`` after."""
         if self.clustered_at is None or server_round < self.clustered_at:
             return "fedavg"
         return "cluster" if server_round == self.clustered_at else "train"
 
     def before_round(self, server_round: int) -> None:
+        """Cluster by Louvain once the loss plateaus (or in ``cluster-round``)."""
         if self.clustered_at is None and self._due(server_round):
             self._cluster(server_round)
 
@@ -126,17 +129,14 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         return self._stable_since is not None or server_round >= self.training.rounds // 2 + 1
 
     def _cluster(self, server_round: int) -> None:
-        seen = [] if self.similarity is None else [p for p in self.similarity.pids if p in self.clients]
-        if len(seen) < 2:
+        similarity = self.similarity
+        seen = [] if similarity is None else [p for p in similarity.pids if p in self.clients]
+        if similarity is None or len(seen) < 2:
             log(WARNING, "round %d: FLIC has updates of %d clients; clustering postponed", server_round, len(seen))
             return
-        s = self.similarity.matrix(seen)
+        s = similarity.matrix(seen)
         with self.clustering_timer():
-            if self.params.resolution:
-                self.resolution = self.params.resolution
-                labels = louvain_labels(s, self.resolution, self.training.seed)
-            else:
-                labels, self.resolution = louvain_by_silhouette(s, self.training.seed)
+            labels, self.resolution = flic_clusters(s, self.params.resolution, self.training.seed)
         self.clustering_similarity, self._labels = (seen, s), labels
         self._reference = self.models[0].copy()
         count = int(labels.max()) + 1
@@ -157,6 +157,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         self.assignment.update(self._join(unseen, server_round))
 
     def admit(self, server_round: int, newcomers: list[int]) -> None:
+        """Before clustering as every strategy; after, join by modularity gain."""
         if self.clustered_at is None:
             super().admit(server_round, newcomers)
         else:
@@ -168,22 +169,27 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         """
         if not pids:
             return {}
+        hook = "the clustering (before_round)"
+        reference = self.require(self._reference, "_reference", hook)
         ups = self.query_signal(
             keys.UPDATE_ACTION,
             pids,
             server_round,
             ModelUpdate.from_arrays,
-            models=[self._reference],
-            size=float_size(self._reference),
+            models=[reference],
+            size=float_size(reference),
         )
         replied = sorted(ups)
         placed: dict[int, int] = {}
         if replied:
-            seen, s = self.clustering_similarity
+            seen, s = self.require(self.clustering_similarity, "clustering_similarity", hook)
+            similarity = self.require(self.similarity, "similarity", hook)
+            labelled = self.require(self._labels, "_labels", hook)
+            resolution = self.require(self.resolution, "resolution", hook)
             with self.clustering_timer():
-                self.similarity.update(replied, np.stack([ups[p].delta for p in replied]))
-                links = self.similarity.matrix(replied + seen)[: len(replied), len(replied) :]
-                labels = join_by_modularity(links, s, self._labels, self.resolution)
+                similarity.update(replied, np.stack([ups[p].delta for p in replied]))
+                links = similarity.matrix(replied + seen)[: len(replied), len(replied) :]
+                labels = join_by_modularity(links, s, labelled, resolution)
             placed = {p: int(k) for p, k in zip(replied, labels, strict=True)}
             self.joined.update(dict.fromkeys(replied, server_round))
         missing = sorted(set(pids) - set(replied))
@@ -208,6 +214,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):
         }
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
+        """Before clustering: store the updates and the round's mean train loss."""
         if not updates or self.clustered_at is not None:
             return
         pids = sorted(updates)

@@ -19,6 +19,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from common import keys
 from common.clustering import kmodels
+from common.config import TrainingParams
 from common.validation import check_int
 
 from .base import ClusteredStrategy
@@ -50,6 +51,10 @@ class IFCA(ClusteredStrategy):
     name = "ifca"
     params_type = IFCAParams
 
+    def __init__(self, training: TrainingParams | None = None, params: IFCAParams | None = None) -> None:
+        super().__init__(training, params)
+        self.choices: dict[int, int] = {}
+
     def init_clusters(self, initial: ArrayRecord) -> None:
         """Model 0 is the initial model, models 1..K-1 fresh draws at its scale; random clusters."""
         k = self.params.k
@@ -57,13 +62,14 @@ class IFCA(ClusteredStrategy):
         models = [initial.copy()] + [
             ArrayRecord({n: Array(a) for n, a in kmodels.redraw_like(arrays, self.rng).items()}) for _ in range(k - 1)
         ]
-        self.choices: dict[int, int] = {}
         self.set_clusters(models, kmodels.random_partition(sorted(self.clients), k, self.rng))
 
     def train_records(self, server_round: int, partition_id: int, cluster: int) -> dict[str, ArrayRecord]:
+        """Every cluster model, for the client to train the one with its lowest loss."""
         return {keys.model_record(j): model for j, model in enumerate(self.models)}
 
     def client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        """``num-models``: how many models the message carries."""
         return {keys.NUM_MODELS: len(self.models)}
 
     def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:

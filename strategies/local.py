@@ -23,7 +23,7 @@ class Local(ClusteredStrategy):
 
     def admit(self, server_round: int, newcomers: list[int]) -> None:
         """Each newcomer gets its own copy of the initial model."""
-        assert self.initial is not None
+        initial = self.initial_model
         for pid in newcomers:
             self.assignment[pid] = len(self.models)
-            self.models.append(self.initial.copy())
+            self.models.append(initial.copy())

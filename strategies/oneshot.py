@@ -2,11 +2,12 @@
 clustered training (FedClust, Islam et al. 2024, Alg. 1; PACFL, Vahidian et al. AAAI 2023;
 FL+HC, Briggs et al. IJCNN 2020).
 
-Subclasses say which signal they collect (``collect``), how far apart two signals are
-(``distances``), the cut height (``threshold``) and the model every cluster starts from
-(``start_model``). The shared run-config keys are ``num-clusters`` (0 = cut at the threshold)
-and ``linkage``. With the threshold and ``num-clusters`` both 0 the cut is chosen without
-tuning (beyond the papers): the best silhouette over the tree's cuts (``auto_cut``), logged.
+Subclasses say which signal they collect (``collect``), how they cluster the signals
+(``cluster_signals``: their pure step in ``common.clustering.oneshot``, given ``hc_cut``), the
+cut height (``threshold``) and the model every cluster starts from (``start_model``). The
+shared run-config keys are ``num-clusters`` (0 = cut at the threshold) and ``linkage``. With the
+threshold and ``num-clusters`` both 0 the cut is chosen without tuning (beyond the papers): the
+best silhouette over the tree's cuts (``auto_cut``), logged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 from flwr.app import ArrayRecord
 from flwr.common import log
 
-from common.clustering.hierarchical import LINKAGES, auto_cut, cut_tree
+from common.clustering.hierarchical import LINKAGES
+from common.clustering.oneshot import Cut, OneShotClusters
 from common.metrics import cluster_sizes
 from common.validation import check_choice, check_int
 
@@ -61,8 +63,8 @@ class OneShotStrategy(ClusteredStrategy):
         """The checked signals of ``pids`` (missing = failed or rejected)."""
         raise NotImplementedError
 
-    def distances(self, signals: Sequence[Any]) -> np.ndarray:
-        """(N, N) distances between ``signals``."""
+    def cluster_signals(self, signals: Sequence[Any]) -> OneShotClusters:
+        """Labels (and the distance matrix cut) of the clients that sent ``signals``, cut as ``hc_cut``."""
         raise NotImplementedError
 
     @property
@@ -72,20 +74,22 @@ class OneShotStrategy(ClusteredStrategy):
 
     def start_model(self) -> ArrayRecord:
         """The model every cluster starts from (default: the initial model)."""
-        assert self.initial is not None
-        return self.initial
+        return self.initial_model
 
     def clustering_round(self) -> int:
+        """The round whose start runs the clustering (default 1)."""
         return 1
 
     # --------------------------------------------------------------- hooks
     def before_round(self, server_round: int) -> None:
+        """Cluster once when due; afterwards, ask the clients without a signal again."""
         if not self.clustered and server_round >= self.clustering_round():
             self.cluster(server_round)
         elif self.pending:
             self._place_or_wait(sorted(self.pending), server_round)
 
     def phase(self, server_round: int) -> str:
+        """``warmup`` before the clustering round, ``cluster`` in it, ``train`` after."""
         if server_round < self.clustering_round():
             return "warmup"
         return "cluster" if server_round == self.clustering_round() else "train"
@@ -152,26 +156,26 @@ class OneShotStrategy(ClusteredStrategy):
             cluster_sizes(self.assignment, len(self.models)),
         )
 
-    def cluster_labels(self, signals: Sequence[Any]) -> np.ndarray:
-        """Labels of the clients that sent ``signals``: the HC tree of ``distances`` cut (kept in
-        ``distance_matrix``).
-        """
-        self.distance_matrix = self.distances(signals)
-        return self.cut(self.distance_matrix)
+    @property
+    def hc_cut(self) -> Cut:
+        """The cut: ``num-clusters``, else the threshold; both 0: the automatic cut."""
+        return Cut(self.threshold, self.params.num_clusters, self.params.linkage)
 
-    def cut(self, distances: np.ndarray) -> np.ndarray:
-        """The HC tree of ``distances`` cut at the threshold or count; both 0: the automatic cut."""
-        p = self.params
-        if p.num_clusters == 0 and self.threshold == 0:
-            labels, self.auto_silhouette = auto_cut(distances, p.linkage)
+    def cluster_labels(self, signals: Sequence[Any]) -> np.ndarray:
+        """Labels of the clients that sent ``signals`` (``cluster_signals``); the matrix cut is kept in
+        ``distance_matrix``, the automatic cut's silhouette in ``auto_silhouette``.
+        """
+        found = self.cluster_signals(signals)
+        self.distance_matrix = found.distances
+        if self.hc_cut.automatic:
+            self.auto_silhouette = found.silhouette
             log(
                 INFO,
                 "automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
-                int(labels.max()) + 1,
+                int(found.labels.max()) + 1,
                 self.auto_silhouette,
             )
-            return labels
-        return cut_tree(distances, threshold=self.threshold, num_clusters=p.num_clusters, linkage=p.linkage)
+        return found.labels
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
         """Called once after clustering with the clustered clients and their labels."""

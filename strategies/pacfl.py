@@ -32,11 +32,8 @@ from flwr.common import log
 
 from common import keys
 from common.clustering import subspaces
-from common.clustering.subspaces import (
-    MEASURES,
-    pairwise_subspace_angles,
-    subspace_angle,
-)
+from common.clustering.oneshot import OneShotClusters, pacfl_clusters
+from common.clustering.subspaces import MEASURES, subspace_angle
 from common.signals.subspaces import ClassSubspaces
 from common.validation import check_choice, check_float, check_int
 
@@ -71,8 +68,13 @@ class PACFL(OneShotStrategy):
     name = "pacfl"
     params_type = PACFLParams
 
+    def describe_distances(self) -> str:
+        """What ``distance_matrix`` measures."""
+        return f"principal angles ({self.params.pacfl_measure}), degrees"
+
     @property
     def threshold(self) -> float:
+        """The cut height ``pacfl-threshold`` in degrees."""
         return self.params.pacfl_threshold
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, ClassSubspaces]:
@@ -81,7 +83,6 @@ class PACFL(OneShotStrategy):
         Bases whose row count differs from the clustered clients' (or, in the clustering
         round, from the most common one) are dropped with a warning.
         """
-        assert self.initial is not None
         got = self.query_signal(
             keys.SUBSPACES_ACTION,
             pids,
@@ -107,27 +108,20 @@ class PACFL(OneShotStrategy):
             )
         return got
 
-    def distances(self, signals: Sequence[ClassSubspaces]) -> np.ndarray:
-        return pairwise_subspace_angles([s.stacked() for s in signals], self.params.pacfl_measure)
-
-    def cluster_labels(self, signals: Sequence[ClassSubspaces]) -> np.ndarray:
-        """Exact HC up to ``subspaces.SAMPLE_SIZE`` clients; above, ``sampled_clusters`` (no distance matrix)."""
-        if len(signals) <= subspaces.SAMPLE_SIZE:
-            return super().cluster_labels(signals)
-        p = self.params
-        labels, sample, _ = subspaces.sampled_clusters(
-            [s.stacked() for s in signals], p.pacfl_measure, self.cut, self.rng
-        )
-        self.distance_matrix = None
-        log(
-            INFO,
-            "PACFL: HC of a seeded sample of %d of %d clients; the others join the sample cluster at the "
-            "smallest mean angle to up to %d of its members",
-            len(sample),
-            len(signals),
-            subspaces.REFERENCES_PER_CLUSTER,
-        )
-        return labels
+    def cluster_signals(self, signals: Sequence[ClassSubspaces]) -> OneShotClusters:
+        """Principal angles between the stacked class bases, cut (``pacfl_clusters``): exact HC up to
+        ``subspaces.SAMPLE_SIZE`` clients; above, a seeded sample's (no distance matrix).
+        """
+        if len(signals) > subspaces.SAMPLE_SIZE:
+            log(
+                INFO,
+                "PACFL: HC of a seeded sample of %d of %d clients; the others join the sample cluster at the "
+                "smallest mean angle to up to %d of its members",
+                subspaces.SAMPLE_SIZE,
+                len(signals),
+                subspaces.REFERENCES_PER_CLUSTER,
+            )
+        return pacfl_clusters([s.stacked() for s in signals], self.hc_cut, self.params.pacfl_measure, self.rng)
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
         """Each newcomer joins the cluster with the smallest mean angle to its members."""

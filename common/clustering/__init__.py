@@ -1,1 +1,1 @@
-"""The server-side clustering steps of the strategies: numpy in, numpy out (no Flower here)."""
+"""Clustering maths on numpy arrays (no Flower): distances, cuts and each algorithm's server-side step."""

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.cluster import hierarchy
 
+from .similarity import cosine_matrix, sketch_rows
+
 
 def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
     """``(||mean update||, RMS ||update_i||, max_i ||update_i||)`` of a cluster's updates.
@@ -169,3 +171,30 @@ def split_cluster(members: Sequence[int], cosine: np.ndarray) -> tuple[list[int]
         )
     a, b = bipartition(cosine)
     return ids[a].tolist(), ids[b].tolist()
+
+
+def sattler_bipartition(
+    pids: Sequence[int], updates: Sequence[np.ndarray], *, sketch_dim: int = 0, seed: int = 0, chunk: int = 512
+) -> tuple[list[int], list[int], float, float]:
+    """CFL's (Sattler et al.) server step on one cluster: split its members by their updates' cosines.
+
+    Parameters
+    ----------
+    pids : sequence of int
+        The members that sent an update, in the order of ``updates``.
+    updates : sequence of ndarray (d,)
+        Their fresh updates, sketched with ``seed`` to ``sketch_dim`` (0: automatic) when large,
+        ``chunk`` rows at a time (``sketch_rows``).
+
+    Returns
+    -------
+    tuple
+        The two halves (``split_cluster``), then the largest cross-half cosine and the smallest
+        within-half one (``separation``): the split separates when the latter is larger.
+    """
+    rows = sketch_rows(updates, seed, sketch_dim=sketch_dim, chunk=chunk)
+    cos = cosine_matrix(rows, rows)
+    first, second = split_cluster(list(pids), cos)
+    at = {p: i for i, p in enumerate(pids)}
+    cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))
+    return first, second, cross, intra

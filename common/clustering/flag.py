@@ -27,7 +27,7 @@ from scipy.spatial.distance import squareform
 from common.validation import check_choice, check_float, check_int
 
 from .hierarchical import LINKAGES, check_distance_matrix, relabel_by_appearance
-from .similarity import cosine_matrix
+from .similarity import cosine_matrix, sketch_rows
 from .subspaces import pairwise_subspace_angles
 
 ONE_MISSING = 180.0
@@ -329,6 +329,44 @@ def proximity(data: np.ndarray, gradient: np.ndarray, beta: float = 0.5) -> np.n
     if g.shape != v.shape:
         raise ValueError(f"The 'gradient' parameter of proximity must have shape {v.shape}. Got {g.shape} instead.")
     return beta * min_max(v) + (1 - beta) * min_max(g)
+
+
+def flag_distances(
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    updates: Sequence[np.ndarray],
+    num_classes: int,
+    *,
+    beta: float,
+    delta: float,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FLAG's server-side step up to the tree: ``(A, V, G)`` of N clients.
+
+    Parameters
+    ----------
+    bases : sequence of length N of mapping of int to ndarray (d, p_c)
+        Each client's class bases by class.
+    counts : ndarray of shape (N, num_classes) or None
+        Samples per class (None: uniform weights).
+    updates : sequence of length N of ndarray (D,)
+        Each client's update, sketched with ``seed`` when large (``sketch_rows``).
+    num_classes : int
+        C.
+    beta, delta : float
+        The weight of V in A, and the class-weight mix of V (``data_similarity``).
+    seed : int
+        The sketch seed.
+
+    Returns
+    -------
+    tuple of three ndarray of shape (N, N)
+        A = beta minmax(V) + (1 - beta) minmax(G) (``proximity``), V (``data_similarity``) and G
+        (``gradient_angles``).
+    """
+    data = data_similarity(bases, counts, num_classes, delta)
+    gradient = gradient_angles(sketch_rows(list(updates), seed))
+    return proximity(data, gradient, beta), data, gradient
 
 
 def threshold_grid(step: float) -> np.ndarray:

@@ -66,7 +66,7 @@ def louvain_by_silhouette(
         )
     distance = np.clip(2.0 - s, 0.0, 2.0)
     np.fill_diagonal(distance, 0.0)
-    best: tuple[float, np.ndarray, float] | None = None
+    best: tuple[float, np.ndarray, float] = (-np.inf, np.empty(0, dtype=np.int64), 1.0)  # no cut yet
     seen: dict[bytes, float] = {}
     for gamma in sorted(resolutions):
         labels = louvain_labels(s, float(gamma), seed)
@@ -74,7 +74,7 @@ def louvain_by_silhouette(
         if key not in seen:
             k = int(labels.max()) + 1
             seen[key] = silhouette_score(distance, labels, metric="precomputed") if 2 <= k <= len(s) - 1 else -np.inf
-        if best is None or seen[key] > best[0]:
+        if not best[1].size or seen[key] > best[0]:
             best = (seen[key], labels, float(gamma))
         if labels.max() + 1 == len(s):
             break
@@ -180,3 +180,13 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     early = loss[:window].mean() - loss[window : 2 * window].mean()
     recent = loss[-2 * window : -window].mean() - loss[-window:].mean()
     return bool(recent < tol * early) if early > 0 else True
+
+
+def flic_clusters(similarity: np.ndarray, resolution: float | None, seed: int) -> tuple[np.ndarray, float]:
+    """FLIC's server step: Louvain communities of the update-similarity graph, and the resolution used.
+
+    ``resolution`` > 0 is used as given; None or 0 picks it by silhouette (``louvain_by_silhouette``).
+    """
+    if resolution:
+        return louvain_labels(similarity, resolution, seed), resolution
+    return louvain_by_silhouette(similarity, seed)

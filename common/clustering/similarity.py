@@ -215,6 +215,16 @@ def auto_sketch_dim(num_clients: int, dim: int, sketch_dim: int = 0) -> int:
     return AUTO_SKETCH_DIM if big else 0
 
 
+def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int) -> UpdateSimilarity:
+    """An empty store for the latest updates of ``num_clients`` clients, of ``dim`` coordinates each.
+
+    Updates are kept whole, or count-sketched (seeded) to ``auto_sketch_dim(num_clients, dim,
+    sketch_dim)`` coordinates when that is not 0: FLIC's and Sattler's CFL's store.
+    """
+    sketch_dim = auto_sketch_dim(num_clients, dim, sketch_dim)
+    return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None)
+
+
 def sketch_rows(
     rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0, exact: bool = False, chunk: int = 512
 ) -> np.ndarray:

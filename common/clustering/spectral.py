@@ -428,3 +428,24 @@ def impute_blocks(
 def profile_matrix_blocks(matrix: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """The inverse of :func:`profile_matrix`: ``G`` ``(K * D, N)`` back to blocks of ``shape`` ``(N, K, D)``."""
     return np.asarray(matrix).T.reshape(shape)
+
+
+def completed_profile(blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, seed: int = 0) -> np.ndarray:
+    """``G`` of N clients' blocks ``(N, K, D)``; blocks a client never answered (``counts`` 0) are
+    imputed first (:func:`impute_blocks`, rank K, clusters ``labels``).
+    """
+    if np.any(counts == 0):
+        blocks = impute_blocks(blocks, counts, labels, rank=blocks.shape[1], seed=seed)
+    return profile_matrix(blocks)
+
+
+def cflgp_clusters(
+    blocks: np.ndarray, counts: np.ndarray, previous: np.ndarray, *, impute_seed: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CFL-GP's server step: K clusters of the clients' profile blocks ``(N, K, D)``.
+
+    The completed profile (:func:`completed_profile`) clustered by :func:`spectral_clustering`
+    into K, aligned with ``previous``; returns its labels, spectral features and singular values.
+    """
+    matrix = completed_profile(blocks, counts, previous, impute_seed)
+    return spectral_clustering(matrix, blocks.shape[1], previous, seed)

@@ -142,7 +142,7 @@ def pairwise_subspace_angles(
     out[np.ix_(~held, ~held)] = both_missing
     rows = np.flatnonzero(held)
     if rows.size:
-        chosen = [b for b in present if b is not None]
+        chosen = [b for b in present if b is not None]  # the rows, in order
         out[np.ix_(rows, rows)] = (
             _reference_among(chosen, signed=measure == "reference-signed")
             if measure.startswith("reference")
@@ -298,24 +298,6 @@ def stack_bases(per_class: Sequence[np.ndarray]) -> np.ndarray:
             f"count d. Got row counts {sorted({m.shape[0] for m in mats})} instead."
         )
     return np.concatenate(mats, axis=1)
-
-
-def pacfl_distances(client_bases: Sequence[Sequence[np.ndarray]], measure: str = "smallest") -> np.ndarray:
-    """PACFL's proximity matrix: angles between the clients' stacked class bases.
-
-    Parameters
-    ----------
-    client_bases : sequence of length N of sequences of ndarray (d, p_c)
-        Each client's per-class bases (the classes it holds).
-    measure : {"smallest", "sum", "mean", "reference"}, default="smallest"
-        See :func:`subspace_angle`.
-
-    Returns
-    -------
-    ndarray of shape (N, N), float64
-        In degrees, symmetric, zero diagonal.
-    """
-    return pairwise_subspace_angles([stack_bases(b) for b in client_bases], measure)
 
 
 def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], measure: str = "smallest") -> np.ndarray:

@@ -6,7 +6,6 @@ estimated from, when it was).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
@@ -15,18 +14,19 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from common.clustering.spectral import largest_gap
+from strategies import CFLGP
 
 from ..plots import DPI
 from . import register
 
 
 @register("cfl-gp")
-def singular_values(strategy: Any, folder: Path) -> list[Path]:
+def singular_values(strategy: CFLGP, folder: Path) -> list[Path]:
     """``singular-values.png``: the spectrum of ``G`` per update; nothing if there was none.
 
     With K estimated, the one-model spectrum it came from is drawn too, with its gap marked.
     """
-    spectra = getattr(strategy, "spectra", [])
+    spectra = strategy.spectra
     if not spectra:
         return []
     fig = Figure(figsize=(6.4, 4.4))
@@ -43,7 +43,7 @@ def singular_values(strategy: Any, folder: Path) -> list[Path]:
             color=cmap(0.3 + 0.7 * (i + 1) / len(spectra)),
             label=f"round {rnd}" if i in (0, len(spectra) - 1) else None,
         )
-    estimate = getattr(strategy, "estimate", None)
+    estimate = strategy.estimate
     title = f"CFL-GP profile spectrum (K = {strategy.k}"
     if estimate is not None:
         values = estimate.singular_values[:shown]

@@ -16,6 +16,8 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from strategies import CFLGT
+
 from ..plots import _save
 from . import register
 
@@ -39,7 +41,7 @@ def _exemplar(ax: Any, points: np.ndarray, color: Any, order: np.ndarray) -> Non
 
 
 @register("cflgt")
-def trajectory_figures(strategy: Any, folder: Path) -> list[Path]:
+def trajectory_figures(strategy: CFLGT, folder: Path) -> list[Path]:
     """Write ``trajectories.png``, ``trajectory-clusters.png`` and ``trajectories.json``.
 
     Returns no path when no trajectory was collected (e.g. a run shorter than pre-training).

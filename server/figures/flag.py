@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from server.plots import _save
+from strategies import FLAG
 
 from . import register
 
 
 @register("flag")
-def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
+def flag_sweep(strategy: FLAG, folder: Path) -> list[Path]:
     """``flag-sweep.png`` (blue bars: clusters, red line: accuracy, dashed: chosen alpha) and
     ``flag-sweep.json``; nothing when no sweep ran (``alpha`` or ``num-clusters`` given).
     """
-    sweep = list(getattr(strategy, "sweep", []))
+    sweep = list(strategy.sweep)
     if not sweep:
         return []
     alpha = np.array([r["alpha"] for r in sweep])
@@ -37,7 +37,7 @@ def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     line = bars.twinx()
     line.plot(alpha, acc, color="tab:red", marker="o", label="validation accuracy")
     line.set_ylabel("mean validation accuracy", color="tab:red")
-    chosen = getattr(strategy, "chosen_alpha", None)
+    chosen = strategy.chosen_alpha
     if chosen is not None:
         line.axvline(chosen, color="black", linestyle="--", linewidth=1, label=f"chosen alpha {chosen:g}")
     handles = bars.get_legend_handles_labels()[0] + line.get_legend_handles_labels()[0]

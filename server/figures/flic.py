@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from strategies import FLIC
 
 from ..plots import _save
 from . import register
@@ -27,7 +28,7 @@ MAX_SAVED = 5000
 
 
 @register("flic")
-def flic_figures(strategy: Any, folder: Path) -> list[Path]:
+def flic_figures(strategy: FLIC, folder: Path) -> list[Path]:
     """Write ``flic-stability.png`` and ``flic.json`` into ``folder``; return their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,6 @@ from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.hierarchical import agglomerative
 from common.clustering.subspaces import (
-    pacfl_distances,
     pairwise_subspace_angles,
     principal_angles,
     stack_bases,
@@ -51,7 +50,7 @@ def test_missing_bases_take_the_given_values_for_a_per_class_matrix():
     np.testing.assert_allclose(m, expected, atol=1e-6)
 
 
-def test_pacfl_distances_separate_two_groups_of_class_subspaces():
+def test_angles_between_stacked_class_bases_separate_two_groups_as_pacfl_clusters_them():
     rng = np.random.default_rng(0)
     d = 40
     class_dirs = np.linalg.qr(rng.normal(size=(d, 4)))[0]
@@ -60,7 +59,7 @@ def test_pacfl_distances_separate_two_groups_of_class_subspaces():
         return [np.linalg.qr(class_dirs[:, [c]] + 0.002 * rng.normal(size=(d, 1)))[0] for c in classes]
 
     clients = [client([0, 1]) for _ in range(5)] + [client([2, 3]) for _ in range(5)]
-    dist = pacfl_distances(clients)
+    dist = pairwise_subspace_angles([stack_bases(b) for b in clients], "smallest")  # as PACFL's distances
     assert dist.shape == (10, 10) and np.allclose(dist, dist.T) and np.allclose(np.diag(dist), 0)
     assert dist[:5, :5].max() < 5.0 < dist[:5, 5:].min()
     labels = agglomerative(dist, threshold=30.0)

@@ -3,29 +3,32 @@ import json
 import pytest
 
 from server.results import progress_line, summarise
+from strategies.record import RoundRecord
 
 
 def _record(rnd, acc=None, ari=None, clusters=1):
-    return {
-        "round": rnd,
-        "phase": "train",
-        "accuracy": acc,
-        "accuracy-std": None if acc is None else 0.1,
-        "loss": None,
-        "ari": ari,
-        "ami": ari,
-        "num-clusters": clusters,
-        "cluster-sizes": [4],
-        "train-replies": 2,
-        "failures": 1,
-        "rejected": 0,
-        "bytes-down-model": 100,
-        "bytes-up-model": 50,
-        "bytes-down-signal": 8,
-        "bytes-up-signal": 16,
-        "clustering-seconds": 0.5,
-        "round-seconds": 2.0,
-    }
+    return RoundRecord.from_dict(
+        {
+            "round": rnd,
+            "phase": "train",
+            "accuracy": acc,
+            "accuracy-std": None if acc is None else 0.1,
+            "loss": None,
+            "ari": ari,
+            "ami": ari,
+            "num-clusters": clusters,
+            "cluster-sizes": [4],
+            "train-replies": 2,
+            "failures": 1,
+            "rejected": 0,
+            "bytes-down-model": 100,
+            "bytes-up-model": 50,
+            "bytes-down-signal": 8,
+            "bytes-up-signal": 16,
+            "clustering-seconds": 0.5,
+            "round-seconds": 2.0,
+        }
+    )
 
 
 def test_summary_averages_the_final_stretch_not_the_best_round():
@@ -62,9 +65,10 @@ def test_clustering_rounds_mark_every_change_of_the_cluster_count():
     from server.results import clustering_rounds
 
     counts = [1, 1, 5, 5, 6, 6]
-    history = [{"round": r, "num-clusters": k} for r, k in enumerate(counts, start=1)]
+    history = [RoundRecord(round=r, phase="train", num_clusters=k) for r, k in enumerate(counts, start=1)]
     assert clustering_rounds(history) == [3, 5]
-    assert clustering_rounds([{"round": 1, "num-clusters": 4}, {"round": 2, "num-clusters": 4}]) == [1]
+    four = [RoundRecord(round=r, phase="train", num_clusters=4) for r in (1, 2)]
+    assert clustering_rounds(four) == [1]
 
 
 def test_write_partial_summarises_only_the_rounds_that_ran(tmp_path):
@@ -100,3 +104,13 @@ def test_write_partial_summarises_only_the_rounds_that_ran(tmp_path):
     assert summary["interrupted"] is True and summary["rounds"] == 4 and summary["config"]["rounds"] == 100
     assert summary["final-accuracy"] == 0.7 and summary["bytes-up-signal"] == 10 and summary["final-num-clusters"] == 2
     assert (tmp_path / "accuracy.png").exists() and (tmp_path / "clustering.png").exists()
+
+
+def test_a_metrics_line_without_the_newer_counts_reads_with_their_defaults_and_unknown_keys_are_ignored():
+    record = RoundRecord.from_dict({"round": 2, "phase": "train", "num-clusters": 3, "future-key": 1})
+    assert record.capped == 0 and record.num_clients is None and record.clients_lost == []
+    assert "future-key" not in record.to_dict() and record["num-clusters"] == 3
+    with pytest.raises(ValueError, match="num-clusters"):
+        RoundRecord.from_dict({"round": 2, "phase": "train"})
+    with pytest.raises(KeyError):
+        record["num_clusters"]

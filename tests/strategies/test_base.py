@@ -244,3 +244,58 @@ def test_set_clusters_rejects_out_of_range_assignment():
     s = FedAvg()
     with pytest.raises(ValueError, match="point outside the 1 cluster models"):
         s.set_clusters([ArrayRecord()], {0: 0, 1: 1})
+
+
+def test_state_read_before_its_hook_ran_raises_naming_the_attribute_and_the_hook():
+    from strategies import FedClust
+
+    with pytest.raises(RuntimeError, match=r"FedAvg\.initial is not initialised yet: start\(\)"):
+        FedAvg().head_shape()
+    with pytest.raises(RuntimeError, match=r"FedClust\.centroids is not initialised yet: the clustering round"):
+        FedClust().place([0], server_round=1)
+    assert FedAvg().require(0, "x", "y") == 0  # a falsy value that is set is returned, not refused
+
+
+def test_the_round_record_serialises_to_the_metrics_line_of_before_key_for_key_in_order():
+    from strategies.federation import Traffic
+    from strategies.record import RoundRecord
+
+    strategy = FedAvg()
+    strategy.clients = {}
+    strategy.models = [ArrayRecord(), ArrayRecord(), ArrayRecord()]
+    strategy.assignment = {0: 0, 1: 0, 2: 2}
+    strategy.last_eval = {0: (0.5, 1.0), 2: (0.7, 0.9)}
+    strategy.truth = {0: 0, 1: 0, 2: 1}
+    s = strategy._stats
+    s.train_replies, s.failures, s.rejected, s.capped, s.clustering_seconds = 3, 1, 2, 1, 0.1234567
+    s.lost, s.rejoined = [4], [5]
+    s.down, s.up = Traffic(model=10, signal=20), Traffic(model=30, signal=40)
+    strategy._record(7, MetricRecord({keys.ACCURACY: 0.6, "accuracy-std": 0.1, keys.LOSS: 0.95}))
+    line = strategy.history[-1].to_dict()
+    assert line.pop("round-seconds") >= 0
+    assert list(line.items()) == [
+        ("round", 7),
+        ("phase", "train"),
+        ("accuracy", 0.6),
+        ("accuracy-std", 0.1),
+        ("loss", 0.95),
+        ("ari", 1.0),
+        ("ami", 1.0),
+        ("num-clusters", 2),
+        ("num-clients", 3),
+        ("eval-clients", 2),
+        ("clients-lost", [4]),
+        ("clients-rejoined", [5]),
+        ("cluster-sizes", [2, 0, 1]),
+        ("train-replies", 3),
+        ("failures", 1),
+        ("rejected", 2),
+        ("capped", 1),
+        ("bytes-down-model", 10),
+        ("bytes-up-model", 30),
+        ("bytes-down-signal", 20),
+        ("bytes-up-signal", 40),
+        ("clustering-seconds", 0.123457),
+    ]
+    record = strategy.history[-1]
+    assert RoundRecord.from_dict(record.to_dict()) == record and record["num-clusters"] == record.num_clusters == 2

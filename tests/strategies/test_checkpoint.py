@@ -36,8 +36,8 @@ def _same_run(a, b):
     for ma, mb in zip(a.models, b.models, strict=True):
         for name in ma.keys():
             np.testing.assert_allclose(ma[name].numpy(), mb[name].numpy(), rtol=1e-5, atol=1e-6)
-    strip = [{k: v for k, v in r.items() if k not in TIMING} for r in a.history]
-    assert strip == [{k: v for k, v in r.items() if k not in TIMING} for r in b.history]
+    strip = [{k: v for k, v in r.to_dict().items() if k not in TIMING} for r in a.history]
+    assert strip == [{k: v for k, v in r.to_dict().items() if k not in TIMING} for r in b.history]
 
 
 # One strategy of each family, with settings that make it cluster before or around round 3.

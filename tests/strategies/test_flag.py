@@ -89,7 +89,7 @@ def test_sweep_records_every_alpha_and_picks_the_elbow():
     s.cluster(1)
     assert [r["alpha"] for r in s.sweep] == [1.0, 0.75, 0.5, 0.25]
     assert [r["num-clusters"] for r in s.sweep][:3] == [1, 2, 2] and s.sweep[-1]["num-clusters"] >= 2
-    assert len(calls) == len({c for c in calls})  # each distinct clustering validated once
+    assert len(calls) == len(set(calls))  # each distinct clustering validated once
     assert s.chosen_alpha == 0.75 and s.threshold == 0.75
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
 

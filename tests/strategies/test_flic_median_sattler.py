@@ -15,7 +15,7 @@ from server.figures import FIGURES
 from strategies import FLIC, REGISTRY, CFLSattler, FedMedian
 from strategies.cfl_sattler import CFLSattlerParams
 from strategies.flic import STABLE_PATIENCE, FLICParams
-from strategies.updates import add_flat, float_size
+from strategies.flat import add_flat, float_size
 
 
 def _start(cls, params=None, spy=None, **overrides):
@@ -221,7 +221,7 @@ def test_figures_are_written(tmp_path):
 
 def test_a_split_stores_updates_in_chunks_as_in_one_call_and_averages_them_exactly():
     from common.clustering.similarity import UpdateSimilarity
-    from strategies.updates import mean_rows
+    from strategies.flat import mean_rows
 
     rng = np.random.default_rng(4)
     first = rng.normal(size=(7, 30)).astype(np.float32)

@@ -1,0 +1,105 @@
+"""The server-side clustering step of each one-shot algorithm, as a pure function.
+
+Each takes the clients' signals as arrays (in the order of the clients) and the algorithm's
+parameters, and returns the labels and the distance matrix it cut, so that the strategy
+(``strategies.fedclust``, ``strategies.pacfl``, ``strategies.flhc``) and the scaling
+benchmark run the same step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hierarchical import auto_cut, cut_tree, pairwise_distances
+from .similarity import sketch_rows
+from .subspaces import SAMPLE_SIZE, pairwise_subspace_angles, sampled_clusters
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How to cut an agglomerative tree: ``num_clusters`` > 0 wins, else ``threshold`` > 0;
+    both 0 is the automatic cut (``auto_cut``: best silhouette).
+    """
+
+    threshold: float
+    num_clusters: int = 0
+    linkage: str = "average"
+
+    @property
+    def automatic(self) -> bool:
+        """Whether neither a count nor a threshold is given."""
+        return self.num_clusters == 0 and self.threshold == 0
+
+
+@dataclass(frozen=True)
+class OneShotClusters:
+    """A one-shot step's result.
+
+    Attributes
+    ----------
+    labels : ndarray of shape (N,)
+        Cluster of each client, ``0..K-1``.
+    distances : ndarray of shape (N, N) or None
+        What was cut (None: PACFL above ``SAMPLE_SIZE`` clients, which cuts a sample).
+    silhouette : float or None
+        The automatic cut's silhouette (None when the cut was given, or undefined).
+    """
+
+    labels: np.ndarray
+    distances: np.ndarray | None
+    silhouette: float | None = None
+
+
+def cut_distances(distances: np.ndarray, cut: Cut) -> tuple[np.ndarray, float | None]:
+    """Labels of the HC tree of ``distances`` cut as ``cut`` says, and the automatic cut's silhouette."""
+    if cut.automatic:
+        return auto_cut(distances, cut.linkage)
+    return cut_tree(distances, threshold=cut.threshold, num_clusters=cut.num_clusters, linkage=cut.linkage), None
+
+
+def fedclust_clusters(final_layers: np.ndarray, cut: Cut) -> OneShotClusters:
+    """FedClust (Islam et al. 2024, Eq. 3): Euclidean distances between the final-layer vectors, cut.
+
+    ``final_layers`` has shape (N, C * d + C), one client's weight and bias per row.
+    """
+    distances = pairwise_distances(final_layers)
+    return OneShotClusters(*_labels(distances, cut))
+
+
+def flhc_clusters(updates: Sequence[np.ndarray], cut: Cut, metric: str = "euclidean", seed: int = 0) -> OneShotClusters:
+    """FL+HC (Briggs et al. 2020): ``metric`` distances between the clients' updates, cut.
+
+    Updates are sketched with ``seed`` when they would not fit (``sketch_rows``; never for
+    ``cityblock``, which a sketch does not preserve).
+    """
+    distances = pairwise_distances(sketch_rows(updates, seed, exact=metric == "cityblock"), metric)
+    return OneShotClusters(*_labels(distances, cut))
+
+
+def pacfl_clusters(bases: Sequence[np.ndarray], cut: Cut, measure: str, rng: np.random.Generator) -> OneShotClusters:
+    """PACFL (Vahidian et al. 2023): principal angles between the clients' stacked class bases, cut.
+
+    Above ``SAMPLE_SIZE`` clients, the tree of a sample drawn with ``rng`` is cut and every other
+    client joins the sample cluster at the smallest mean angle (``sampled_clusters``); then there
+    is no distance matrix and the automatic cut's silhouette is not kept.
+    """
+    if len(bases) <= SAMPLE_SIZE:
+        distances = pairwise_subspace_angles(bases, measure)
+        return OneShotClusters(*_labels(distances, cut))
+    silhouettes: list[float | None] = []
+
+    def cut_sample(distances: np.ndarray) -> np.ndarray:
+        labels, silhouette = cut_distances(distances, cut)
+        silhouettes.append(silhouette)
+        return labels
+
+    labels, _, _ = sampled_clusters(bases, measure, cut_sample, rng)
+    return OneShotClusters(labels, None, silhouettes[-1] if silhouettes else None)
+
+
+def _labels(distances: np.ndarray, cut: Cut) -> tuple[np.ndarray, np.ndarray, float | None]:
+    labels, silhouette = cut_distances(distances, cut)
+    return labels, distances, silhouette

@@ -1,8 +1,9 @@
 """Heterogeneity scenarios: how a dataset is split into clients, with each client's true group.
 
-Every scenario is deterministic for ``seed`` (one ``numpy.random.default_rng(seed)``), gives
-clients disjoint train indices and disjoint test indices, and draws test data only from the
-dataset's official test set. See ``SCENARIOS.md`` and the papers cited per builder.
+Every scenario is deterministic for ``seed`` (one ``numpy.random.default_rng(seed)``, which also
+seeds flwr-datasets' partitioners in label-skew and dirichlet), gives clients disjoint train
+indices and disjoint test indices, and draws test data only from the dataset's official test set.
+See ``SCENARIOS.md`` and the papers cited per builder.
 
 Test split of the label-based scenarios (label-groups, label-skew, label-skew-dirichlet,
 dirichlet): a client receives, for each class c it holds, ``round(test_fraction * n_c)`` test

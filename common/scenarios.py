@@ -1,8 +1,9 @@
 """Heterogeneity scenarios: how a dataset is split into clients, with each client's true group.
 
-Every scenario is deterministic for ``seed`` (one ``numpy.random.default_rng(seed)``), gives
-clients disjoint train indices and disjoint test indices, and draws test data only from the
-dataset's official test set. See ``SCENARIOS.md`` and the papers cited per builder.
+Every scenario is deterministic for ``seed`` (one ``numpy.random.default_rng(seed)``, which also
+seeds flwr-datasets' partitioners in label-skew and dirichlet), gives clients disjoint train
+indices and disjoint test indices, and draws test data only from the dataset's official test set.
+See ``SCENARIOS.md`` and the papers cited per builder.
 
 Test split of the label-based scenarios (label-groups, label-skew, label-skew-dirichlet,
 dirichlet): a client receives, for each class c it holds, ``round(test_fraction * n_c)`` test
@@ -19,6 +20,7 @@ import functools
 import itertools
 import logging
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,7 @@ SCENARIOS: tuple[str, ...] = (
 _IID = ("rotation", "label-swap", "attack")
 _MIN_TRAIN = 10  # NIID-bench's minimum client size for Dirichlet partitions
 _MAX_DRAWS = 100
+_PARTITIONER_DRAWS = 11  # DirichletPartitioner's own limit (flwr-datasets 0.6)
 _NOISE_STD = 0.2  # CFL-GP Sec. 5.1: n ~ N(0, 0.2^2)
 AUTO_SAMPLES_PER_LABEL = 50
 """label-groups' ``samples-per-label`` when it is 0 (CFLGT Sec. V-A), if every label has that many."""
@@ -394,25 +397,52 @@ def label_skew(
 ) -> tuple[list[np.ndarray], np.ndarray, int]:
     """NIID-bench ``#C=k`` (FedClust Sec. 5.1), k = round(label_fraction * C).
 
-    Client i owns label ``i % C`` and k-1 other distinct random labels; each label's train
-    samples are split equally among its owners. Group = index of the distinct label set, in
-    order of first appearance.
+    flwr-datasets' ``PathologicalPartitioner`` in NIID-bench's ``"first-deterministic"`` mode:
+    client i owns label ``i % C`` and k-1 other distinct random labels; each label's train
+    samples, shuffled, are split equally among its owners. Group = index of the distinct label
+    set, in order of first appearance.
     """
-    k = cfg.label_count
-    label_sets = []
-    for i in range(cfg.num_clients):
-        others = [c for c in range(classes) if c != i % classes]
-        label_sets.append(frozenset([i % classes, *rng.choice(others, k - 1, replace=False)]))
-    train: list[list[np.ndarray]] = [[] for _ in range(cfg.num_clients)]
-    for c in range(classes):
-        owners = [i for i, s in enumerate(label_sets) if c in s]
-        pool = rng.permutation(np.flatnonzero(y == c))
-        _check_owners(cfg, c, len(owners), len(pool))
-        for i, part in zip(owners, np.array_split(pool, len(owners)) if owners else [], strict=True):
-            train[i].append(part)
+    from flwr_datasets.partitioner import PathologicalPartitioner
+
+    partitioner = PathologicalPartitioner(
+        num_partitions=cfg.num_clients,
+        partition_by="label",
+        num_classes_per_partition=cfg.label_count,
+        class_assignment_mode="first-deterministic",
+        shuffle=False,
+        seed=_partitioner_seed(rng),
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Classes: .* will NOT be used")  # fewer clients than labels
+            train = _partition_shuffled(partitioner, y, rng)
+    except ValueError as exc:
+        raise ValueError(
+            f"The 'num-clients' parameter of scenario 'label-skew' is too large for {cfg.dataset}: {exc} "
+            f"Got {cfg.num_clients} instead."
+        ) from exc
+    label_sets = [frozenset(np.unique(y[idx]).tolist()) for idx in train]
     ids: dict[frozenset, int] = {}
     groups = np.array([ids.setdefault(s, len(ids)) for s in label_sets], dtype=np.int64)
-    return [np.concatenate(parts) for parts in train], groups, len(ids)
+    return train, groups, len(ids)
+
+
+def _partitioner_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(2**32))
+
+
+def _partition_shuffled(partitioner: Any, y: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Run a flwr-datasets partitioner over ``y`` in a seeded random order.
+
+    The partitioners split each label's samples in data set order, where NIID-bench shuffles
+    them first: the partitioner sees the labels permuted, and its rows map back through the
+    permutation. Returns each partition's indices into ``y``.
+    """
+    import datasets
+
+    order = rng.permutation(len(y))
+    partitioner.dataset = datasets.Dataset.from_dict({"label": y[order], "row": order})
+    return [np.asarray(partitioner.load_partition(i)["row"], dtype=np.int64) for i in range(partitioner.num_partitions)]
 
 
 def label_skew_dirichlet(
@@ -452,10 +482,14 @@ def dirichlet(
 ) -> tuple[list[np.ndarray], np.ndarray, int]:
     """NIID-bench ``Dir(alpha)``: each class is spread over all clients by Dirichlet proportions.
 
-    As in NIID-bench, clients already above the mean size get no more of later classes, and
-    the draw is repeated until every client holds at least ``min(10, n / (2N))`` samples (at
-    most 100 draws). No true groups: every group is -1.
+    flwr-datasets' ``DirichletPartitioner`` with NIID-bench's balancing (``self_balancing``:
+    clients above the mean size get no more of later classes) over each class's shuffled
+    samples. The draw is repeated until every client holds at least ``min(10, n / (2N))``
+    samples: the partitioner draws up to 11 times, with fresh seeds until at least 100 draws
+    were made. No true groups: every group is -1.
     """
+    from flwr_datasets.partitioner import DirichletPartitioner
+
     n, num = len(y), cfg.num_clients
     if n < num:
         raise ValueError(
@@ -463,25 +497,31 @@ def dirichlet(
             f"{n} train samples of {cfg.dataset}. Got {num} instead."
         )
     need = max(1, min(_MIN_TRAIN, n // (2 * num)))
-    class_idx = [np.flatnonzero(y == c) for c in range(classes)]
-    for _ in range(_MAX_DRAWS):
-        parts: list[list[np.ndarray]] = [[] for _ in range(num)]
-        sizes = np.zeros(num, dtype=np.int64)
-        for idx in class_idx:
-            pool = rng.permutation(idx)
-            room = sizes < n / num
-            p = rng.dirichlet(np.full(num, cfg.dirichlet_alpha)) * room
-            p = p if p.sum() > 0 else room.astype(np.float64)
-            cuts = (np.cumsum(p / p.sum()) * len(pool)).astype(np.int64)[:-1]
-            for i, part in enumerate(np.split(pool, cuts)):
-                parts[i].append(part)
-                sizes[i] += len(part)
-        if sizes.min() >= need:
-            return [np.concatenate(p) for p in parts], np.full(num, -1, dtype=np.int64), 0
+    tries = math.ceil(_MAX_DRAWS / _PARTITIONER_DRAWS)
+    for _ in range(tries):
+        partitioner = DirichletPartitioner(
+            num_partitions=num,
+            partition_by="label",
+            alpha=float(cfg.dirichlet_alpha),
+            min_partition_size=need,
+            self_balancing=True,
+            shuffle=False,
+            seed=_partitioner_seed(rng),
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The specified min_partition_size")
+            try:
+                train = _partition_shuffled(partitioner, y, rng)
+            except ValueError as exc:
+                if "max number of attempts" not in str(exc):
+                    raise
+                continue
+        if np.array_equal(np.sort(np.concatenate(train)), np.arange(n)):
+            return train, np.full(num, -1, dtype=np.int64), 0
     raise ValueError(
         f"The 'dirichlet-alpha' parameter of scenario 'dirichlet' is too small for {num} "
-        f"clients on {cfg.dataset}: after {_MAX_DRAWS} draws some client still held fewer "
-        f"than {need} train samples. Got {cfg.dirichlet_alpha} instead; raise it or lower "
+        f"clients on {cfg.dataset}: after {tries * _PARTITIONER_DRAWS} draws some client still held "
+        f"fewer than {need} train samples. Got {cfg.dirichlet_alpha} instead; raise it or lower "
         "'num-clients'."
     )
 

@@ -177,6 +177,91 @@ def test_dirichlet_proportions_follow_alpha():
     assert np.mean(shares) > 0.4
 
 
+def test_label_skew_gives_each_client_exactly_k_labels_and_tests_it_on_them():
+    """flwr-datasets' PathologicalPartitioner, first-deterministic: k labels, one of them i % C."""
+    for k, fraction in ((1, 0.1), (2, 0.2), (5, 0.5)):
+        p = rebuild(digits(scenario="label-skew", num_clients=23, label_fraction=fraction))
+        check_partition(p)
+        assert sum(len(c.train_idx) for c in p.clients) == len(p.dataset.y_train)
+        for i in range(23):
+            held = set(np.unique(labels_of(p, i)).tolist())
+            assert len(held) == k and i % 10 in held
+            assert set(np.unique(labels_of(p, i, "test")).tolist()) == held
+
+
+def test_label_skew_seed_draws_the_label_sets():
+    def label_sets(seed: int) -> list[frozenset]:
+        p = rebuild(digits(scenario="label-skew", num_clients=30, label_fraction=0.2, seed=seed))
+        return [frozenset(np.unique(labels_of(p, i)).tolist()) for i in range(30)]
+
+    assert label_sets(0) == label_sets(0)
+    assert label_sets(0) != label_sets(1)
+
+
+def test_label_skew_names_num_clients_when_a_label_has_too_few_samples():
+    with pytest.raises(ValueError, match=r"'num-clients' parameter of scenario 'label-skew' is too large"):
+        build_partition(digits(scenario="label-skew", num_clients=1500, label_fraction=1.0))
+
+
+def test_dirichlet_concentration_falls_as_alpha_grows():
+    """Per-client label proportions: the larger alpha, the closer to the data set's class mix."""
+    y = load_dataset("digits", seed=0).y_train
+    overall = np.bincount(y, minlength=10) / len(y)
+    gaps = []
+    for alpha in (0.1, 1.0, 100.0):
+        p = rebuild(digits(scenario="dirichlet", num_clients=10, dirichlet_alpha=alpha))
+        check_partition(p)
+        mixes = np.stack([np.bincount(labels_of(p, i), minlength=10) / len(labels_of(p, i)) for i in range(10)])
+        gaps.append(np.abs(mixes - overall).sum(axis=1).mean())
+        for i in range(10):
+            assert set(np.unique(labels_of(p, i, "test")).tolist()) <= set(np.unique(labels_of(p, i)).tolist())
+    assert gaps[0] > 0.8 > gaps[1] > 0.2 > gaps[2]
+
+
+def test_dirichlet_redraws_until_every_client_holds_its_minimum():
+    """30 clients at alpha 0.1 on digits: one partitioner (11 draws) fails for most seeds, umbel's retries do not."""
+    for seed in range(4):
+        p = rebuild(digits(scenario="dirichlet", num_clients=30, dirichlet_alpha=0.1, seed=seed))
+        assert min(len(c.train_idx) for c in p.clients) >= 10
+    with pytest.raises(ValueError, match=r"'dirichlet-alpha' parameter .* after 110 draws .* fewer than 10"):
+        rebuild(digits(scenario="dirichlet", num_clients=60, dirichlet_alpha=0.05))
+
+
+@pytest.mark.slow
+def test_a_fresh_process_rebuilds_the_same_partition_and_imports_flwr_datasets_only_for_its_scenarios():
+    """The server and every client build the partition in their own process; only two scenarios load flwr-datasets."""
+    import subprocess
+    import sys
+
+    configs = [
+        {"dataset": "digits", "scenario": "label-skew", "num_clients": 20, "label_fraction": 0.2},
+        {"dataset": "digits", "scenario": "dirichlet", "num_clients": 12, "dirichlet_alpha": 0.3},
+    ]
+    digest = (
+        "lambda p: __import__('hashlib').sha256(b''.join(np.ascontiguousarray(a).tobytes() for a in "
+        "[a for c in p.clients for a in (c.train_idx, c.test_idx)] + [p.true_groups()])).hexdigest()"
+    )
+    script = "\n".join(
+        [
+            "import sys",
+            "import numpy as np",
+            "from common.scenarios import ScenarioConfig, build_partition",
+            "build_partition(ScenarioConfig(dataset='digits', num_clients=10))",
+            "build_partition(ScenarioConfig(dataset='digits', scenario='attack', num_clients=2))",
+            "print('flwr_datasets' in sys.modules, 'datasets' in sys.modules)",
+            f"digest = {digest}",
+            *(f"print(digest(build_partition(ScenarioConfig(**{kwargs!r}))))" for kwargs in configs),
+        ]
+    )
+    root = Path(__file__).resolve().parent.parent.parent
+    run = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.split()
+    assert out[:2] == ["False", "False"]
+    here = eval(digest, {"np": np})  # the same digest in this process
+    assert out[2:] == [here(rebuild(ScenarioConfig(**kwargs))) for kwargs in configs]
+
+
 def test_label_skew_dirichlet_groups_share_label_sets():
     p = build_partition(
         digits(scenario="label-skew-dirichlet", num_clients=12, groups=3, label_fraction=0.2, quantity_alpha=0.5)
@@ -314,8 +399,10 @@ def test_from_run_config_reads_kebab_keys_and_defaults():
         ({"scenario": "blobs"}, r"'scenario' parameter .*'label-swap'.*Got 'blobs'"),
         (
             {"labels_per_group": 11},
-            r"^The 'labels-per-group' parameter of scenario 'label-groups' must be an int in the "
-            r"range \[1, 10\]\. Got 11 instead\.$",
+            (
+                r"^The 'labels-per-group' parameter of scenario 'label-groups' must be an int in the "
+                r"range \[1, 10\]\. Got 11 instead\.$"
+            ),
         ),
         ({"num_clients": 0}, r"'num-clients' parameter .* >= 1\. Got 0"),
         ({"test_fraction": 0.0}, r"'test-fraction' parameter .*\(0\.0, 1\.0\]\. Got 0\.0"),

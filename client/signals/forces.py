@@ -13,12 +13,11 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
-from common import keys
 from common.models import find_head
 from common.signals.forces import ClassForces
 
 from ..task import ClientTask
-from . import models_in, register
+from .messages import models_in
 
 FORWARD_BATCH = 1024  # samples per forward pass (memory only: the result does not depend on it)
 
@@ -111,7 +110,6 @@ def class_forces(
     return out[:num_classes], out[num_classes:]
 
 
-@register(keys.FORCES_ACTION)
 def forces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Forces of the one received model on the train split (never the test split)."""
     (arrays,) = models_in(content)

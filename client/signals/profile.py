@@ -15,7 +15,7 @@ from common.clustering.compression import coordinate_subset
 from common.signals.profile import GradientProfile
 
 from ..task import ClientTask, train_local
-from . import models_in, register
+from .messages import models_in
 
 
 def float_vector(state: dict[str, np.ndarray]) -> np.ndarray:
@@ -62,7 +62,6 @@ def minibatch_gradient(task: ClientTask, sent: ArrayRecord, cfg) -> np.ndarray:
     return float_vector(grads)
 
 
-@register(keys.PROFILE_ACTION)
 def gradient_profile(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """The chosen coordinates of this client's model gap or gradient on the one model sent."""
     cfg = content[keys.CONFIG]

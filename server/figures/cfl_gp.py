@@ -17,10 +17,8 @@ from matplotlib.ticker import MaxNLocator
 from common.clustering.spectral import largest_gap
 
 from ..plots import DPI
-from . import register
 
 
-@register("cfl-gp")
 def singular_values(strategy: Any, folder: Path) -> list[Path]:
     """``singular-values.png``: the spectrum of ``G`` per update; nothing if there was none.
 

@@ -9,10 +9,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..plots import _save
-from . import register
 
 
-@register("cfl-sattler")
 def cfl_sattler_norms(strategy: Any, folder: Path) -> list[Path]:
     """Write ``cfl-norms.png``: per cluster and round, ``mean_update_ratio`` of its sampled members
     against eps1 (top) and ``max ||update_i||`` against eps2 (bottom); kept splits (red) and

@@ -21,12 +21,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..plots import _save
-from . import register
 
 MAX_SAVED = 5000
 
 
-@register("flic")
 def flic_figures(strategy: Any, folder: Path) -> list[Path]:
     """Write ``flic-stability.png`` and ``flic.json`` into ``folder``; return their paths."""
     folder = Path(folder)

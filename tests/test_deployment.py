@@ -3,11 +3,12 @@
 Two module-scoped deployments (insecure; TLS + SuperNode authentication) are started through
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
 children, in the fixture teardown, whatever the outcome. Deployment costs 6-10 s per message
-round trip (FLOWER.md 7.1), so there is one short run per deployment (digits, 4 clients, 3
-rounds), in which a SuperNode restarts and a second node claims a held client id. The other
-deployment tests only connect (seconds each). The fast tests at the end check the command
-builders, the probe and its diagnoses, the Fleet-only filter, the key and certificate
-material and the compose files without starting Flower.
+round trip (the SuperNode's and the ServerApp's 3 s polls and a process start), so there is one
+short run per deployment (digits, 4 clients, 3 rounds), in which a SuperNode restarts and a
+second node claims a held client id. The other deployment tests only connect (seconds each).
+The fast tests at the end check the command builders, the probe and its diagnoses, the
+Fleet-only filter, the key and certificate material and the compose files without starting
+Flower.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ class Deployment:
 
     def tails(self, *names: str) -> str:
         # Flower gives a ClientApp 30 s to start, else starts another copy: on an overloaded box
-        # these pile up (FLOWER.md 7.1; README "Run on real machines"), so say how many there are.
+        # these pile up (README "Run on real machines"), so say how many there are.
         apps = 0
         for key, proc in self.procs.items():
             try:

@@ -1,7 +1,8 @@
 """``query.forces``: CFLGT's per-class pulling and pushing forces on this client's TRAIN split.
 
-Paper: "CFLGT: Clustered Federated Learning with Gradient Trajectory" (papers/cflgt.txt),
-Eq. 5-8. A forward pass only (no backward, no optimiser); ``v`` is the input of the model's
+Paper: R. Liu, J. Wang, S. Yu and K. Kant, "A Remedy for Heterogeneous Data: Clustered Federated
+Learning with Gradient Trajectory" (CFLGT),
+Sec. III, Eq. 5-8. A forward pass only (no backward, no optimiser); ``v`` is the input of the model's
 classifier head (``common.models.find_head``), caught with a forward pre-hook, so any model
 ending in a linear head works.
 """

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
     load_ssh_private_key,

@@ -3,7 +3,7 @@
 ``umbel export`` writes a 3-group digits federation. A SuperLink (TLS, SuperNode
 authentication) and one SuperNode per partition run on 127.0.0.1, each node given only its
 own folder through its node config ``data-path``; a sixth node's folder is empty and must fail
-alone. FedClust and CFLGT train ``user_models:small_cnn`` (a CNN defined outside umbel) and
+alone. FedClust and CFLGT train ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
 are scored against the exported truth file. Then ``umbel run --data-path`` rehearses the same
 federation in simulation and must find the same clusters. Every process started here is
 stopped by PID with its children.
@@ -25,12 +25,11 @@ from test_deployment import _kill_trees, _wait_for_port
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
 
-TESTS = Path(__file__).resolve().parent
 NUM_CLIENTS = 5  # good partitions; partition NUM_CLIENTS is the node with an empty folder
 SEED = 3  # 5 digits clients in 3 true groups (2, 2, 1)
 RUN_TIMEOUT = 900
 COMMON = {
-    "model": "user_models:small_cnn",
+    "model": "tests.helpers.user_models:small_cnn",
     "dataset": "digits",
     "seed": SEED,
     "fraction": 1.0,
@@ -48,7 +47,7 @@ RUNS = {
 def _env(home: Path) -> dict[str, str]:
     """Flower's quiet environment, a Flower home, and the user's model importable."""
     env = deploy.deploy_env(home)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
     env["OMP_NUM_THREADS"] = "1"
     return env
 

@@ -8,10 +8,10 @@ import pickle
 import time
 
 import pytest
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import Context, Message, RecordDict
 from flwr.common.config import parse_config_args
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import ConfigRecord, Message
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from client.task import _task
@@ -188,7 +188,7 @@ def own_data(tmp_path_factory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("federation")
     truth = export_partition(build_partition(ScenarioConfig.from_run_config(rc)), root, "hf")
     return {
-        "model": "user_models:small_cnn",
+        "model": "tests.helpers.user_models:small_cnn",
         "data-path": str(root),
         "truth-path": str(truth),
         "num-classes": 10,

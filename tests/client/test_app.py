@@ -1,7 +1,7 @@
 """The ClientApp's handlers, called as Flower calls them."""
 
 import numpy as np
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 

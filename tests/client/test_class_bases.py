@@ -24,7 +24,7 @@ def test_class_bases_recover_each_class_direction_and_counts():
 
 
 def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
-    from conftest import small_run_config
+    from tests.helpers import small_run_config
     from flwr.app import ConfigRecord, RecordDict
 
     from client.signals.final_layer import final_layer
@@ -59,7 +59,7 @@ def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
 
 
 def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
-    from conftest import small_run_config
+    from tests.helpers import small_run_config
     from flwr.app import ConfigRecord, RecordDict
 
     import client.signals.final_layer as final_layer_module

@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 import pytest
-from conftest import small_run_config
-from inprocess import InProcessGrid
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 from client import faults
 from client.app import app as client_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from torch import nn

@@ -6,10 +6,10 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys

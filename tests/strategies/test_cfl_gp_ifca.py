@@ -6,9 +6,9 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import ConfigRecord, Message, RecordDict
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from client.signals.profile import gradient_profile

@@ -6,9 +6,9 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import Message
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys

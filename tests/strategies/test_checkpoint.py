@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_run_config
-from inprocess import InProcessGrid
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 from test_base import ByTrueGroup
 
 from client.app import app as client_app

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import Array, ArrayRecord
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 from sklearn.metrics import adjusted_rand_score
 
 from client.app import app as client_app

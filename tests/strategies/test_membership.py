@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import Error, Message, RecordDict
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys

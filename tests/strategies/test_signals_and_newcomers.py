@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from conftest import small_run_config
+from tests.helpers import small_run_config
 from flwr.app import Array, Message
-from inprocess import InProcessGrid
+from tests.helpers.inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys

@@ -1,28 +1,22 @@
-"""The overhead benchmark's reference: plain ``flwr.serverapp.strategy.FedAvg`` on umbel's clients.
+"""Round times: a ``RoundClock`` given as Flower's ``evaluate_fn`` notes the end of every round.
 
-``server-loop = "flower"`` runs Flower's own FedAvg strategy, unchanged, with the same
-initial model, clients, per-round sample size and local-training settings as umbel's
-``fedavg``. Both loops report the time of each round through a ``RoundClock`` given as
-Flower's ``evaluate_fn`` (called once after every round, in both loops), so that
-``benchmarks/overhead.py`` compares like with like.
+umbel's ServerApp and the overhead benchmark's plain Flower FedAvg app
+(``benchmarks/flower_fedavg_app.py``) both time their rounds with it and write
+``round-times.json``, so that ``benchmarks/overhead.py`` compares like with like.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, Result
+from flwr.app import ArrayRecord, MetricRecord
+from flwr.serverapp.strategy import Result
 
 from common import keys
-
-from .experiment import Experiment
 
 ROUND_TIMES_FILE = "round-times.json"
 
@@ -48,7 +42,7 @@ class RoundClock:
         }
 
     def write(self, path: Path, server_loop: str, final_train_loss: float | None) -> None:
-        """``round-times.json``: the loop, each round's seconds and the last round's train loss."""
+        """``round-times.json``: the loop (``umbel`` or ``flower``), each round's seconds and the last train loss."""
         data: dict[str, Any] = {
             "server-loop": server_loop,
             "round-seconds": self.intervals(),
@@ -57,31 +51,6 @@ class RoundClock:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, path)
-
-
-def run_flower_fedavg(grid: Grid, experiment: Experiment, clock: RoundClock) -> Result:
-    """Train with Flower's FedAvg: every round samples as many clients as umbel would.
-
-    Flower samples node ids with Python's ``random``, seeded here with the run's seed; node ids
-    change from run to run, so which clients it samples still differs between runs.
-    """
-    training = experiment.training
-    num_clients = experiment.scenario.num_clients
-    random.seed(training.seed)
-    strategy = FedAvg(
-        fraction_train=training.fraction,
-        fraction_evaluate=0.0,
-        min_train_nodes=training.num_sampled(num_clients),
-        min_available_nodes=num_clients,
-    )
-    return strategy.start(
-        grid,
-        experiment.initial_model(),
-        num_rounds=training.rounds,
-        timeout=training.round_timeout,
-        train_config=ConfigRecord(training.local_config()),
-        evaluate_fn=clock,
-    )
 
 
 def final_train_loss(result: Result) -> float | None:

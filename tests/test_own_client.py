@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers import small_run_config
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
+
+from server.experiment import Experiment
+from tests.helpers import small_run_config
 from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.minimal_client import app as minimal_app
 from tests.helpers.minimal_client import build_app
-
-from server.experiment import Experiment
 
 UPDATE_ONLY = [
     ("fedavg", {}),

@@ -6,12 +6,12 @@ import tomllib
 
 import pytest
 from flwr.app import Context, RecordDict
-from tests.helpers import small_run_config
 
 from benchmarks import flower_fedavg_app, overhead
 from benchmarks.flower_fedavg_app import COMPONENT, flower_fedavg_tree
 from benchmarks.runs import ROOT
 from server.cli import load_defaults
+from tests.helpers import small_run_config
 
 
 def test_ratio_is_of_the_mean_round_times_over_all_pairs():

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tests.helpers import small_run_config
 from torch import nn
 
 from client.signals.forces import class_forces
 from common.models import build_model, find_head
 from server.experiment import Experiment
+from tests.helpers import small_run_config
 
 CNN = "tests.helpers.user_models:small_cnn"
 

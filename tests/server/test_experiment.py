@@ -1,7 +1,7 @@
 import pytest
-from tests.helpers import small_run_config
 
 from server.experiment import Experiment
+from tests.helpers import small_run_config
 
 
 def test_builds_every_part_from_run_config():

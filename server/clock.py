@@ -32,6 +32,7 @@ class RoundClock:
         self.ends: dict[int, float] = {}
 
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Note that ``server_round`` ended now; no metrics."""
         self.ends[server_round] = time.perf_counter()
         return None
 

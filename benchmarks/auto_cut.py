@@ -10,7 +10,7 @@ follows it.
 
 Example::
 
-    python benchmarks/auto_cut.py --num-clients 100 --seed 0
+    python -m benchmarks.auto_cut --num-clients 100 --seed 0
 """
 
 from __future__ import annotations
@@ -26,9 +26,6 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from sklearn.metrics import adjusted_rand_score
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from client.signals.final_layer import final_layer
 from client.signals.subspaces import subspaces
 from client.task import task_from_context
@@ -38,7 +35,7 @@ from common.clustering.subspaces import pairwise_subspace_angles
 from common.config import TrainingParams
 from common.signals.final_layer import FinalLayer
 from common.signals.subspaces import ClassSubspaces
-from server.cli import load_defaults
+from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 
 SCENARIOS = {
@@ -81,7 +78,7 @@ def signals(rc: dict, cluster_steps: int) -> tuple[np.ndarray, list[np.ndarray],
 
 
 def measure(name: str, num_clients: int, seed: int, cluster_steps: int) -> list[dict]:
-    rc = load_defaults(ROOT)
+    rc = load_defaults(PROJECT_ROOT)
     rc.update({"num-clients": num_clients, "fraction": 0.2, "local-epochs": 1, "seed": seed, **SCENARIOS[name]})
     layers, bases, truth = signals(rc, cluster_steps)
     rows = []

@@ -18,8 +18,8 @@ paper
 
 Example::
 
-    python benchmarks/compare.py --preset quick
-    python benchmarks/compare.py --preset quick --strategies flic,fedavg --scenarios label-swap-5 --seeds 0
+    python -m benchmarks.compare --preset quick
+    python -m benchmarks.compare --preset quick --strategies flic,fedavg --scenarios label-swap-5 --seeds 0
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import ROOT, read_run, run_cli, training_round_seconds
+from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
 
 
 @dataclass(frozen=True)
@@ -510,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     results_dir = Path(args.results_dir)
     folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / preset.name
-    command = "python benchmarks/compare.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.compare " + " ".join(sys.argv[1:] if argv is None else argv)
     results = run_cells(preset, strategies, scenarios, seeds, folder, extra, args.resume)
     for path in write_outputs(results, preset, folder, command):
         print(f"wrote {path}")

@@ -2,7 +2,8 @@
 
 Both are ordinary ``umbel run``s with the same model, data, clients, rounds and local
 training; one uses umbel's server loop (``--strategy fedavg``), the other Flower's own
-``flwr.serverapp.strategy.FedAvg`` (``--server-loop flower``) driving the same ClientApp. The
+``flwr.serverapp.strategy.FedAvg`` driving the same ClientApp (``benchmarks.flower_fedavg_app``,
+run from a copy of the app whose ServerApp it is). The
 runs alternate (umbel first, then Flower first, ...) so that drift in the machine's load falls
 on both. Round times come from ``round-times.json`` (end of round to end of round, measured
 the same way in both loops); the first round (actor start-up) and the last (umbel's only
@@ -11,7 +12,7 @@ evaluation) are left out. Writes ``overhead.md`` and ``overhead.json`` to
 
 Example::
 
-    python benchmarks/overhead.py --pairs 3 --rounds 20
+    python -m benchmarks.overhead --pairs 3 --rounds 20
 """
 
 from __future__ import annotations
@@ -20,24 +21,27 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import ROOT, read_run, run_cli, training_round_seconds
+from benchmarks.flower_fedavg_app import flower_fedavg_tree
+from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
 
 LOOPS = ("umbel", "flower")
 
 
-def run_pair(index: int, common: Sequence[str], folder: Path) -> dict[str, Any]:
+def run_pair(index: int, common: Sequence[str], folder: Path, flower_root: Path) -> dict[str, Any]:
     """One umbel run and one Flower run (order alternating with ``index``): each loop's training-round
-    seconds under its name, and its last train loss under ``<loop>-train-loss``.
+    seconds under its name, and its last train loss under ``<loop>-train-loss``. The Flower run
+    starts in ``flower_root`` (a ``flower_fedavg_tree``).
     """
     order = LOOPS if index % 2 == 0 else LOOPS[::-1]
+    roots = {"umbel": ROOT, "flower": flower_root}
     times: dict[str, Any] = {}
     for loop in order:
-        run = read_run(run_cli(["--strategy", "fedavg", "--server-loop", loop, *common], f"{loop}-{index}", folder))
+        run = read_run(run_cli(["--strategy", "fedavg", *common], f"{loop}-{index}", folder, app_root=roots[loop]))
         times[loop] = training_round_seconds(run)
         times[f"{loop}-train-loss"] = run["round-times"]["final-train-loss"]
     return times
@@ -92,15 +96,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     results_dir = Path(args.results_dir)
     folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / "overhead"
     pairs = []
-    for i in range(args.pairs):
-        pairs.append(run_pair(i, common, folder))
-        print(
-            f"pair {i}: umbel {statistics.fmean(pairs[-1]['umbel']):.3f} s/round, "
-            f"flower {statistics.fmean(pairs[-1]['flower']):.3f} s/round",
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="umbel-flower-fedavg-") as tmp:
+        flower_root = flower_fedavg_tree(ROOT, Path(tmp))
+        for i in range(args.pairs):
+            pairs.append(run_pair(i, common, folder, flower_root))
+            print(
+                f"pair {i}: umbel {statistics.fmean(pairs[-1]['umbel']):.3f} s/round, "
+                f"flower {statistics.fmean(pairs[-1]['flower']):.3f} s/round",
+                flush=True,
+            )
     report = ratio_report(pairs)
-    command = "python benchmarks/overhead.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.overhead " + " ".join(sys.argv[1:] if argv is None else argv)
     (folder / "overhead.json").write_text(
         json.dumps({"command": command, "runs-flags": common, **report, "pairs": pairs}, indent=2) + "\n"
     )

@@ -16,10 +16,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(args: Sequence[str], run_name: str, results_dir: Path, log: Path | None = None) -> Path:
+def run_cli(
+    args: Sequence[str], run_name: str, results_dir: Path, log: Path | None = None, app_root: Path = ROOT
+) -> Path:
     """Run ``umbel run <args> --run-name <run_name> --results-dir <results_dir>``; its results folder.
 
-    The run's output goes to ``log`` (default ``<results_dir>/<run_name>.log``).
+    The run's output goes to ``log`` (default ``<results_dir>/<run_name>.log``). ``app_root`` is the
+    working folder, whose ``server`` package and app ``flwr run`` packs (default: this repository).
 
     Raises
     ------
@@ -31,7 +34,7 @@ def run_cli(args: Sequence[str], run_name: str, results_dir: Path, log: Path | N
     log = log or results_dir / f"{run_name}.log"
     cmd = [sys.executable, "-m", "server.cli", "run", *args, "--run-name", run_name, "--results-dir", str(results_dir)]
     with log.open("w") as fh:
-        code = subprocess.call(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        code = subprocess.call(cmd, cwd=app_root, stdout=fh, stderr=subprocess.STDOUT)
     folder = results_dir / run_name
     if code != 0 or not (folder / "summary.json").exists():
         tail = log.read_text(errors="replace")[-3000:]

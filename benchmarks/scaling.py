@@ -20,7 +20,7 @@ listed with the reason instead of run. Writes scaling.md, scaling.csv and scalin
 
 Example::
 
-    nice -n 19 python benchmarks/scaling.py --sizes 100,1000,10000 --model dnn
+    nice -n 19 python -m benchmarks.scaling --sizes 100,1000,10000 --model dnn
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 FEATURES = 784
 NUM_CLASSES = 10
@@ -545,7 +543,8 @@ def run_worker(variant: str, n: int, model: str, shapes: list, timeout: float, t
     """``measure`` in a fresh interpreter (its own RSS and allocator state; no torch imported there)."""
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmarks.scaling",
         "--worker",
         variant,
         "--n",

@@ -19,7 +19,7 @@ by it. Writes signal_cost.md and signal_cost.json.
 
 Example::
 
-    nice -n 5 python benchmarks/signal_cost.py --repeats 3
+    nice -n 5 python -m benchmarks.signal_cost --repeats 3
 """
 
 from __future__ import annotations
@@ -27,15 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 COMPRESSIONS = (1.0, 100.0, 1000.0)
 

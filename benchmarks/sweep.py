@@ -8,7 +8,7 @@ to ``<results-dir>/<name>/``.
 
 Example::
 
-    python benchmarks/sweep.py --strategy fedclust --key fedclust-lambda --values 0.5,1,2,4 \
+    python -m benchmarks.sweep --strategy fedclust --key fedclust-lambda --values 0.5,1,2,4 \
         --name fedclust-lambda-sweep -- --scenario label-skew --rounds 20
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,8 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import ROOT, read_run, run_cli
+from benchmarks.runs import ROOT, read_run, run_cli
 
 
 def run_one(strategy: str, key: str, value: str, run_name: str, results_dir: Path, extra: Sequence[str]) -> dict:

@@ -3,7 +3,7 @@
 Every scenario is deterministic for ``seed`` (one ``numpy.random.default_rng(seed)``, which also
 seeds flwr-datasets' partitioners in label-skew and dirichlet), gives clients disjoint train
 indices and disjoint test indices, and draws test data only from the dataset's official test set.
-See ``SCENARIOS.md`` and the papers cited per builder.
+See docs/running.md (Scenarios) and the papers cited per builder.
 
 Test split of the label-based scenarios (label-groups, label-skew, label-skew-dirichlet,
 dirichlet): a client receives, for each class c it holds, ``round(test_fraction * n_c)`` test

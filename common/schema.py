@@ -256,13 +256,6 @@ KEYS: tuple[Key, ...] = (
         "train or evaluate reply was rejected; 0 = never; >= 0",
     ),
     _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
-    _k(
-        "server-loop",
-        "umbel",
-        TRAINING,
-        "flower: Flower's own FedAvg drives umbel's clients (strategy fedavg only; benchmarks/overhead.py)",
-        ("umbel", "flower"),
-    ),
     _k("late-clients", 0.0, TRAINING, "share of the clients (seeded) held out until late-round, in [0, 1)"),
     _k("late-round", 0, TRAINING, "the round late clients join; 0: rounds // 2 + 1"),
     # output

@@ -15,13 +15,8 @@ from flwr.serverapp.strategy import Result
 
 from strategies.checkpoint import load_checkpoint
 
+from .clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
 from .experiment import Experiment
-from .flower_loop import (
-    ROUND_TIMES_FILE,
-    RoundClock,
-    final_train_loss,
-    run_flower_fedavg,
-)
 from .results import RunRecorder
 from .tracking import open_loggers
 
@@ -52,12 +47,8 @@ def main(grid: Grid, context: Context) -> None:
     )
     recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
     clock = RoundClock()
-    if experiment.server_loop == "flower":
-        result = run_flower_fedavg(grid, experiment, clock)
-        recorder.finish_reference(experiment.strategy, experiment.training.rounds)
-    else:
-        result = _run_umbel(grid, experiment, recorder, folder, clock)
-    clock.write(folder / ROUND_TIMES_FILE, experiment.server_loop, final_train_loss(result))
+    result = _run_umbel(grid, experiment, recorder, folder, clock)
+    clock.write(folder / ROUND_TIMES_FILE, "umbel", final_train_loss(result))
 
 
 def _run_umbel(grid: Grid, experiment: Experiment, recorder: RunRecorder, folder: Path, clock: RoundClock) -> Result:

@@ -405,7 +405,7 @@ def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> i
 
 
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
-    """The environment FLOWER.md names: no runtime installs, no telemetry, own home and port."""
+    """Flower's environment for a run: no runtime dependency installs, no telemetry, own home and port."""
     return {
         **os.environ,
         "FLWR_HOME": str(flwr_home),

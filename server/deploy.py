@@ -52,7 +52,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SECRETS = PROJECT_ROOT / "deploy" / "secrets"
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 CERT_FILES = {"ca": "ca.crt", "ca-key": "ca.key", "cert": "server.pem", "key": "server.key"}
-# Flower reads these from the environment of the process it starts (FLOWER.md 1.4 and 9).
+# Flower reads these from the environment of the process it starts: no telemetry (it costs seconds
+# offline), no update check, unbuffered logs.
 ENV_DEFAULTS = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
 
 

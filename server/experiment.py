@@ -28,10 +28,9 @@ from common.models import build_model, check_model, find_head
 from common.scenarios import Partition, ScenarioConfig, build_partition
 from common.sources import DATA_PATH, FolderSource, folder_spec, run_info
 from common.training import check_device_name
-from common.validation import check_choice, check_str
+from common.validation import check_str
 from strategies import ClusteredStrategy, get_strategy
 
-SERVER_LOOPS = ("umbel", "flower")
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
     "cflgt": "strategy 'cflgt' (class forces on the head's input)",
@@ -54,7 +53,6 @@ class Experiment:
     data_dir: str
     device: str
     faults: FaultParams = field(default_factory=FaultParams)
-    server_loop: str = "umbel"
     info: DatasetInfo | None = None
     data_path: str = ""
     spec: FolderSpec | None = None
@@ -78,14 +76,6 @@ class Experiment:
         if truth_path:
             read_truth(truth_path)
         device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
-        server_loop = check_choice(
-            run_config_value(rc, "server-loop", "umbel"), "server-loop", "the run config", SERVER_LOOPS
-        )
-        if server_loop == "flower" and strategy_cls.name != "fedavg":
-            raise ValueError(
-                "The 'server-loop' parameter of the run config must be 'umbel' for strategy "
-                f"{strategy_cls.name!r} ('flower' runs plain Flower FedAvg only). Got 'flower' instead."
-            )
         return cls(
             strategy=strategy_cls.name,
             strategy_params=params_from_run_config(strategy_cls.params_type, rc),
@@ -96,7 +86,6 @@ class Experiment:
             data_dir=check_str(run_config_value(rc, "data-dir", ""), "data-dir", "the run config"),
             device=device,
             faults=FaultParams.from_run_config(rc),
-            server_loop=server_loop,
             info=info,
             data_path=data_path,
             spec=spec,

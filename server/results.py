@@ -117,20 +117,6 @@ class RunRecorder:
         )
         return summary
 
-    def finish_reference(self, strategy_name: str, rounds: int) -> dict[str, Any]:
-        """``summary.json`` of a run of Flower's own FedAvg loop (no clusters, no local evaluation)."""
-        summary = {
-            "rounds": rounds,
-            "final-accuracy": None,
-            "final-ari": None,
-            "strategy": strategy_name,
-            "server-loop": "flower",
-            "wall-seconds": round(time.time() - self.started, 3),
-            "config": self.run_config,
-        }
-        _write_json(self.folder / "summary.json", summary)
-        return summary
-
     def _plot_distances(self, strategy: ClusteredStrategy) -> None:
         """``distances.png`` from ``strategy.distance_matrix`` over ``distance_pids`` (default: all assigned)."""
         if strategy.distance_matrix is None:

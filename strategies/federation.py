@@ -2,7 +2,8 @@
 
 A client is its stable partition id, never a node id (node ids change per run and per
 SuperNode restart). Replies are attributed through ``reply_to_message_id`` because
-SuperLink-made errors arrive from node 1 (FLOWER.md 3.8).
+errors the SuperLink makes itself (node unavailable, message or reply expired: error codes 3, 4, 5)
+arrive with ``src_node_id == 1``, not the destination node's id.
 """
 
 from __future__ import annotations
@@ -407,7 +408,10 @@ def _identity_of(node: int, content: RecordDict) -> ClientInfo:
 
 
 def packed(models: list[ArrayRecord]) -> ArrayRecord:
-    """All cluster models in one record, keys ``c{k}.{name}`` (FLOWER.md 4.2)."""
+    """All cluster models in one record, keys ``c{k}.{name}``.
+
+    ``Strategy.start``'s ``Result.arrays`` then holds every cluster model.
+    """
     out = ArrayRecord()
     for k, model in enumerate(models):
         for name, arr in model.items():

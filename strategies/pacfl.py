@@ -5,7 +5,7 @@ Round 1: every client runs a truncated SVD of each of its classes' train data an
 first ``pacfl-vectors`` (p) left singular vectors per class (``query.subspaces``, no model).
 The server stacks each client's class bases and measures two clients' distance as the
 principal angles between their subspaces in degrees (``pacfl-measure``: ``smallest`` is PACFL
-Eq. 3 as ALGORITHMS.md states, ``sum`` the trace variant, ``reference-signed`` the reference
+Eq. 3 as the paper states it, ``sum`` the trace variant, ``reference-signed`` the reference
 code's smallest angle between any two basis columns on the signed cosine, ``reference`` the
 same on ``|cos|`` (a singular vector's sign is arbitrary), ``mean`` the default: modified, not
 the paper's). The reference code's "average" linkage is WPGMA: ``linkage weighted``; the

@@ -3,11 +3,12 @@
 Two module-scoped deployments (insecure; TLS + SuperNode authentication) are started through
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
 children, in the fixture teardown, whatever the outcome. Deployment costs 6-10 s per message
-round trip (FLOWER.md 7.1), so there is one short run per deployment (digits, 4 clients, 3
-rounds), in which a SuperNode restarts and a second node claims a held client id. The other
-deployment tests only connect (seconds each). The fast tests at the end check the command
-builders, the probe and its diagnoses, the Fleet-only filter, the key and certificate
-material and the compose files without starting Flower.
+round trip (the SuperNode's and the ServerApp's 3 s polls and a process start), so there is one
+short run per deployment (digits, 4 clients, 3 rounds), in which a SuperNode restarts and a
+second node claims a held client id. The other deployment tests only connect (seconds each).
+The fast tests at the end check the command builders, the probe and its diagnoses, the
+Fleet-only filter, the key and certificate material and the compose files without starting
+Flower.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -27,7 +27,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import small_run_config
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
     load_ssh_private_key,
@@ -38,6 +37,8 @@ from client.task import task_from_context
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
 from server.superlink import FleetOnly, fleet_paths
+from tests.helpers import small_run_config
+from tests.helpers.processes import kill_trees, wait_for_port
 
 # FedClust: the clustering round (query.head) is one more real round trip before training.
 STRATEGY = {"strategy": "fedclust", "num-clusters": 2}
@@ -84,7 +85,7 @@ class Deployment:
             *sec,
         )
         for port in (self.port, self.control_port):
-            _wait_for_port(port, self.procs["superlink"], self.log("superlink"))
+            wait_for_port(port, self.procs["superlink"], self.log("superlink"))
         conn = ["--root-certificates", self.certs / "ca.crt"] if self.secure else ["--insecure"]
         _umbel("connection", "dep", "--address", f"127.0.0.1:{self.control_port}", "--flwr-home", self.cli_home, *conn)
         if self.secure:
@@ -141,7 +142,7 @@ class Deployment:
 
     def stop(self, name: str | None = None) -> None:
         """Stop one process (or all) and every child it started, by PID."""
-        _kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
+        kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
 
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
@@ -191,7 +192,7 @@ class Deployment:
 
     def tails(self, *names: str) -> str:
         # Flower gives a ClientApp 30 s to start, else starts another copy: on an overloaded box
-        # these pile up (FLOWER.md 7.1; README "Run on real machines"), so say how many there are.
+        # these pile up (README "Run on real machines"), so say how many there are.
         apps = 0
         for key, proc in self.procs.items():
             try:
@@ -219,40 +220,6 @@ def _umbel(*args) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the SuperLink exited:\n{log.read_text()[-3000:]}"
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    pytest.fail(f"the SuperLink did not listen on {port} within {timeout:g} s:\n{log.read_text()[-3000:]}")
-
-
-def _kill_trees(pids: list[int]) -> None:
-    """SIGTERM each process and its descendants, then SIGKILL what is left after 10 s."""
-    tree = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            tree += [*root.children(recursive=True), root]
-        except psutil.NoSuchProcess:
-            continue
-    for proc in tree:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
 
 
 def _deployment(tmp_path_factory, secure: bool):

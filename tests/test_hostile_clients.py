@@ -1,4 +1,4 @@
-"""Hostile and broken clients (tests/hostile.py) against the real strategies, in process.
+"""Hostile and broken clients (tests/helpers/hostile.py) against the real strategies, in process.
 
 Each fault comes from one partition; the run must finish, the fault must be logged for that
 client only, and every cluster model must stay finite and keep the initial model's dtypes.
@@ -11,10 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
-from hostile import INFLATED, hostile_app, npy_bytes, relabelled
-from inprocess import InProcessGrid
 
 from common import keys
 from common.aggregation import coordinate_median, weighted_average
@@ -26,6 +23,9 @@ from strategies.replies import (
     decode_signal,
     decode_train_reply,
 )
+from tests.helpers import small_run_config
+from tests.helpers.hostile import INFLATED, hostile_app, npy_bytes, relabelled
+from tests.helpers.inprocess import InProcessGrid
 
 HOSTILE = 2
 

@@ -1,4 +1,4 @@
-"""A ClientApp written from docs/protocol.md alone (tests/minimal_client.py) serves umbel's
+"""A ClientApp written from docs/protocol.md alone (tests/helpers/minimal_client.py) serves umbel's
 update-only strategies; a client that breaks the protocol stops the run with the reason."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import small_run_config
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
-from inprocess import InProcessGrid
-from minimal_client import app as minimal_app
-from minimal_client import build_app
 
 from server.experiment import Experiment
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
+from tests.helpers.minimal_client import app as minimal_app
+from tests.helpers.minimal_client import build_app
 
 UPDATE_ONLY = [
     ("fedavg", {}),
@@ -35,7 +35,7 @@ def _start(app: ClientApp, strategy: str, rounds: int = 3, **overrides):
 
 def test_the_minimal_client_imports_nothing_of_umbel():
     code = (
-        "import sys; sys.path.insert(0, 'tests'); import minimal_client; "
+        "import sys; import tests.helpers.minimal_client; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'common', 'client', 'strategies', 'server'}))"
     )
     out = subprocess.run(

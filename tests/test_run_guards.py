@@ -8,10 +8,8 @@ import pickle
 import time
 
 import pytest
-from conftest import small_run_config
 from flwr.app import Context, Message, RecordDict
 from flwr.common.config import parse_config_args
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys
@@ -20,6 +18,8 @@ from server.experiment import Experiment
 from server.results import RunRecorder
 from strategies import FedAvg
 from strategies.checkpoint import load_checkpoint
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 SMALL = ["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label", "20"]
 

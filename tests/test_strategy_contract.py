@@ -14,21 +14,21 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import small_run_config
 from flwr.app import ConfigRecord, Message
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from client.task import _task
 from common import keys
 from common.config import TrainingParams
-from common.models import Classifier
 from common.export import export_partition
+from common.models import Classifier
 from common.scenarios import ScenarioConfig, build_partition
 from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 from strategies import REGISTRY
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 NAMES = sorted(REGISTRY)
 # Overrides that make each algorithm cluster inside a 3-round run on 6 clients.
@@ -188,7 +188,7 @@ def own_data(tmp_path_factory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("federation")
     truth = export_partition(build_partition(ScenarioConfig.from_run_config(rc)), root, "hf")
     return {
-        "model": "user_models:small_cnn",
+        "model": "tests.helpers.user_models:small_cnn",
         "data-path": str(root),
         "truth-path": str(truth),
         "num-classes": 10,

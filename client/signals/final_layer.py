@@ -19,7 +19,7 @@ from common.signals.final_layer import FinalLayer
 from common.training import train
 
 from ..task import SERVER_CONFIG, ClientTask, train_local
-from . import models_in, register
+from .messages import models_in
 
 
 def train_steps(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object], steps: int) -> torch.nn.Module:
@@ -48,7 +48,6 @@ def train_steps(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object]
     return model
 
 
-@register(keys.FINAL_LAYER_ACTION)
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """FedClust's signal: the weight and bias of the model's head after local training."""
     cfg = content.config_records[keys.CONFIG]

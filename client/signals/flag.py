@@ -16,7 +16,7 @@ from common.signals.flag import HoldoutResult
 from common.training import evaluate, train
 
 from ..task import SERVER_CONFIG, ClientTask
-from . import models_in, register
+from .messages import models_in
 
 
 def holdout_split(n: int, fraction: float, seed: int, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,7 +38,6 @@ def holdout_split(n: int, fraction: float, seed: int, partition_id: int) -> tupl
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
-@register(keys.HOLDOUT_ACTION)
 def holdout(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Train the sent model on the fit part, score it on the held-out part (never the test split)."""
     if task.info.num_classes == 0:

@@ -1,7 +1,8 @@
 """``query.forces``: CFLGT's per-class pulling and pushing forces on this client's TRAIN split.
 
-Paper: "CFLGT: Clustered Federated Learning with Gradient Trajectory" (papers/cflgt.txt),
-Eq. 5-8. A forward pass only (no backward, no optimiser); ``v`` is the input of the model's
+Paper: R. Liu, J. Wang, S. Yu and K. Kant, "A Remedy for Heterogeneous Data: Clustered Federated
+Learning with Gradient Trajectory" (CFLGT),
+Sec. III, Eq. 5-8. A forward pass only (no backward, no optimiser); ``v`` is the input of the model's
 classifier head (``common.models.find_head``), caught with a forward pre-hook, so any model
 ending in a linear head works.
 """
@@ -13,12 +14,11 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
-from common import keys
 from common.models import find_head
 from common.signals.forces import ClassForces
 
 from ..task import ClientTask
-from . import models_in, register
+from .messages import models_in
 
 FORWARD_BATCH = 1024  # samples per forward pass (memory only: the result does not depend on it)
 
@@ -111,7 +111,6 @@ def class_forces(
     return out[:num_classes], out[num_classes:]
 
 
-@register(keys.FORCES_ACTION)
 def forces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Forces of the one received model on the train split (never the test split)."""
     (arrays,) = models_in(content)

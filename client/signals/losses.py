@@ -5,15 +5,13 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import RecordDict
 
-from common import keys
 from common.signals.losses import ModelLosses
 from common.training import evaluate
 
 from ..task import ClientTask
-from . import models_in, register
+from .messages import models_in
 
 
-@register(keys.LOSSES_ACTION)
 def model_losses(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Loss of every received model on the train split (never the test split)."""
     losses = [

@@ -18,7 +18,7 @@ from common.records import read_int, read_str
 from common.signals.profile import GradientProfile
 
 from ..task import SERVER_CONFIG, ClientTask, train_local
-from . import models_in, register
+from .messages import models_in
 
 
 def float_vector(state: dict[str, np.ndarray]) -> np.ndarray:
@@ -65,7 +65,6 @@ def minibatch_gradient(task: ClientTask, sent: ArrayRecord, cfg: Mapping[str, ob
     return float_vector(grads)
 
 
-@register(keys.PROFILE_ACTION)
 def gradient_profile(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """The chosen coordinates of this client's model gap or gradient on the one model sent."""
     cfg = content.config_records[keys.CONFIG]

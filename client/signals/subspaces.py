@@ -14,7 +14,6 @@ from common.records import read_bool, read_int
 from common.signals.subspaces import ClassSubspaces
 
 from ..task import SERVER_CONFIG, ClientTask
-from . import register
 
 
 def class_bases(x: np.ndarray, y: np.ndarray, p: int, device: torch.device) -> ClassSubspaces:
@@ -52,7 +51,6 @@ def class_bases(x: np.ndarray, y: np.ndarray, p: int, device: torch.device) -> C
     return ClassSubspaces(classes, tuple(bases), np.asarray(counts, dtype=np.int64))
 
 
-@register(keys.SUBSPACES_ACTION)
 def subspaces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Per-class bases of the train split (never the test split); counts only if asked."""
     if task.info.num_classes == 0:

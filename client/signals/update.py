@@ -14,11 +14,10 @@ from common.records import read_int
 from common.signals.update import ModelUpdate
 
 from ..task import SERVER_CONFIG, ClientTask, train_local
-from . import models_in, register
+from .messages import models_in
 from .final_layer import train_steps
 
 
-@register(keys.UPDATE_ACTION)
 def model_update(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """``trained - sent`` over the model's float arrays, in its record order, as float32."""
     sent, cfg = models_in(content)[0], content.config_records[keys.CONFIG]

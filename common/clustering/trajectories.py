@@ -1,6 +1,7 @@
 """Gradient-trajectory clustering math of CFLGT (numpy, scikit-learn; no Flower, no torch).
 
-Paper: "CFLGT: Clustered Federated Learning with Gradient Trajectory" (papers/cflgt.txt):
+Paper: R. Liu, J. Wang, S. Yu and K. Kant, "A Remedy for Heterogeneous Data: Clustered Federated
+Learning with Gradient Trajectory" (CFLGT):
 a client's trajectory is its C points ``(Z1'_c, Z2'_c)`` (Sec. III-B, Eq. 8); two
 trajectories are as far apart as the mean L2 distance of their corresponding points
 (Sec. IV-B); Affinity Propagation on the negated distances gives the clusters and their

@@ -1,6 +1,7 @@
 """CFLGT's gradient trajectory: per-class softmax pulling and pushing forces (Eq. 6, Eq. 8).
 
-Paper: "CFLGT: Clustered Federated Learning with Gradient Trajectory" (papers/cflgt.txt),
+Paper: R. Liu, J. Wang, S. Yu and K. Kant, "A Remedy for Heterogeneous Data: Clustered Federated
+Learning with Gradient Trajectory" (CFLGT),
 Sec. III. Only these 2C numbers travel, never the d-dimensional forces.
 """
 

@@ -1,6 +1,7 @@
 """The loss of each of K models on a client's TRAIN split (IFCA's choice, FLIC's newcomers).
 
-Cluster choice by loss must use train data, never the test split (DESIGN.md pitfalls).
+Cluster choice by loss must use train data, never the test split: choosing by test loss leaks the
+evaluation data into the clustering.
 """
 
 from __future__ import annotations

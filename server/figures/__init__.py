@@ -2,8 +2,8 @@
 
 A figure function takes the finished strategy and the run's folder, writes its PNGs there
 (with ``server.plots``' Agg helpers) and returns their paths. ``RunRecorder.finish`` calls
-the one registered under the strategy's ``name``, if any. To add one: write a module here
-with ``@register("<strategy name>")`` and import it at the bottom of this file.
+the one in ``FIGURES`` under the strategy's ``name``, if any. To add one: write its function
+in a module here and add it to ``FIGURES`` under the strategy's name.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .cfl_gp import singular_values
+from .cfl_sattler import cfl_sattler_norms
+from .cflgt import trajectory_figures
+from .flag import flag_sweep
+from .flic import flic_figures
+
 FigureFn = Callable[[Any, Path], list[Path]]
-FIGURES: dict[str, FigureFn] = {}
 
+FIGURES: dict[str, FigureFn] = {
+    "cfl-gp": singular_values,
+    "cfl-sattler": cfl_sattler_norms,
+    "cflgt": trajectory_figures,
+    "flag": flag_sweep,
+    "flic": flic_figures,
+}
 
-def register(strategy_name: str) -> Callable[[FigureFn], FigureFn]:
-    """Register ``fn`` as the figure writer of the strategy called ``strategy_name``."""
-
-    def decorator(fn: FigureFn) -> FigureFn:
-        if strategy_name in FIGURES:
-            raise ValueError(f"Figures for {strategy_name!r} are registered twice.")
-        FIGURES[strategy_name] = fn
-        return fn
-
-    return decorator
-
-
-from . import cfl_gp, cfl_sattler, cflgt, flag, flic  # noqa: F401  (each registers its figures)
+__all__ = ["FIGURES", "FigureFn"]

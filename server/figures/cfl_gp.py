@@ -17,10 +17,8 @@ from common.clustering.spectral import largest_gap
 from strategies import CFLGP
 
 from ..plots import DPI
-from . import register
 
 
-@register("cfl-gp")
 def singular_values(strategy: CFLGP, folder: Path) -> list[Path]:
     """``singular-values.png``: the spectrum of ``G`` per update; nothing if there was none.
 

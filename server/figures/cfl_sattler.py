@@ -10,10 +10,8 @@ from matplotlib.ticker import MaxNLocator
 from strategies import CFLSattler
 
 from ..plots import _save
-from . import register
 
 
-@register("cfl-sattler")
 def cfl_sattler_norms(strategy: CFLSattler, folder: Path) -> list[Path]:
     """Write ``cfl-norms.png``: per cluster and round, ``mean_update_ratio`` of its sampled members
     against eps1 (top) and ``max ||update_i||`` against eps2 (bottom); kept splits (red) and

@@ -19,7 +19,6 @@ from matplotlib.figure import Figure
 from strategies import CFLGT
 
 from ..plots import _save
-from . import register
 
 
 def _draw(
@@ -40,7 +39,6 @@ def _exemplar(ax: Any, points: np.ndarray, color: Any, order: np.ndarray) -> Non
     ax.plot(points[order, 0], points[order, 1], "-o", color=color, lw=1.8, ms=3.0, zorder=4)
 
 
-@register("cflgt")
 def trajectory_figures(strategy: CFLGT, folder: Path) -> list[Path]:
     """Write ``trajectories.png``, ``trajectory-clusters.png`` and ``trajectories.json``.
 

@@ -12,10 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from server.plots import _save
 from strategies import FLAG
 
-from . import register
 
-
-@register("flag")
 def flag_sweep(strategy: FLAG, folder: Path) -> list[Path]:
     """``flag-sweep.png`` (blue bars: clusters, red line: accuracy, dashed: chosen alpha) and
     ``flag-sweep.json``; nothing when no sweep ran (``alpha`` or ``num-clusters`` given).

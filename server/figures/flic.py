@@ -22,12 +22,10 @@ from matplotlib.ticker import MaxNLocator
 from strategies import FLIC
 
 from ..plots import _save
-from . import register
 
 MAX_SAVED = 5000
 
 
-@register("flic")
 def flic_figures(strategy: FLIC, folder: Path) -> list[Path]:
     """Write ``flic-stability.png`` and ``flic.json`` into ``folder``; return their paths."""
     folder = Path(folder)

@@ -1,15 +1,10 @@
 """benchmarks/compare.py and runs.py: cells, the table, the ratios, the plots (on written run folders)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(_DIR))
-import compare
-import runs
+from benchmarks import compare, runs
 
 
 def _write_run(folder, rounds, round_s, eval_every, ari, accuracy, signal_up=0):
@@ -84,7 +79,7 @@ def test_summary_rows_average_seeds_and_divide_by_fedavg(tmp_path):
 
 
 def test_outputs_are_a_table_a_csv_and_a_plot_per_scenario(tmp_path):
-    paths = compare.write_outputs(_cells(tmp_path), compare.QUICK, tmp_path / "out", "python benchmarks/compare.py")
+    paths = compare.write_outputs(_cells(tmp_path), compare.QUICK, tmp_path / "out", "python -m benchmarks.compare")
     table = (tmp_path / "out" / "compare.md").read_text()
     assert "#### rotation-4" in table
     flic = next(line for line in table.splitlines() if line.startswith("| flic "))

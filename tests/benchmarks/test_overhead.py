@@ -2,13 +2,16 @@
 
 import json
 import math
-import sys
-from pathlib import Path
+import tomllib
 
 import pytest
+from flwr.app import Context, RecordDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import overhead
+from benchmarks import flower_fedavg_app, overhead
+from benchmarks.flower_fedavg_app import COMPONENT, flower_fedavg_tree
+from benchmarks.runs import ROOT
+from server.cli import load_defaults
+from tests.helpers import small_run_config
 
 
 def test_ratio_is_of_the_mean_round_times_over_all_pairs():
@@ -29,6 +32,33 @@ def test_bad_arguments_name_the_parameter(argv, name, capsys):
     with pytest.raises(SystemExit):
         overhead.main(argv)
     assert f"The '{name}' parameter of overhead must be" in capsys.readouterr().err
+
+
+def test_the_flower_tree_differs_from_umbel_only_in_its_serverapp(tmp_path):
+    tree = flower_fedavg_tree(ROOT, tmp_path / "app")
+    with (ROOT / "pyproject.toml").open("rb") as fh:
+        ours = tomllib.load(fh)
+    with (tree / "pyproject.toml").open("rb") as fh:
+        theirs = tomllib.load(fh)
+    assert theirs["tool"]["flwr"]["app"]["components"] == {"serverapp": COMPONENT, "clientapp": "client.app:app"}
+    theirs["tool"]["flwr"]["app"]["components"]["serverapp"] = "server.app:app"
+    assert theirs == ours
+    for module in ("benchmarks/flower_fedavg_app.py", "server/cli.py", "client/app.py", "strategies/fedavg.py"):
+        assert (tree / module).read_bytes() == (ROOT / module).read_bytes()
+    assert not list(tree.rglob("__pycache__"))
+
+
+def test_umbel_has_no_server_loop_switch():
+    assert "server-loop" not in load_defaults(ROOT)
+
+
+def test_the_reference_app_runs_fedavg_only(tmp_path):
+    context = Context(0, 0, {}, RecordDict(), small_run_config(strategy="flic", **{"results-dir": str(tmp_path)}))
+    with pytest.raises(
+        ValueError, match="The 'strategy' parameter of the Flower FedAvg reference app must be 'fedavg'"
+    ):
+        flower_fedavg_app.main(None, context)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.slow
@@ -66,7 +96,7 @@ def test_one_pair_on_digits_times_both_loops_the_same_way(tmp_path):
         assert times["server-loop"] == loop and sorted(times["round-seconds"]) == ["2", "3", "4", "5"]
         assert math.isfinite(report["pairs"][0][f"{loop}-train-loss"])
         assert len(report["pairs"][0][loop]) == 3  # rounds 2-4: the first and the last are left out
-    # Flower's loop writes only its summary and round times; umbel's its full results
+    # Flower's loop (its own ServerApp) writes only its summary and round times; umbel's its full results
     assert json.loads((folder / "flower-0" / "summary.json").read_text())["server-loop"] == "flower"
     assert (folder / "umbel-0" / "metrics.jsonl").exists() and not (folder / "flower-0" / "metrics.jsonl").exists()
     assert report["ratio"] > 0 and "Ratio umbel / Flower" in (folder / "overhead.md").read_text()

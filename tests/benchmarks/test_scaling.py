@@ -1,19 +1,12 @@
 """benchmarks/scaling.py: every algorithm's step at tiny N, the exponent fit, the written table."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling.py"
-_spec = importlib.util.spec_from_file_location("scaling", _PATH)
-scaling = importlib.util.module_from_spec(_spec)
-sys.modules["scaling"] = scaling  # dataclasses look their module up
-_spec.loader.exec_module(scaling)
+from benchmarks import scaling
 
 SHAPES = [("features.1.weight", (24, 40)), ("features.1.bias", (24,)), ("head.weight", (10, 24)), ("head.bias", (10,))]
 SIZES = scaling.Sizes(sum(math.prod(s) for _, s in SHAPES), 24)

@@ -1,16 +1,9 @@
 """benchmarks/signal_cost.py runs every client signal on a tiny federation and sizes it right."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "signal_cost.py"
-_spec = importlib.util.spec_from_file_location("signal_cost", _PATH)
-signal_cost = importlib.util.module_from_spec(_spec)
-sys.modules["signal_cost"] = signal_cost
-_spec.loader.exec_module(signal_cost)
+from benchmarks import signal_cost
 
 
 def test_signal_cost_table_on_a_tiny_digits_federation(tmp_path):

@@ -1,16 +1,11 @@
 """benchmarks/sweep.py: the plot and the loop over values (runs stubbed)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "sweep.py"
-_spec = importlib.util.spec_from_file_location("sweep", _PATH)
-sweep = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sweep)
+from benchmarks import sweep
 
 
 def test_sweep_runs_each_value_and_plots(tmp_path, monkeypatch):

@@ -1,13 +1,13 @@
 """The ClientApp's handlers, called as Flower calls them."""
 
 import numpy as np
-from conftest import small_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from client.app import app
 from common import keys
 from server.experiment import Experiment
+from tests.helpers import small_run_config
 
 
 def _call(message_type, content, rc, pid=0):

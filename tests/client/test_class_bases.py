@@ -24,13 +24,13 @@ def test_class_bases_recover_each_class_direction_and_counts():
 
 
 def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
-    from conftest import small_run_config
     from flwr.app import ConfigRecord, RecordDict
 
     from client.signals.final_layer import final_layer
     from client.task import task_from_context
     from common import keys
     from server.experiment import Experiment
+    from tests.helpers import small_run_config
 
     rc = small_run_config()
     task = task_from_context(rc, {"partition-id": 0})
@@ -59,7 +59,6 @@ def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
 
 
 def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
-    from conftest import small_run_config
     from flwr.app import ConfigRecord, RecordDict
 
     import client.signals.final_layer as final_layer_module
@@ -67,6 +66,7 @@ def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
     from client.task import task_from_context
     from common import keys
     from server.experiment import Experiment
+    from tests.helpers import small_run_config
 
     rc = small_run_config()
     task = task_from_context(rc, {"partition-id": 1})

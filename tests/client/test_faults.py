@@ -7,14 +7,14 @@ import re
 
 import numpy as np
 import pytest
-from conftest import small_run_config
-from inprocess import InProcessGrid
 
 from client import faults
 from client.app import app as client_app
 from common.config import FaultParams
 from server.experiment import Experiment
 from strategies import FedAvg
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 
 def _run(rounds=4, **overrides):

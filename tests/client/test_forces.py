@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import small_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from torch import nn
@@ -17,6 +16,7 @@ from common.models import build_model
 from common.signals import SignalError
 from common.signals.forces import ClassForces
 from server.experiment import Experiment
+from tests.helpers import small_run_config
 
 
 def _reference(model, x, y, num_classes):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import small_run_config
 from torch import nn
 
 from client.signals.forces import class_forces
 from common.models import build_model, find_head
 from server.experiment import Experiment
+from tests.helpers import small_run_config
 
-CNN = "user_models:small_cnn"
+CNN = "tests.helpers.user_models:small_cnn"
 
 
 def test_a_factory_builds_the_users_module_with_seeded_weights():
@@ -28,10 +28,13 @@ def test_a_factory_builds_the_users_module_with_seeded_weights():
     "name, message",
     [
         ("no_such_module_xyz:build", "whose module cannot be imported"),
-        ("user_models:missing", "has no callable 'missing'"),
+        ("tests.helpers.user_models:missing", "has no callable 'missing'"),
         (
-            "user_models:not_a_module",
-            ("must name a factory that returns a torch.nn.Module. Got 'user_models:not_a_module', which returned str"),
+            "tests.helpers.user_models:not_a_module",
+            (
+                "must name a factory that returns a torch.nn.Module. "
+                "Got 'tests.helpers.user_models:not_a_module', which returned str"
+            ),
         ),
     ],
 )
@@ -63,13 +66,13 @@ def test_an_attribute_head_is_preferred_and_builtins_keep_their_head():
 )
 @pytest.mark.parametrize("strategy", ["cflgt", "fedclust"])
 def test_a_model_without_a_usable_head_fails_before_training_naming_the_strategy(factory, message, strategy):
-    rc = small_run_config(strategy=strategy, model=f"user_models:{factory}")
+    rc = small_run_config(strategy=strategy, model=f"tests.helpers.user_models:{factory}")
     with pytest.raises(ValueError, match=f"strategy '{strategy}'.*{message}"):
         Experiment.from_run_config(rc)
 
 
 def test_strategies_that_do_not_read_the_head_accept_a_model_without_one():
-    exp = Experiment.from_run_config(small_run_config(strategy="fedavg", model="user_models:no_linear"))
+    exp = Experiment.from_run_config(small_run_config(strategy="fedavg", model="tests.helpers.user_models:no_linear"))
     assert exp.initial_model().keys()
 
 

@@ -1,7 +1,7 @@
 import pytest
-from conftest import small_run_config
 
 from server.experiment import Experiment
+from tests.helpers import small_run_config
 
 
 def test_builds_every_part_from_run_config():
@@ -40,14 +40,6 @@ def test_initial_model_is_seeded():
             r"'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or 'cuda:N'\. Got 'tpu' instead",
         ),
         ({"proximal-mu": -1.0, "strategy": "fedprox"}, r"'proximal-mu' parameter of FedProx"),
-        (
-            {"server-loop": "tensorflow"},
-            r"'server-loop' parameter of the run config must be one of \{'flower', 'umbel'\}",
-        ),
-        (
-            {"server-loop": "flower", "strategy": "flic"},
-            r"'server-loop' parameter of the run config must be 'umbel' for strategy 'flic'.*Got 'flower' instead",
-        ),
     ],
 )
 def test_bad_input_names_the_key(overrides, pattern):

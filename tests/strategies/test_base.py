@@ -6,26 +6,16 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys
 from server.experiment import Experiment
-from strategies import ClusteredStrategy, FedAvg, Local
-
-
-class ByTrueGroup(ClusteredStrategy):
-    """Test double: clusters = true groups, plus one cluster nobody is in."""
-
-    name = "by-true-group"
-
-    def init_clusters(self, initial):
-        groups = sorted({c.true_group for c in self.clients.values()})
-        models = [initial.copy() for _ in range(len(groups) + 1)]
-        self.set_clusters(models, {pid: groups.index(c.true_group) for pid, c in self.clients.items()})
+from strategies import FedAvg, Local
+from tests.helpers import small_run_config
+from tests.helpers.doubles import ByTrueGroup
+from tests.helpers.inprocess import InProcessGrid
 
 
 def _run(strategy_cls, rounds=2, grid_kwargs=None, **overrides):

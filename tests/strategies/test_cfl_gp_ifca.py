@@ -6,9 +6,7 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import ConfigRecord, Message, RecordDict
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from client.signals.profile import gradient_profile
@@ -21,6 +19,8 @@ from common.training import evaluate
 from server.experiment import Experiment
 from server.figures import FIGURES
 from strategies import CFLGP, IFCA
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 FAST = {"local-epochs": 1, "eval-every": 100}
 

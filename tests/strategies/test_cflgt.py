@@ -6,9 +6,7 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import Message
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys
@@ -16,6 +14,8 @@ from server.experiment import Experiment
 from server.figures.cflgt import trajectory_figures
 from strategies import CFLGT, get_strategy
 from strategies.cflgt import CFLGTParams
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 FORCES = keys.query_type(keys.FORCES_ACTION)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_run_config
-from inprocess import InProcessGrid
-from test_base import ByTrueGroup
 
 from client.app import app as client_app
 from server.experiment import Experiment
 from strategies import REGISTRY
 from strategies.checkpoint import load_checkpoint, save_checkpoint
+from tests.helpers import small_run_config
+from tests.helpers.doubles import ByTrueGroup
+from tests.helpers.inprocess import InProcessGrid
 
 TIMING = ("round-seconds", "clustering-seconds")
 

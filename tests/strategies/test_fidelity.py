@@ -8,9 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import small_run_config
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from client.signals.flag import holdout, holdout_split
@@ -35,6 +33,8 @@ from strategies.federation import ClientInfo
 from strategies.flag import FLAGParams
 from strategies.pacfl import PACFLParams
 from strategies.replies import TrainUpdate
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 
 def _run(**overrides):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import Array, ArrayRecord
-from inprocess import InProcessGrid
 from sklearn.metrics import adjusted_rand_score
 
 from client.app import app as client_app
@@ -22,6 +20,8 @@ from server.figures.flag import flag_sweep
 from strategies import FLAG
 from strategies.federation import ClientInfo
 from strategies.flag import FLAGParams
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 TRUTH = np.repeat([0, 1], 4)
 EYE = np.eye(6)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import Array, ArrayRecord
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common.aggregation import coordinate_median
@@ -16,6 +14,8 @@ from strategies import FLIC, REGISTRY, CFLSattler, FedMedian
 from strategies.cfl_sattler import CFLSattlerParams
 from strategies.flic import STABLE_PATIENCE, FLICParams
 from strategies.flat import add_flat, float_size
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 
 def _start(cls, params=None, spy=None, **overrides):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from conftest import small_run_config
 from flwr.app import Error, Message, RecordDict
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys
@@ -15,6 +13,8 @@ from server.experiment import Experiment
 from server.results import coverage
 from strategies import ClusteredStrategy
 from strategies.federation import Membership, Outbox
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 
 class ByTrueGroup(ClusteredStrategy):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_run_config
 from flwr.app import Array, ArrayRecord
-from inprocess import InProcessGrid
 from sklearn.metrics import adjusted_rand_score
 
 from client.app import app as client_app
@@ -21,6 +19,8 @@ from strategies.fedclust import FedClustParams
 from strategies.federation import ClientInfo
 from strategies.flhc import FLHCParams
 from strategies.pacfl import PACFLParams
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 TRUTH = np.repeat([0, 1], 4)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from conftest import small_run_config
 from flwr.app import Array, Message
-from inprocess import InProcessGrid
 
 from client.app import app as client_app
 from common import keys
@@ -15,6 +13,8 @@ from common.signals.losses import ModelLosses
 from server.experiment import Experiment
 from strategies import FedAvg, Local
 from strategies.base import ClusteredStrategy
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 
 
 class TwoModels(ClusteredStrategy):

@@ -1,4 +1,4 @@
-"""A user's own models, defined outside umbel, for the tests of ``model = "user_models:..."``.
+"""A user's own models, defined outside umbel, for the tests of ``model = "tests.helpers.user_models:..."``.
 
 ``small_cnn`` registers its classifier before its hidden layer, so the last ``nn.Linear``
 registered is not the last one reached in the forward pass, and it has no ``head`` attribute.

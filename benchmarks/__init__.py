@@ -1,0 +1,1 @@
+"""umbel's benchmarks, each run from the repository root as ``python -m benchmarks.<name>``."""

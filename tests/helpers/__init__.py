@@ -1,0 +1,36 @@
+"""Helpers the tests share, imported as ``tests.helpers`` (pytest puts the repository root on the path).
+
+``small_run_config`` is here; ``inprocess`` (a Grid that runs ClientApps in this process),
+``hostile`` (a ClientApp that corrupts replies), ``minimal_client`` (a ClientApp written without
+umbel) and ``user_models`` (models defined outside umbel, named ``tests.helpers.user_models:<factory>``)
+are its modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def small_run_config(**overrides: Any) -> dict[str, Any]:
+    """The project's run-config defaults, shrunk to 6 digits clients in 2 true groups."""
+    # imported here: ``tests.helpers.minimal_client`` must import without any of umbel
+    from server.cli import PROJECT_ROOT, load_defaults
+
+    rc = load_defaults(PROJECT_ROOT)
+    rc.update(
+        {
+            "strategy": "fedavg",
+            "dataset": "digits",
+            "num-clients": 6,
+            "groups": 2,
+            "samples-per-label": 20,
+            "seed": 1,
+            "rounds": 3,
+            "fraction": 0.5,
+            "eval-every": 1,
+            "lr": 0.05,
+            "local-epochs": 2,
+        }
+    )
+    rc.update(overrides)
+    return rc

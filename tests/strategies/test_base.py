@@ -15,6 +15,7 @@ from client.app import app as client_app
 from common import keys
 from server.experiment import Experiment
 from strategies import ClusteredStrategy, FedAvg, Local
+from strategies.federation import ClientInfo
 
 
 class ByTrueGroup(ClusteredStrategy):
@@ -244,3 +245,26 @@ def test_set_clusters_rejects_out_of_range_assignment():
     s = FedAvg()
     with pytest.raises(ValueError, match="point outside the 1 cluster models"):
         s.set_clusters([ArrayRecord()], {0: 0, 1: 1})
+
+
+def _recording_strategy() -> ClusteredStrategy:
+    """Four clients in true groups 0, 0, 1, 1, all in one cluster of two models."""
+    strategy = ClusteredStrategy()
+    strategy.clients = {p: ClientInfo(p, 100 + p, 10, 2, p // 2) for p in range(4)}
+    strategy.set_clusters([ArrayRecord(), ArrayRecord()], dict.fromkeys(range(4), 0))
+    return strategy
+
+
+def test_round_records_rescore_and_log_the_assignment_only_when_it_or_the_truth_changes():
+    strategy = _recording_strategy()
+    strategy._record(1, None)
+    strategy._record(2, None)
+    strategy.set_clusters(strategy.models, {0: 0, 1: 0, 2: 1, 3: 1})
+    strategy._record(3, None)
+    strategy.truth = {0: 0, 1: 1, 2: 0, 3: 1}  # a truth file: same assignment, other groups
+    strategy._record(4, None)
+    strategy.set_clusters(strategy.models, {0: 0, 1: 0, 2: 1, 3: 1})  # the same assignment again
+    strategy._record(5, None)
+    assert [r["ari"] for r in strategy.history] == pytest.approx([0.0, 0.0, 1.0, -0.5, -0.5])
+    assert [c["round"] for c in strategy.assignment_changes] == [1, 3]
+    assert strategy.assignment_changes[-1]["assignment"] == {"0": 0, "1": 0, "2": 1, "3": 1}

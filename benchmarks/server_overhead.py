@@ -36,6 +36,8 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import bootstrap_ratio
 from common import keys
 from common.config import TrainingParams
 from common.models import build_model
@@ -189,30 +191,6 @@ def run_loop(loop: str, num_clients: int, training: TrainingParams, folder: Path
     strategy.on_round = recorder.on_round
     strategy.start(grid, initial, evaluate_fn=clock, expected_clients=num_clients)  # type: ignore[arg-type]
     return clock.rounds()
-
-
-def bootstrap_ratio(
-    numerator: Sequence[float], denominator: Sequence[float], resamples: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """Ratio of the means and its 95% percentile-bootstrap interval (rounds resampled on both sides).
-
-    Raises
-    ------
-    ValueError
-        If either side is empty.
-    """
-    if not numerator or not denominator:
-        raise ValueError(
-            "The 'numerator' and 'denominator' parameters of bootstrap_ratio must be non-empty. "
-            f"Got {len(numerator)} and {len(denominator)} values instead."
-        )
-    a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
-    rng = np.random.default_rng(seed)
-    ratios = a[rng.integers(0, a.size, (resamples, a.size))].mean(axis=1) / b[
-        rng.integers(0, b.size, (resamples, b.size))
-    ].mean(axis=1)
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(a.mean() / b.mean()), float(low), float(high)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,18 +11,6 @@ import server_overhead
 from common.config import TrainingParams
 
 
-def test_bootstrap_interval_holds_the_ratio_and_narrows_with_more_rounds():
-    ratio, low, high = server_overhead.bootstrap_ratio([2.0, 2.2, 1.8] * 3, [1.0, 1.1, 0.9] * 3)
-    assert ratio == pytest.approx(2.0) and low < 2.0 < high
-    _, low_many, high_many = server_overhead.bootstrap_ratio([2.0, 2.2, 1.8] * 30, [1.0, 1.1, 0.9] * 30)
-    assert high_many - low_many < (high - low) / 2
-
-
-def test_bootstrap_needs_both_sides():
-    with pytest.raises(ValueError, match="'numerator' and 'denominator' parameters of bootstrap_ratio"):
-        server_overhead.bootstrap_ratio([], [1.0])
-
-
 @pytest.mark.parametrize("loop", server_overhead.LOOPS)
 def test_every_loop_runs_its_training_rounds_on_the_replay_grid(loop, tmp_path):
     training = TrainingParams(rounds=5, fraction=0.5, local_epochs=1, eval_every=5)

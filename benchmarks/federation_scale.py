@@ -39,19 +39,22 @@ ALGORITHMS: dict[str, list[str]] = {
 
 
 def read_outcome(folder: Path) -> dict[str, Any]:
-    """One finished run's figures: final ARI and clusters, peak RSS, identity phase, round times."""
+    """One finished run's figures: final ARI and clusters, peak RSS, identity phase, round times.
+
+    Training rounds are those whose phase is ``train`` without evaluation (after any clustering).
+    """
     summary = json.loads((folder / "summary.json").read_text())
     resources = json.loads((folder / "resources.json").read_text())
     times = json.loads((folder / "round-times.json").read_text())["round-seconds"]
     metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    train_only = [
-        float(s) for r, s in times.items() if not any(m["round"] == int(r) and m["eval-clients"] for m in metrics)
-    ]
+    plain = {m["round"] for m in metrics if m.get("phase", "train") == "train" and not m["eval-clients"]}
+    train_only = [float(s) for r, s in times.items() if int(r) in plain]
     state = resources.get("state-bytes", {})
     return {
         "final-ari": metrics[-1]["ari"] if metrics else None,
         "clusters": metrics[-1]["num-clusters"] if metrics else None,
         "final-accuracy": summary.get("final-accuracy"),
+        "clients-identified": resources.get("num-clients"),
         "peak-rss-mb": resources["peak-rss-mb"],
         "server-cpu-seconds": resources["cpu-seconds"],
         "identity-seconds": resources.get("identity-seconds"),
@@ -102,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples-per-label", type=int, default=10)
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALGORITHMS)}")
     parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     names = [n for n in args.only.split(",") if n] or list(ALGORITHMS)
@@ -133,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         started = time.monotonic()
         try:
-            run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], f"{name}-{args.clients}", folder)
+            run = folder / f"{name}-{args.clients}"
+            if not args.report_only:
+                run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
             rows[name] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:
             rows[name] = {"error": str(err).splitlines()[0][:200]}

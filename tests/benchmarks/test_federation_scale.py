@@ -27,10 +27,14 @@ def _fake_run(folder: Path, round_seconds: dict[str, float], evaluated: int) -> 
     return folder
 
 
-def test_training_rounds_leave_out_evaluation_rounds_and_state_sums_its_parts(tmp_path):
-    row = federation_scale.read_outcome(_fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0}, evaluated=4))
+def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_state_sums_its_parts(tmp_path):
+    folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0, "5": 9.0}, evaluated=4)
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    records[3]["phase"] = "cluster"
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    row = federation_scale.read_outcome(folder)
     assert row["mean-train-round-seconds"] == pytest.approx(2.0)
-    assert row["mean-round-seconds"] == pytest.approx(18.0)
+    assert row["mean-round-seconds"] == pytest.approx(15.75)
     assert row["state-bytes"] == 4000 and row["final-ari"] == 0.9 and row["clusters"] == 5
 
 

@@ -121,7 +121,8 @@ class ClusteredStrategy(Strategy):
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
         self.history: list[dict[str, Any]] = []
-        self.assignment_changes: list[dict[str, Any]] = []
+        self._assignment_diffs: list[tuple[int, dict[int, int | None]]] = []  # (round, what changed; None: left)
+        self._logged_assignment: dict[int, int] = {}
         self.head_key = "head.weight"
         self.truth: dict[int, int] | None = None
         self.last_eval: dict[int, tuple[float, float]] = {}
@@ -210,6 +211,24 @@ class ClusteredStrategy(Strategy):
             raise ValueError(f"Assignments {bad} point outside the {len(models)} cluster models.")
         self.models = list(models)
         self.assignment = dict(assignment)
+
+    @property
+    def assignment_changes(self) -> list[dict[str, Any]]:
+        """``{"round", "assignment"}`` each time the assignment changed, rebuilt from the stored changes.
+
+        Only what changed is kept during the run, so memory grows with the clients that change
+        cluster, not with the federation times the rounds.
+        """
+        out: list[dict[str, Any]] = []
+        state: dict[int, int] = {}
+        for server_round, diff in self._assignment_diffs:
+            for pid, k in diff.items():
+                if k is None:
+                    state.pop(pid, None)
+                else:
+                    state[pid] = k
+            out.append({"round": server_round, "assignment": {str(p): state[p] for p in sorted(state)}})
+        return out
 
     @property
     def num_clusters(self) -> int:
@@ -724,10 +743,13 @@ class ClusteredStrategy(Strategy):
             "round-seconds": round(time.perf_counter() - s.start, 4),
         }
         self.history.append(record)
-        if changed or not self.assignment_changes:
-            current = {str(pid): k for pid, k in zip(pids, labels, strict=True)}
-            if not self.assignment_changes or self.assignment_changes[-1]["assignment"] != current:
-                self.assignment_changes.append({"round": server_round, "assignment": current})
+        if changed or not self._assignment_diffs:
+            last, current = self._logged_assignment, dict(zip(pids, labels, strict=True))
+            diff: dict[int, int | None] = {p: k for p, k in current.items() if last.get(p) != k}
+            diff.update(dict.fromkeys(set(last) - set(current)))
+            if diff or not self._assignment_diffs:
+                self._assignment_diffs.append((server_round, diff))
+                self._logged_assignment = current
         if self.on_round is not None:
             self.on_round(self, record)
 

@@ -92,6 +92,7 @@ class FLAG(OneShotStrategy):
     """
 
     name = "flag"
+    keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLAGParams
 
     def __init__(self, training: Any = None, params: Any = None) -> None:

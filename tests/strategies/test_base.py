@@ -268,3 +268,19 @@ def test_round_records_rescore_and_log_the_assignment_only_when_it_or_the_truth_
     assert [r["ari"] for r in strategy.history] == pytest.approx([0.0, 0.0, 1.0, -0.5, -0.5])
     assert [c["round"] for c in strategy.assignment_changes] == [1, 3]
     assert strategy.assignment_changes[-1]["assignment"] == {"0": 0, "1": 0, "2": 1, "3": 1}
+
+
+def test_assignment_history_keeps_only_what_changed_and_rebuilds_every_snapshot():
+    strategy = _recording_strategy()
+    strategy._record(1, None)
+    for rnd in range(2, 6):
+        strategy.set_clusters(strategy.models, {**strategy.assignment, 0: (rnd + 1) % 2})  # one client moves
+        strategy._record(rnd, None)
+    strategy.set_clusters(strategy.models, {p: k for p, k in strategy.assignment.items() if p != 3})  # 3 leaves
+    strategy._record(6, None)
+    assert [len(diff) for _, diff in strategy._assignment_diffs] == [4, 1, 1, 1, 1, 1]
+    history = strategy.assignment_changes
+    assert [h["round"] for h in history] == [1, 2, 3, 4, 5, 6]
+    assert history[0]["assignment"] == {"0": 0, "1": 0, "2": 0, "3": 0}
+    assert history[3]["assignment"] == {"0": 1, "1": 0, "2": 0, "3": 0}
+    assert history[5]["assignment"] == {"0": 0, "1": 0, "2": 0}

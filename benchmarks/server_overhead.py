@@ -142,10 +142,15 @@ class RoundCPU:
         self.ends[server_round] = time.process_time() - self.grid.client_seconds
         return None
 
-    def rounds(self) -> list[float]:
-        """CPU seconds of rounds 3..R-1 (round 1 warms up; the last one evaluates)."""
-        last = max(self.ends)
-        return [self.ends[r] - self.ends[r - 1] for r in sorted(self.ends) if 3 <= r < last]
+    def rounds(self, training: TrainingParams) -> list[float]:
+        """CPU seconds of the training-only rounds from round 3 (round 1 warms up; umbel's loop
+        evaluates every client in the final stretch, Flower's here never).
+        """
+        return [
+            self.ends[r] - self.ends[r - 1]
+            for r in sorted(self.ends)
+            if r >= 3 and r - 1 in self.ends and not training.is_eval_round(r)
+        ]
 
 
 def clustered(strategy: ClusteredStrategy) -> ClusteredStrategy:
@@ -180,7 +185,7 @@ def run_loop(loop: str, num_clients: int, training: TrainingParams, folder: Path
             train_config=ConfigRecord(training.local_config()),
             evaluate_fn=clock,
         )
-        return clock.rounds()
+        return clock.rounds(training)
     name = "fedavg" if loop == "umbel" else loop
     params: dict[str, Any] = {"ifca": {"num_clusters": GROUPS}, "cflgt": {"pretrain_rounds": 0}}.get(loop, {})
     strategy_cls = get_strategy(name)
@@ -190,7 +195,7 @@ def run_loop(loop: str, num_clients: int, training: TrainingParams, folder: Path
     recorder = RunRecorder(folder / loop, {})
     strategy.on_round = recorder.on_round
     strategy.start(grid, initial, evaluate_fn=clock, expected_clients=num_clients)  # type: ignore[arg-type]
-    return clock.rounds()
+    return clock.rounds(training)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -26,10 +27,48 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.flower_fedavg_app import flower_fedavg_tree
 from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
 
 LOOPS = ("umbel", "flower")
+RESOLUTION = 0.02  # the ratio's 95% interval should be within +-2%
+
+
+def bootstrap_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Ratio of the means and its 95% percentile-bootstrap interval (each side resampled on its own).
+
+    Raises
+    ------
+    ValueError
+        If either side is empty.
+    """
+    if not numerator or not denominator:
+        raise ValueError(
+            "The 'numerator' and 'denominator' parameters of bootstrap_ratio must be non-empty. "
+            f"Got {len(numerator)} and {len(denominator)} values instead."
+        )
+    a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    rng = np.random.default_rng(seed)
+    ratios = a[rng.integers(0, a.size, (resamples, a.size))].mean(axis=1) / b[
+        rng.integers(0, b.size, (resamples, b.size))
+    ].mean(axis=1)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(a.mean() / b.mean()), float(low), float(high)
+
+
+def pairs_for_resolution(pair_ratios: Sequence[float], resolution: float = RESOLUTION) -> int | None:
+    """Pairs whose mean ratio has a 95% half-width of ``resolution``, from the spread of these pairs.
+
+    ``None`` with fewer than two pairs (no spread to go by).
+    """
+    if len(pair_ratios) < 2:
+        return None
+    spread = statistics.stdev(pair_ratios)
+    return max(len(pair_ratios), math.ceil((1.96 * spread / resolution) ** 2))
 
 
 def run_pair(index: int, common: Sequence[str], folder: Path, flower_root: Path) -> dict[str, Any]:
@@ -53,17 +92,22 @@ def ratio_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     flower = [s for p in pairs for s in p["flower"]]
     if not umbel or not flower:
         raise ValueError("No training rounds to compare: use at least 4 rounds.")
+    pair_ratios = [statistics.fmean(p["umbel"]) / statistics.fmean(p["flower"]) for p in pairs]
+    _, low, high = bootstrap_ratio(umbel, flower)
     return {
         "umbel-mean-round-seconds": statistics.fmean(umbel),
         "flower-mean-round-seconds": statistics.fmean(flower),
         "ratio": statistics.fmean(umbel) / statistics.fmean(flower),
+        "ratio-ci95": [low, high],
         "median-ratio": statistics.median(umbel) / statistics.median(flower),
-        "pair-ratios": [statistics.fmean(p["umbel"]) / statistics.fmean(p["flower"]) for p in pairs],
+        "pair-ratios": pair_ratios,
+        "pairs-for-2-percent": pairs_for_resolution(pair_ratios),
         "rounds-compared": len(umbel),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the pairs, then print and write the ratio with its interval."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
     )
@@ -114,9 +158,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Command: `{command}`\n\n| loop | mean round (s) |\n|---|---|\n"
         f"| umbel FedAvg | {report['umbel-mean-round-seconds']:.3f} |\n"
         f"| Flower FedAvg | {report['flower-mean-round-seconds']:.3f} |\n\n"
-        f"Ratio umbel / Flower: **{report['ratio']:.3f}** (medians: {report['median-ratio']:.3f}; per pair: "
+        f"Ratio umbel / Flower: **{report['ratio']:.3f}** (95% bootstrap interval over the rounds "
+        f"{report['ratio-ci95'][0]:.3f}-{report['ratio-ci95'][1]:.3f}; "
+        f"medians: {report['median-ratio']:.3f}; per pair: "
         + ", ".join(f"{r:.3f}" for r in report["pair-ratios"])
-        + f"; {report['rounds-compared']} rounds each).\n"
+        + f"; {report['rounds-compared']} rounds each).\n\n"
+        + (
+            f"Pairs this spread needs for +-2% (95%): {report['pairs-for-2-percent']}.\n"
+            if report["pairs-for-2-percent"] is not None
+            else "One pair: run at least two to estimate how many resolve +-2%.\n"
+        )
     )
     print((folder / "overhead.md").read_text())
     return 0

@@ -6,7 +6,12 @@ The headline accuracy is :func:`final_mean` (the mean of the last rounds), never
 from __future__ import annotations
 
 import math
+import resource
+import sys
+import time
+import types
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
@@ -157,6 +162,55 @@ def cluster_sizes(assignment: Mapping[int, int] | np.ndarray, num_clusters: int)
         )
     counts = np.bincount(labels[labels >= 0], minlength=num_clusters)
     return [int(c) for c in counts]
+
+
+def deep_bytes(obj: Any, skip: frozenset[str] = frozenset()) -> int:
+    """Return the memory an object holds: ``sys.getsizeof`` summed over everything it reaches.
+
+    Follows mappings, lists, tuples, sets, ``__dict__`` and ``__slots__``; a numpy array counts
+    its header and the data it owns. Every object counts once; modules, classes and functions
+    are not followed.
+
+    Parameters
+    ----------
+    obj : object
+        What to measure.
+    skip : frozenset of str
+        Attribute names not followed (e.g. a connection the object holds).
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    opaque = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType)
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, opaque):
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, (np.ndarray, str, bytes, bytearray, int, float, complex)) or item is None:
+            continue
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        stack.extend(v for k, v in getattr(item, "__dict__", {}).items() if k not in skip)
+        for name in getattr(type(item), "__slots__", ()):
+            if name not in skip and hasattr(item, name):
+                stack.append(getattr(item, name))
+    return total
+
+
+def process_resources() -> dict[str, float]:
+    """Peak resident memory (MB, ``ru_maxrss``) and CPU seconds so far of the calling process."""
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"peak-rss-mb": round(peak_kb / 1024, 1), "cpu-seconds": round(time.process_time(), 3)}
 
 
 def _finite(values: Sequence[float | None]) -> np.ndarray:

@@ -5,14 +5,18 @@ Works the same under ``umbel run``, plain ``flwr run .`` and a real deployment.
 
 from __future__ import annotations
 
+import json
 from logging import INFO
 from pathlib import Path
+from typing import Any
 
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
+from common.metrics import deep_bytes, process_resources
+from strategies import ClusteredStrategy
 from strategies.checkpoint import load_checkpoint
 
 from .clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
@@ -21,6 +25,9 @@ from .results import RunRecorder
 from .tracking import open_loggers
 
 CHECKPOINT_FILE = "checkpoint.pkl"
+RESOURCES_FILE = "resources.json"
+# Strategy attributes that are not per-client state (the connection, callbacks, settings).
+NOT_STATE = frozenset({"grid", "on_round", "training", "params", "rng", "checkpoint_path", "_resume"})
 
 app = ServerApp()
 
@@ -47,13 +54,35 @@ def main(grid: Grid, context: Context) -> None:
     )
     recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
     clock = RoundClock()
-    result = _run_umbel(grid, experiment, recorder, folder, clock)
-    clock.write(folder / ROUND_TIMES_FILE, "umbel", final_train_loss(result))
-
-
-def _run_umbel(grid: Grid, experiment: Experiment, recorder: RunRecorder, folder: Path, clock: RoundClock) -> Result:
-    """Umbel's own loop: the strategy, its checkpoints and its results."""
     strategy = experiment.build_strategy()
+    result = _run_umbel(grid, experiment, strategy, recorder, folder, clock)
+    clock.write(folder / ROUND_TIMES_FILE, "umbel", final_train_loss(result))
+    write_resources(folder / RESOURCES_FILE, strategy)
+
+
+def write_resources(path: Path, strategy: ClusteredStrategy | None) -> None:
+    """``resources.json``: the server process's peak RSS and CPU seconds, and (umbel's loop) the
+    start-up identity phase's seconds and the bytes of each piece of the strategy's state.
+    """
+    data: dict[str, Any] = process_resources()
+    if strategy is not None:
+        data["identity-seconds"] = round(strategy.identity_seconds, 3)
+        data["num-clients"] = len(strategy.clients)
+        data["state-bytes"] = {
+            name: deep_bytes(value) for name, value in sorted(vars(strategy).items()) if name not in NOT_STATE
+        }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _run_umbel(
+    grid: Grid,
+    experiment: Experiment,
+    strategy: ClusteredStrategy,
+    recorder: RunRecorder,
+    folder: Path,
+    clock: RoundClock,
+) -> Result:
+    """Umbel's own loop: the strategy, its checkpoints and its results."""
     output = experiment.output
     checkpoint = load_checkpoint(output.resume_from, strategy.name) if output.resume_from else None
     if checkpoint is not None:

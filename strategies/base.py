@@ -147,7 +147,8 @@ class ClusteredStrategy(Strategy):
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
         self.history: list[RoundRecord] = []
-        self.assignment_changes: list[dict[str, Any]] = []
+        self._assignment_diffs: list[tuple[int, dict[int, int | None]]] = []  # (round, what changed; None: left)
+        self._logged_assignment: dict[int, int] = {}
         self.head_key = "head.weight"
         self.truth: dict[int, int] | None = None
         self.last_eval: dict[int, tuple[float, float]] = {}
@@ -163,6 +164,8 @@ class ClusteredStrategy(Strategy):
         self._lost: set[int] = set()
         self._rejected_rounds: dict[str, int] = {}
         self._accepted_phases: set[str] = set()
+        self.identity_seconds = 0.0  # waiting for the nodes and their identities at start-up
+        self._scored: tuple[tuple[list[int], list[int], list[int]], tuple[float, float] | None] | None = None
 
     @classmethod
     def from_run_config(cls, training: TrainingParams, rc: Mapping[str, Any]) -> ClusteredStrategy:
@@ -234,6 +237,24 @@ class ClusteredStrategy(Strategy):
             raise ValueError(f"Assignments {bad} point outside the {len(models)} cluster models.")
         self.models = list(models)
         self.assignment = dict(assignment)
+
+    @property
+    def assignment_changes(self) -> list[dict[str, Any]]:
+        """``{"round", "assignment"}`` each time the assignment changed, rebuilt from the stored changes.
+
+        Only what changed is kept during the run, so memory grows with the clients that change
+        cluster, not with the federation times the rounds.
+        """
+        out: list[dict[str, Any]] = []
+        state: dict[int, int] = {}
+        for server_round, diff in self._assignment_diffs:
+            for pid, k in diff.items():
+                if k is None:
+                    state.pop(pid, None)
+                else:
+                    state[pid] = k
+            out.append({"round": server_round, "assignment": {str(p): state[p] for p in sorted(state)}})
+        return out
 
     @property
     def num_clusters(self) -> int:
@@ -488,6 +509,7 @@ class ClusteredStrategy(Strategy):
         self.grid = grid
         first_round = 1
         if self._resume is not None or not self.clients:
+            started = time.perf_counter()
             clients, _ = discover_clients(
                 grid,
                 expected_clients,
@@ -495,6 +517,7 @@ class ClusteredStrategy(Strategy):
                 reply_timeout=self.training.identity_timeout,
                 membership=self.membership,
             )
+            self.identity_seconds = time.perf_counter() - started
             if not clients:
                 raise RuntimeError(
                     f"No client answered the identity query ('{keys.MSG_IDENTITY}') within identity-timeout "
@@ -709,8 +732,15 @@ class ClusteredStrategy(Strategy):
 
     def _record(self, server_round: int, eval_metrics: MetricRecord | None) -> None:
         pids = sorted(self.assignment)
-        truth = np.array([self.true_group(p) for p in pids])
-        scores = clustering_scores(truth, np.array([self.assignment[p] for p in pids])) if pids else None
+        labels = [self.assignment[p] for p in pids]
+        truth = [self.true_group(p) for p in pids]
+        changed = self._scored is None or self._scored[0] != (pids, labels, truth)
+        if self._scored is None or changed:  # ARI and AMI cost milliseconds; most rounds keep the assignment
+            self._scored = (
+                (pids, labels, truth),
+                clustering_scores(np.array(truth), np.array(labels)) if pids else None,
+            )
+        scores = self._scored[1]
         s = self._stats
         record = RoundRecord(
             round=server_round,
@@ -738,9 +768,13 @@ class ClusteredStrategy(Strategy):
             round_seconds=round(time.perf_counter() - s.start, 4),
         )
         self.history.append(record)
-        current = {str(pid): k for pid, k in sorted(self.assignment.items())}
-        if not self.assignment_changes or self.assignment_changes[-1]["assignment"] != current:
-            self.assignment_changes.append({"round": server_round, "assignment": current})
+        if changed or not self._assignment_diffs:
+            last, current = self._logged_assignment, dict(zip(pids, labels, strict=True))
+            diff: dict[int, int | None] = {p: k for p, k in current.items() if last.get(p) != k}
+            diff.update(dict.fromkeys(set(last) - set(current)))
+            if diff or not self._assignment_diffs:
+                self._assignment_diffs.append((server_round, diff))
+                self._logged_assignment = current
         if self.on_round is not None:
             self.on_round(self, record)
 

@@ -86,6 +86,7 @@ class FLAG(OneShotStrategy):
     """
 
     name = "flag"
+    keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLAGParams
 
     def describe_distances(self) -> str:

@@ -67,6 +67,7 @@ class FLHC(OneShotStrategy):
     """FedAvg warm-up, then one HC of all clients' updates from the global model."""
 
     name = "flhc"
+    keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLHCParams
     round_params: ClassVar[dict[str, int]] = {"warmup_rounds": 1}
 

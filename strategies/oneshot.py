@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -48,6 +48,8 @@ class OneShotStrategy(ClusteredStrategy):
     """
 
     name = "one-shot"
+    # Whether placing newcomers (or on_clustered) reads ``signals``; if not, they are dropped after clustering.
+    keeps_signals: ClassVar[bool] = True
 
     def __init__(self, training: Any = None, params: Any = None) -> None:
         super().__init__(training, params)
@@ -145,7 +147,8 @@ class OneShotStrategy(ClusteredStrategy):
         start = self.start_model()
         self.set_clusters([start.copy() for _ in range(int(labels.max()) + 1)], assignment)
         self._wait(sorted(set(pids) - set(got)), server_round)
-        self.signals, self.distance_pids, self.clustered = signals, got, True
+        self.signals = signals if self.keeps_signals else {}
+        self.distance_pids, self.clustered = got, True
         self.on_clustered(got, labels)
         log(
             INFO,

@@ -100,3 +100,28 @@ def test_one_pair_on_digits_times_both_loops_the_same_way(tmp_path):
     assert json.loads((folder / "flower-0" / "summary.json").read_text())["server-loop"] == "flower"
     assert (folder / "umbel-0" / "metrics.jsonl").exists() and not (folder / "flower-0" / "metrics.jsonl").exists()
     assert report["ratio"] > 0 and "Ratio umbel / Flower" in (folder / "overhead.md").read_text()
+
+
+def test_report_gives_a_bootstrap_interval_around_the_ratio_and_pairs_for_two_percent():
+    pairs = [
+        {"umbel": [1.1, 1.2, 1.0], "flower": [1.0, 1.0, 1.1]},
+        {"umbel": [1.0, 1.1, 1.0], "flower": [0.8, 0.8, 0.8]},
+    ]
+    report = overhead.ratio_report(pairs)
+    low, high = report["ratio-ci95"]
+    assert low < report["ratio"] < high
+    spread = math.sqrt(sum((r - sum(report["pair-ratios"]) / 2) ** 2 for r in report["pair-ratios"]))
+    assert report["pairs-for-2-percent"] == math.ceil((1.96 * spread / 0.02) ** 2)
+
+
+def test_one_pair_cannot_say_how_many_pairs_resolve_two_percent():
+    assert overhead.pairs_for_resolution([1.05]) is None
+    assert overhead.pairs_for_resolution([1.0, 1.0, 1.0]) == 3  # no spread: the pairs run are enough
+
+
+def test_bootstrap_interval_narrows_with_more_rounds_and_needs_both_sides():
+    _, low, high = overhead.bootstrap_ratio([2.0, 2.2, 1.8] * 3, [1.0, 1.1, 0.9] * 3)
+    _, low_many, high_many = overhead.bootstrap_ratio([2.0, 2.2, 1.8] * 30, [1.0, 1.1, 0.9] * 30)
+    assert low < 2.0 < high and high_many - low_many < (high - low) / 2
+    with pytest.raises(ValueError, match="'numerator' and 'denominator' parameters of bootstrap_ratio"):
+        overhead.bootstrap_ratio([], [1.0])

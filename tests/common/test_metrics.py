@@ -7,10 +7,12 @@ import pytest
 
 from common.metrics import (
     cluster_sizes,
+    deep_bytes,
     clustering_scores,
     final_mean,
     first_round_reaching,
     mean_std,
+    process_resources,
 )
 
 
@@ -74,3 +76,27 @@ def test_cluster_sizes_counts_empty_clusters():
     assert cluster_sizes(np.array([], dtype=int), 2) == [0, 0]
     with pytest.raises(ValueError, match="The 'assignment' parameter of cluster_sizes"):
         cluster_sizes(np.array([0, 3]), 3)
+
+
+def test_deep_bytes_counts_what_an_object_reaches_once():
+    small = deep_bytes({i: [i] for i in range(10)})
+    large = deep_bytes({i: [i] for i in range(1000)})
+    assert 50 * small < large < 200 * small  # linear in the entries, not in their number squared
+    data = np.zeros(10_000)
+    assert deep_bytes({"a": data}) > data.nbytes
+    assert deep_bytes({"a": data, "b": data}) < 2 * data.nbytes  # shared: counted once
+
+
+def test_deep_bytes_follows_attributes_but_not_skipped_ones():
+    class Holder:
+        def __init__(self) -> None:
+            self.kept = np.zeros(1000)
+            self.link = np.zeros(100_000)
+
+    assert deep_bytes(Holder()) > 800_000
+    assert 8000 < deep_bytes(Holder(), skip=frozenset({"link"})) < 20_000
+
+
+def test_process_resources_reports_peak_rss_and_cpu():
+    resources = process_resources()
+    assert resources["peak-rss-mb"] > 10 and resources["cpu-seconds"] > 0

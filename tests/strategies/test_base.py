@@ -12,7 +12,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from client.app import app as client_app
 from common import keys
 from server.experiment import Experiment
-from strategies import FedAvg, Local
+from strategies import ClusteredStrategy, FedAvg, Local
+from strategies.federation import ClientInfo
 from tests.helpers import small_run_config
 from tests.helpers.doubles import ByTrueGroup
 from tests.helpers.inprocess import InProcessGrid
@@ -289,3 +290,42 @@ def test_the_round_record_serialises_to_the_metrics_line_of_before_key_for_key_i
     ]
     record = strategy.history[-1]
     assert RoundRecord.from_dict(record.to_dict()) == record and record["num-clusters"] == record.num_clusters == 2
+
+
+def _recording_strategy() -> ClusteredStrategy:
+    """Four clients in true groups 0, 0, 1, 1, all in one cluster of two models."""
+    strategy = ClusteredStrategy()
+    strategy.clients = {p: ClientInfo(p, 100 + p, 10, 2, p // 2) for p in range(4)}
+    strategy.set_clusters([ArrayRecord(), ArrayRecord()], dict.fromkeys(range(4), 0))
+    return strategy
+
+
+def test_round_records_rescore_and_log_the_assignment_only_when_it_or_the_truth_changes():
+    strategy = _recording_strategy()
+    strategy._record(1, None)
+    strategy._record(2, None)
+    strategy.set_clusters(strategy.models, {0: 0, 1: 0, 2: 1, 3: 1})
+    strategy._record(3, None)
+    strategy.truth = {0: 0, 1: 1, 2: 0, 3: 1}  # a truth file: same assignment, other groups
+    strategy._record(4, None)
+    strategy.set_clusters(strategy.models, {0: 0, 1: 0, 2: 1, 3: 1})  # the same assignment again
+    strategy._record(5, None)
+    assert [r["ari"] for r in strategy.history] == pytest.approx([0.0, 0.0, 1.0, -0.5, -0.5])
+    assert [c["round"] for c in strategy.assignment_changes] == [1, 3]
+    assert strategy.assignment_changes[-1]["assignment"] == {"0": 0, "1": 0, "2": 1, "3": 1}
+
+
+def test_assignment_history_keeps_only_what_changed_and_rebuilds_every_snapshot():
+    strategy = _recording_strategy()
+    strategy._record(1, None)
+    for rnd in range(2, 6):
+        strategy.set_clusters(strategy.models, {**strategy.assignment, 0: (rnd + 1) % 2})  # one client moves
+        strategy._record(rnd, None)
+    strategy.set_clusters(strategy.models, {p: k for p, k in strategy.assignment.items() if p != 3})  # 3 leaves
+    strategy._record(6, None)
+    assert [len(diff) for _, diff in strategy._assignment_diffs] == [4, 1, 1, 1, 1, 1]
+    history = strategy.assignment_changes
+    assert [h["round"] for h in history] == [1, 2, 3, 4, 5, 6]
+    assert history[0]["assignment"] == {"0": 0, "1": 0, "2": 0, "3": 0}
+    assert history[3]["assignment"] == {"0": 1, "1": 0, "2": 0, "3": 0}
+    assert history[5]["assignment"] == {"0": 0, "1": 0, "2": 0}

@@ -165,3 +165,9 @@ def test_flag_on_digits_sweeps_on_train_data_and_finds_the_groups(tmp_path):
     assert all(r["accuracy"] is not None and 0 <= r["accuracy"] <= 1 for r in s.sweep)
     paths = flag_sweep(s, tmp_path)
     assert [p.name for p in paths] == ["flag-sweep.png", "flag-sweep.json"] and paths[0].stat().st_size > 0
+
+
+def test_clustering_drops_the_signals_newcomers_do_not_need():
+    s = _offline(FLAGParams(alpha=0.5), _signals(np.random.default_rng(0)))
+    s.cluster(1)
+    assert s.clustered and s.distance_pids == list(range(8)) and s.signals == {}

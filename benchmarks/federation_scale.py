@@ -1,0 +1,155 @@
+"""Whole federations of 1,000+ simulated clients: ``umbel run`` per algorithm, side by side.
+
+Each algorithm runs once on a grouped Fashion-MNIST scenario (label-groups, 5 groups) with a
+few per cent of the clients sampled per round, with its round-dependent keys set so that it
+clusters within the rounds. Reads each run's ``summary.json`` (final ARI, clusters),
+``resources.json`` (the server process's peak RSS and CPU seconds, the start-up identity
+phase, the bytes of the strategy's state) and ``round-times.json``, and writes
+``federation-scale.md`` and ``.json`` to ``<results-dir>/federation-scale/``.
+
+Example::
+
+    nice -n 10 python benchmarks/federation_scale.py --clients 1000 --rounds 10
+    python benchmarks/federation_scale.py --clients 10000 --only fedavg,cflgt --samples-per-label 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runs import ROOT, run_cli
+
+# Each algorithm's own keys, so that it clusters within 10 rounds (FedAvg first: the reference).
+ALGORITHMS: dict[str, list[str]] = {
+    "fedavg": [],
+    "cflgt": ["--pretrain-rounds", "3"],
+    "fedclust": ["--num-clusters", "5"],
+    "flag": ["--num-clusters", "5", "--gradient-epochs", "2"],
+    "flic": ["--cluster-round", "3"],
+    "cfl-gp": ["--cluster-period", "3", "--num-clusters", "5"],
+}
+
+
+def read_outcome(folder: Path) -> dict[str, Any]:
+    """One finished run's figures: final ARI and clusters, peak RSS, identity phase, round times.
+
+    Training rounds are those whose phase is ``train`` without evaluation (after any clustering).
+    """
+    summary = json.loads((folder / "summary.json").read_text())
+    resources = json.loads((folder / "resources.json").read_text())
+    times = json.loads((folder / "round-times.json").read_text())["round-seconds"]
+    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    plain = {m["round"] for m in metrics if m.get("phase", "train") == "train" and not m["eval-clients"]}
+    train_only = [float(s) for r, s in times.items() if int(r) in plain]
+    state = resources.get("state-bytes", {})
+    return {
+        "final-ari": metrics[-1]["ari"] if metrics else None,
+        "clusters": metrics[-1]["num-clusters"] if metrics else None,
+        "final-accuracy": summary.get("final-accuracy"),
+        "clients-identified": resources.get("num-clients"),
+        "peak-rss-mb": resources["peak-rss-mb"],
+        "server-cpu-seconds": resources["cpu-seconds"],
+        "identity-seconds": resources.get("identity-seconds"),
+        "state-bytes": sum(state.values()),
+        "state-bytes-by-attribute": state,
+        "mean-round-seconds": statistics.fmean(float(s) for s in times.values()) if times else None,
+        "mean-train-round-seconds": statistics.fmean(train_only) if train_only else None,
+        "wall-seconds": summary.get("wall-seconds"),
+    }
+
+
+def markdown(rows: dict[str, dict[str, Any]], clients: int) -> str:
+    """The results table; round times also as a multiple of FedAvg's."""
+    ref = rows.get("fedavg", {}).get("mean-train-round-seconds")
+    header = (
+        f"| algorithm ({clients:,} clients) | completes | final ARI | clusters | server peak RSS MB | server CPU s "
+        "| identity phase s | wall s | mean round s | training round s | / FedAvg | state bytes / client |"
+    )
+    lines = [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, row in rows.items():
+        if "error" in row:
+            lines.append(f"| {name} | no: {row['error']} |" + " |" * 10)
+            continue
+        train = row["mean-train-round-seconds"]
+        ratio = f"{train / ref:.2f}" if train and ref else ""
+
+        def fmt(value: Any, spec: str) -> str:
+            return "" if value is None else format(value, spec)
+
+        lines.append(
+            f"| {name} | yes | {fmt(row['final-ari'], '.3f')} | {row['clusters']} | {row['peak-rss-mb']:.0f} "
+            f"| {row['server-cpu-seconds']:.0f} | {fmt(row['identity-seconds'], '.0f')} "
+            f"| {fmt(row['wall-seconds'], '.0f')} "
+            f"| {fmt(row['mean-round-seconds'], '.2f')} | {fmt(train, '.2f')} | {ratio} "
+            f"| {row['state-bytes'] / clients:,.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every chosen algorithm in turn; print and write the table."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
+    )
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--fraction", type=float, default=0.03)
+    parser.add_argument("--samples-per-label", type=int, default=10)
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALGORITHMS)}")
+    parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    names = [n for n in args.only.split(",") if n] or list(ALGORITHMS)
+    unknown = sorted(set(names) - set(ALGORITHMS))
+    if unknown:
+        parser.error(f"The 'only' parameter of federation_scale must name {sorted(ALGORITHMS)}. Got {unknown} instead.")
+    common = [
+        "--num-clients",
+        str(args.clients),
+        "--scenario",
+        "label-groups",
+        "--groups",
+        "5",
+        "--samples-per-label",
+        str(args.samples_per_label),
+        "--fraction",
+        str(args.fraction),
+        "--rounds",
+        str(args.rounds),
+        "--eval-every",
+        str(args.rounds),
+        "--local-epochs",
+        "1",
+        *extra,
+    ]
+    results_dir = Path(args.results_dir)
+    folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / "federation-scale"
+    rows: dict[str, dict[str, Any]] = {}
+    for name in names:
+        started = time.monotonic()
+        try:
+            run = folder / f"{name}-{args.clients}"
+            if not args.report_only:
+                run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
+            rows[name] = read_outcome(run)
+        except (RuntimeError, OSError, KeyError, ValueError) as err:
+            rows[name] = {"error": str(err).splitlines()[0][:200]}
+        rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
+        print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")
+        (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
+    (folder / "federation-scale.md").write_text(markdown(rows, args.clients))
+    print(markdown(rows, args.clients))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

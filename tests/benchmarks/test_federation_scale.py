@@ -1,0 +1,46 @@
+"""benchmarks/federation_scale.py: the figures read back from each run's files."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import federation_scale
+
+
+def _fake_run(folder: Path, round_seconds: dict[str, float], evaluated: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"final-accuracy": 0.5, "wall-seconds": 60.0}))
+    (folder / "resources.json").write_text(
+        json.dumps(
+            {"peak-rss-mb": 900.0, "cpu-seconds": 30.0, "identity-seconds": 20.0, "state-bytes": {"a": 1000, "b": 3000}}
+        )
+    )
+    (folder / "round-times.json").write_text(json.dumps({"round-seconds": round_seconds}))
+    records = [
+        {"round": int(r), "ari": 0.9, "num-clusters": 5, "eval-clients": 10 if int(r) == evaluated else None}
+        for r in round_seconds
+    ]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return folder
+
+
+def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_state_sums_its_parts(tmp_path):
+    folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0, "5": 9.0}, evaluated=4)
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    records[3]["phase"] = "cluster"
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    row = federation_scale.read_outcome(folder)
+    assert row["mean-train-round-seconds"] == pytest.approx(2.0)
+    assert row["mean-round-seconds"] == pytest.approx(15.75)
+    assert row["state-bytes"] == 4000 and row["final-ari"] == 0.9 and row["clusters"] == 5
+
+
+def test_table_gives_round_time_against_fedavg_and_bytes_per_client(tmp_path):
+    fedavg = federation_scale.read_outcome(_fake_run(tmp_path / "a", {"2": 1.0, "3": 1.0}, evaluated=0))
+    other = federation_scale.read_outcome(_fake_run(tmp_path / "b", {"2": 1.5, "3": 1.5}, evaluated=0))
+    table = federation_scale.markdown({"fedavg": fedavg, "cflgt": other, "flag": {"error": "exit code 1"}}, 100)
+    assert "| cflgt | yes | 0.900 | 5 | 900 |" in table and "| 1.50 | 40 |" in table
+    assert "| flag | no: exit code 1 |" in table

@@ -89,7 +89,7 @@ def test_sweep_records_every_alpha_and_picks_the_elbow():
     s.cluster(1)
     assert [r["alpha"] for r in s.sweep] == [1.0, 0.75, 0.5, 0.25]
     assert [r["num-clusters"] for r in s.sweep][:3] == [1, 2, 2] and s.sweep[-1]["num-clusters"] >= 2
-    assert len(calls) == len({c for c in calls})  # each distinct clustering validated once
+    assert len(calls) == len(set(calls))  # each distinct clustering validated once
     assert s.chosen_alpha == 0.75 and s.threshold == 0.75
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
 
@@ -165,3 +165,53 @@ def test_flag_on_digits_sweeps_on_train_data_and_finds_the_groups(tmp_path):
     assert all(r["accuracy"] is not None and 0 <= r["accuracy"] <= 1 for r in s.sweep)
     paths = flag_sweep(s, tmp_path)
     assert [p.name for p in paths] == ["flag-sweep.png", "flag-sweep.json"] and paths[0].stat().st_size > 0
+
+
+def test_sweep_trains_the_named_sweep_model_and_the_run_keeps_its_own():
+    rc = small_run_config(
+        strategy="flag",
+        rounds=2,
+        model="dnn",
+        **{
+            "flag-sweep-model": "linear",
+            "sweep-step": 0.5,
+            "sweep-clients": 4,
+            "sweep-rounds": 1,
+            "gradient-epochs": 2,
+            "local-epochs": 1,
+        },
+    )
+    exp = Experiment.from_run_config(rc)
+    grid = InProcessGrid(client_app, rc, rc["num-clients"])
+    s = exp.build_strategy()
+    got: list[HoldoutResult] = []
+    query = s.query_signal
+
+    def recorded(action, *args, **kwargs):
+        out = query(action, *args, **kwargs)
+        got.extend(out.values() if action == keys.HOLDOUT_ACTION else [])
+        return out
+
+    s.query_signal = recorded
+    s.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    features, classes = 64, 10  # digits: 8x8 flattened, 10 classes
+    linear = {"head.weight": (classes, features), "head.bias": (classes,)}
+    holdouts = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.HOLDOUT_ACTION)]
+    assert holdouts and all({n: tuple(a.shape) for n, a in m.content[keys.ARRAYS].items()} == linear for m in holdouts)
+    # every sampled client answered, and the trained ones sent an update of the linear model's size
+    assert len(got) == len(holdouts) and {len(r.delta) for r in got} == {0, classes * features + classes}
+    assert all(r["accuracy"] is not None for r in s.sweep)
+    train = [m for m in grid.sent if m.metadata.message_type == "train"]
+    assert train and all(m.content[keys.ARRAYS]["head.weight"].shape == (classes, 200) for m in train)
+
+
+def test_sweep_model_is_validated_before_training():
+    with pytest.raises(ValueError, match="The 'flag-sweep-model' parameter of FLAG must be one of"):
+        FLAGParams(flag_sweep_model="mlp")
+    rc = small_run_config(strategy="flag", **{"flag-sweep-model": "lenet5"})
+    with pytest.raises(ValueError, match="The 'flag-sweep-model' parameter of FLAG must be a model for inputs"):
+        Experiment.from_run_config(rc).build_strategy()
+    s = FLAG(TrainingParams(), FLAGParams(flag_sweep_model="linear"))
+    with pytest.raises(RuntimeError, match="prepare_sweep"):
+        s.initial = ArrayRecord({"head.weight": Array(np.zeros((4, 5), np.float32))})
+        s.validate(1, [0], (0,))

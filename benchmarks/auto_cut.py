@@ -140,7 +140,7 @@ def measure(name: str, num_clients: int, seed: int, cluster_steps: int, save: Pa
     rows = []
     for strategy, d in matrices.items():
         tuned = cut_tree(d, threshold=TUNED[strategy], linkage="average")
-        given = cut_tree(d, num_clusters=k_true, linkage="average")
+        given = cut_tree(d, threshold=0.0, num_clusters=k_true, linkage="average")
         started = time.process_time()
         auto, score = auto_cut(d, "average")
         rows.append(

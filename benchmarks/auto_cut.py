@@ -52,7 +52,10 @@ SCENARIOS = {
     "label-skew-20": {"scenario": "label-skew", "label-fraction": 0.2},
     "rotation-4": {"scenario": "rotation", "angles": "0,90,180,270"},
     "label-swap-5": {"scenario": "label-swap", "groups": 5},
+    "label-skew-dirichlet-20": {"scenario": "label-skew-dirichlet", "label-fraction": 0.2, "quantity-alpha": 1.0},
+    "label-groups-3": {"scenario": "label-groups", "groups": 20, "labels-per-group": 3},
 }
+QUICK = ("label-groups-1", "label-skew-20", "rotation-4", "label-swap-5")
 TUNED = {"fedclust": 0.36, "pacfl": 30.0, "flhc": 1.0}  # the quick preset's FedClust lambda; the defaults
 
 
@@ -169,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-clients", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cluster-steps", type=int, default=30, help="FedClust's, as the quick preset")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--scenarios", default=",".join(QUICK), help=f"comma-separated, of {', '.join(SCENARIOS)}")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--save", type=Path, default=None, help="keep the distance matrices (npz) in this folder")
     args = parser.parse_args(argv)

@@ -23,11 +23,10 @@ reference code calls "average" (the mean of the two merged rows)."""
 METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
 AUTO_MAX_CLUSTERS = 100
 """:func:`auto_cut` scores the cuts into 2 .. this many clusters."""
-AUTO_TOLERANCE = 0.05
+AUTO_TOLERANCE = 0.02
 """:func:`auto_cut` keeps the finest cut within this much silhouette of the best one."""
-AUTO_MIN_SILHOUETTE = 0.25
-""":func:`auto_cut` keeps one cluster when no cut scores above this (Kaufman and Rousseeuw's
-"no substantial structure" below 0.25)."""
+AUTO_MIN_SILHOUETTE = 0.1
+""":func:`auto_cut` keeps one cluster when no cut scores above this (no structure)."""
 
 
 def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:

@@ -9,8 +9,8 @@ phase, the bytes of the strategy's state) and ``round-times.json``, and writes
 
 Example::
 
-    nice -n 10 python benchmarks/federation_scale.py --clients 1000 --rounds 10
-    python benchmarks/federation_scale.py --clients 10000 --only fedavg,cflgt --samples-per-label 1
+    nice -n 10 python -m benchmarks.federation_scale --clients 1000 --rounds 10
+    python -m benchmarks.federation_scale --clients 10000 --only fedavg,cflgt --samples-per-label 1
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import ROOT, run_cli
+from benchmarks.runs import ROOT, run_cli
 
 # Each algorithm's own keys, so that it clusters within 10 rounds (FedAvg first: the reference).
 ALGORITHMS: dict[str, list[str]] = {

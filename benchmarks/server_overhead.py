@@ -10,8 +10,8 @@ umbel's loop records every round as ``umbel run`` does (``metrics.jsonl``, the p
 
 Example::
 
-    python benchmarks/server_overhead.py --clients 100 --rounds 20 --repeats 5
-    python benchmarks/server_overhead.py --profile umbel     # cProfile of umbel's FedAvg rounds
+    python -m benchmarks.server_overhead --clients 100 --rounds 20 --repeats 5
+    python -m benchmarks.server_overhead --profile umbel     # cProfile of umbel's FedAvg rounds
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import io
 import itertools
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -35,9 +34,7 @@ from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import bootstrap_ratio
+from benchmarks.overhead import bootstrap_ratio
 from common import keys
 from common.config import TrainingParams
 from common.models import build_model

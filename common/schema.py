@@ -362,6 +362,13 @@ KEYS: tuple[Key, ...] = (
         "of the class's samples (3 is modified)",
     ),
     _k(
+        "flag-sweep-model",
+        "",
+        "flag",
+        "the model the alpha sweep's clients train: empty = the run's model (modified), or a built-in "
+        "such as linear (the paper trains an unnamed lightweight model with fewer layers)",
+    ),
+    _k(
         "cluster-round",
         0,
         "flic",

@@ -30,6 +30,7 @@ from common.sources import DATA_PATH, FolderSource, folder_spec, run_info
 from common.training import check_device_name
 from common.validation import check_str
 from strategies import ClusteredStrategy, get_strategy
+from strategies.flag import FLAG
 
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
@@ -104,6 +105,8 @@ class Experiment:
         strategy = get_strategy(self.strategy)(self.training, self.strategy_params)
         strategy.check_federation(self.scenario.num_clients)
         strategy.head_key = self.head_key
+        if isinstance(strategy, FLAG) and self.info is not None:
+            strategy.prepare_sweep(self.info, self.scenario.seed)
         if self.truth_path:
             strategy.truth = read_truth(self.truth_path)
         return strategy

@@ -12,6 +12,8 @@ clients run ``sweep-rounds`` rounds of clustered FL (``local-epochs`` each) on 9
 train split and report accuracy on the held-out 10% (``query.holdout``); alpha is chosen at
 the elbow of accuracy against the number of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
 cuts into that many clusters instead. Every cluster model then starts from the initial model.
+The sweep's clients train the run's model (``flag-sweep-model`` "", modified) or the named
+built-in (the paper: an unnamed "lightweight model with fewer layers"; ``linear`` is umbel's).
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from common import keys
 from common.clustering.flag import choose_threshold, flag_distances, sweep_cuts, threshold_grid
 from common.clustering.hierarchical import relabel_by_appearance
 from common.clustering.oneshot import OneShotClusters, cut_distances
-from common.signals.flag import HoldoutResult
+from common.data import DatasetInfo
+from common.models import MODELS, build_model, check_model
+from common.signals.flag import SWEEP_MODEL, HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
-from common.validation import check_bool, check_float, check_int
+from common.validation import check_bool, check_choice, check_float, check_int
 
 from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut
@@ -45,7 +49,8 @@ class FLAGParams:
     """``beta``, ``delta`` in [0, 1]; ``alpha`` in [0, 1] (0 = sweep); ``sweep_step`` in (0, 1];
     ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs`` >= 1; ``flag_vectors`` >= 0 (0: the
     paper's about 1% of each class's samples; default 3, modified);
-    ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``.
+    ``uniform_weights``; ``flag_sweep_model``: "" (the run's model, modified) or a built-in
+    model the sweep trains instead; the shared ``num_clusters`` (0 = not given) and ``linkage``.
     """
 
     beta: float = 0.5
@@ -57,6 +62,7 @@ class FLAGParams:
     gradient_epochs: int = 20
     uniform_weights: bool = False
     flag_vectors: int = 3
+    flag_sweep_model: str = ""
     num_clusters: int = 0
     linkage: str = "average"
 
@@ -69,6 +75,7 @@ class FLAGParams:
             put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
         put("flag_vectors", check_int(self.flag_vectors, "flag-vectors", owner, low=0))
         put("uniform_weights", check_bool(self.uniform_weights, "uniform-weights", owner))
+        check_choice(self.flag_sweep_model, "flag-sweep-model", owner, ("", *MODELS))
         check_cut(self, owner)
 
 
@@ -83,6 +90,8 @@ class FLAG(OneShotStrategy):
         One record per alpha tried: ``alpha``, ``num-clusters``, ``accuracy`` (None if no reply).
     chosen_alpha : float or None
         The threshold the sweep chose.
+    sweep_initial : ArrayRecord or None
+        Initial weights of ``flag-sweep-model`` (set by :meth:`prepare_sweep`); None: the run's model.
     """
 
     name = "flag"
@@ -99,12 +108,33 @@ class FLAG(OneShotStrategy):
         self.gradient_matrix: np.ndarray | None = None
         self.sweep: list[dict[str, Any]] = []
         self.chosen_alpha: float | None = None
+        self.sweep_initial: ArrayRecord | None = None
         self._pending: dict[int, tuple[ClassSubspaces, ModelUpdate]] | None = None
         self._cache: tuple[tuple[int, ...], np.ndarray] | None = None
 
+    def prepare_sweep(self, info: DatasetInfo, seed: int) -> None:
+        """Build the initial weights of ``flag-sweep-model`` for the run's data (before training).
+
+        Raises
+        ------
+        ValueError
+            Naming ``'flag-sweep-model'`` when that model cannot take the run's inputs or task.
+        """
+        name = self.params.flag_sweep_model
+        if not name:
+            return
+        try:
+            check_model(name, info.input_shape, info.task)
+        except ValueError as err:
+            raise ValueError(
+                f"The 'flag-sweep-model' parameter of FLAG must be a model for inputs of shape "
+                f"{info.input_shape} ({info.task}). Got {name!r} instead ({err})."
+            ) from None
+        self.sweep_initial = ArrayRecord(build_model(name, info.input_shape, info.num_classes, seed).state_dict())
+
     @property
     def threshold(self) -> float:
-        """``alpha`` when given, else the sweep's choice (1 before it ran)."""
+        """The HC cut: ``alpha`` when given, else the sweep's choice (1 before it ran)."""
         return self.params.alpha if self.params.alpha > 0 else float(self.chosen_alpha or 1.0)
 
     @property
@@ -216,11 +246,19 @@ class FLAG(OneShotStrategy):
         return float(alphas[chosen])
 
     def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
-        """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the initial model."""
-        initial = self.initial_model
-        size = float_size(initial)
+        """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the
+        initial model (of ``flag-sweep-model`` when given).
+        """
+        name = self.params.flag_sweep_model
+        if name and self.sweep_initial is None:
+            raise RuntimeError(f"FLAG's sweep model {name!r} was not built: call prepare_sweep before the run.")
+        start = self.sweep_initial if name and self.sweep_initial is not None else self.initial_model
+        size = float_size(start)
+        config: dict[str, Any] = {keys.HOLDOUT_FRACTION: HOLDOUT}
+        if name:
+            config[SWEEP_MODEL] = name
         members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}
-        models = dict.fromkeys(members, initial)
+        models = dict.fromkeys(members, start)
         accuracy: dict[int, float] = {}
         for r in range(self.params.sweep_rounds + 1):
             epochs = self.training.local_epochs if r < self.params.sweep_rounds else 0
@@ -231,7 +269,7 @@ class FLAG(OneShotStrategy):
                     server_round,
                     HoldoutResult.from_arrays,
                     models=[models[k]],
-                    config={keys.HOLDOUT_FRACTION: HOLDOUT, keys.LOCAL_EPOCHS: epochs},
+                    config={**config, keys.LOCAL_EPOCHS: epochs},
                     size=size if epochs else 0,
                     max_fit=max(self.clients[q].num_train for q in pids),
                 )

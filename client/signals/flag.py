@@ -1,7 +1,8 @@
 """``query.holdout``: FLAG's sweep round (Alg. 3) on a fixed 90/10 split of the TRAIN data.
 
 Config: ``holdout-fraction`` (the validation share), ``local-epochs`` (0 = only score the sent
-model) and the usual optimiser keys. The split depends only on the run's seed and the
+model), optionally ``flag-sweep-model`` (the built-in model the sent weights are for; absent:
+the run's model) and the usual optimiser keys. The split depends only on the run's seed and the
 partition id, so every sweep round and clustering sees the same validation samples.
 """
 
@@ -11,8 +12,9 @@ import numpy as np
 from flwr.app import RecordDict
 
 from common import keys
-from common.records import read_float, read_int
-from common.signals.flag import HoldoutResult
+from common.models import build_model
+from common.records import read_float, read_int, read_str
+from common.signals.flag import SWEEP_MODEL, HoldoutResult
 from common.training import evaluate, train
 
 from ..task import SERVER_CONFIG, ClientTask
@@ -48,7 +50,12 @@ def holdout(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
         len(y), read_float(cfg, keys.HOLDOUT_FRACTION, SERVER_CONFIG), task.seed, task.partition_id
     )
     sent = models_in(content)[0]
-    model = task.model(sent)
+    name = read_str(cfg, SWEEP_MODEL, SERVER_CONFIG, default="")
+    if name:
+        model = build_model(name, task.info.input_shape, task.info.num_classes, task.seed)
+        model.load_state_dict(sent.to_torch_state_dict(), strict=True)
+    else:
+        model = task.model(sent)
     epochs = read_int(cfg, keys.LOCAL_EPOCHS, SERVER_CONFIG)
     delta = np.zeros(0, dtype=np.float32)
     if epochs > 0:

@@ -23,6 +23,10 @@ reference code calls "average" (the mean of the two merged rows)."""
 METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
 AUTO_MAX_CLUSTERS = 100
 """:func:`auto_cut` scores the cuts into 2 .. this many clusters."""
+AUTO_TOLERANCE = 0.02
+""":func:`auto_cut` keeps the finest cut within this much silhouette of the best one."""
+AUTO_MIN_SILHOUETTE = 0.1
+""":func:`auto_cut` keeps one cluster when no cut scores above this (no structure)."""
 
 
 def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:
@@ -320,21 +324,29 @@ def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0, 
 
 
 def auto_cut(
-    distances: np.ndarray, linkage: str = "average", max_clusters: int = AUTO_MAX_CLUSTERS
+    distances: np.ndarray,
+    linkage: str = "average",
+    max_clusters: int = AUTO_MAX_CLUSTERS,
+    tolerance: float = AUTO_TOLERANCE,
 ) -> tuple[np.ndarray, float | None]:
-    """The cut of the HC tree chosen without a threshold: the best silhouette.
+    """The cut of the HC tree chosen without a threshold: the most clusters whose silhouette is
+    within ``tolerance`` of the best.
 
     Every cut of the tree into ``2 .. min(N - 1, max_clusters)`` clusters is scored by the
-    silhouette on ``distances`` (scikit-learn, precomputed); the best one is kept (the fewest
-    clusters on ties). When no cut scores above 0 (no cluster is closer inside than across)
-    everything stays in one cluster.
+    silhouette on ``distances`` (scikit-learn, precomputed). The cut kept is the one with the
+    most clusters among those scoring at least the best score minus ``tolerance``: the best
+    score alone prefers a coarse split of groups that are close (groups sharing labels) over
+    the finer one, by less than the noise of the score. When no cut scores above
+    ``AUTO_MIN_SILHOUETTE`` (no substantial structure) everything stays in one cluster.
 
     Parameters
     ----------
     distances : ndarray of shape (N, N)
-    linkage : {"average", "complete", "single"}, default="average"
+    linkage : {"average", "complete", "single", "weighted"}, default="average"
     max_clusters : int, default=AUTO_MAX_CLUSTERS
         >= 2.
+    tolerance : float, default=AUTO_TOLERANCE
+        In [0, 1).
 
     Returns
     -------
@@ -346,25 +358,27 @@ def auto_cut(
     Raises
     ------
     ValueError
-        Naming ``'distances'``, ``'linkage'`` or ``'max_clusters'``.
+        Naming ``'distances'``, ``'linkage'``, ``'max_clusters'`` or ``'tolerance'``.
     """
     owner = "auto_cut"
     d = check_distance_matrix(distances, owner)
     check_choice(linkage, "linkage", owner, LINKAGES)
     max_clusters = check_int(max_clusters, "max_clusters", owner, low=2)
+    tolerance = check_float(tolerance, "tolerance", owner, low=0.0, high=1.0, closed=(True, False))
     n = d.shape[0]
     one = np.zeros(n, dtype=np.int64)
     if n < 3 or not np.any(d):
         return one, None
     tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
-    best: tuple[float, np.ndarray] | None = None
+    scored: list[tuple[int, float, np.ndarray]] = []
     for k in range(2, min(n - 1, max_clusters) + 1):
         labels = hierarchy.fcluster(tree, k, criterion="maxclust")
-        if len(np.unique(labels)) < 2:
+        found = len(np.unique(labels))
+        if found < 2 or (scored and found == scored[-1][0]):
             continue
-        score = float(silhouette_score(d, labels, metric="precomputed"))
-        if best is None or score > best[0]:
-            best = (score, labels)
-    if best is None or best[0] <= 0:
+        scored.append((found, float(silhouette_score(d, labels, metric="precomputed")), labels))
+    best = max((score for _, score, _ in scored), default=0.0)
+    if best <= AUTO_MIN_SILHOUETTE:
         return one, None
-    return relabel_by_appearance(best[1]), best[0]
+    _, score, labels = max((c for c in scored if c[1] >= best - tolerance), key=lambda c: c[0])
+    return relabel_by_appearance(labels), score

@@ -3,7 +3,8 @@
 A client sampled for the threshold sweep keeps ``holdout-fraction`` (paper: 10%) of its TRAIN
 split aside, trains the sent cluster model on the rest for ``local-epochs`` (0 = no training)
 and replies with its update and the accuracy of the trained (or, with 0 epochs, the sent)
-model on the held-out part. The test split is never touched.
+model on the held-out part. The test split is never touched. With ``flag-sweep-model`` in the
+config the client builds that built-in model for the sent weights instead of the run's model.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 from common import keys
 
 from . import SignalError, check_names, require_array
+
+SWEEP_MODEL = "flag-sweep-model"  # config of query.holdout: the built-in model the sent weights are for
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,13 +1,11 @@
 """benchmarks/federation_scale.py: the figures read back from each run's files."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import federation_scale
+from benchmarks import federation_scale
 
 
 def _fake_run(folder: Path, round_seconds: dict[str, float], evaluated: int) -> Path:

@@ -1,12 +1,8 @@
 """benchmarks/server_overhead.py: server CPU per round over a grid that answers at once."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import server_overhead
+from benchmarks import server_overhead
 
 from common.config import TrainingParams
 

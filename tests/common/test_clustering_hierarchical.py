@@ -132,3 +132,26 @@ def test_weighted_linkage_is_wpgma_not_upgma():
     assert agglomerative(dist, threshold=8.3, linkage="average").tolist() == [0, 0, 0, 1]
     assert agglomerative(dist, threshold=8.25, linkage="weighted").tolist() == [0, 0, 0, 1]  # merges below only
     assert agglomerative(dist, num_clusters=2, linkage="weighted").tolist() == [0, 0, 0, 1]
+
+
+def test_auto_cut_keeps_close_groups_apart_where_the_best_silhouette_merges_them():
+    # three groups of 8; two of them 6 apart, the third 20 away: the best silhouette (0.817 at 2
+    # clusters) merges the close pair, whose split scores 0.799 (within the 0.02 tolerance); 4: 0.644
+    rng = np.random.default_rng(3)
+    truth = np.repeat([0, 1, 2], 8)
+    centres = np.array([[0.0, 0, 0, 0], [6.0, 0, 0, 0], [20.0, 0, 0, 0]])
+    d = pairwise_distances(centres[truth] + rng.normal(scale=0.5, size=(24, 4)))
+    labels, score = auto_cut(d)
+    assert adjusted_rand_score(truth, labels) == 1.0 and 0.79 < score < 0.81
+    coarse, best = auto_cut(d, tolerance=0.0)  # the best silhouette alone
+    assert len(set(coarse.tolist())) == 2 and best > score
+
+
+def test_auto_cut_keeps_one_cluster_without_structure_and_checks_tolerance():
+    rng = np.random.default_rng(0)
+    d = pairwise_distances(rng.normal(size=(40, 100)))  # no groups: every cut scores below 0.1
+    labels, score = auto_cut(d)
+    assert set(labels.tolist()) == {0} and score is None
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="'tolerance'"):
+            auto_cut(d, tolerance=bad)

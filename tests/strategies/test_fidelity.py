@@ -351,3 +351,51 @@ def test_flag_uniform_weights_ignores_the_class_counts():
     bases = [dict(zip(sig.classes.tolist(), sig.bases, strict=True)) for sig, _ in signals.values()]
     np.testing.assert_allclose(matrices[True], data_similarity(bases, None, 4))
     assert not np.allclose(matrices[True], matrices[False])
+
+
+def test_flag_uniform_weights_average_the_class_angles_as_eq3_and_eq6_say():
+    """Hand-computed V: class 1's subspaces are 60 degrees apart for every pair; client 2 holds 50x
+    more of class 1 than the others; client 3 lacks class 1 (Eq. 3: 180 degrees). With counts
+    (delta 0.5, Eq. 4-5) an equal-size pair weighs 1 - delta and the most unequal one 1 + delta;
+    with uniform weights every class angle counts once: V = (0 + 60) / 2 = 30 for every pair
+    holding both classes, (0 + 180) / 2 = 90 against client 3.
+    """
+    e = np.eye(3)
+    c, r = np.cos(np.pi / 3) * e[:, [1]], np.sin(np.pi / 3) * e[:, [2]]
+    class1 = [e[:, [1]], c + r, c - r]  # 60 degrees between every two of them
+    counts = [np.array([50, 50]), np.array([50, 50]), np.array([50, 2500]), np.array([50])]
+    signals = {
+        p: (
+            ClassSubspaces(
+                np.array([0, 1]) if p < 3 else np.array([0]),
+                (e[:, [0]], class1[p]) if p < 3 else (e[:, [0]],),
+                counts[p],
+            ),
+            ModelUpdate(np.eye(5)[p]),
+        )
+        for p in range(4)
+    }
+    got = {}
+    for uniform in (False, True):
+        s = FLAG(TrainingParams(), FLAGParams(alpha=0.5, beta=1.0, uniform_weights=uniform))
+        s.clients = {p: ClientInfo(p, 1000 + p, 100, 5, p) for p in signals}
+        s.initial = ArrayRecord(
+            {"head.weight": Array(np.zeros((2, 5), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+        )
+        s.init_clusters(s.initial)
+        s.collect = lambda pids, rnd: {p: signals[p] for p in pids}
+        s.cluster(1)
+        got[uniform] = s.data_matrix
+    uniform_v = np.array([[0, 30, 30, 90], [30, 0, 30, 90], [30, 30, 0, 90], [90, 90, 90, 0]])
+    np.testing.assert_allclose(got[True], uniform_v, atol=1e-6)
+    weighted = got[False]
+    np.testing.assert_allclose(weighted[0, 1], 60 * 0.5 / 2, atol=1e-6)  # equal sizes: 1 - delta
+    np.testing.assert_allclose(weighted[[0, 1], [2, 2]], 60 * 1.5 / 2, atol=1e-6)  # the largest size ratio: 1 + delta
+    np.testing.assert_allclose(weighted[:3, 3], 180 * 1.5 / 2, atol=1e-6)  # a class on one side only
+
+
+def test_flag_with_uniform_weights_asks_for_no_class_counts():
+    strategy, grid, _ = _run(strategy="flag", rounds=2, alpha=0.5, **{"uniform-weights": True, "gradient-epochs": 1})
+    asked = _sent(grid, keys.SUBSPACES_ACTION)
+    assert len(asked) == 6 and all(m.content[keys.CONFIG][keys.WITH_COUNTS] is False for m in asked)
+    assert strategy.data_matrix is not None and len(strategy.assignment) == 6

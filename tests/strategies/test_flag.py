@@ -171,3 +171,53 @@ def test_clustering_drops_the_signals_newcomers_do_not_need():
     s = _offline(FLAGParams(alpha=0.5), _signals(np.random.default_rng(0)))
     s.cluster(1)
     assert s.clustered and s.distance_pids == list(range(8)) and s.signals == {}
+
+
+def test_sweep_trains_the_named_sweep_model_and_the_run_keeps_its_own():
+    rc = small_run_config(
+        strategy="flag",
+        rounds=2,
+        model="dnn",
+        **{
+            "flag-sweep-model": "linear",
+            "sweep-step": 0.5,
+            "sweep-clients": 4,
+            "sweep-rounds": 1,
+            "gradient-epochs": 2,
+            "local-epochs": 1,
+        },
+    )
+    exp = Experiment.from_run_config(rc)
+    grid = InProcessGrid(client_app, rc, rc["num-clients"])
+    s = exp.build_strategy()
+    got: list[HoldoutResult] = []
+    query = s.query_signal
+
+    def recorded(action, *args, **kwargs):
+        out = query(action, *args, **kwargs)
+        got.extend(out.values() if action == keys.HOLDOUT_ACTION else [])
+        return out
+
+    s.query_signal = recorded
+    s.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    features, classes = 64, 10  # digits: 8x8 flattened, 10 classes
+    linear = {"head.weight": (classes, features), "head.bias": (classes,)}
+    holdouts = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.HOLDOUT_ACTION)]
+    assert holdouts and all({n: tuple(a.shape) for n, a in m.content[keys.ARRAYS].items()} == linear for m in holdouts)
+    # every sampled client answered, and the trained ones sent an update of the linear model's size
+    assert len(got) == len(holdouts) and {len(r.delta) for r in got} == {0, classes * features + classes}
+    assert all(r["accuracy"] is not None for r in s.sweep)
+    train = [m for m in grid.sent if m.metadata.message_type == "train"]
+    assert train and all(m.content[keys.ARRAYS]["head.weight"].shape == (classes, 200) for m in train)
+
+
+def test_sweep_model_is_validated_before_training():
+    with pytest.raises(ValueError, match="The 'flag-sweep-model' parameter of FLAG must be one of"):
+        FLAGParams(flag_sweep_model="mlp")
+    rc = small_run_config(strategy="flag", **{"flag-sweep-model": "lenet5"})
+    with pytest.raises(ValueError, match="The 'flag-sweep-model' parameter of FLAG must be a model for inputs"):
+        Experiment.from_run_config(rc).build_strategy()
+    s = FLAG(TrainingParams(), FLAGParams(flag_sweep_model="linear"))
+    with pytest.raises(RuntimeError, match="prepare_sweep"):
+        s.initial = ArrayRecord({"head.weight": Array(np.zeros((4, 5), np.float32))})
+        s.validate(1, [0], (0,))

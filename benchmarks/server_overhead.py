@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,8 @@ class RoundCPU:
 
 def clustered(strategy: ClusteredStrategy) -> ClusteredStrategy:
     """``strategy`` (CFLGT) already clustered into the 5 groups at start: every round only trains."""
+    # pretrain-rounds 0 means automatic at construction; no pre-training is what is measured here
+    strategy.params = replace(strategy.params, pretrain_rounds=0)
     init = strategy.init_clusters
 
     def init_clusters(initial: ArrayRecord) -> None:

@@ -19,7 +19,9 @@ differ. With ``profile-fraction`` < 1, the blocks a client has not answered are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO
+from typing import ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -28,6 +30,7 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
+from common.config import run_config_key, shared
 from common.signals.profile import PROTOCOLS, GradientProfile
 from common.validation import check_choice, check_float, check_int
 
@@ -38,10 +41,11 @@ OWNER = "CFLGP"
 
 @dataclass(frozen=True)
 class CFLGPParams:
-    """CFL-GP's run-config keys (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
+    """CFL-GP's run-config keys, ``cfl-gp-*`` (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
 
-    num_clusters: int = 0
-    max_clusters: int = 8
+    key_prefix: ClassVar[str] = "cfl-gp"
+    num_clusters: int = shared(0)
+    max_clusters: int = shared(8)
     cluster_period: int = 2
     cluster_until: int = 0
     stable_updates: int = 5
@@ -51,6 +55,7 @@ class CFLGPParams:
     estimate_after: int = 2
 
     def __post_init__(self) -> None:
+        key = partial(run_config_key, CFLGPParams)
         for name, low in (
             ("num_clusters", 0),
             ("max_clusters", 2),
@@ -59,18 +64,18 @@ class CFLGPParams:
             ("stable_updates", 0),
             ("estimate_after", 1),
         ):
-            object.__setattr__(self, name, check_int(getattr(self, name), name.replace("_", "-"), OWNER, low=low))
+            object.__setattr__(self, name, check_int(getattr(self, name), key(name), OWNER, low=low))
         object.__setattr__(
-            self, "profile_protocol", check_choice(self.profile_protocol, "profile-protocol", OWNER, PROTOCOLS)
+            self, "profile_protocol", check_choice(self.profile_protocol, key("profile_protocol"), OWNER, PROTOCOLS)
         )
         object.__setattr__(
             self,
             "profile_fraction",
-            check_float(self.profile_fraction, "profile-fraction", OWNER, low=0.0, high=1.0, closed=(False, True)),
+            check_float(self.profile_fraction, key("profile_fraction"), OWNER, low=0.0, high=1.0, closed=(False, True)),
         )
         if self.compression_ratio != 0:  # 0: automatic (compression.automatic_ratio)
             object.__setattr__(
-                self, "compression_ratio", check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0)
+                self, "compression_ratio", check_float(self.compression_ratio, key("compression_ratio"), OWNER, low=1.0)
             )
 
 

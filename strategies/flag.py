@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
@@ -39,6 +40,7 @@ from common.clustering.similarity import sketch_rows
 from common.signals.flag import HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_bool, check_float, check_int
 
 from .oneshot import OneShotStrategy, check_cut
@@ -51,9 +53,11 @@ class FLAGParams:
     """``beta``, ``delta`` in [0, 1]; ``alpha`` in [0, 1] (0 = sweep); ``sweep_step`` in (0, 1];
     ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs`` >= 1; ``flag_vectors`` >= 0 (0: the
     paper's about 1% of each class's samples; default 3, modified);
-    ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``.
+    ``uniform_weights``; the shared ``num_clusters`` (0 = not given) and ``linkage``; keys ``flag-*``
+    but the shared ``num-clusters`` and ``linkage``.
     """
 
+    key_prefix: ClassVar[str] = "flag"
     beta: float = 0.5
     delta: float = 0.5
     alpha: float = 0.0
@@ -63,18 +67,22 @@ class FLAGParams:
     gradient_epochs: int = 20
     uniform_weights: bool = False
     flag_vectors: int = 3
-    num_clusters: int = 0
-    linkage: str = "average"
+    num_clusters: int = shared(0)
+    linkage: str = shared("average")
 
     def __post_init__(self) -> None:
         owner, put = "FLAG", lambda name, value: object.__setattr__(self, name, value)
+        key = partial(run_config_key, FLAGParams)
         for name in ("beta", "delta", "alpha"):
-            put(name, check_float(getattr(self, name), name, owner, low=0.0, high=1.0))
-        put("sweep_step", check_float(self.sweep_step, "sweep-step", owner, low=0.0, high=1.0, closed=(False, True)))
+            put(name, check_float(getattr(self, name), key(name), owner, low=0.0, high=1.0))
+        put(
+            "sweep_step",
+            check_float(self.sweep_step, key("sweep_step"), owner, low=0.0, high=1.0, closed=(False, True)),
+        )
         for name in ("sweep_clients", "sweep_rounds", "gradient_epochs"):
-            put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
-        put("flag_vectors", check_int(self.flag_vectors, "flag-vectors", owner, low=0))
-        put("uniform_weights", check_bool(self.uniform_weights, "uniform-weights", owner))
+            put(name, check_int(getattr(self, name), key(name), owner, low=1))
+        put("flag_vectors", check_int(self.flag_vectors, key("flag_vectors"), owner, low=0))
+        put("uniform_weights", check_bool(self.uniform_weights, key("uniform_weights"), owner))
         check_cut(self, owner)
 
 

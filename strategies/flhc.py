@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -26,6 +27,7 @@ from common import keys
 from common.clustering.hierarchical import METRICS, pairwise_distances
 from common.clustering.similarity import sketch_rows
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_choice, check_float, check_int
 
 from .oneshot import OneShotStrategy, check_cut
@@ -36,22 +38,26 @@ class FLHCParams:
     """``warmup_rounds`` >= 0 FedAvg rounds before clustering, ``num_clusters`` >= 0 (0 = cut at
     ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
     euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
-    for the clustered update (0: ``local-epochs`` epochs).
+    for the clustered update (0: ``local-epochs`` epochs); keys ``flhc-*`` but the shared
+    ``num-clusters``, ``linkage`` and ``cluster-steps``.
     """
 
+    key_prefix: ClassVar[str] = "flhc"
     warmup_rounds: int = 10
-    num_clusters: int = 0
+    num_clusters: int = shared(0)
     flhc_threshold: float = 1.0
     flhc_metric: str = "euclidean"
-    linkage: str = "average"
-    cluster_steps: int = 100
+    linkage: str = shared("average")
+    cluster_steps: int = shared(100)
 
     def __post_init__(self) -> None:
-        owner = "FLHC"
-        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
-        object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, "warmup-rounds", owner, low=0))
-        object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner, low=0.0))
-        object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, "flhc-metric", owner, METRICS))
+        owner, key = "FLHC", partial(run_config_key, FLHCParams)
+        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, key("cluster_steps"), owner, low=0))
+        object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, key("warmup_rounds"), owner, low=0))
+        object.__setattr__(
+            self, "flhc_threshold", check_float(self.flhc_threshold, key("flhc_threshold"), owner, low=0.0)
+        )
+        object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, key("flhc_metric"), owner, METRICS))
         check_cut(self, owner)
 
 

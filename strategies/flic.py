@@ -31,6 +31,7 @@ attacker, whose data is clean, from a loyal client. After clustering, ``S`` is f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -47,6 +48,7 @@ from common.clustering.flic import (
 from common.clustering.louvain import louvain_labels
 from common.clustering.similarity import UpdateSimilarity
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
@@ -59,20 +61,22 @@ STABLE_PATIENCE = 3
 @dataclass(frozen=True)
 class FLICParams:
     """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette), ``sketch_dim`` >= 0
-    (0: full updates), ``stable_tol`` > 0.
+    (0: full updates), ``stable_tol`` > 0; keys ``flic-*`` but the shared ``sketch-dim``.
     """
 
+    key_prefix: ClassVar[str] = "flic"
     cluster_round: int = 0
     resolution: float = 0.0
-    sketch_dim: int = 0
+    sketch_dim: int = shared(0)
     stable_tol: float = 0.1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster_round", check_int(self.cluster_round, "cluster-round", "FLIC", low=0))
-        object.__setattr__(self, "resolution", check_float(self.resolution, "resolution", "FLIC", low=0.0))
-        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "FLIC", low=0))
+        owner, key = "FLIC", partial(run_config_key, FLICParams)
+        object.__setattr__(self, "cluster_round", check_int(self.cluster_round, key("cluster_round"), owner, low=0))
+        object.__setattr__(self, "resolution", check_float(self.resolution, key("resolution"), owner, low=0.0))
+        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, key("sketch_dim"), owner, low=0))
         object.__setattr__(
-            self, "stable_tol", check_float(self.stable_tol, "stable-tol", "FLIC", low=0.0, closed=(False, True))
+            self, "stable_tol", check_float(self.stable_tol, key("stable_tol"), owner, low=0.0, closed=(False, True))
         )
 
 

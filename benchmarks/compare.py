@@ -94,7 +94,10 @@ class Preset:
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pacfl-eq3": ("pacfl", ("--pacfl-measure", "smallest")),
     "pacfl-reference": ("pacfl", ("--pacfl-measure", "reference-signed", "--linkage", "weighted")),
-    "cfl-sattler-paper": ("cfl-sattler", ("--eps-absolute", "true", "--eps1", "0.4", "--eps2", "1.6")),
+    "cfl-sattler-paper": (
+        "cfl-sattler",
+        ("--cfl-sattler-eps-absolute", "true", "--cfl-sattler-eps1", "0.4", "--cfl-sattler-eps2", "1.6"),
+    ),
 }
 """The papers' settings of strategies whose defaults umbel modified: name -> (strategy, flags)."""
 
@@ -122,8 +125,8 @@ QUICK = Preset(
     seeds=(0, 1),
     common=("--num-clients", "100", "--fraction", "0.2", "--rounds", "30", "--local-epochs", "1", "--eval-every", "5"),
     strategy_args={
-        "cflgt": ("--pretrain-rounds", "8"),
-        "flag": ("--gradient-epochs", "5", "--sweep-rounds", "3"),
+        "cflgt": ("--cflgt-pretrain-rounds", "8"),
+        "flag": ("--flag-gradient-epochs", "5", "--flag-sweep-rounds", "3"),
         "fedclust": ("--cluster-steps", "30", "--fedclust-lambda", "0.36"),
     },
     given_k={"ifca": "--max-clusters"},
@@ -270,7 +273,7 @@ PAPER = Preset(
     seeds=(0, 1, 2),
     common=("--eval-every", "5"),
     # CFLGT trains 100 rounds after its 25 FedAvg pre-training rounds (paper Sec. V-A)
-    strategy_args={"flic": ("--cluster-round", "200"), "cflgt": ("--rounds", "125")},
+    strategy_args={"flic": ("--flic-cluster-round", "200"), "cflgt": ("--rounds", "125")},
     given_k={"ifca": "--max-clusters", "flhc": "--num-clusters"},
 )
 

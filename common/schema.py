@@ -448,7 +448,7 @@ RENAMED: dict[str, str] = {
 
 def renamed_message(old: str) -> str:
     """The error that a run-config using the former key name ``old`` gets."""
-    return f"The '{old}' key was renamed '{RENAMED[old]}'; use --{RENAMED[old]} (or {RENAMED[old]}=... in run-config)."
+    return f"The '{old}' key was renamed '{RENAMED[old]}'."
 
 
 def check_renamed(config: Iterable[str]) -> None:

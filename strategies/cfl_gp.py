@@ -1,18 +1,18 @@
 """CFL-GP (Kim et al., "Clustered Federated Learning via Gradient-based Partitioning", ICML 2024).
 
-K cluster models from random initial clusters. Every ``cluster-period`` rounds (while the
-round is below ``cluster-until``), the next model in round-robin order is broadcast to every
-client (or ``profile-fraction`` of them) as ``query.profile``; each returns its model gap after
+K cluster models from random initial clusters. Every ``cfl-gp-cluster-period`` rounds (while
+the round is below ``cfl-gp-cluster-until``), the next model in round-robin order is broadcast to every
+client (or ``cfl-gp-profile-fraction`` of them) as ``query.profile``; each returns its model gap after
 local training (Alg. 4, default) or one mini-batch gradient (Alg. 1), restricted to a seeded
-coordinate subset (App. E.1; ``compression-ratio`` 0, the default, keeps every coordinate unless
+coordinate subset (App. E.1; ``cfl-gp-compression-ratio`` 0, the default, keeps every coordinate unless
 all clients' profiles would pass 2 GiB, and then logs the ratio it picks). The server averages it
 into that model's block of the client's profile and re-clusters: top-K left singular vectors,
 k-means, relabelling by linear assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
-``stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
-CFL-GP until ``estimate-after`` updates, then K comes from the spectrum of the centred
+``cfl-gp-stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
+CFL-GP until ``cfl-gp-estimate-after`` updates, then K comes from the spectrum of the centred
 profile, and the K clusters continue from the model most of their members trained. The K
 models start as copies of the initial model: random clusters and the profiles make them
-differ. With ``profile-fraction`` < 1, the blocks a client has not answered are imputed
+differ. With ``cfl-gp-profile-fraction`` < 1, the blocks a client has not answered are imputed
 (its cluster's mean, refined by a rank-K completion of ``G``), never left at zero.
 """
 
@@ -136,7 +136,7 @@ class CFLGP(ClusteredStrategy):
         )
 
     def is_cluster_round(self, server_round: int) -> bool:
-        """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cluster-until`` (0: no limit), until stable."""
+        """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cfl-gp-cluster-until`` (0: no limit), until stable."""
         until = self.params.cluster_until
         return (
             not self.stopped

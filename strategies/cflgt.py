@@ -1,6 +1,6 @@
 """CFLGT (Liu et al., "CFLGT: Clustered Federated Learning with Gradient Trajectory", Alg. 1).
 
-``pretrain-rounds`` rounds of FedAvg; then every client computes, with the pre-trained model
+``cflgt-pretrain-rounds`` rounds of FedAvg; then every client computes, with the pre-trained model
 and a forward pass only, its per-class pulling and pushing forces (2C floats, its "gradient
 trajectory"); Affinity Propagation on the mean point-wise L2 distance between trajectories
 picks the clusters and their number; every cluster model starts from the pre-trained model
@@ -102,7 +102,8 @@ class CFLGT(ClusteredStrategy):
         super().__init__(training, params)
         if self.params.pretrain_rounds >= self.training.rounds:
             raise ValueError(
-                f"The 'pretrain-rounds' parameter of CFLGT must be an int in the range "
+                f"The '{run_config_key(CFLGTParams, 'pretrain_rounds')}' parameter of CFLGT must be an int in the "
+                f"range "
                 f"[0, {self.training.rounds - 1}] (below 'rounds'). "
                 f"Got {self.params.pretrain_rounds!r} instead."
             )

@@ -3,7 +3,7 @@ Weight-Driven Client Clustering", ICPP 2024; Sec. 3.4-4, Alg. 1-2).
 
 Round 1: every client trains the initial model on its train split for ``cluster-steps``
 mini-batches (default 100, so that every client trains equally long; with 0, for
-``cluster-epochs`` epochs, which lets big clients move far and small ones barely) and uploads
+``fedclust-cluster-epochs`` epochs, which lets big clients move far and small ones barely) and uploads
 only the final layer's weight and bias (``query.head``: clustering traffic, nothing is
 aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and cuts an
 agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster model starts
@@ -114,7 +114,7 @@ class FedClust(OneShotStrategy):
         return self.params.fedclust_lambda
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
-        """Each client's final layer after ``cluster-epochs`` of training the initial model."""
+        """Each client's final layer after ``fedclust-cluster-epochs`` of training the initial model."""
         assert self.initial is not None
         outputs, features = self.head_shape()
         return self.query_signal(

@@ -4,13 +4,14 @@ in Heterogeneous Settings", under review; Alg. 1-3, Sec. 4, appendix 8-10).
 Round 1, before training: every client sends, per class it holds, ``flag-vectors`` principal
 vectors of its TRAIN data (0: the paper's rule, about 1% of the class's samples; the default 3
 is modified) with its class counts (``query.subspaces``; no counts with
-``uniform-weights``), and its update after ``gradient-epochs`` of local SGD from the initial
-model (``query.update``). The server builds A = beta V + (1 - beta) G (common.clustering.flag)
-and cuts the average-linkage HC tree of A at ``alpha``. ``alpha = 0`` means not given: sweep
-alpha from 1 down by ``sweep-step``; for each distinct clustering, ``sweep-clients`` sampled
-clients run ``sweep-rounds`` rounds of clustered FL (``local-epochs`` each) on 90% of their
-train split and report accuracy on the held-out 10% (``query.holdout``); alpha is chosen at
-the elbow of accuracy against the number of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
+``flag-uniform-weights``), and its update after ``flag-gradient-epochs`` of local SGD from the
+initial model (``query.update``). The server builds A = beta V + (1 - beta) G
+(common.clustering.flag) and cuts the average-linkage HC tree of A at ``flag-alpha``.
+``flag-alpha = 0`` means not given: sweep alpha from 1 down by ``flag-sweep-step``; for each
+distinct clustering, ``flag-sweep-clients`` sampled clients run ``flag-sweep-rounds`` rounds of
+clustered FL (``local-epochs`` each) on 90% of their train split and report accuracy on the
+held-out 10% (``query.holdout``); alpha is chosen at the elbow of accuracy against the number
+of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
 cuts into that many clusters instead. Every cluster model then starts from the initial model.
 """
 
@@ -124,7 +125,7 @@ class FLAG(OneShotStrategy):
         return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, tuple[ClassSubspaces, ModelUpdate]]:
-        """Each client's class bases (with counts unless ``uniform-weights``) and update direction."""
+        """Each client's class bases (with counts unless ``flag-uniform-weights``) and update direction."""
         if self._pending is not None:
             got, self._pending = self._pending, None
             return got
@@ -176,7 +177,7 @@ class FLAG(OneShotStrategy):
         return a
 
     def cluster(self, server_round: int) -> None:
-        """Run the threshold sweep first when neither ``alpha`` nor ``num-clusters`` is given."""
+        """Run the threshold sweep first when neither ``flag-alpha`` nor ``num-clusters`` is given."""
         if self.params.alpha == 0 and self.params.num_clusters == 0 and self.chosen_alpha is None:
             signals = self.collect(sorted(self.clients), server_round)
             if not signals:
@@ -221,7 +222,7 @@ class FLAG(OneShotStrategy):
         return float(alphas[chosen])
 
     def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
-        """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the initial model."""
+        """Mean held-out accuracy of ``sample`` after ``flag-sweep-rounds`` of clustered FL from the initial model."""
         assert self.initial is not None
         size = self._size(self.initial)
         members = {k: [q for q, lab in zip(sample, labels, strict=True) if lab == k] for k in set(labels)}

@@ -1,7 +1,7 @@
 """FL+HC (Briggs, Fan and Andras, "Federated learning with hierarchical clustering of local
 updates to improve training on non-IID data", IJCNN 2020).
 
-``warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
+``flhc-warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
 global model for ``cluster-steps`` mini-batches and sends its update (``query.update``:
 clustering traffic). With ``cluster-steps`` 0 it trains for ``local-epochs`` as Briggs et al.
 do; then a client with 20 samples takes one step per epoch and one with 2,000 a hundred, and

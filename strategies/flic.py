@@ -8,15 +8,15 @@ instead of the full update). At the clustering round, Louvain communities of the
 model; FedAvg then runs per cluster. The graph costs no extra communication: updates ride on
 train replies.
 
-Clustering round (``cluster-round``): a given round ``c`` clusters before round ``c``'s
+Clustering round (``flic-cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has
 stabilised": after the first round at which the mean training loss of the last
 ``STABLE_PATIENCE`` rounds fell, from the ``STABLE_PATIENCE`` rounds before, by less than
-``stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
+``flic-stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
 the latest before round ``rounds // 2 + 1``. The relative change
 of the global model is no such test: at a fixed learning rate it stays near its first value.
 
-``resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
+``flic-resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
 best silhouette on ``1 - cos`` over resolutions 0.5..2.0 (``common.clustering.flic``: at a
 fixed resolution, modularity merges groups whose mutual cosine exceeds about the federation's
 mean cosine, e.g. rotation's 0 and 180 degrees); a value > 0 fixes it.

@@ -41,7 +41,7 @@ COMMON = {
 }
 RUNS = {
     "fedclust": {"strategy": "fedclust", "num-clusters": 3, "rounds": 1},
-    "cflgt": {"strategy": "cflgt", "pretrain-rounds": 2, "rounds": 3},
+    "cflgt": {"strategy": "cflgt", "cflgt-pretrain-rounds": 2, "rounds": 3},
 }
 
 

@@ -96,7 +96,7 @@ def test_a_built_wheel_runs_without_the_source_tree(tmp_path):
         "digits",
         "--samples-per-label",
         "20",
-        "--pretrain-rounds",
+        "--cflgt-pretrain-rounds",
         "1",
         "--run-name",
         "wheel",

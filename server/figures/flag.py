@@ -18,7 +18,7 @@ from . import register
 @register("flag")
 def flag_sweep(strategy: Any, folder: Path) -> list[Path]:
     """``flag-sweep.png`` (blue bars: clusters, red line: accuracy, dashed: chosen alpha) and
-    ``flag-sweep.json``; nothing when no sweep ran (``alpha`` or ``num-clusters`` given).
+    ``flag-sweep.json``; nothing when no sweep ran (``flag-alpha`` or ``num-clusters`` given).
     """
     sweep = list(getattr(strategy, "sweep", []))
     if not sweep:

@@ -5,11 +5,11 @@ from server.experiment import Experiment
 
 
 def test_builds_every_part_from_run_config():
-    exp = Experiment.from_run_config(small_run_config(strategy="fedprox", **{"proximal-mu": 0.2}))
-    assert exp.strategy == "fedprox" and exp.strategy_params.proximal_mu == 0.2
+    exp = Experiment.from_run_config(small_run_config(strategy="fedprox", **{"fedprox-mu": 0.2}))
+    assert exp.strategy == "fedprox" and exp.strategy_params.mu == 0.2
     assert exp.scenario.num_clients == 6 and exp.training.rounds == 3 and exp.model == "dnn"
     strategy = exp.build_strategy()
-    assert type(strategy).name == "fedprox" and strategy.params.proximal_mu == 0.2
+    assert type(strategy).name == "fedprox" and strategy.params.mu == 0.2
 
 
 def test_initial_model_is_seeded():
@@ -39,7 +39,7 @@ def test_initial_model_is_seeded():
             {"device": "tpu"},
             r"'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or 'cuda:N'\. Got 'tpu' instead",
         ),
-        ({"proximal-mu": -1.0, "strategy": "fedprox"}, r"'proximal-mu' parameter of FedProx"),
+        ({"fedprox-mu": -1.0, "strategy": "fedprox"}, r"'fedprox-mu' parameter of FedProx"),
         (
             {"server-loop": "tensorflow"},
             r"'server-loop' parameter of the run config must be one of \{'flower', 'umbel'\}",

@@ -272,8 +272,13 @@ PAPER = Preset(
     ),
     seeds=(0, 1, 2),
     common=("--eval-every", "5"),
-    # CFLGT trains 100 rounds after its 25 FedAvg pre-training rounds (paper Sec. V-A)
-    strategy_args={"flic": ("--flic-cluster-round", "200"), "cflgt": ("--rounds", "125")},
+    # CFLGT trains 100 rounds after its 25 FedAvg pre-training rounds (paper Sec. V-A); FL+HC warms up
+    # 10 rounds (the former default, whatever the scenario's rounds)
+    strategy_args={
+        "flic": ("--flic-cluster-round", "200"),
+        "cflgt": ("--rounds", "125", "--cflgt-pretrain-rounds", "25"),
+        "flhc": ("--flhc-warmup-rounds", "10"),
+    },
     given_k={"ifca": "--max-clusters", "flhc": "--num-clusters"},
 )
 

@@ -58,9 +58,10 @@ def train(msg: Message, context: Context) -> Message:
     """
     task = task_from_context(context.run_config, context.node_config)
     models = models_in(msg.content)
-    choice = _lowest_train_loss(task, models) if keys.NUM_MODELS in msg.content[keys.CONFIG] else None
+    cfg = msg.content.config_records[keys.CONFIG]
+    choice = _lowest_train_loss(task, models) if keys.NUM_MODELS in cfg else None
     sent = models[choice or 0]
-    model, loss = train_local(task, sent, msg.content[keys.CONFIG])
+    model, loss = train_local(task, sent, cfg)
     arrays = ArrayRecord(model.state_dict())
     if task.data.attacker:
         arrays = _minus_update(sent, arrays)
@@ -85,7 +86,7 @@ def _lowest_train_loss(task: ClientTask, models: list[ArrayRecord]) -> int:
 def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received cluster model on the local test split."""
     task = task_from_context(context.run_config, context.node_config)
-    model = task.model(msg.content[keys.ARRAYS])
+    model = task.model(msg.content.array_records[keys.ARRAYS])
     loss, accuracy = evaluate_model(model, task.data.x_test, task.data.y_test, task=task.info.task, device=task.device)
     metrics = MetricRecord(
         {

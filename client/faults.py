@@ -17,6 +17,9 @@ from flwr.app import Context, Message
 
 from common import keys
 from common.config import FaultParams, run_config_value
+from common.records import read_int
+
+from .task import SERVER_CONFIG
 
 
 class InjectedFault(RuntimeError):
@@ -58,7 +61,7 @@ def inject_faults(msg: Message, context: Context, call_next: Callable[[Message, 
     if not params.active or msg.metadata.message_type == keys.MSG_IDENTITY:
         return call_next(msg, context)
     cfg = msg.content.config_records.get(keys.CONFIG)
-    server_round = int(cfg[keys.SERVER_ROUND]) if cfg is not None and keys.SERVER_ROUND in cfg else 0
+    server_round = 0 if cfg is None else read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG, default=0)
     pid = int(context.node_config[keys.PARTITION_ID])
     fail, slow = fault_draws(int(run_config_value(rc, "seed", 0)), server_round, pid)
     if fail < params.fail_fraction:

@@ -20,11 +20,14 @@ from common import keys
 from common.config import run_config_value
 from common.data import DatasetInfo
 from common.models import Head, build_model, find_head
+from common.records import read_float, read_int
 from common.scenarios import ClientData
 from common.sources import DataSource, data_source
 from common.training import check_device_name, get_device
 from common.training import train as train_model
 from common.validation import check_int
+
+SERVER_CONFIG = f"the {keys.CONFIG!r} record the server sent"  # where a bad config value came from
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,10 +57,11 @@ class ClientTask:
 
     def head(self, needed_by: str) -> Head:
         """The classifier head of the task's reused model (found once; raises naming ``needed_by``)."""
-        if self._head is None:
+        head = self._head
+        if head is None:
             head = find_head(self._model, self.info.input_shape, max(self.info.num_classes, 1), needed_by)
             object.__setattr__(self, "_head", head)
-        return self._head  # type: ignore[return-value]
+        return head
 
     def round_seed(self, server_round: int) -> int:
         """A seed for this client's local shuffling in ``server_round``, from the run's seed."""
@@ -65,7 +69,7 @@ class ClientTask:
 
 
 def train_local(
-    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, Any], epochs: int | None = None
+    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object], epochs: int | None = None
 ) -> tuple[torch.nn.Module, float]:
     """Train the model holding ``arrays`` on the task's train split as ``cfg`` says.
 
@@ -78,14 +82,14 @@ def train_local(
         model,
         task.data.x_train,
         task.data.y_train,
-        epochs=int(cfg[keys.LOCAL_EPOCHS]) if epochs is None else epochs,
-        batch_size=int(cfg[keys.BATCH_SIZE]),
-        lr=float(cfg[keys.LR]),
-        momentum=float(cfg[keys.MOMENTUM]),
-        weight_decay=float(cfg[keys.WEIGHT_DECAY]),
-        proximal_mu=float(cfg.get(keys.PROXIMAL_MU, 0.0)),
+        epochs=read_int(cfg, keys.LOCAL_EPOCHS, SERVER_CONFIG) if epochs is None else epochs,
+        batch_size=read_int(cfg, keys.BATCH_SIZE, SERVER_CONFIG),
+        lr=read_float(cfg, keys.LR, SERVER_CONFIG),
+        momentum=read_float(cfg, keys.MOMENTUM, SERVER_CONFIG),
+        weight_decay=read_float(cfg, keys.WEIGHT_DECAY, SERVER_CONFIG),
+        proximal_mu=read_float(cfg, keys.PROXIMAL_MU, SERVER_CONFIG, default=0.0),
         task=task.info.task,
-        seed=task.round_seed(int(cfg[keys.SERVER_ROUND])),
+        seed=task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG)),
         device=task.device,
     )
     return model, float(loss)

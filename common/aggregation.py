@@ -85,10 +85,11 @@ def coordinate_median(models: Sequence[ArrayDict], reference: ArrayDict | None =
         raise ValueError("The 'models' parameter of coordinate_median must be non-empty. Got 0 models instead.")
     out: dict[str, np.ndarray] = {}
     for key, ref in (models[0] if reference is None else reference).items():
-        arrays = [model.get(key) for model in models]
-        bad = [None if a is None else a.shape for a in arrays if a is None or a.shape != ref.shape]
-        if bad:
-            raise ValueError(f"Array {key!r} must have shape {ref.shape} in every model. Got {bad[0]} instead.")
+        found = [model.get(key) for model in models]
+        arrays = [a for a in found if a is not None and a.shape == ref.shape]
+        if len(arrays) < len(found):
+            bad = next(None if a is None else a.shape for a in found if a is None or a.shape != ref.shape)
+            raise ValueError(f"Array {key!r} must have shape {ref.shape} in every model. Got {bad} instead.")
         out[key] = _as_dtype(np.median(np.stack([a.astype(np.float64) for a in arrays]), axis=0), ref.dtype)
     return out
 

@@ -169,7 +169,7 @@ def load_factory(name: str) -> Callable[[tuple[int, ...], int], nn.Module]:
         target = getattr(target, part, None)
     if not attr or not callable(target):
         raise ValueError(f"{expected}. Got {name!r}, but {module_name} has no callable {attr!r} instead.")
-    return target  # type: ignore[return-value]
+    return target
 
 
 @dataclass(frozen=True, eq=False)
@@ -339,7 +339,7 @@ def _check_input_shape(input_shape: Sequence[int], owner: str) -> tuple[int, ...
     ok = (
         isinstance(input_shape, (tuple, list))
         and len(input_shape) > 0
-        and all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0 for s in input_shape)
+        and all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and int(s) > 0 for s in input_shape)
     )
     if not ok:
         raise ValueError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ _IID = ("rotation", "label-swap", "attack")
 _MIN_TRAIN = 10  # NIID-bench's minimum client size for Dirichlet partitions
 _MAX_DRAWS = 100
 _NOISE_STD = 0.2  # CFL-GP Sec. 5.1: n ~ N(0, 0.2^2)
+AUTO_SAMPLES_PER_LABEL = 50
+"""label-groups' ``samples-per-label`` when it is 0 (CFLGT Sec. V-A), if every label has that many."""
+_LOG = logging.getLogger("flwr")  # Flower's console logger, by its name: common stays free of Flower
 
 
 def _half_up(x: np.ndarray | float) -> np.ndarray:
@@ -78,7 +82,7 @@ class ScenarioConfig:
     seed: int = 0
     groups: int = 5
     labels_per_group: int = 2
-    samples_per_label: int = 50
+    samples_per_label: int = 0
     samples_per_client: int = 600
     label_fraction: float = 0.2
     dirichlet_alpha: float = 0.5
@@ -133,8 +137,8 @@ class ScenarioConfig:
                 ),
             )
         put("groups", check_int(self.groups, "groups", owner, low=1, high=self._max_groups(n)))
-        for name in ("samples_per_label", "samples_per_client"):
-            put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
+        put("samples_per_label", check_int(self.samples_per_label, "samples-per-label", owner, low=0))
+        put("samples_per_client", check_int(self.samples_per_client, "samples-per-client", owner, low=1))
         for name in ("dirichlet_alpha", "quantity_alpha"):
             put(name, check_float(getattr(self, name), name.replace("_", "-"), owner, low=0.0, closed=(False, True)))
         angles = _parse_angles(self.angles, owner)
@@ -330,14 +334,16 @@ def label_groups(
     """CFLGT Sec. V-A: G random L-label combinations; each client picks one at random.
 
     Each client takes ``samples_per_label`` train samples of each of its labels, never reusing
-    a sample. Returns per-client train indices, groups of shape (N,) and G.
+    a sample; 0 (automatic) takes :data:`AUTO_SAMPLES_PER_LABEL`, or fewer when some label
+    has fewer than that for each of its holders: the most every holder of every label can
+    take. Returns per-client train indices, groups of shape (N,) and G.
     """
     combos = list(itertools.combinations(range(classes), cfg.labels_per_group))
     label_sets = [combos[i] for i in rng.choice(len(combos), cfg.groups, replace=False)]
     groups = rng.integers(cfg.groups, size=cfg.num_clients)
     pools = [rng.permutation(np.flatnonzero(y == c)) for c in range(classes)]
     holders = [[i for i, g in enumerate(groups) if c in label_sets[g]] for c in range(classes)]
-    n = cfg.samples_per_label
+    n = cfg.samples_per_label or automatic_samples_per_label(cfg, pools, holders)
     for c in range(classes):
         if len(holders[c]) * n > len(pools[c]):
             raise ValueError(
@@ -351,6 +357,36 @@ def label_groups(
         for k, i in enumerate(holders[c]):
             train[i].append(pools[c][k * n : (k + 1) * n])
     return [np.concatenate(parts) for parts in train], groups, cfg.groups
+
+
+def automatic_samples_per_label(cfg: ScenarioConfig, pools: list[np.ndarray], holders: list[list[int]]) -> int:
+    """:data:`AUTO_SAMPLES_PER_LABEL`, or the most samples of each label that all its holders can take.
+
+    Raises
+    ------
+    ValueError
+        If some label has fewer train samples than holders.
+    """
+    fits = {c: len(pools[c]) // len(held) for c, held in enumerate(holders) if held}
+    n = min(AUTO_SAMPLES_PER_LABEL, *fits.values())
+    if n == 0:
+        c = min(fits, key=fits.__getitem__)
+        raise ValueError(
+            f"The 'num-clients' parameter of scenario 'label-groups' is too large: label {c} of "
+            f"{cfg.dataset} has {len(pools[c])} train samples, but {len(holders[c])} clients hold it "
+            f"(at least one each). Got {cfg.num_clients} instead."
+        )
+    if n < AUTO_SAMPLES_PER_LABEL:
+        c = min(fits, key=fits.__getitem__)
+        _LOG.info(
+            "samples-per-label 0 (automatic): %d, as label %d of %s has %d train samples for %d clients",
+            n,
+            c,
+            cfg.dataset,
+            len(pools[c]),
+            len(holders[c]),
+        )
+    return n
 
 
 def label_skew(

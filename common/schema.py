@@ -171,7 +171,13 @@ KEYS: tuple[Key, ...] = (
     _k("num-clients", 100, DATA, "clients (= simulated SuperNodes); >= 1"),
     _k("groups", 5, DATA, "label-groups, label-skew-dirichlet, label-swap: number of true groups"),
     _k("labels-per-group", 2, DATA, "label-groups: labels in each group's combination"),
-    _k("samples-per-label", 50, DATA, "label-groups: samples a client takes of each of its labels"),
+    _k(
+        "samples-per-label",
+        0,
+        DATA,
+        "label-groups: samples a client takes of each of its labels; 0 = automatic: 50, or the most "
+        "every holder of a label can take when the data set has fewer",
+    ),
     _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples a client"),
     _k(
         "label-fraction",
@@ -317,7 +323,13 @@ KEYS: tuple[Key, ...] = (
         read_by=("flic", "cfl-sattler"),
     ),
     # one group per strategy, each key named <strategy>-<parameter>
-    _k("cflgt-pretrain-rounds", 25, "cflgt", "FedAvg rounds before clustering, counted in rounds"),
+    _k(
+        "cflgt-pretrain-rounds",
+        0,
+        "cflgt",
+        "FedAvg rounds before clustering, counted in rounds; 0 = automatic: a quarter of rounds "
+        "(the paper's 25 of 100), at least 1",
+    ),
     _k("cflgt-damping", 0.5, "cflgt", "affinity propagation's damping, in [0.5, 1)"),
     _k(
         "cflgt-preference",
@@ -341,7 +353,12 @@ KEYS: tuple[Key, ...] = (
         "the subspace distance (smallest = PACFL Eq. 3)",
         ("smallest", "sum", "mean", "reference", "reference-signed"),
     ),
-    _k("flhc-warmup-rounds", 10, "flhc", "FedAvg rounds before clustering"),
+    _k(
+        "flhc-warmup-rounds",
+        0,
+        "flhc",
+        "FedAvg rounds before clustering; 0 = automatic: a tenth of rounds, at least 1",
+    ),
     _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0; 0: automatic cut"),
     _k(
         "flhc-metric",

@@ -43,6 +43,10 @@ class DataSource(Protocol):
         """Model-ready splits of client ``partition_id`` (raises ``ValueError`` naming the problem)."""
         ...
 
+    def __hash__(self) -> int:
+        """Sources are hashable: a client caches its task by source."""
+        ...
+
 
 @dataclass(frozen=True)
 class ScenarioSource:
@@ -53,9 +57,11 @@ class ScenarioSource:
 
     @property
     def info(self) -> DatasetInfo:
+        """The scenario's dataset: task, classes and input shape."""
         return dataset_info(self.scenario.dataset)
 
     def client_data(self, partition_id: int) -> ClientData:
+        """Client ``partition_id``'s share of the scenario, split for training and testing."""
         return client_data(build_partition(self.scenario, self.data_dir), partition_id)
 
 
@@ -79,6 +85,7 @@ class FolderSource:
 
     @property
     def info(self) -> DatasetInfo:
+        """The run config's classes and input shape (regression when it gives no classes)."""
         task = "classification" if self.spec.num_classes else "regression"
         return DatasetInfo("local", task, self.spec.num_classes, self.spec.input_shape)
 
@@ -88,6 +95,7 @@ class FolderSource:
         return root / PARTITION_FOLDER.format(partition_id) if self.per_partition else root
 
     def client_data(self, partition_id: int) -> ClientData:
+        """Client ``partition_id``'s folder, read and split as ``spec`` says."""
         splits = load_client_folder(self.path(partition_id), self.spec, partition_id)
         return ClientData(
             x_train=splits.x_train,

@@ -1,0 +1,1 @@
+"""umbel's Flower ServerApp, its command line, experiments, results, figures and deployment."""

@@ -185,7 +185,7 @@ def write_connection(
     config = tomllib.loads(path.read_text()) if path.exists() else {}
     links = config.setdefault("superlink", {})
     entry: dict[str, object] = {"address": address}
-    if insecure:
+    if root_certificates is None:  # insecure (checked above)
         entry["insecure"] = True
     else:
         entry["root-certificates"] = str(Path(root_certificates).resolve())
@@ -282,7 +282,7 @@ def superlink_command(
     _executable("flower-superlink")
     if database is not None:
         cmd += ["--database", str(database)]
-    if insecure:
+    if certs is None:  # insecure (checked above)
         return [*cmd, "--insecure"]
     cmd += [
         "--ssl-ca-certfile",
@@ -333,7 +333,7 @@ def supernode_command(
         raise ValueError(
             f"The 'max-wait-time' parameter of supernode_command must be > 0. Got {max_wait_time!r} instead."
         )
-    node_config = {"partition-id": partition_id, "num-partitions": num_partitions}
+    node_config: dict[str, int | str] = {"partition-id": partition_id, "num-partitions": num_partitions}
     if data_dir:
         node_config["data-dir"] = str(Path(data_dir).expanduser().resolve())
     if data_path:
@@ -462,20 +462,22 @@ def wait_for_superlink(
     At most ``max_retries`` retries and ``max_wait_time`` seconds, with backoff 1, 2, 4 .. 10 s.
     """
     start = time.monotonic()
+    attempt, reason = 0, ""
     for attempt in range(max_retries + 1):
         problem = probe_superlink(address, root_certificates)
         if problem is None or problem[0] != EXIT_UNREACHABLE:
             return problem
+        reason = problem[1]
         delay = min(10.0, 2.0**attempt)
         if attempt == max_retries or time.monotonic() - start + delay > max_wait_time:
             break
         print(
-            f"umbel deploy supernode: {problem[1]} Retrying in {delay:g} s ({attempt + 1} of {max_retries} retries).",
+            f"umbel deploy supernode: {reason} Retrying in {delay:g} s ({attempt + 1} of {max_retries} retries).",
             file=sys.stderr,
             flush=True,
         )
         sleep(delay)
-    return EXIT_UNREACHABLE, f"{problem[1]} Gave up after {attempt} retries and {time.monotonic() - start:.0f} s."
+    return EXIT_UNREACHABLE, f"{reason} Gave up after {attempt} retries and {time.monotonic() - start:.0f} s."
 
 
 def diagnose_flower_log(text: str) -> tuple[int, str] | None:
@@ -503,9 +505,10 @@ def supervise(cmd: list[str], env: Mapping[str, str]) -> tuple[int, str | None]:
 
     handlers = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     tail: list[str] = []
+    output = proc.stdout or ()  # never None: stdout is a pipe
 
     def relay() -> None:
-        for raw in proc.stdout:
+        for raw in output:
             line = raw.decode(errors="replace")
             sys.stdout.write(line)
             sys.stdout.flush()
@@ -738,7 +741,7 @@ def _healthcheck(url: str) -> dict:
 
 
 def deploy_env(flwr_home: Path | None = None) -> dict[str, str]:
-    """This environment with Flower's quiet defaults (kept if already set) and ``FLWR_HOME``."""
+    """The current environment with Flower's quiet defaults (kept if already set) and ``FLWR_HOME``."""
     env = {**ENV_DEFAULTS, **os.environ}
     if flwr_home is not None:
         env["FLWR_HOME"] = str(flwr_home.resolve())

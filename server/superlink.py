@@ -36,8 +36,9 @@ ASGIApp = Callable[..., Any]
 def fleet_paths() -> frozenset[str]:
     """The exact paths of Flower's Fleet HTTP API, and the health check."""
     from flwr.superlink.routers.fleet.router import router
+    from starlette.routing import Route
 
-    return frozenset({route.path for route in router.routes} | {HEALTH_PATH})
+    return frozenset({route.path for route in router.routes if isinstance(route, Route)} | {HEALTH_PATH})
 
 
 class FleetOnly:
@@ -57,6 +58,7 @@ class FleetOnly:
         self.allowed = fleet_paths() if allowed is None else allowed
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
+        """Pass an allowed HTTP request to ``app``; refuse any other (404, or close a websocket)."""
         if scope["type"] == "lifespan":
             return
         if scope["type"] == "http" and scope.get("path") in self.allowed and not scope.get("root_path"):
@@ -106,8 +108,9 @@ async def serve_both(servers: Sequence[Any]) -> None:
     stop()
     await asyncio.gather(*tasks, return_exceptions=True)
     for task in done:
-        if task.exception() is not None:
-            raise task.exception()
+        error = task.exception()
+        if error is not None:
+            raise error
 
 
 def main(argv: Sequence[str] | None = None) -> None:

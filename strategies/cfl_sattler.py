@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any, ClassVar
 
 import numpy as np
@@ -96,6 +96,14 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         super().init_clusters(initial)
+        if self.params.split_after >= self.training.rounds:
+            log(
+                WARNING,
+                "CFLSattler: cfl-sattler-split-after %d is not below rounds %d, so no cluster can split: "
+                "this run is FedAvg",
+                self.params.split_after,
+                self.training.rounds,
+            )
         self.similarity: UpdateSimilarity | None = None
         self.norms: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []

@@ -13,7 +13,7 @@ computed on the same pre-trained model the others used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from logging import INFO, WARNING
 from typing import Any, ClassVar
@@ -41,7 +41,8 @@ from .base import ClusteredStrategy
 
 @dataclass(frozen=True)
 class CFLGTParams:
-    """``pretrain_rounds`` >= 0 FedAvg rounds (paper: 25); AP ``damping`` in [0.5, 1); keys ``cflgt-*``.
+    """``pretrain_rounds`` >= 0 FedAvg rounds (0: automatic, :func:`automatic_pretrain_rounds`;
+    paper: 25 of 100); AP ``damping`` in [0.5, 1); keys ``cflgt-*``.
 
     ``preference`` is AP's self-similarity: a float, or ``"median"`` (the default, the median
     of the similarities, as scikit-learn's default). A string holding a number (what the
@@ -49,7 +50,7 @@ class CFLGTParams:
     """
 
     key_prefix: ClassVar[str] = "cflgt"
-    pretrain_rounds: int = 25
+    pretrain_rounds: int = 0
     damping: float = 0.5
     preference: float | str = MEDIAN
 
@@ -72,6 +73,11 @@ class CFLGTParams:
         if pref != MEDIAN:
             pref = check_float(pref, key("preference"), owner)
         object.__setattr__(self, "preference", pref)
+
+
+def automatic_pretrain_rounds(rounds: int) -> int:
+    """A quarter of ``rounds`` (the paper's 25 of 100), at least 1 and below ``rounds`` (0 for 1 round)."""
+    return min(max(rounds // 4, 1), rounds - 1)
 
 
 class CFLGT(ClusteredStrategy):
@@ -100,6 +106,10 @@ class CFLGT(ClusteredStrategy):
 
     def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
         super().__init__(training, params)
+        if self.params.pretrain_rounds == 0:
+            auto = automatic_pretrain_rounds(self.training.rounds)
+            log(INFO, "CFLGT: cflgt-pretrain-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
+            self.params = replace(self.params, pretrain_rounds=auto)
         if self.params.pretrain_rounds >= self.training.rounds:
             raise ValueError(
                 f"The '{run_config_key(CFLGTParams, 'pretrain_rounds')}' parameter of CFLGT must be an int in the "

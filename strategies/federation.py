@@ -20,6 +20,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from common import keys
+from common.records import read_int, read_ints, read_str
 
 SUPERLINK_NODE_ID = 1  # errors the SuperLink makes (a dead node, an expired message) come from node 1
 PROGRESS_SECONDS = 10.0
@@ -47,6 +48,7 @@ class Traffic:
     signal: int = 0
 
     def add(self, content: RecordDict) -> None:
+        """Count the array bytes of ``content`` as model or signal traffic, by record name."""
         for name, record in content.array_records.items():
             size = sum(math.prod(arr.shape) * np.dtype(arr.dtype).itemsize for arr in record.values())
             if keys.is_model_record(name):
@@ -369,29 +371,36 @@ def _claim_of(node: int, info: Any) -> Claim:
 
 
 def _identity_of(node: int, content: RecordDict) -> ClientInfo:
-    ident = content[keys.IDENTITY]
-    values = {k: ident[k] for k in (keys.PARTITION_ID, keys.NUM_TRAIN, keys.NUM_TEST, keys.TRUE_GROUP)}
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-    if values[keys.PARTITION_ID] < 0 or values[keys.NUM_TRAIN] < 1 or values[keys.NUM_TEST] < 0:
-        raise ValueError(f"impossible sizes or id: {values}")
-    num_val = ident.get(keys.NUM_VAL, 0)
-    counts = list(ident.get(keys.CLASS_COUNTS, []))
-    if isinstance(num_val, bool) or not isinstance(num_val, int) or num_val < 0:
-        raise ValueError(f"{keys.NUM_VAL} must be an int >= 0, got {num_val!r}")
-    if counts and (
-        not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
-        or sum(counts) != values[keys.NUM_TRAIN]
-    ):
-        raise ValueError(f"{keys.CLASS_COUNTS} must be ints >= 0 summing to {keys.NUM_TRAIN}, got {counts!r}")
+    if keys.IDENTITY not in content.config_records:
+        raise ValueError(
+            f"The reply of node {node} must hold a ConfigRecord {keys.IDENTITY!r}. Got {sorted(content)} instead."
+        )
+    ident = content.config_records[keys.IDENTITY]
+    where = f"the identity reply of node {node}"
+    pid, num_train, num_test, true_group = (
+        read_int(ident, k, where) for k in (keys.PARTITION_ID, keys.NUM_TRAIN, keys.NUM_TEST, keys.TRUE_GROUP)
+    )
+    if pid < 0 or num_train < 1 or num_test < 0:
+        raise ValueError(
+            f"The values '{keys.PARTITION_ID}', '{keys.NUM_TRAIN}' and '{keys.NUM_TEST}' of {where} must be "
+            f">= 0, >= 1 and >= 0. Got {pid}, {num_train} and {num_test} instead."
+        )
+    num_val = read_int(ident, keys.NUM_VAL, where, default=0)
+    counts = read_ints(ident, keys.CLASS_COUNTS, where, default=[])
+    if num_val < 0:
+        raise ValueError(f"The '{keys.NUM_VAL}' value of {where} must be an int >= 0. Got {num_val!r} instead.")
+    if counts and (min(counts) < 0 or sum(counts) != num_train):
+        raise ValueError(
+            f"The '{keys.CLASS_COUNTS}' value of {where} must be ints >= 0 summing to '{keys.NUM_TRAIN}' "
+            f"({num_train}). Got {counts!r} instead."
+        )
     return ClientInfo(
-        partition_id=values[keys.PARTITION_ID],
+        partition_id=pid,
         node_id=node,
-        num_train=values[keys.NUM_TRAIN],
-        num_test=values[keys.NUM_TEST],
-        true_group=values[keys.TRUE_GROUP],
-        device=str(ident.get(keys.DEVICE, "cpu")),
+        num_train=num_train,
+        num_test=num_test,
+        true_group=true_group,
+        device=read_str(ident, keys.DEVICE, where, default="cpu"),
         num_val=num_val,
         class_counts=tuple(counts),
     )

@@ -16,12 +16,14 @@ split.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import ClassVar
+from logging import INFO
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
+from flwr.common import log
 
 from common import keys
 from common.clustering.hierarchical import METRICS, pairwise_distances
@@ -35,7 +37,8 @@ from .oneshot import OneShotStrategy, check_cut
 
 @dataclass(frozen=True)
 class FLHCParams:
-    """``warmup_rounds`` >= 0 FedAvg rounds before clustering, ``num_clusters`` >= 0 (0 = cut at
+    """``warmup_rounds`` >= 0 FedAvg rounds before clustering (0: automatic,
+    :func:`automatic_warmup_rounds`), ``num_clusters`` >= 0 (0 = cut at
     ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
     euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
     for the clustered update (0: ``local-epochs`` epochs); keys ``flhc-*`` but the shared
@@ -43,7 +46,7 @@ class FLHCParams:
     """
 
     key_prefix: ClassVar[str] = "flhc"
-    warmup_rounds: int = 10
+    warmup_rounds: int = 0
     num_clusters: int = shared(0)
     flhc_threshold: float = 1.0
     flhc_metric: str = "euclidean"
@@ -61,12 +64,24 @@ class FLHCParams:
         check_cut(self, owner)
 
 
+def automatic_warmup_rounds(rounds: int) -> int:
+    """A tenth of ``rounds`` (10 of 100), at least 1 and below ``rounds`` (0 for 1 round)."""
+    return min(max(rounds // 10, 1), rounds - 1)
+
+
 class FLHC(OneShotStrategy):
     """FedAvg warm-up, then one HC of all clients' updates from the global model."""
 
     name = "flhc"
     params_type = FLHCParams
     round_params: ClassVar[dict[str, int]] = {"warmup_rounds": 1}
+
+    def __init__(self, training: Any = None, params: Any = None) -> None:
+        super().__init__(training, params)
+        if self.params.warmup_rounds == 0:
+            auto = automatic_warmup_rounds(self.training.rounds)
+            log(INFO, "FLHC: flhc-warmup-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
+            self.params = replace(self.params, warmup_rounds=auto)
 
     @property
     def threshold(self) -> float:

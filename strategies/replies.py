@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from common import keys
+from common.records import read_float
 from common.signals import SignalError
 
 S = TypeVar("S")
@@ -78,7 +79,7 @@ def decode_train_reply(
     arrays = decode_arrays(content.array_records[keys.ARRAYS], reference)
     if sent is None:
         sent = {name: arr.numpy() for name, arr in reference.items()}
-    return TrainUpdate(arrays, int(metrics[keys.NUM_EXAMPLES]), float(metrics[keys.TRAIN_LOSS]), sent)
+    return TrainUpdate(arrays, int(metrics[keys.NUM_EXAMPLES]), metrics[keys.TRAIN_LOSS], sent)
 
 
 def decode_signal(content: RecordDict, from_arrays: Callable[..., S], **expected: Any) -> S:
@@ -112,10 +113,10 @@ def decode_signal(content: RecordDict, from_arrays: Callable[..., S], **expected
 def decode_evaluate_reply(content: RecordDict, num_test: int) -> tuple[float, float]:
     """``(accuracy, loss)`` of an evaluate reply (metrics ``num-examples``, ``loss``, ``accuracy``)."""
     metrics = _metrics(content, keys.EVAL_METRIC_KEYS, max(num_test, 1))
-    accuracy = float(metrics[keys.ACCURACY])
+    accuracy = metrics[keys.ACCURACY]
     if accuracy > 1.0:
         raise ReplyFault(f"accuracy {accuracy} is above 1")
-    return accuracy, float(metrics[keys.LOSS])
+    return accuracy, metrics[keys.LOSS]
 
 
 def decode_arrays(arrays: ArrayRecord, reference: ArrayRecord) -> dict[str, np.ndarray]:
@@ -181,17 +182,20 @@ def decode_array(
     return flat.reshape(want[1], order="F" if fortran else "C").astype(header_dtype.newbyteorder("="))
 
 
-def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) -> MetricRecord:
+def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) -> dict[str, float]:
+    """The ``required`` metrics of a reply as finite floats, ``num-examples`` a whole number in range."""
     record = content.metric_records.get(keys.METRICS)
     if not isinstance(record, MetricRecord):
         raise ReplyFault(f"no MetricRecord {keys.METRICS!r}")
+    values: dict[str, float] = {}
     for key in required:
         if key not in record:
             raise ReplyFault(f"metric {key!r} is missing (the reply has {sorted(record)})")
-        value = record[key]
-        if isinstance(value, list) or not math.isfinite(float(value)):
-            raise ReplyFault(f"metric {key!r} is {value!r}, not a finite number")
-    examples = float(record[keys.NUM_EXAMPLES])
+        try:
+            values[key] = read_float(record, key, f"the MetricRecord {keys.METRICS!r}")
+        except ValueError as err:
+            raise ReplyFault(str(err)) from err
+    examples = values[keys.NUM_EXAMPLES]
     if not examples.is_integer() or not 1 <= examples <= max_examples:
         raise ReplyFault(f"num-examples {record[keys.NUM_EXAMPLES]!r} is not a whole number in [1, {max_examples}]")
-    return record
+    return values

@@ -7,26 +7,29 @@ sizes train equally long ("a few local iterations", FedClust Sec. 3.4).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
 
 from common import keys
+from common.records import read_float, read_int
 from common.signals.final_layer import FinalLayer
 from common.training import train
 
-from ..task import ClientTask, train_local
+from ..task import SERVER_CONFIG, ClientTask, train_local
 from . import models_in, register
 
 
-def train_steps(task: ClientTask, arrays: ArrayRecord, cfg, steps: int) -> torch.nn.Module:
+def train_steps(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object], steps: int) -> torch.nn.Module:
     """Train the model holding ``arrays`` on exactly ``steps`` mini-batches of the train split.
 
     The batches are drawn with replacement, seeded by the client's round seed, so that clients
     of very different sizes train equally long. Returns the task's reused module.
     """
-    seed = task.round_seed(int(cfg[keys.SERVER_ROUND]))
-    batch = int(cfg[keys.BATCH_SIZE])
+    seed = task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG))
+    batch = read_int(cfg, keys.BATCH_SIZE, SERVER_CONFIG)
     rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
     model = task.model(arrays)
     train(
@@ -35,9 +38,9 @@ def train_steps(task: ClientTask, arrays: ArrayRecord, cfg, steps: int) -> torch
         task.data.y_train[rows],
         epochs=1,
         batch_size=batch,
-        lr=float(cfg[keys.LR]),
-        momentum=float(cfg[keys.MOMENTUM]),
-        weight_decay=float(cfg[keys.WEIGHT_DECAY]),
+        lr=read_float(cfg, keys.LR, SERVER_CONFIG),
+        momentum=read_float(cfg, keys.MOMENTUM, SERVER_CONFIG),
+        weight_decay=read_float(cfg, keys.WEIGHT_DECAY, SERVER_CONFIG),
         task=task.info.task,
         seed=seed,
         device=task.device,
@@ -48,12 +51,12 @@ def train_steps(task: ClientTask, arrays: ArrayRecord, cfg, steps: int) -> torch
 @register(keys.FINAL_LAYER_ACTION)
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """FedClust's signal: the weight and bias of the model's head after local training."""
-    cfg = content[keys.CONFIG]
-    steps = int(cfg.get(keys.CLUSTER_STEPS, 0))
+    cfg = content.config_records[keys.CONFIG]
+    steps = read_int(cfg, keys.CLUSTER_STEPS, SERVER_CONFIG, default=0)
     if steps > 0:
         train_steps(task, models_in(content)[0], cfg, steps)
     else:
-        train_local(task, models_in(content)[0], cfg, epochs=int(cfg[keys.CLUSTER_EPOCHS]))
+        train_local(task, models_in(content)[0], cfg, epochs=read_int(cfg, keys.CLUSTER_EPOCHS, SERVER_CONFIG))
     # The task's one reused module was trained: its head is the one found once.
     head = task.head("strategy 'fedclust' (final-layer weights)").module
     # Copies: the module is reused by the next message, and numpy views would follow it.

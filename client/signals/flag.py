@@ -11,10 +11,11 @@ import numpy as np
 from flwr.app import RecordDict
 
 from common import keys
+from common.records import read_float, read_int
 from common.signals.flag import HoldoutResult
 from common.training import evaluate, train
 
-from ..task import ClientTask
+from ..task import SERVER_CONFIG, ClientTask
 from . import models_in, register
 
 
@@ -42,12 +43,14 @@ def holdout(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Train the sent model on the fit part, score it on the held-out part (never the test split)."""
     if task.info.num_classes == 0:
         raise ValueError("query.holdout needs a classification task; this client's task is regression.")
-    cfg = content[keys.CONFIG]
+    cfg = content.config_records[keys.CONFIG]
     x, y = task.data.x_train, task.data.y_train
-    fit, val = holdout_split(len(y), float(cfg[keys.HOLDOUT_FRACTION]), task.seed, task.partition_id)
+    fit, val = holdout_split(
+        len(y), read_float(cfg, keys.HOLDOUT_FRACTION, SERVER_CONFIG), task.seed, task.partition_id
+    )
     sent = models_in(content)[0]
     model = task.model(sent)
-    epochs = int(cfg[keys.LOCAL_EPOCHS])
+    epochs = read_int(cfg, keys.LOCAL_EPOCHS, SERVER_CONFIG)
     delta = np.zeros(0, dtype=np.float32)
     if epochs > 0:
         train(
@@ -55,12 +58,12 @@ def holdout(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
             x[fit],
             y[fit],
             epochs=epochs,
-            batch_size=int(cfg[keys.BATCH_SIZE]),
-            lr=float(cfg[keys.LR]),
-            momentum=float(cfg[keys.MOMENTUM]),
-            weight_decay=float(cfg[keys.WEIGHT_DECAY]),
+            batch_size=read_int(cfg, keys.BATCH_SIZE, SERVER_CONFIG),
+            lr=read_float(cfg, keys.LR, SERVER_CONFIG),
+            momentum=read_float(cfg, keys.MOMENTUM, SERVER_CONFIG),
+            weight_decay=read_float(cfg, keys.WEIGHT_DECAY, SERVER_CONFIG),
             task=task.info.task,
-            seed=task.round_seed(int(cfg[keys.SERVER_ROUND])),
+            seed=task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG)),
             device=task.device,
         )
         trained = model.state_dict()

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
@@ -12,9 +14,10 @@ from torch import nn
 
 from common import keys
 from common.clustering.compression import coordinate_subset
+from common.records import read_int, read_str
 from common.signals.profile import GradientProfile
 
-from ..task import ClientTask, train_local
+from ..task import SERVER_CONFIG, ClientTask, train_local
 from . import models_in, register
 
 
@@ -28,7 +31,7 @@ def float_vector(state: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-def model_gap(task: ClientTask, sent: ArrayRecord, cfg) -> np.ndarray:
+def model_gap(task: ClientTask, sent: ArrayRecord, cfg: Mapping[str, object]) -> np.ndarray:
     """``trained - sent`` over the model's floating arrays after the configured local epochs."""
     model, _ = train_local(task, sent, cfg)
     trained = {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
@@ -36,13 +39,13 @@ def model_gap(task: ClientTask, sent: ArrayRecord, cfg) -> np.ndarray:
     return float_vector(trained) - float_vector(before)
 
 
-def minibatch_gradient(task: ClientTask, sent: ArrayRecord, cfg) -> np.ndarray:
+def minibatch_gradient(task: ClientTask, sent: ArrayRecord, cfg: Mapping[str, object]) -> np.ndarray:
     """Gradient of the mean loss on one seeded mini-batch of the TRAIN split (buffers: zeros)."""
     model = task.model(sent).to(task.device)
     model.train()
     n = len(task.data.y_train)
-    rng = np.random.default_rng(task.round_seed(int(cfg[keys.SERVER_ROUND])))
-    idx = rng.choice(n, size=min(n, int(cfg[keys.BATCH_SIZE])), replace=False)
+    rng = np.random.default_rng(task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG)))
+    idx = rng.choice(n, size=min(n, read_int(cfg, keys.BATCH_SIZE, SERVER_CONFIG)), replace=False)
     x = torch.as_tensor(np.ascontiguousarray(task.data.x_train[idx], dtype=np.float32), device=task.device)
     y = torch.as_tensor(task.data.y_train[idx], device=task.device)
     out = model(x)
@@ -65,9 +68,9 @@ def minibatch_gradient(task: ClientTask, sent: ArrayRecord, cfg) -> np.ndarray:
 @register(keys.PROFILE_ACTION)
 def gradient_profile(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """The chosen coordinates of this client's model gap or gradient on the one model sent."""
-    cfg = content[keys.CONFIG]
+    cfg = content.config_records[keys.CONFIG]
     (sent,) = models_in(content)
-    protocol = str(cfg[keys.PROFILE_PROTOCOL])
+    protocol = read_str(cfg, keys.PROFILE_PROTOCOL, SERVER_CONFIG)
     if protocol == "model-gap":
         vector = model_gap(task, sent, cfg)
     elif protocol == "gradient":
@@ -77,5 +80,7 @@ def gradient_profile(task: ClientTask, content: RecordDict) -> dict[str, np.ndar
             f"The '{keys.PROFILE_PROTOCOL}' parameter of query.profile must be one of "
             f"('model-gap', 'gradient'). Got {protocol!r} instead."
         )
-    chosen = coordinate_subset(vector.size, int(cfg[keys.PROFILE_SIZE]), int(cfg[keys.PROFILE_SEED]))
+    chosen = coordinate_subset(
+        vector.size, read_int(cfg, keys.PROFILE_SIZE, SERVER_CONFIG), read_int(cfg, keys.PROFILE_SEED, SERVER_CONFIG)
+    )
     return GradientProfile(vector[chosen]).to_arrays()

@@ -10,9 +10,10 @@ import torch
 from flwr.app import RecordDict
 
 from common import keys
+from common.records import read_bool, read_int
 from common.signals.subspaces import ClassSubspaces
 
-from ..task import ClientTask
+from ..task import SERVER_CONFIG, ClientTask
 from . import register
 
 
@@ -56,8 +57,9 @@ def subspaces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """Per-class bases of the train split (never the test split); counts only if asked."""
     if task.info.num_classes == 0:
         raise ValueError("query.subspaces needs a classification task; this client's task is regression.")
-    cfg = content[keys.CONFIG]
-    signal = class_bases(task.data.x_train, task.data.y_train, int(cfg[keys.SUBSPACE_VECTORS]), task.device)
-    if not bool(cfg.get(keys.WITH_COUNTS, False)):
+    cfg = content.config_records[keys.CONFIG]
+    vectors = read_int(cfg, keys.SUBSPACE_VECTORS, SERVER_CONFIG)
+    signal = class_bases(task.data.x_train, task.data.y_train, vectors, task.device)
+    if not read_bool(cfg, keys.WITH_COUNTS, SERVER_CONFIG, default=False):
         signal = ClassSubspaces(signal.classes, signal.bases)
     return signal.to_arrays()

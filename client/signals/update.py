@@ -10,9 +10,10 @@ import numpy as np
 from flwr.app import RecordDict
 
 from common import keys
+from common.records import read_int
 from common.signals.update import ModelUpdate
 
-from ..task import ClientTask, train_local
+from ..task import SERVER_CONFIG, ClientTask, train_local
 from . import models_in, register
 from .final_layer import train_steps
 
@@ -20,8 +21,8 @@ from .final_layer import train_steps
 @register(keys.UPDATE_ACTION)
 def model_update(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """``trained - sent`` over the model's float arrays, in its record order, as float32."""
-    sent, cfg = models_in(content)[0], content[keys.CONFIG]
-    steps = int(cfg.get(keys.CLUSTER_STEPS, 0))
+    sent, cfg = models_in(content)[0], content.config_records[keys.CONFIG]
+    steps = read_int(cfg, keys.CLUSTER_STEPS, SERVER_CONFIG, default=0)
     model = train_steps(task, sent, cfg, steps) if steps > 0 else train_local(task, sent, cfg)[0]
     trained = {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
     parts = []

@@ -1,0 +1,1 @@
+"""The server-side clustering steps of the strategies: numpy in, numpy out (no Flower here)."""

@@ -18,7 +18,7 @@ numpy in, numpy out; the principal angles come from :mod:`common.clustering.subs
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy.cluster import hierarchy
@@ -235,7 +235,7 @@ def data_similarity(
         rows, others = np.flatnonzero(held), np.flatnonzero(~held)
         if rows.size == 0:
             continue
-        angles = pairwise_subspace_angles([bases[i][c] for i in rows], "smallest")
+        angles = pairwise_subspace_angles([bases[int(i)][c] for i in rows], "smallest")
         total[np.ix_(rows, rows)] += angles * weights(rows, rows, c)
         odd = np.zeros(n, dtype=bool) if logs is None else held != (cnt[:, c] > 0)
         has[:, c], lacks[:, c] = held & ~odd, ~held & ~odd
@@ -354,7 +354,7 @@ def threshold_grid(step: float) -> np.ndarray:
     return alphas[alphas > 0]
 
 
-def sweep_cuts(distances: np.ndarray, alphas: Sequence[float], linkage: str = "average") -> list[np.ndarray]:
+def sweep_cuts(distances: np.ndarray, alphas: Iterable[float], linkage: str = "average") -> list[np.ndarray]:
     """The HC labels of ``distances`` cut at each threshold in ``alphas``.
 
     Returns
@@ -460,14 +460,14 @@ def choose_threshold(num_clusters: Sequence[int], accuracy: Sequence[float | Non
             f"The 'accuracy' parameter of choose_threshold must have {len(num_clusters)} entries. "
             f"Got {len(accuracy)} instead."
         )
-    first: dict[int, int] = {}
+    first: dict[int, tuple[int, float]] = {}  # cluster count -> (row, accuracy) of its first finite row
     for i, (k, acc) in enumerate(zip(num_clusters, accuracy, strict=True)):
         if acc is not None and np.isfinite(acc):
-            first.setdefault(int(k), i)
+            first.setdefault(int(k), (i, float(acc)))
     if not first:
         return None
-    rows = list(first.values())
-    return rows[elbow(list(first), [float(accuracy[i]) for i in rows])]
+    rows = [row for row, _ in first.values()]
+    return rows[elbow(list(first), [acc for _, acc in first.values()])]
 
 
 def _check_bases(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int, owner: str) -> None:

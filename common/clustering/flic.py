@@ -78,7 +78,7 @@ def louvain_by_silhouette(
             best = (seen[key], labels, float(gamma))
         if labels.max() + 1 == len(s):
             break
-    if best[0] == -np.inf:
+    if best is None or best[0] == -np.inf:
         gamma = float(min(resolutions, key=lambda g: abs(g - 1.0)))
         return louvain_labels(s, gamma, seed), gamma
     return best[1], best[2]

@@ -253,9 +253,9 @@ def sketch_rows(
         )
     k = 0 if exact else auto_sketch_dim(n, dim, sketch_dim)
     if not k:
-        return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(rows)
+        return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(list(rows))
     sketch = CountSketch(dim, k, seed)
-    return np.concatenate([sketch.project(np.stack(rows[i : i + chunk])) for i in range(0, n, chunk)])
+    return np.concatenate([sketch.project(np.stack(list(rows[i : i + chunk]))) for i in range(0, n, chunk)])
 
 
 class UpdateSimilarity:

@@ -142,7 +142,7 @@ def pairwise_subspace_angles(
     out[np.ix_(~held, ~held)] = both_missing
     rows = np.flatnonzero(held)
     if rows.size:
-        chosen = [present[i] for i in rows]
+        chosen = [b for b in present if b is not None]
         out[np.ix_(rows, rows)] = (
             _reference_among(chosen, signed=measure == "reference-signed")
             if measure.startswith("reference")

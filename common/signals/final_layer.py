@@ -32,6 +32,7 @@ class FinalLayer:
     bias: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's arrays: ``weight`` (outputs, features) and ``bias`` (outputs,), float32."""
         return {"weight": np.asarray(self.weight, dtype=np.float32), "bias": np.asarray(self.bias, dtype=np.float32)}
 
     @classmethod

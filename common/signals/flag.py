@@ -37,6 +37,7 @@ class HoldoutResult:
     num_fit: int
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's arrays: ``delta`` (float32), ``accuracy`` (1,) float32 and ``num-fit`` (1,) int64."""
         return {
             "delta": np.asarray(self.delta, dtype=np.float32),
             "accuracy": np.asarray([self.accuracy], dtype=np.float32),

@@ -34,6 +34,7 @@ class ClassForces:
     push: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's arrays: ``pull`` and ``push``, float32."""
         return {"pull": np.asarray(self.pull, dtype=np.float32), "push": np.asarray(self.push, dtype=np.float32)}
 
     @classmethod

@@ -30,6 +30,7 @@ class ModelLosses:
     losses: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's array: ``losses`` (one per model), float32."""
         return {"losses": np.asarray(self.losses, dtype=np.float32)}
 
     @classmethod

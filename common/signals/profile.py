@@ -32,6 +32,7 @@ class GradientProfile:
     vector: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's array: ``vector`` (the kept coordinates), float32."""
         return {"vector": np.asarray(self.vector, dtype=np.float32)}
 
     @classmethod

@@ -46,6 +46,7 @@ class ClassSubspaces:
     counts: np.ndarray | None = None
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's arrays: ``classes`` (int64), one float32 basis per class and, if known, ``counts`` (int64)."""
         out = {"classes": np.asarray(self.classes, dtype=np.int64)}
         out.update(
             {basis_name(int(c)): np.asarray(b, dtype=np.float32) for c, b in zip(self.classes, self.bases, strict=True)}

@@ -29,6 +29,7 @@ class ModelUpdate:
     delta: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        """The reply's array: ``delta`` (the flattened update), float32."""
         return {"delta": np.asarray(self.delta, dtype=np.float32)}
 
     @classmethod

@@ -163,6 +163,7 @@ def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(caps
     assert "--cfl-sattler-eps-absolute true --cfl-sattler-eps1 0.4 --cfl-sattler-eps2 1.6" in lines[2]
     cflgt = lines[3].split()
     assert cflgt[len(cflgt) - 1 - cflgt[::-1].index("--rounds") + 1] == "125"  # 100 rounds after 25 pre-training
+    assert cflgt[cflgt.index("--cflgt-pretrain-rounds") + 1] == "25"  # not the automatic quarter of 125
 
 
 def test_markdown_labels_modified_defaults():

@@ -150,6 +150,33 @@ def test_label_skew_follows_niid_bench():
         assert max(sizes) - min(sizes) <= 1
 
 
+def test_label_skew_shuffles_each_label_before_splitting_it():
+    """NIID-bench shuffles a label's samples before the equal split (flwr-datasets' partitioner does not)."""
+    p = build_partition(digits(scenario="label-skew", num_clients=20, label_fraction=0.2))
+    y = p.dataset.y_train
+    contiguous = 0
+    for i, c in enumerate(p.clients):
+        label = i % 10
+        mine = c.train_idx[y[c.train_idx] == label]
+        ranks = np.searchsorted(np.flatnonzero(y == label), mine)
+        contiguous += int(ranks.max() - ranks.min() + 1 == len(mine))
+    assert contiguous == 0
+
+
+def test_dirichlet_proportions_follow_alpha():
+    """Large alpha: every client near the data set's class mix and the mean size; small alpha: skewed."""
+    near = build_partition(digits(scenario="dirichlet", num_clients=5, dirichlet_alpha=1e4))
+    y = near.dataset.y_train
+    overall = np.bincount(y, minlength=10) / len(y)
+    for c in near.clients:
+        mix = np.bincount(y[c.train_idx], minlength=10) / len(c.train_idx)
+        assert np.abs(mix - overall).max() < 0.03
+        assert abs(len(c.train_idx) - len(y) / 5) < 0.05 * len(y) / 5
+    skewed = build_partition(digits(scenario="dirichlet", num_clients=5, dirichlet_alpha=0.05))
+    shares = [np.bincount(y[c.train_idx], minlength=10).max() / len(c.train_idx) for c in skewed.clients]
+    assert np.mean(shares) > 0.4
+
+
 def test_label_skew_dirichlet_groups_share_label_sets():
     p = build_partition(
         digits(scenario="label-skew-dirichlet", num_clients=12, groups=3, label_fraction=0.2, quantity_alpha=0.5)

@@ -121,8 +121,8 @@ def test_flhc_clusters_updates_from_the_warm_global_model():
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
     assert all(m["head.weight"].numpy().tolist() == warm["head.weight"].numpy().tolist() for m in s.models)
     scaled = {p: ModelUpdate(np.eye(5)[TRUTH[p]] * (1 + 9 * (p % 2))) for p in range(8)}
-    cos = _offline(FLHC(TrainingParams(), FLHCParams(warmup_rounds=0, num_clusters=2, flhc_metric="cosine")), scaled)
-    cos.before_round(1)
+    cos = _offline(FLHC(TrainingParams(), FLHCParams(warmup_rounds=1, num_clusters=2, flhc_metric="cosine")), scaled)
+    cos.before_round(2)
     assert adjusted_rand_score(TRUTH, [cos.assignment[p] for p in range(8)]) == 1.0
 
 

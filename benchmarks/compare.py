@@ -93,7 +93,10 @@ class Preset:
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pacfl-eq3": ("pacfl", ("--pacfl-measure", "smallest")),
     "pacfl-reference": ("pacfl", ("--pacfl-measure", "reference-signed", "--linkage", "weighted")),
-    "cfl-sattler-paper": ("cfl-sattler", ("--eps-absolute", "true", "--eps1", "0.4", "--eps2", "1.6")),
+    "cfl-sattler-paper": (
+        "cfl-sattler",
+        ("--cfl-sattler-eps-absolute", "true", "--cfl-sattler-eps1", "0.4", "--cfl-sattler-eps2", "1.6"),
+    ),
 }
 """The papers' settings of strategies whose defaults umbel modified: name -> (strategy, flags)."""
 
@@ -121,8 +124,8 @@ QUICK = Preset(
     seeds=(0, 1),
     common=("--num-clients", "100", "--fraction", "0.2", "--rounds", "30", "--local-epochs", "1", "--eval-every", "5"),
     strategy_args={
-        "cflgt": ("--pretrain-rounds", "8"),
-        "flag": ("--gradient-epochs", "5", "--sweep-rounds", "3"),
+        "cflgt": ("--cflgt-pretrain-rounds", "8"),
+        "flag": ("--flag-gradient-epochs", "5", "--flag-sweep-rounds", "3"),
         "fedclust": ("--cluster-steps", "30", "--fedclust-lambda", "0.36"),
     },
     given_k={"ifca": "--max-clusters"},
@@ -271,9 +274,9 @@ PAPER = Preset(
     # CFLGT trains 100 rounds after its 25 FedAvg pre-training rounds (paper Sec. V-A); FL+HC warms up
     # 10 rounds (the former default, whatever the scenario's rounds)
     strategy_args={
-        "flic": ("--cluster-round", "200"),
-        "cflgt": ("--rounds", "125", "--pretrain-rounds", "25"),
-        "flhc": ("--warmup-rounds", "10"),
+        "flic": ("--flic-cluster-round", "200"),
+        "cflgt": ("--rounds", "125", "--cflgt-pretrain-rounds", "25"),
+        "flhc": ("--flhc-warmup-rounds", "10"),
     },
     given_k={"ifca": "--max-clusters", "flhc": "--num-clusters"},
 )

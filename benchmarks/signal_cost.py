@@ -6,7 +6,7 @@ project's default scenario) computes every signal the strategies ask for, throug
 parameters), on the initial model:
 
 - ``forces`` (CFLGT: one forward pass, per-class pulling and pushing forces);
-- ``final-layer`` (FedClust: ``cluster-epochs`` of local training, then the final layer);
+- ``final-layer`` (FedClust: ``fedclust-cluster-epochs`` of local training, then the final layer);
 - ``subspaces`` (PACFL, and FLAG with class counts: truncated SVD of each class's data);
 - ``update`` (FLIC, Sattler's CFL, FL+HC, FLAG's gradient: local training, the flat update);
 - ``profile`` (CFL-GP's model gap after local training) at compression 1, 100 and 1000.

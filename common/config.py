@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from . import keys
+from . import keys, schema
 from .metrics import final_stretch
 from .validation import check_bool, check_choice, check_float, check_int, check_str
 
@@ -26,14 +26,56 @@ def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
     return rc[key] if key in rc else default
 
 
-def params_from_run_config(cls: type[T], rc: Mapping[str, Any]) -> T:
-    """Build the dataclass ``cls`` from the run-config keys named like its fields.
+SHARED_KEY = "umbel-shared-key"
 
-    Field ``local_epochs`` reads key ``local-epochs``; a missing key keeps the field's
-    default, and the dataclass validates the values in ``__post_init__``.
+
+def shared(default: T) -> T:
+    """A strategy parameter whose run-config key several strategies read: the key has no prefix.
+
+    Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``.
     """
-    keys = {f.name.replace("_", "-"): f.name for f in fields(cls) if f.init}  # type: ignore[arg-type]
-    return cls(**{name: rc[key] for key, name in keys.items() if key in rc})
+    return field(default=default, metadata={SHARED_KEY: True})
+
+
+def run_config_keys(cls: type[Any]) -> dict[str, str]:
+    """Each field of the parameter dataclass ``cls`` and its run-config key, in field order.
+
+    The key is the field's name with ``-`` for ``_``, after ``cls.key_prefix`` (a strategy's
+    name) when the class has one, unless the field is ``shared`` or its name already starts with
+    the prefix: ``local_epochs`` -> ``local-epochs``; in ``CFLGTParams``, ``damping`` ->
+    ``cflgt-damping``; in ``FedClustParams``, ``fedclust_lambda`` -> ``fedclust-lambda`` and the
+    shared ``num_clusters`` -> ``num-clusters``.
+    """
+    prefix = getattr(cls, "key_prefix", "")
+    keys = {}
+    for f in fields(cls):
+        if not f.init:
+            continue
+        key = f.name.replace("_", "-")
+        if prefix and not f.metadata.get(SHARED_KEY) and not key.startswith(f"{prefix}-"):
+            key = f"{prefix}-{key}"
+        keys[f.name] = key
+    return keys
+
+
+def run_config_key(cls: type[Any], name: str) -> str:
+    """The run-config key of the field ``name`` of ``cls`` (``run_config_keys``), for messages."""
+    return run_config_keys(cls)[name]
+
+
+def params_from_run_config(cls: type[T], rc: Mapping[str, Any]) -> T:
+    """Build the dataclass ``cls`` from its run-config keys (``run_config_keys``).
+
+    A missing key keeps the field's default, and the dataclass validates the values in
+    ``__post_init__``.
+
+    Raises
+    ------
+    ValueError
+        When ``rc`` holds a key that was renamed (``common.schema.RENAMED``), naming the new key.
+    """
+    schema.check_renamed(rc)
+    return cls(**{name: rc[key] for name, key in run_config_keys(cls).items() if key in rc})
 
 
 @dataclass(frozen=True)
@@ -146,10 +188,12 @@ class FaultParams:
 
     @property
     def active(self) -> bool:
+        """Whether any fault is injected."""
         return self.fail_fraction > 0 or (self.slow_fraction > 0 and self.slow_delay > 0)
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> FaultParams:
+        """Build from the ``fail-fraction``, ``slow-fraction`` and ``slow-delay`` run-config keys."""
         return params_from_run_config(cls, rc)
 
 

@@ -2,14 +2,16 @@
 
 The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
 installed wheel has them too). ``pyproject.toml``'s ``[tool.flwr.app.config]`` holds the same
-defaults for plain ``flwr run``; ``tests/common/test_schema.py`` fails when the two disagree.
+defaults for plain ``flwr run``; ``tests/test_run_config_schema.py`` fails when the two disagree.
+A key read by one strategy only is named ``<strategy>-<parameter>``; ``RENAMED`` maps the keys'
+former names to their names now, so that an old name fails naming the new one.
 Values are checked here for their type only; ranges and cross-key rules are checked where the
 values are used (``common.config``, ``common.scenarios``, each strategy's parameters).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,7 +298,7 @@ KEYS: tuple[Key, ...] = (
         100,
         SHARED,
         "mini-batches of local training for the clustering signal; 0: epochs "
-        "(cluster-epochs for fedclust, local-epochs for flhc)",
+        "(fedclust-cluster-epochs for fedclust, local-epochs for flhc)",
         read_by=("fedclust", "flhc"),
     ),
     _k(
@@ -306,22 +308,29 @@ KEYS: tuple[Key, ...] = (
         "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
         read_by=("cfl-gp", "ifca"),
     ),
-    # one group per strategy
     _k(
-        "pretrain-rounds",
+        "sketch-dim",
+        0,
+        SHARED,
+        "keep a seeded k-dim projection of each update; 0 = full updates",
+        read_by=("flic", "cfl-sattler"),
+    ),
+    # one group per strategy, each key named <strategy>-<parameter>
+    _k(
+        "cflgt-pretrain-rounds",
         0,
         "cflgt",
         "FedAvg rounds before clustering, counted in rounds; 0 = automatic: a quarter of rounds "
         "(the paper's 25 of 100), at least 1",
     ),
-    _k("damping", 0.5, "cflgt", "affinity propagation's damping, in [0.5, 1)"),
+    _k("cflgt-damping", 0.5, "cflgt", "affinity propagation's damping, in [0.5, 1)"),
     _k(
-        "preference",
+        "cflgt-preference",
         "median",
         "cflgt",
         "affinity propagation's preference: median of the similarities, or a number (larger: more clusters)",
     ),
-    _k("cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
+    _k("fedclust-cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
     _k(
         "fedclust-lambda",
         1.0,
@@ -337,7 +346,12 @@ KEYS: tuple[Key, ...] = (
         "the subspace distance (smallest = PACFL Eq. 3)",
         ("smallest", "sum", "mean", "reference", "reference-signed"),
     ),
-    _k("warmup-rounds", 0, "flhc", "FedAvg rounds before clustering; 0 = automatic: a tenth of rounds, at least 1"),
+    _k(
+        "flhc-warmup-rounds",
+        0,
+        "flhc",
+        "FedAvg rounds before clustering; 0 = automatic: a tenth of rounds, at least 1",
+    ),
     _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0; 0: automatic cut"),
     _k(
         "flhc-metric",
@@ -346,14 +360,14 @@ KEYS: tuple[Key, ...] = (
         "distance between client updates",
         ("euclidean", "cosine", "cityblock", "sqeuclidean"),
     ),
-    _k("beta", 0.5, "flag", "weight of the data angles against the gradient angles, in [0, 1]"),
-    _k("delta", 0.5, "flag", "weight of the class counts in the data angles, in [0, 1]"),
-    _k("alpha", 0.0, "flag", "HC cut threshold; 0 = sweep it and take the elbow of validation accuracy"),
-    _k("sweep-step", 0.1, "flag", "step of the alpha sweep"),
-    _k("sweep-clients", 30, "flag", "clients that score each swept clustering"),
-    _k("sweep-rounds", 5, "flag", "rounds of clustered FL that score each swept clustering"),
-    _k("gradient-epochs", 20, "flag", "local epochs of the gradient signal"),
-    _k("uniform-weights", False, "flag", "true: no class counts, uniform weights"),
+    _k("flag-beta", 0.5, "flag", "weight of the data angles against the gradient angles, in [0, 1]"),
+    _k("flag-delta", 0.5, "flag", "weight of the class counts in the data angles, in [0, 1]"),
+    _k("flag-alpha", 0.0, "flag", "HC cut threshold; 0 = sweep it and take the elbow of validation accuracy"),
+    _k("flag-sweep-step", 0.1, "flag", "step of the flag-alpha sweep"),
+    _k("flag-sweep-clients", 30, "flag", "clients that score each swept clustering"),
+    _k("flag-sweep-rounds", 5, "flag", "rounds of clustered FL that score each swept clustering"),
+    _k("flag-gradient-epochs", 20, "flag", "local epochs of the gradient signal"),
+    _k("flag-uniform-weights", False, "flag", "true: no class counts, uniform weights"),
     _k(
         "flag-vectors",
         3,
@@ -369,53 +383,102 @@ KEYS: tuple[Key, ...] = (
         "such as linear (the paper trains an unnamed lightweight model with fewer layers)",
     ),
     _k(
-        "cluster-round",
+        "flic-cluster-round",
         0,
         "flic",
-        "the clustering round; 0: once the training loss plateaus (stable-tol), at the latest rounds // 2 + 1",
+        "the clustering round; 0: once the training loss plateaus (flic-stable-tol), at the latest rounds // 2 + 1",
     ),
-    _k("resolution", 0.0, "flic", "Louvain's resolution; 0 = the best silhouette over 0.5..2.0"),
+    _k("flic-resolution", 0.0, "flic", "Louvain's resolution; 0 = the best silhouette over 0.5..2.0"),
     _k(
-        "sketch-dim",
-        0,
-        "flic",
-        "keep a seeded k-dim projection of each update; 0 = full updates",
-        read_by=("flic", "cfl-sattler"),
-    ),
-    _k(
-        "stable-tol",
+        "flic-stable-tol",
         0.1,
         "flic",
         "plateau: the last 3 rounds lowered the mean training loss by less than "
-        "stable-tol times the first 3 rounds did; > 0",
+        "flic-stable-tol times the first 3 rounds did; > 0",
     ),
-    _k("eps1", 0.5, "cfl-sattler", "split a cluster when ||mean update|| < eps1 x RMS ||update||"),
-    _k("eps2", 0.0, "cfl-sattler", "and its largest update norm exceeds eps2; 0 = off"),
+    _k("cfl-sattler-eps1", 0.5, "cfl-sattler", "split a cluster when ||mean update|| < eps1 x RMS ||update||"),
+    _k("cfl-sattler-eps2", 0.0, "cfl-sattler", "and its largest update norm exceeds eps2; 0 = off"),
     _k(
-        "eps-absolute",
+        "cfl-sattler-eps-absolute",
         False,
         "cfl-sattler",
         "true: the paper's criterion, eps1 bounds the mean update's norm "
         "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm",
     ),
-    _k("split-after", 20, "cfl-sattler", "no split before this round"),
-    _k("cluster-period", 2, "cfl-gp", "a profile update every P rounds"),
-    _k("cluster-until", 0, "cfl-gp", "no profile update from this round on; 0 = no limit"),
-    _k("stable-updates", 5, "cfl-gp", "stop re-clustering after this many unchanged updates; 0 = never"),
-    _k("profile-protocol", "model-gap", "cfl-gp", "model-gap (Alg. 4) or gradient (Alg. 1)", ("model-gap", "gradient")),
-    _k("profile-fraction", 1.0, "cfl-gp", "share of the clients asked for their profile per update"),
+    _k("cfl-sattler-split-after", 20, "cfl-sattler", "no split before this round"),
+    _k("cfl-gp-cluster-period", 2, "cfl-gp", "a profile update every P rounds"),
+    _k("cfl-gp-cluster-until", 0, "cfl-gp", "no profile update from this round on; 0 = no limit"),
+    _k("cfl-gp-stable-updates", 5, "cfl-gp", "stop re-clustering after this many unchanged updates; 0 = never"),
     _k(
-        "compression-ratio",
+        "cfl-gp-profile-protocol",
+        "model-gap",
+        "cfl-gp",
+        "model-gap (Alg. 4) or gradient (Alg. 1)",
+        ("model-gap", "gradient"),
+    ),
+    _k("cfl-gp-profile-fraction", 1.0, "cfl-gp", "share of the clients asked for their profile per update"),
+    _k(
+        "cfl-gp-compression-ratio",
         0.0,
         "cfl-gp",
         "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
         "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)",
     ),
-    _k("estimate-after", 2, "cfl-gp", "profile updates before K is estimated (num-clusters 0)"),
-    _k("proximal-mu", 0.01, "fedprox", "FedProx's mu: weight of the proximal term; >= 0"),
+    _k("cfl-gp-estimate-after", 2, "cfl-gp", "profile updates before K is estimated (num-clusters 0)"),
+    _k("fedprox-mu", 0.01, "fedprox", "FedProx's mu: weight of the proximal term; >= 0"),
 )
 
 SCHEMA: dict[str, Key] = {key.name: key for key in KEYS}
+
+RENAMED: dict[str, str] = {
+    "pretrain-rounds": "cflgt-pretrain-rounds",
+    "damping": "cflgt-damping",
+    "preference": "cflgt-preference",
+    "cluster-epochs": "fedclust-cluster-epochs",
+    "warmup-rounds": "flhc-warmup-rounds",
+    "beta": "flag-beta",
+    "delta": "flag-delta",
+    "alpha": "flag-alpha",
+    "sweep-step": "flag-sweep-step",
+    "sweep-clients": "flag-sweep-clients",
+    "sweep-rounds": "flag-sweep-rounds",
+    "gradient-epochs": "flag-gradient-epochs",
+    "uniform-weights": "flag-uniform-weights",
+    "cluster-round": "flic-cluster-round",
+    "resolution": "flic-resolution",
+    "stable-tol": "flic-stable-tol",
+    "eps1": "cfl-sattler-eps1",
+    "eps2": "cfl-sattler-eps2",
+    "eps-absolute": "cfl-sattler-eps-absolute",
+    "split-after": "cfl-sattler-split-after",
+    "cluster-period": "cfl-gp-cluster-period",
+    "cluster-until": "cfl-gp-cluster-until",
+    "stable-updates": "cfl-gp-stable-updates",
+    "profile-protocol": "cfl-gp-profile-protocol",
+    "profile-fraction": "cfl-gp-profile-fraction",
+    "compression-ratio": "cfl-gp-compression-ratio",
+    "estimate-after": "cfl-gp-estimate-after",
+    "proximal-mu": "fedprox-mu",
+}
+"""A former key name and its name now (no alias: a run-config that uses a former name fails)."""
+
+
+def renamed_message(old: str) -> str:
+    """The error that a run-config using the former key name ``old`` gets."""
+    return f"The '{old}' key was renamed '{RENAMED[old]}'."
+
+
+def check_renamed(config: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the new key when ``config`` holds a former key name.
+
+    Raises
+    ------
+    ValueError
+        For the first key of ``config`` in ``RENAMED``.
+    """
+    for key in config:
+        if key in RENAMED:
+            raise ValueError(renamed_message(key))
 
 
 def defaults() -> dict[str, Scalar]:

@@ -102,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=key.help,
         )
     deploy.add_parser(commands)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"] and (old := renamed_flag(argv[1:])):
+        run.error(f"{schema.renamed_message(old)} Use --{schema.RENAMED[old]}.")
     args = parser.parse_args(argv)
     if args.command == "deploy":
         return deploy.run(args)
@@ -150,6 +153,15 @@ def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:
             help=text.replace("%", "%%"),
             **extra,
         )
+
+
+def renamed_flag(argv: Sequence[str]) -> str | None:
+    """The first ``--KEY`` of ``argv`` that names a renamed run-config key (``common.schema.RENAMED``)."""
+    for token in argv:
+        name = token[2:].partition("=")[0] if token.startswith("--") else ""
+        if name in schema.RENAMED:
+            return name
+    return None
 
 
 def _interrupted(folder: Path, config: Mapping[str, Any], code: int) -> int:

@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from common import keys
 from common.aggregation import coordinate_median, weighted_average
-from common.config import TrainingParams, params_from_run_config
+from common.config import TrainingParams, params_from_run_config, run_config_key
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
 
@@ -178,7 +178,7 @@ class ClusteredStrategy(Strategy):
             value, high = getattr(self.params, field_name), self.training.rounds - after
             if value > high:
                 raise ValueError(
-                    f"The '{field_name.replace('_', '-')}' parameter of {type(self).__name__} must be "
+                    f"The '{run_config_key(self.params_type, field_name)}' parameter of {type(self).__name__} must be "
                     f"an int in the range [0, {high}] ('rounds' is {self.training.rounds}). "
                     f"Got {value!r} instead."
                 )

@@ -1,25 +1,27 @@
 """CFL-GP (Kim et al., "Clustered Federated Learning via Gradient-based Partitioning", ICML 2024).
 
-K cluster models from random initial clusters. Every ``cluster-period`` rounds (while the
-round is below ``cluster-until``), the next model in round-robin order is broadcast to every
-client (or ``profile-fraction`` of them) as ``query.profile``; each returns its model gap after
+K cluster models from random initial clusters. Every ``cfl-gp-cluster-period`` rounds (while
+the round is below ``cfl-gp-cluster-until``), the next model in round-robin order is broadcast to every
+client (or ``cfl-gp-profile-fraction`` of them) as ``query.profile``; each returns its model gap after
 local training (Alg. 4, default) or one mini-batch gradient (Alg. 1), restricted to a seeded
-coordinate subset (App. E.1; ``compression-ratio`` 0, the default, keeps every coordinate unless
+coordinate subset (App. E.1; ``cfl-gp-compression-ratio`` 0, the default, keeps every coordinate unless
 all clients' profiles would pass 2 GiB, and then logs the ratio it picks). The server averages it
 into that model's block of the client's profile and re-clusters: top-K left singular vectors,
 k-means, relabelling by linear assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
-``stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
-CFL-GP until ``estimate-after`` updates, then K comes from the spectrum of the centred
+``cfl-gp-stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
+CFL-GP until ``cfl-gp-estimate-after`` updates, then K comes from the spectrum of the centred
 profile, and the K clusters continue from the model most of their members trained. The K
 models start as copies of the initial model: random clusters and the profiles make them
-differ. With ``profile-fraction`` < 1, the blocks a client has not answered are imputed
+differ. With ``cfl-gp-profile-fraction`` < 1, the blocks a client has not answered are imputed
 (its cluster's mean, refined by a rank-K completion of ``G``), never left at zero.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO
+from typing import ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -28,7 +30,7 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
-from common.config import TrainingParams
+from common.config import TrainingParams, run_config_key, shared
 from common.signals.profile import PROTOCOLS, GradientProfile
 from common.validation import check_choice, check_float, check_int
 
@@ -40,10 +42,11 @@ OWNER = "CFLGP"
 
 @dataclass(frozen=True)
 class CFLGPParams:
-    """CFL-GP's run-config keys (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
+    """CFL-GP's run-config keys, ``cfl-gp-*`` (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
 
-    num_clusters: int = 0
-    max_clusters: int = 8
+    key_prefix: ClassVar[str] = "cfl-gp"
+    num_clusters: int = shared(0)
+    max_clusters: int = shared(8)
     cluster_period: int = 2
     cluster_until: int = 0
     stable_updates: int = 5
@@ -53,6 +56,7 @@ class CFLGPParams:
     estimate_after: int = 2
 
     def __post_init__(self) -> None:
+        key = partial(run_config_key, CFLGPParams)
         for name, low in (
             ("num_clusters", 0),
             ("max_clusters", 2),
@@ -61,18 +65,18 @@ class CFLGPParams:
             ("stable_updates", 0),
             ("estimate_after", 1),
         ):
-            object.__setattr__(self, name, check_int(getattr(self, name), name.replace("_", "-"), OWNER, low=low))
+            object.__setattr__(self, name, check_int(getattr(self, name), key(name), OWNER, low=low))
         object.__setattr__(
-            self, "profile_protocol", check_choice(self.profile_protocol, "profile-protocol", OWNER, PROTOCOLS)
+            self, "profile_protocol", check_choice(self.profile_protocol, key("profile_protocol"), OWNER, PROTOCOLS)
         )
         object.__setattr__(
             self,
             "profile_fraction",
-            check_float(self.profile_fraction, "profile-fraction", OWNER, low=0.0, high=1.0, closed=(False, True)),
+            check_float(self.profile_fraction, key("profile_fraction"), OWNER, low=0.0, high=1.0, closed=(False, True)),
         )
         if self.compression_ratio != 0:  # 0: automatic (compression.automatic_ratio)
             object.__setattr__(
-                self, "compression_ratio", check_float(self.compression_ratio, "compression-ratio", OWNER, low=1.0)
+                self, "compression_ratio", check_float(self.compression_ratio, key("compression_ratio"), OWNER, low=1.0)
             )
 
 
@@ -143,7 +147,7 @@ class CFLGP(ClusteredStrategy):
         )
 
     def is_cluster_round(self, server_round: int) -> bool:
-        """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cluster-until`` (0: no limit), until stable."""
+        """Rounds ``1, 1 + P, 1 + 2P, ...`` below ``cfl-gp-cluster-until`` (0: no limit), until stable."""
         until = self.params.cluster_until
         return (
             not self.stopped

@@ -4,7 +4,7 @@ FedAvg inside each cluster. After each round, a cluster whose members' updates c
 norm of their mean below eps1 times their RMS norm, estimated from the sampled members: the
 joint objective is near a stationary point) while one member still moves
 (``max ||update_i|| > eps2``), with more than 2 members
-and after round ``split-after``, is a split candidate. At the start of the next round all its
+and after round ``cfl-sattler-split-after``, is a split candidate. At the start of the next round all its
 members send their update of the cluster model (``query.update``, clustering-signal bytes:
 Sattler's bi-partition uses every member's update at the same stationary point; the
 reference samples everyone, we sample ``fraction``), which complete linkage on ``1 - cos``
@@ -15,7 +15,7 @@ cluster model plus its members' mean update, as in the reference.
 
 eps1 is relative to the update norms by default (modified: the reference's absolute 0.4 / 1.6
 assume its model and learning rate: our DNN at lr 0.001 moves less than 0.55 per round and
-never splits); eps2 stays absolute, 0 (default) disables it. ``eps-absolute`` true is the
+never splits); eps2 stays absolute, 0 (default) disables it. ``cfl-sattler-eps-absolute`` true is the
 paper's criterion: ``||mean update|| < eps1`` and ``max ||update_i|| > eps2``, both absolute
 (the reference code's values are eps1 0.4, eps2 1.6). Positions inside a sub-cluster are mapped
 back to partition ids (the reference code's pitfall; tested).
@@ -24,8 +24,9 @@ back to partition ids (the reference code's pitfall; tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -36,6 +37,7 @@ from common.clustering.bipartition import mean_update_ratio, sattler_bipartition
 from common.clustering.similarity import UpdateSimilarity
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_bool, check_float, check_int
 
 from .base import ClusteredStrategy
@@ -51,21 +53,23 @@ CHUNK = 512
 @dataclass(frozen=True)
 class CFLSattlerParams:
     """``eps1`` > 0 (relative, or absolute with ``eps_absolute``), ``eps2`` >= 0 (absolute; 0: off),
-    ``split_after`` >= 0, ``sketch_dim`` >= 0.
+    ``split_after`` >= 0, the shared ``sketch_dim`` >= 0; keys ``cfl-sattler-*``.
     """
 
+    key_prefix: ClassVar[str] = "cfl-sattler"
     eps1: float = 0.5
     eps2: float = 0.0
     split_after: int = 20
-    sketch_dim: int = 0
+    sketch_dim: int = shared(0)
     eps_absolute: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "eps1", check_float(self.eps1, "eps1", "CFLSattler", low=0.0, closed=(False, True)))
-        object.__setattr__(self, "eps2", check_float(self.eps2, "eps2", "CFLSattler", low=0.0))
-        object.__setattr__(self, "split_after", check_int(self.split_after, "split-after", "CFLSattler", low=0))
-        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "CFLSattler", low=0))
-        object.__setattr__(self, "eps_absolute", check_bool(self.eps_absolute, "eps-absolute", "CFLSattler"))
+        owner, key = "CFLSattler", partial(run_config_key, CFLSattlerParams)
+        object.__setattr__(self, "eps1", check_float(self.eps1, key("eps1"), owner, low=0.0, closed=(False, True)))
+        object.__setattr__(self, "eps2", check_float(self.eps2, key("eps2"), owner, low=0.0))
+        object.__setattr__(self, "split_after", check_int(self.split_after, key("split_after"), owner, low=0))
+        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, key("sketch_dim"), owner, low=0))
+        object.__setattr__(self, "eps_absolute", check_bool(self.eps_absolute, key("eps_absolute"), owner))
 
 
 class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand
@@ -105,7 +109,8 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         if self.params.split_after >= self.training.rounds:
             log(
                 WARNING,
-                "CFLSattler: split-after %d is not below rounds %d, so no cluster can split: this run is FedAvg",
+                "CFLSattler: cfl-sattler-split-after %d is not below rounds %d, so no cluster can split: "
+                "this run is FedAvg",
                 self.params.split_after,
                 self.training.rounds,
             )

@@ -1,6 +1,6 @@
 """CFLGT (Liu et al., "CFLGT: Clustered Federated Learning with Gradient Trajectory", Alg. 1).
 
-``pretrain-rounds`` rounds of FedAvg; then every client computes, with the pre-trained model
+``cflgt-pretrain-rounds`` rounds of FedAvg; then every client computes, with the pre-trained model
 and a forward pass only, its per-class pulling and pushing forces (2C floats, its "gradient
 trajectory"); Affinity Propagation on the mean point-wise L2 distance between trajectories
 picks the clusters and their number; every cluster model starts from the pre-trained model
@@ -14,8 +14,9 @@ computed on the same pre-trained model the others used.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -30,7 +31,7 @@ from common.clustering.trajectories import (
     nearest_exemplar,
     trajectories_from_forces,
 )
-from common.config import TrainingParams
+from common.config import TrainingParams, run_config_key
 from common.metrics import cluster_sizes
 from common.signals.forces import ClassForces
 from common.validation import check_float, check_int
@@ -41,22 +42,25 @@ from .base import ClusteredStrategy
 @dataclass(frozen=True)
 class CFLGTParams:
     """``pretrain_rounds`` >= 0 FedAvg rounds (0: automatic, :func:`automatic_pretrain_rounds`;
-    paper: 25 of 100); AP ``damping`` in [0.5, 1).
+    paper: 25 of 100); AP ``damping`` in [0.5, 1); keys ``cflgt-*``.
 
     ``preference`` is AP's self-similarity: a float, or ``"median"`` (the default, the median
     of the similarities, as scikit-learn's default). A string holding a number (what the
     command line passes) is read as that float.
     """
 
+    key_prefix: ClassVar[str] = "cflgt"
     pretrain_rounds: int = 0
     damping: float = 0.5
     preference: float | str = MEDIAN
 
     def __post_init__(self) -> None:
-        owner = "CFLGT"
-        object.__setattr__(self, "pretrain_rounds", check_int(self.pretrain_rounds, "pretrain-rounds", owner, low=0))
+        owner, key = "CFLGT", partial(run_config_key, CFLGTParams)
         object.__setattr__(
-            self, "damping", check_float(self.damping, "damping", owner, low=0.5, high=1.0, closed=(True, False))
+            self, "pretrain_rounds", check_int(self.pretrain_rounds, key("pretrain_rounds"), owner, low=0)
+        )
+        object.__setattr__(
+            self, "damping", check_float(self.damping, key("damping"), owner, low=0.5, high=1.0, closed=(True, False))
         )
         pref = self.preference
         if isinstance(pref, str) and pref != MEDIAN:
@@ -64,10 +68,10 @@ class CFLGTParams:
                 pref = float(pref)
             except ValueError:
                 raise ValueError(
-                    f"The 'preference' parameter of {owner} must be 'median' or a float. Got {pref!r} instead."
+                    f"The '{key('preference')}' parameter of {owner} must be 'median' or a float. Got {pref!r} instead."
                 ) from None
         if pref != MEDIAN:
-            pref = check_float(pref, "preference", owner)
+            pref = check_float(pref, key("preference"), owner)
         object.__setattr__(self, "preference", pref)
 
 
@@ -108,11 +112,12 @@ class CFLGT(ClusteredStrategy):
         super().__init__(training, params)
         if self.params.pretrain_rounds == 0:
             auto = automatic_pretrain_rounds(self.training.rounds)
-            log(INFO, "CFLGT: pretrain-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
+            log(INFO, "CFLGT: cflgt-pretrain-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
             self.params = replace(self.params, pretrain_rounds=auto)
         if self.params.pretrain_rounds >= self.training.rounds:
             raise ValueError(
-                f"The 'pretrain-rounds' parameter of CFLGT must be an int in the range "
+                f"The '{run_config_key(CFLGTParams, 'pretrain_rounds')}' parameter of CFLGT must be an int in the "
+                f"range "
                 f"[0, {self.training.rounds - 1}] (below 'rounds'). "
                 f"Got {self.params.pretrain_rounds!r} instead."
             )

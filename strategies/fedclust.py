@@ -3,7 +3,7 @@ Weight-Driven Client Clustering", ICPP 2024; Sec. 3.4-4, Alg. 1-2).
 
 Round 1: every client trains the initial model on its train split for ``cluster-steps``
 mini-batches (default 100, so that every client trains equally long; with 0, for
-``cluster-epochs`` epochs, which lets big clients move far and small ones barely) and uploads
+``fedclust-cluster-epochs`` epochs, which lets big clients move far and small ones barely) and uploads
 only the final layer's weight and bias (``query.head``: clustering traffic, nothing is
 aggregated). The server takes Euclidean distances between those vectors (Eq. 3) and cuts an
 agglomerative tree at ``fedclust-lambda`` (or into ``num-clusters``); every cluster model starts
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import Message, MetricRecord
@@ -29,6 +30,7 @@ from common import keys
 from common.clustering.hierarchical import centroids, nearest
 from common.clustering.oneshot import OneShotClusters, fedclust_clusters
 from common.signals.final_layer import FinalLayer
+from common.config import run_config_key, shared
 from common.validation import check_float, check_int
 
 from .oneshot import OneShotStrategy, check_cut
@@ -38,22 +40,24 @@ from .oneshot import OneShotStrategy, check_cut
 class FedClustParams:
     """``fedclust_lambda`` >= 0 (the HC cut height), ``num_clusters`` >= 0 (0 = use lambda),
     ``linkage`` in {average, complete, single}, ``cluster_steps`` >= 0 mini-batches of training
-    before the upload (0: ``cluster_epochs`` >= 1 epochs instead).
+    before the upload (0: ``cluster_epochs`` >= 1 epochs instead); keys ``fedclust-*`` but the shared
+    ``num-clusters``, ``linkage`` and ``cluster-steps``.
     """
 
+    key_prefix: ClassVar[str] = "fedclust"
     fedclust_lambda: float = 1.0
-    num_clusters: int = 0
-    linkage: str = "average"
+    num_clusters: int = shared(0)
+    linkage: str = shared("average")
     cluster_epochs: int = 1
-    cluster_steps: int = 100
+    cluster_steps: int = shared(100)
 
     def __post_init__(self) -> None:
-        owner = "FedClust"
+        owner, key = "FedClust", partial(run_config_key, FedClustParams)
         object.__setattr__(
-            self, "fedclust_lambda", check_float(self.fedclust_lambda, "fedclust-lambda", owner, low=0.0)
+            self, "fedclust_lambda", check_float(self.fedclust_lambda, key("fedclust_lambda"), owner, low=0.0)
         )
-        object.__setattr__(self, "cluster_epochs", check_int(self.cluster_epochs, "cluster-epochs", owner, low=1))
-        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
+        object.__setattr__(self, "cluster_epochs", check_int(self.cluster_epochs, key("cluster_epochs"), owner, low=1))
+        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, key("cluster_steps"), owner, low=0))
         check_cut(self, owner)
 
 
@@ -117,7 +121,7 @@ class FedClust(OneShotStrategy):
         return self.params.fedclust_lambda
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, FinalLayer]:
-        """Each client's final layer after ``cluster-epochs`` of training the initial model."""
+        """Each client's final layer after ``fedclust-cluster-epochs`` of training the initial model."""
         outputs, features = self.head_shape()
         return self.query_signal(
             keys.FINAL_LAYER_ACTION,

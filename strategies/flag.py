@@ -4,13 +4,14 @@ in Heterogeneous Settings", under review; Alg. 1-3, Sec. 4, appendix 8-10).
 Round 1, before training: every client sends, per class it holds, ``flag-vectors`` principal
 vectors of its TRAIN data (0: the paper's rule, about 1% of the class's samples; the default 3
 is modified) with its class counts (``query.subspaces``; no counts with
-``uniform-weights``), and its update after ``gradient-epochs`` of local SGD from the initial
-model (``query.update``). The server builds A = beta V + (1 - beta) G (common.clustering.flag)
-and cuts the average-linkage HC tree of A at ``alpha``. ``alpha = 0`` means not given: sweep
-alpha from 1 down by ``sweep-step``; for each distinct clustering, ``sweep-clients`` sampled
-clients run ``sweep-rounds`` rounds of clustered FL (``local-epochs`` each) on 90% of their
-train split and report accuracy on the held-out 10% (``query.holdout``); alpha is chosen at
-the elbow of accuracy against the number of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
+``flag-uniform-weights``), and its update after ``flag-gradient-epochs`` of local SGD from the
+initial model (``query.update``). The server builds A = beta V + (1 - beta) G
+(common.clustering.flag) and cuts the average-linkage HC tree of A at ``flag-alpha``.
+``flag-alpha = 0`` means not given: sweep alpha from 1 down by ``flag-sweep-step``; for each
+distinct clustering, ``flag-sweep-clients`` sampled clients run ``flag-sweep-rounds`` rounds of
+clustered FL (``local-epochs`` each) on 90% of their train split and report accuracy on the
+held-out 10% (``query.holdout``); alpha is chosen at the elbow of accuracy against the number
+of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
 cuts into that many clusters instead. Every cluster model then starts from the initial model.
 The sweep's clients train the run's model (``flag-sweep-model`` "", modified) or the named
 built-in (the paper: an unnamed "lightweight model with fewer layers"; ``linear`` is umbel's).
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -36,6 +38,7 @@ from common.models import MODELS, build_model, check_model
 from common.signals.flag import SWEEP_MODEL, HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_bool, check_choice, check_float, check_int
 
 from .flat import add_flat, float_size
@@ -50,9 +53,11 @@ class FLAGParams:
     ``sweep_clients``, ``sweep_rounds``, ``gradient_epochs`` >= 1; ``flag_vectors`` >= 0 (0: the
     paper's about 1% of each class's samples; default 3, modified);
     ``uniform_weights``; ``flag_sweep_model``: "" (the run's model, modified) or a built-in
-    model the sweep trains instead; the shared ``num_clusters`` (0 = not given) and ``linkage``.
+    model the sweep trains instead; the shared ``num_clusters`` (0 = not given) and ``linkage``; keys
+    ``flag-*`` but the shared ``num-clusters`` and ``linkage``.
     """
 
+    key_prefix: ClassVar[str] = "flag"
     beta: float = 0.5
     delta: float = 0.5
     alpha: float = 0.0
@@ -63,19 +68,23 @@ class FLAGParams:
     uniform_weights: bool = False
     flag_vectors: int = 3
     flag_sweep_model: str = ""
-    num_clusters: int = 0
-    linkage: str = "average"
+    num_clusters: int = shared(0)
+    linkage: str = shared("average")
 
     def __post_init__(self) -> None:
         owner, put = "FLAG", lambda name, value: object.__setattr__(self, name, value)
+        key = partial(run_config_key, FLAGParams)
         for name in ("beta", "delta", "alpha"):
-            put(name, check_float(getattr(self, name), name, owner, low=0.0, high=1.0))
-        put("sweep_step", check_float(self.sweep_step, "sweep-step", owner, low=0.0, high=1.0, closed=(False, True)))
+            put(name, check_float(getattr(self, name), key(name), owner, low=0.0, high=1.0))
+        put(
+            "sweep_step",
+            check_float(self.sweep_step, key("sweep_step"), owner, low=0.0, high=1.0, closed=(False, True)),
+        )
         for name in ("sweep_clients", "sweep_rounds", "gradient_epochs"):
-            put(name, check_int(getattr(self, name), name.replace("_", "-"), owner, low=1))
-        put("flag_vectors", check_int(self.flag_vectors, "flag-vectors", owner, low=0))
-        put("uniform_weights", check_bool(self.uniform_weights, "uniform-weights", owner))
-        check_choice(self.flag_sweep_model, "flag-sweep-model", owner, ("", *MODELS))
+            put(name, check_int(getattr(self, name), key(name), owner, low=1))
+        put("flag_vectors", check_int(self.flag_vectors, key("flag_vectors"), owner, low=0))
+        put("uniform_weights", check_bool(self.uniform_weights, key("uniform_weights"), owner))
+        check_choice(self.flag_sweep_model, key("flag_sweep_model"), owner, ("", *MODELS))
         check_cut(self, owner)
 
 
@@ -142,7 +151,7 @@ class FLAG(OneShotStrategy):
         return self.head_shape()[0]
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, tuple[ClassSubspaces, ModelUpdate]]:
-        """Each client's class bases (with counts unless ``uniform-weights``) and update direction."""
+        """Each client's class bases (with counts unless ``flag-uniform-weights``) and update direction."""
         if self._pending is not None:
             got, self._pending = self._pending, None
             return got
@@ -201,7 +210,7 @@ class FLAG(OneShotStrategy):
         return a
 
     def cluster(self, server_round: int) -> None:
-        """Run the threshold sweep first when neither ``alpha`` nor ``num-clusters`` is given."""
+        """Run the threshold sweep first when neither ``flag-alpha`` nor ``num-clusters`` is given."""
         if self.params.alpha == 0 and self.params.num_clusters == 0 and self.chosen_alpha is None:
             signals = self.collect(sorted(self.clients), server_round)
             if not signals:
@@ -246,7 +255,7 @@ class FLAG(OneShotStrategy):
         return float(alphas[chosen])
 
     def validate(self, server_round: int, sample: list[int], labels: tuple[int, ...]) -> float | None:
-        """Mean held-out accuracy of ``sample`` after ``sweep-rounds`` of clustered FL from the
+        """Mean held-out accuracy of ``sample`` after ``flag-sweep-rounds`` of clustered FL from the
         initial model (of ``flag-sweep-model`` when given).
         """
         name = self.params.flag_sweep_model

@@ -1,7 +1,7 @@
 """FL+HC (Briggs, Fan and Andras, "Federated learning with hierarchical clustering of local
 updates to improve training on non-IID data", IJCNN 2020).
 
-``warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
+``flhc-warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
 global model for ``cluster-steps`` mini-batches and sends its update (``query.update``:
 clustering traffic). With ``cluster-steps`` 0 it trains for ``local-epochs`` as Briggs et al.
 do; then a client with 20 samples takes one step per epoch and one with 2,000 a hundred, and
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from logging import INFO
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ from common import keys
 from common.clustering.hierarchical import METRICS
 from common.clustering.oneshot import OneShotClusters, flhc_clusters
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_choice, check_float, check_int
 
 from .flat import float_size
@@ -39,22 +41,26 @@ class FLHCParams:
     :func:`automatic_warmup_rounds`), ``num_clusters`` >= 0 (0 = cut at
     ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
     euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
-    for the clustered update (0: ``local-epochs`` epochs).
+    for the clustered update (0: ``local-epochs`` epochs); keys ``flhc-*`` but the shared
+    ``num-clusters``, ``linkage`` and ``cluster-steps``.
     """
 
+    key_prefix: ClassVar[str] = "flhc"
     warmup_rounds: int = 0
-    num_clusters: int = 0
+    num_clusters: int = shared(0)
     flhc_threshold: float = 1.0
     flhc_metric: str = "euclidean"
-    linkage: str = "average"
-    cluster_steps: int = 100
+    linkage: str = shared("average")
+    cluster_steps: int = shared(100)
 
     def __post_init__(self) -> None:
-        owner = "FLHC"
-        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, "cluster-steps", owner, low=0))
-        object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, "warmup-rounds", owner, low=0))
-        object.__setattr__(self, "flhc_threshold", check_float(self.flhc_threshold, "flhc-threshold", owner, low=0.0))
-        object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, "flhc-metric", owner, METRICS))
+        owner, key = "FLHC", partial(run_config_key, FLHCParams)
+        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, key("cluster_steps"), owner, low=0))
+        object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, key("warmup_rounds"), owner, low=0))
+        object.__setattr__(
+            self, "flhc_threshold", check_float(self.flhc_threshold, key("flhc_threshold"), owner, low=0.0)
+        )
+        object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, key("flhc_metric"), owner, METRICS))
         check_cut(self, owner)
 
 
@@ -75,7 +81,7 @@ class FLHC(OneShotStrategy):
         super().__init__(training, params)
         if self.params.warmup_rounds == 0:
             auto = automatic_warmup_rounds(self.training.rounds)
-            log(INFO, "FLHC: warmup-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
+            log(INFO, "FLHC: flhc-warmup-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
             self.params = replace(self.params, warmup_rounds=auto)
 
     def describe_distances(self) -> str:

@@ -8,15 +8,15 @@ instead of the full update). At the clustering round, Louvain communities of the
 model; FedAvg then runs per cluster. The graph costs no extra communication: updates ride on
 train replies.
 
-Clustering round (``cluster-round``): a given round ``c`` clusters before round ``c``'s
+Clustering round (``flic-cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has
 stabilised": after the first round at which the mean training loss of the last
 ``STABLE_PATIENCE`` rounds fell, from the ``STABLE_PATIENCE`` rounds before, by less than
-``stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
+``flic-stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
 the latest before round ``rounds // 2 + 1``. The relative change
 of the global model is no such test: at a fixed learning rate it stays near its first value.
 
-``resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
+``flic-resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
 best silhouette on ``1 - cos`` over resolutions 0.5..2.0 (``common.clustering.flic``: at a
 fixed resolution, modularity merges groups whose mutual cosine exceeds about the federation's
 mean cosine, e.g. rotation's 0 and 180 degrees); a value > 0 fixes it.
@@ -31,6 +31,7 @@ attacker, whose data is clean, from a loyal client. After clustering, ``S`` is f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -43,6 +44,7 @@ from common.clustering.flic import flic_clusters, join_by_modularity, loss_plate
 from common.clustering.similarity import UpdateSimilarity
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
+from common.config import run_config_key, shared
 from common.validation import check_float, check_int
 
 from .base import ClusteredStrategy
@@ -56,20 +58,22 @@ STABLE_PATIENCE = 3
 @dataclass(frozen=True)
 class FLICParams:
     """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette), ``sketch_dim`` >= 0
-    (0: full updates), ``stable_tol`` > 0.
+    (0: full updates), ``stable_tol`` > 0; keys ``flic-*`` but the shared ``sketch-dim``.
     """
 
+    key_prefix: ClassVar[str] = "flic"
     cluster_round: int = 0
     resolution: float = 0.0
-    sketch_dim: int = 0
+    sketch_dim: int = shared(0)
     stable_tol: float = 0.1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster_round", check_int(self.cluster_round, "cluster-round", "FLIC", low=0))
-        object.__setattr__(self, "resolution", check_float(self.resolution, "resolution", "FLIC", low=0.0))
-        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, "sketch-dim", "FLIC", low=0))
+        owner, key = "FLIC", partial(run_config_key, FLICParams)
+        object.__setattr__(self, "cluster_round", check_int(self.cluster_round, key("cluster_round"), owner, low=0))
+        object.__setattr__(self, "resolution", check_float(self.resolution, key("resolution"), owner, low=0.0))
+        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, key("sketch_dim"), owner, low=0))
         object.__setattr__(
-            self, "stable_tol", check_float(self.stable_tol, "stable-tol", "FLIC", low=0.0, closed=(False, True))
+            self, "stable_tol", check_float(self.stable_tol, key("stable_tol"), owner, low=0.0, closed=(False, True))
         )
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from common import keys
 from common.clustering import kmodels
-from common.config import TrainingParams
+from common.config import TrainingParams, shared
 from common.validation import check_int
 
 from .base import ClusteredStrategy
@@ -30,10 +30,11 @@ OWNER = "IFCA"
 
 @dataclass(frozen=True)
 class IFCAParams:
-    """``num-clusters`` K (0: ``max-clusters``)."""
+    """``num-clusters`` K (0: ``max-clusters``); both keys shared, IFCA has none of its own."""
 
-    num_clusters: int = 0
-    max_clusters: int = 8
+    key_prefix: ClassVar[str] = "ifca"
+    num_clusters: int = shared(0)
+    max_clusters: int = shared(8)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_clusters", check_int(self.num_clusters, "num-clusters", OWNER, low=0))

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar
 from logging import INFO, WARNING
 
 import numpy as np
@@ -35,6 +37,7 @@ from common.clustering import subspaces
 from common.clustering.oneshot import OneShotClusters, pacfl_clusters
 from common.clustering.subspaces import MEASURES, subspace_angle
 from common.signals.subspaces import ClassSubspaces
+from common.config import run_config_key, shared
 from common.validation import check_choice, check_float, check_int
 
 from .oneshot import OneShotStrategy, check_cut
@@ -43,22 +46,26 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class PACFLParams:
     """``pacfl_threshold`` >= 0 degrees, ``pacfl_vectors`` >= 1, ``pacfl_measure`` in
-    {smallest, sum, mean, reference, reference-signed}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``.
+    {smallest, sum, mean, reference, reference-signed}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``;
+    keys ``pacfl-*`` but the shared ``num-clusters`` and ``linkage``.
     """
 
+    key_prefix: ClassVar[str] = "pacfl"
     pacfl_threshold: float = 30.0
     pacfl_vectors: int = 3
     pacfl_measure: str = "mean"
-    num_clusters: int = 0
-    linkage: str = "average"
+    num_clusters: int = shared(0)
+    linkage: str = shared("average")
 
     def __post_init__(self) -> None:
-        owner = "PACFL"
+        owner, key = "PACFL", partial(run_config_key, PACFLParams)
         object.__setattr__(
-            self, "pacfl_threshold", check_float(self.pacfl_threshold, "pacfl-threshold", owner, low=0.0)
+            self, "pacfl_threshold", check_float(self.pacfl_threshold, key("pacfl_threshold"), owner, low=0.0)
         )
-        object.__setattr__(self, "pacfl_vectors", check_int(self.pacfl_vectors, "pacfl-vectors", owner, low=1))
-        object.__setattr__(self, "pacfl_measure", check_choice(self.pacfl_measure, "pacfl-measure", owner, MEASURES))
+        object.__setattr__(self, "pacfl_vectors", check_int(self.pacfl_vectors, key("pacfl_vectors"), owner, low=1))
+        object.__setattr__(
+            self, "pacfl_measure", check_choice(self.pacfl_measure, key("pacfl_measure"), owner, MEASURES)
+        )
         check_cut(self, owner)
 
 

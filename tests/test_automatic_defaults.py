@@ -29,7 +29,7 @@ def _strategy(strategy: str, **overrides):
 
 
 def test_the_round_defaults_are_automatic():
-    assert defaults()["pretrain-rounds"] == 0 and defaults()["warmup-rounds"] == 0
+    assert defaults()["cflgt-pretrain-rounds"] == 0 and defaults()["flhc-warmup-rounds"] == 0
     assert defaults()["samples-per-label"] == 0
 
 
@@ -53,12 +53,16 @@ def test_automatic_round_values_leave_rounds_after_them(rounds, pretrain, warmup
 
 
 def test_explicit_round_values_are_kept_and_still_checked():
-    assert _strategy("cflgt", rounds=10, **{"pretrain-rounds": 9}).params.pretrain_rounds == 9
-    assert _strategy("flhc", rounds=10, **{"warmup-rounds": 3}).params.warmup_rounds == 3
-    with pytest.raises(ValueError, match=r"'pretrain-rounds' parameter of CFLGT must be an int in the range \[0, 1\]"):
-        _strategy("cflgt", rounds=2, **{"pretrain-rounds": 25})
-    with pytest.raises(ValueError, match=r"'warmup-rounds' parameter of FLHC must be an int in the range \[0, 1\]"):
-        _strategy("flhc", rounds=2, **{"warmup-rounds": 10})
+    assert _strategy("cflgt", rounds=10, **{"cflgt-pretrain-rounds": 9}).params.pretrain_rounds == 9
+    assert _strategy("flhc", rounds=10, **{"flhc-warmup-rounds": 3}).params.warmup_rounds == 3
+    with pytest.raises(
+        ValueError, match=r"'cflgt-pretrain-rounds' parameter of CFLGT must be an int in the range \[0, 1\]"
+    ):
+        _strategy("cflgt", rounds=2, **{"cflgt-pretrain-rounds": 25})
+    with pytest.raises(
+        ValueError, match=r"'flhc-warmup-rounds' parameter of FLHC must be an int in the range \[0, 1\]"
+    ):
+        _strategy("flhc", rounds=2, **{"flhc-warmup-rounds": 10})
 
 
 def test_strategies_built_directly_resolve_too():

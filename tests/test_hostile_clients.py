@@ -120,7 +120,7 @@ def test_bad_train_bytes_cost_only_that_client(strategy, fault, caplog):
     "strategy, overrides",
     [
         ("fedclust", {"num-clusters": 2}),
-        ("flhc", {"warmup-rounds": 1, "num-clusters": 2}),
+        ("flhc", {"flhc-warmup-rounds": 1, "num-clusters": 2}),
     ],
 )
 def test_bad_signal_bytes_cost_only_that_client(strategy, overrides, caplog):

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
     [
         ("fedclust", ["--fedclust-lambda", "2.0", "--late-clients", "0.34", "--late-round", "2"]),
         ("pacfl", ["--pacfl-measure", "mean", "--pacfl-threshold", "35"]),
-        ("flhc", ["--warmup-rounds", "1", "--num-clusters", "2"]),
+        ("flhc", ["--flhc-warmup-rounds", "1", "--num-clusters", "2"]),
     ],
 )
 def test_one_shot_strategy_finds_the_groups_and_draws_the_distances(tmp_path, strategy, extra):

@@ -19,9 +19,9 @@ from tests.helpers.minimal_client import build_app
 
 UPDATE_ONLY = [
     ("fedavg", {}),
-    ("flic", {"cluster-round": 2}),
-    ("cfl-sattler", {"split-after": 1, "eps1": 100.0, "eps2": 1e-6}),
-    ("flhc", {"warmup-rounds": 1, "num-clusters": 2}),
+    ("flic", {"flic-cluster-round": 2}),
+    ("cfl-sattler", {"cfl-sattler-split-after": 1, "cfl-sattler-eps1": 100.0, "cfl-sattler-eps2": 1e-6}),
+    ("flhc", {"flhc-warmup-rounds": 1, "num-clusters": 2}),
 ]
 
 

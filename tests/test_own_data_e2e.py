@@ -42,7 +42,7 @@ COMMON = {
 }
 RUNS = {
     "fedclust": {"strategy": "fedclust", "num-clusters": 3, "rounds": 1},
-    "cflgt": {"strategy": "cflgt", "pretrain-rounds": 2, "rounds": 3},
+    "cflgt": {"strategy": "cflgt", "cflgt-pretrain-rounds": 2, "rounds": 3},
 }
 SIMULATED = "fedclust"  # the cheapest run (one round) is the one rehearsed in simulation
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from common.config import FaultParams, OutputParams, TrainingParams
+from common.config import FaultParams, OutputParams, TrainingParams, params_from_run_config, run_config_keys
 from common.data import DATASETS
 from common.models import MODELS
 from common.scenarios import SCENARIOS, ScenarioConfig
-from common.schema import GROUPS, KEYS, SCHEMA, defaults, disagreements
+from common.schema import GROUPS, KEYS, RENAMED, SCHEMA, check_renamed, defaults, disagreements
 from strategies import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,12 +27,15 @@ def test_pyproject_defaults_are_the_schema_defaults():
 
 
 def test_disagreements_names_each_kind_of_mismatch():
-    config = {**defaults(), "new-key": 1, "rounds": 7, "uniform-weights": 0}
+    config = {**defaults(), "new-key": 1, "rounds": 7, "flag-uniform-weights": 0}
     del config["seed"]
     found = disagreements(config)
     assert found["no-schema-entry"] == ["new-key"]
     assert found["not-in-config"] == ["seed"]
-    assert found["different-default"] == ["rounds: schema 100, config 7", "uniform-weights: schema False, config 0"]
+    assert found["different-default"] == [
+        "rounds: schema 100, config 7",
+        "flag-uniform-weights: schema False, config 0",
+    ]
 
 
 def _params_classes():
@@ -41,9 +44,10 @@ def _params_classes():
 
 @pytest.mark.parametrize("cls", _params_classes(), ids=lambda c: c.__name__)
 def test_dataclass_defaults_are_the_schema_defaults(cls):
+    strategy_params = cls in [c.params_type for c in REGISTRY.values()]
     for field in dataclasses.fields(cls):
-        key = field.name.replace("_", "-")
-        if not field.init or field.default is dataclasses.MISSING or key not in SCHEMA:
+        key = run_config_keys(cls)[field.name]
+        if field.default is dataclasses.MISSING or (key not in SCHEMA and not strategy_params):
             continue
         expected = SCHEMA[key].default
         if key == "angles":
@@ -54,10 +58,61 @@ def test_dataclass_defaults_are_the_schema_defaults(cls):
 def test_every_strategy_parameter_has_a_key_and_its_readers():
     readers: dict[str, set[str]] = {}
     for name, cls in REGISTRY.items():
-        for field in dataclasses.fields(cls.params_type):
-            readers.setdefault(field.name.replace("_", "-"), set()).add(name)
+        for key in run_config_keys(cls.params_type).values():
+            readers.setdefault(key, set()).add(name)
     assert set(readers) <= set(SCHEMA)
     assert {k.name: set(k.read_by) for k in KEYS if k.read_by} == readers
+
+
+def test_a_key_one_strategy_reads_carries_its_prefix_and_a_shared_one_none():
+    for key in KEYS:
+        if len(key.read_by) == 1:
+            assert key.name.startswith(f"{key.read_by[0]}-") and key.group == key.read_by[0], key.name
+        elif key.read_by:
+            assert key.group not in REGISTRY and not key.name.startswith(tuple(f"{s}-" for s in REGISTRY)), key.name
+    prefixes = {name: getattr(cls.params_type, "key_prefix", name) for name, cls in REGISTRY.items()}
+    assert prefixes == {name: name for name in REGISTRY}
+
+
+def test_a_strategy_reads_its_prefixed_keys_and_names_them_in_errors():
+    from strategies.cfl_sattler import CFLSattlerParams
+    from strategies.cflgt import CFLGTParams
+    from strategies.fedclust import FedClustParams
+
+    params = params_from_run_config(CFLGTParams, {"cflgt-damping": 0.7, "cflgt-pretrain-rounds": 3})
+    assert (params.damping, params.pretrain_rounds) == (0.7, 3)
+    assert run_config_keys(FedClustParams)["fedclust_lambda"] == "fedclust-lambda"
+    assert run_config_keys(FedClustParams)["num_clusters"] == "num-clusters"
+    assert run_config_keys(CFLSattlerParams) == {
+        "eps1": "cfl-sattler-eps1",
+        "eps2": "cfl-sattler-eps2",
+        "split_after": "cfl-sattler-split-after",
+        "sketch_dim": "sketch-dim",
+        "eps_absolute": "cfl-sattler-eps-absolute",
+    }
+    with pytest.raises(
+        ValueError, match=r"The 'cflgt-damping' parameter of CFLGT must be a float in the range \[0.5, 1.0\)"
+    ):
+        CFLGTParams(damping=1.0)
+
+
+def test_the_former_names_are_gone_and_their_new_names_exist():
+    assert set(RENAMED).isdisjoint(SCHEMA) and set(RENAMED.values()) <= set(SCHEMA)
+    assert set(RENAMED).isdisjoint(pyproject_config())
+    unprefixed_before = {"pretrain-rounds", "damping", "beta", "eps1", "resolution", "profile-protocol", "proximal-mu"}
+    assert unprefixed_before <= set(RENAMED)
+
+
+@pytest.mark.parametrize(
+    "old, new", [("damping", "cflgt-damping"), ("eps1", "cfl-sattler-eps1"), ("alpha", "flag-alpha")]
+)
+def test_a_former_name_fails_naming_its_new_name(old, new):
+    message = f"The '{old}' key was renamed '{new}'"
+    with pytest.raises(ValueError, match=message):
+        check_renamed({"rounds": 3, old: 0.5})
+    with pytest.raises(ValueError, match=message):
+        params_from_run_config(TrainingParams, {old: 0.5})
+    check_renamed({"rounds": 3, new: 0.5})
 
 
 def test_choices_are_what_the_code_accepts():
@@ -76,10 +131,10 @@ def test_every_key_is_documented_and_grouped():
 
 @pytest.mark.parametrize("text, value", [("true", True), ("False", False), ("1", True), ("off", False)])
 def test_booleans_parse_strictly(text, value):
-    assert SCHEMA["uniform-weights"].parse(text) is value
+    assert SCHEMA["flag-uniform-weights"].parse(text) is value
 
 
-@pytest.mark.parametrize("key, text", [("uniform-weights", "flase"), ("rounds", "2.5"), ("lr", "fast")])
+@pytest.mark.parametrize("key, text", [("flag-uniform-weights", "flase"), ("rounds", "2.5"), ("lr", "fast")])
 def test_a_bad_value_is_an_error_naming_the_key(key, text):
     with pytest.raises(ValueError, match=f"The '{key}' parameter of the run config must be .* Got '{text}' instead"):
         SCHEMA[key].parse(text)

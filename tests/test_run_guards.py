@@ -27,14 +27,17 @@ SMALL = ["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--sample
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--strategy", "cflgt", "--rounds", "5", "--pretrain-rounds", "5"], "'pretrain-rounds' parameter of CFLGT"),
         (
-            ["--strategy", "flhc", "--rounds", "5", "--warmup-rounds", "5"],
-            "'warmup-rounds' parameter of FLHC must be an int in the range [0, 4] ('rounds' is 5). Got 5 instead.",
+            ["--strategy", "cflgt", "--rounds", "5", "--cflgt-pretrain-rounds", "5"],
+            "'cflgt-pretrain-rounds' parameter of CFLGT",
         ),
         (
-            ["--strategy", "flic", "--rounds", "5", "--cluster-round", "6"],
-            "'cluster-round' parameter of FLIC must be an int in the range [0, 5]",
+            ["--strategy", "flhc", "--rounds", "5", "--flhc-warmup-rounds", "5"],
+            "'flhc-warmup-rounds' parameter of FLHC must be an int in the range [0, 4] ('rounds' is 5). Got 5 instead.",
+        ),
+        (
+            ["--strategy", "flic", "--rounds", "5", "--flic-cluster-round", "6"],
+            "'flic-cluster-round' parameter of FLIC must be an int in the range [0, 5]",
         ),
         (
             ["--strategy", "ifca", "--num-clusters", "500"],

@@ -20,7 +20,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from client.app import app as client_app
 from client.task import _task
 from common import keys
-from common.config import TrainingParams
+from common.config import TrainingParams, run_config_keys
 from common.export import export_partition
 from common.models import Classifier
 from common.scenarios import ScenarioConfig, build_partition
@@ -35,13 +35,13 @@ NAMES = sorted(REGISTRY)
 FAST: dict[str, dict[str, Any]] = {
     "cfl-gp": {"num-clusters": 2},
     "ifca": {"num-clusters": 2},
-    "cflgt": {"pretrain-rounds": 1},
-    "flag": {"num-clusters": 2, "gradient-epochs": 1},
-    "flhc": {"warmup-rounds": 1, "num-clusters": 2},
-    "flic": {"cluster-round": 2},
-    "cfl-sattler": {"split-after": 1, "eps1": 100.0, "eps2": 1e-6},
+    "cflgt": {"cflgt-pretrain-rounds": 1},
+    "flag": {"num-clusters": 2, "flag-gradient-epochs": 1},
+    "flhc": {"flhc-warmup-rounds": 1, "num-clusters": 2},
+    "flic": {"flic-cluster-round": 2},
+    "cfl-sattler": {"cfl-sattler-split-after": 1, "cfl-sattler-eps1": 100.0, "cfl-sattler-eps2": 1e-6},
 }
-NO_SPLIT: dict[str, dict[str, Any]] = {"cfl-sattler": {"split-after": 100}}
+NO_SPLIT: dict[str, dict[str, Any]] = {"cfl-sattler": {"cfl-sattler-split-after": 100}}
 # Strategies whose cluster update is deliberately not FedAvg's weighted mean.
 NOT_FEDAVG_AGGREGATION = {"fedmedian": "coordinate-wise median by design"}
 # Strategies whose cluster models start as distinct draws, not as copies of the initial model.
@@ -75,8 +75,8 @@ def test_rejects_each_invalid_parameter_naming_it(name):
     params = [f for f in fields(cls.params_type) if f.init]
     defaults = cls.params_type()
     for field in params:
-        key = field.name.replace("_", "-")
-        with pytest.raises(ValueError, match=f"'{key}'"):
+        key = run_config_keys(cls.params_type)[field.name]
+        with pytest.raises(ValueError, match=f"The '{key}' parameter of"):
             cls.from_run_config(TrainingParams(), {key: _bad_value(getattr(defaults, field.name))})
 
 

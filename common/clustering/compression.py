@@ -66,7 +66,7 @@ PROFILE_BUDGET_BYTES = 2 * 2**30
 
 
 def automatic_ratio(num_clients: int, num_blocks: int, dim: int, budget: int | None = None) -> float:
-    """The compression ratio for ``compression-ratio`` 0: 1 while the profile fits ``budget``.
+    """The compression ratio for ``cfl-gp-compression-ratio`` 0: 1 while the profile fits ``budget``.
 
     The profile holds ``num_blocks`` float32 blocks of ``d_hat`` coordinates per client (and the
     server stacks them once more to cluster). Above ``budget`` bytes (default

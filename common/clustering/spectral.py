@@ -363,7 +363,7 @@ def impute_blocks(
 ) -> np.ndarray:
     """Fill the blocks a client never answered: cluster means, then a rank-``rank`` completion.
 
-    With ``profile-fraction`` < 1 a client's block of model ``k`` stays empty until it is
+    With ``cfl-gp-profile-fraction`` < 1 a client's block of model ``k`` stays empty until it is
     sampled at a broadcast of ``k``; left at zero it pulls the client towards the origin of the
     spectral projection, away from its group. It first gets the mean of the answered blocks of
     ``k`` in its current cluster (of all clients when none there answered; zero when none did).

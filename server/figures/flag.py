@@ -15,7 +15,7 @@ from strategies import FLAG
 
 def flag_sweep(strategy: FLAG, folder: Path) -> list[Path]:
     """``flag-sweep.png`` (blue bars: clusters, red line: accuracy, dashed: chosen alpha) and
-    ``flag-sweep.json``; nothing when no sweep ran (``alpha`` or ``num-clusters`` given).
+    ``flag-sweep.json``; nothing when no sweep ran (``flag-alpha`` or ``num-clusters`` given).
     """
     sweep = list(strategy.sweep)
     if not sweep:

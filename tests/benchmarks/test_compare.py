@@ -131,7 +131,7 @@ def test_dry_run_prints_one_command_per_cell(capsys):
     )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("umbel run --strategy") for line in lines)
-    assert lines[1].endswith("--rounds 2") and "--cluster-round" not in lines[1]  # FLIC's automatic round
+    assert lines[1].endswith("--rounds 2") and "--flic-cluster-round" not in lines[1]  # FLIC's automatic round
 
 
 def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(capsys):
@@ -155,10 +155,10 @@ def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(caps
     assert lines[0].startswith("umbel run --strategy pacfl ") and "--pacfl-measure" not in lines[0]
     assert lines[1].startswith("umbel run --strategy pacfl ")
     assert lines[1].endswith("--pacfl-measure reference-signed --linkage weighted")
-    assert "--eps-absolute true --eps1 0.4 --eps2 1.6" in lines[2]
+    assert "--cfl-sattler-eps-absolute true --cfl-sattler-eps1 0.4 --cfl-sattler-eps2 1.6" in lines[2]
     cflgt = lines[3].split()
     assert cflgt[len(cflgt) - 1 - cflgt[::-1].index("--rounds") + 1] == "125"  # 100 rounds after 25 pre-training
-    assert cflgt[cflgt.index("--pretrain-rounds") + 1] == "25"  # not the automatic quarter of 125
+    assert cflgt[cflgt.index("--cflgt-pretrain-rounds") + 1] == "25"  # not the automatic quarter of 125
 
 
 def test_markdown_labels_modified_defaults():

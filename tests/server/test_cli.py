@@ -74,16 +74,38 @@ def test_a_device_this_machine_lacks_fails_before_starting(capsys, monkeypatch):
 def test_every_schema_key_is_a_flag_with_its_default(monkeypatch):
     seen = {}
     monkeypatch.setattr(cli, "prepare", lambda config: seen.update(config) or (_ for _ in ()).throw(ValueError("x")))
-    assert cli.main(["run", "--uniform-weights", "--rounds", "7"]) == 2
+    assert cli.main(["run", "--flag-uniform-weights", "--rounds", "7"]) == 2
     assert set(seen) == set(schema.SCHEMA)
-    assert seen["uniform-weights"] is True and seen["rounds"] == 7 and seen["lr"] == schema.SCHEMA["lr"].default
+    assert seen["flag-uniform-weights"] is True and seen["rounds"] == 7 and seen["lr"] == schema.SCHEMA["lr"].default
 
 
 def test_a_misspelt_boolean_is_an_error_naming_the_key(capsys):
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["run", "--uniform-weights", "flase"])
+        cli.main(["run", "--flag-uniform-weights", "flase"])
     assert exit_.value.code == 2
-    assert "The 'uniform-weights' parameter of the run config must be a bool" in capsys.readouterr().err
+    assert "The 'flag-uniform-weights' parameter of the run config must be a bool" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--damping", "0.6"], "The 'damping' key was renamed 'cflgt-damping'. Use --cflgt-damping."),
+        (["--rounds", "3", "--eps-absolute=true"], "The 'eps-absolute' key was renamed 'cfl-sattler-eps-absolute'."),
+        (["--proximal-mu", "0.1"], "The 'proximal-mu' key was renamed 'fedprox-mu'."),
+    ],
+)
+def test_a_former_key_name_fails_naming_its_new_name(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "prepare", lambda config: pytest.fail("prepare ran"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_former_key_name_in_a_run_config_fails_naming_its_new_name():
+    from server.experiment import Experiment
+
+    with pytest.raises(ValueError, match="The 'pretrain-rounds' key was renamed 'cflgt-pretrain-rounds'"):
+        Experiment.from_run_config({"strategy": "cflgt", "pretrain-rounds": 3})
 
 
 def test_help_explains_each_key_in_its_group(capsys):
@@ -92,8 +114,9 @@ def test_help_explains_each_key_in_its_group(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "run-config '" not in out
     assert out.index("data and scenario:") < out.index("training:") < out.index("output:") < out.index("faults:")
-    assert out.index("flag:") < out.index("--uniform-weights") < out.index("flic:")
+    assert out.index("flag:") < out.index("--flag-uniform-weights") < out.index("flic:")
     assert "[read by fedclust, pacfl, flhc, flag]" in out
+    assert "--cflgt-damping" in out and "--damping" not in out and "--fedprox-mu" in out
 
 
 def test_run_config_toml_round_trips():

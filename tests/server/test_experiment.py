@@ -5,11 +5,11 @@ from tests.helpers import small_run_config
 
 
 def test_builds_every_part_from_run_config():
-    exp = Experiment.from_run_config(small_run_config(strategy="fedprox", **{"proximal-mu": 0.2}))
-    assert exp.strategy == "fedprox" and exp.strategy_params.proximal_mu == 0.2
+    exp = Experiment.from_run_config(small_run_config(strategy="fedprox", **{"fedprox-mu": 0.2}))
+    assert exp.strategy == "fedprox" and exp.strategy_params.mu == 0.2
     assert exp.scenario.num_clients == 6 and exp.training.rounds == 3 and exp.model == "dnn"
     strategy = exp.build_strategy()
-    assert type(strategy).name == "fedprox" and strategy.params.proximal_mu == 0.2
+    assert type(strategy).name == "fedprox" and strategy.params.mu == 0.2
 
 
 def test_initial_model_is_seeded():
@@ -30,7 +30,8 @@ def test_initial_model_is_seeded():
         ({"model": "lenet5"}, r"'model'.*28"),
         (
             {"dataset": "fashion-mnist", "labels-per-group": 11},
-            r"'labels-per-group' parameter of scenario 'label-groups' must be an int in the range \[1, 10\]\. Got 11 instead",
+            r"'labels-per-group' parameter of scenario 'label-groups' must be an int in the range \[1, 10\]\. "
+            r"Got 11 instead",
         ),
         ({"num-clients": 0}, r"'num-clients'"),
         ({"fraction": 0.0}, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),
@@ -39,7 +40,7 @@ def test_initial_model_is_seeded():
             {"device": "tpu"},
             r"'device' parameter of the run config must be 'auto', 'cpu', 'cuda' or 'cuda:N'\. Got 'tpu' instead",
         ),
-        ({"proximal-mu": -1.0, "strategy": "fedprox"}, r"'proximal-mu' parameter of FedProx"),
+        ({"fedprox-mu": -1.0, "strategy": "fedprox"}, r"'fedprox-mu' parameter of FedProx"),
     ],
 )
 def test_bad_input_names_the_key(overrides, pattern):

@@ -43,11 +43,11 @@ def _sent(grid, message_type):
     [
         ("num-clusters", -1),
         ("max-clusters", 1),
-        ("cluster-period", 0),
-        ("profile-protocol", "sgd"),
-        ("profile-fraction", 0.0),
-        ("compression-ratio", 0.5),
-        ("estimate-after", 0),
+        ("cfl-gp-cluster-period", 0),
+        ("cfl-gp-profile-protocol", "sgd"),
+        ("cfl-gp-profile-fraction", 0.0),
+        ("cfl-gp-compression-ratio", 0.5),
+        ("cfl-gp-estimate-after", 0),
     ],
 )
 def test_cflgp_rejects_bad_parameters_naming_them(key, value):
@@ -56,7 +56,7 @@ def test_cflgp_rejects_bad_parameters_naming_them(key, value):
 
 
 def test_cflgp_broadcasts_round_robin_to_every_client_and_clusters_by_truth(tmp_path):
-    strategy, grid, rc = _run("cfl-gp", rounds=5, **{"num-clusters": 2, "stable-updates": 0})
+    strategy, grid, rc = _run("cfl-gp", rounds=5, **{"num-clusters": 2, "cfl-gp-stable-updates": 0})
     assert strategy.broadcasts == [(1, 0), (3, 1), (5, 0)]
     assert [r["phase"] for r in strategy.history] == ["cluster", "train"] * 2 + ["cluster"]
     queries = _sent(grid, keys.query_type(keys.PROFILE_ACTION))
@@ -83,7 +83,9 @@ class SpyCFLGP(CFLGP):
 
 def test_cflgp_sends_the_round_robin_model_itself_with_its_blocks_seed():
     rc = small_run_config(
-        strategy="cfl-gp", rounds=4, **{**FAST, "num-clusters": 3, "stable-updates": 0, "cluster-period": 1}
+        strategy="cfl-gp",
+        rounds=4,
+        **{**FAST, "num-clusters": 3, "cfl-gp-stable-updates": 0, "cfl-gp-cluster-period": 1},
     )
     exp = Experiment.from_run_config(rc)
     grid = InProcessGrid(client_app, rc, rc["num-clients"])
@@ -98,8 +100,8 @@ def test_cflgp_sends_the_round_robin_model_itself_with_its_blocks_seed():
 
 
 def test_cflgp_compression_picks_the_same_coordinates_on_server_and_client():
-    rc = small_run_config(strategy="cfl-gp", **{**FAST, "num-clusters": 2, "compression-ratio": 50.0})
-    strategy, grid, _ = _run("cfl-gp", rounds=1, **{"num-clusters": 2, "compression-ratio": 50.0})
+    rc = small_run_config(strategy="cfl-gp", **{**FAST, "num-clusters": 2, "cfl-gp-compression-ratio": 50.0})
+    strategy, grid, _ = _run("cfl-gp", rounds=1, **{"num-clusters": 2, "cfl-gp-compression-ratio": 50.0})
     query = _sent(grid, keys.query_type(keys.PROFILE_ACTION))[0]
     pid = grid.pid_of[query.metadata.dst_node_id]
     dim = sum(a.numpy().size for a in query.content[keys.ARRAYS].values())
@@ -117,7 +119,12 @@ def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
     strategy, _grid, _ = _run(
         "cfl-gp",
         rounds=4,
-        **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 2, "profile-protocol": "gradient"},
+        **{
+            "num-clusters": 2,
+            "cfl-gp-cluster-period": 1,
+            "cfl-gp-stable-updates": 2,
+            "cfl-gp-profile-protocol": "gradient",
+        },
     )
     assert strategy.stopped and len(strategy.broadcasts) == 3
     assert strategy.history[-1]["ari"] == 1.0
@@ -139,7 +146,9 @@ def test_cflgp_with_a_profile_fraction_imputes_the_blocks_a_client_has_not_answe
     original = spectral.impute_blocks
     monkeypatch.setattr(spectral, "impute_blocks", lambda *a, **k: seen.append((a[1].copy(), k)) or original(*a, **k))
     strategy, grid, _ = _run(
-        "cfl-gp", rounds=5, **{"num-clusters": 2, "cluster-period": 1, "stable-updates": 0, "profile-fraction": 0.5}
+        "cfl-gp",
+        rounds=5,
+        **{"num-clusters": 2, "cfl-gp-cluster-period": 1, "cfl-gp-stable-updates": 0, "cfl-gp-profile-fraction": 0.5},
     )
     queries = _sent(grid, keys.query_type(keys.PROFILE_ACTION))
     assert len(queries) == 5 * 3
@@ -216,9 +225,9 @@ def test_automatic_compression_only_above_the_profile_budget():
     assert 10_000 * 8 * compression.compressed_size(159_010, ratio) * 4 <= budget
     assert 10_000 * 8 * compression.compressed_size(159_010, ratio / 2) * 4 > budget
     assert compression.automatic_ratio(10**9, 8, 10) == 10.0  # never below one coordinate
-    assert CFLGP.from_run_config(TrainingParams(), {"compression-ratio": 0.0}).params.compression_ratio == 0.0
-    with pytest.raises(ValueError, match="'compression-ratio' parameter of CFLGP"):
-        CFLGP.from_run_config(TrainingParams(), {"compression-ratio": -1.0})
+    assert CFLGP.from_run_config(TrainingParams(), {"cfl-gp-compression-ratio": 0.0}).params.compression_ratio == 0.0
+    with pytest.raises(ValueError, match="'cfl-gp-compression-ratio' parameter of CFLGP"):
+        CFLGP.from_run_config(TrainingParams(), {"cfl-gp-compression-ratio": -1.0})
 
 
 def test_cflgp_compresses_automatically_when_the_profile_would_pass_the_budget(monkeypatch, caplog):

@@ -22,7 +22,14 @@ FORCES = keys.query_type(keys.FORCES_ACTION)
 
 def _run(grid_kwargs=None, **overrides):
     rc = small_run_config(
-        **{"strategy": "cflgt", "pretrain-rounds": 1, "rounds": 2, "local-epochs": 1, "eval-every": 100, **overrides}
+        **{
+            "strategy": "cflgt",
+            "cflgt-pretrain-rounds": 1,
+            "rounds": 2,
+            "local-epochs": 1,
+            "eval-every": 100,
+            **overrides,
+        }
     )
     exp = Experiment.from_run_config(rc)
     grid = InProcessGrid(client_app, rc, rc["num-clients"], **(grid_kwargs or {}))
@@ -44,18 +51,22 @@ def test_params_validation_and_run_config():
     assert CFLGTParams(preference="-3.5").preference == -3.5
     assert CFLGTParams(preference=-2).preference == -2.0
     assert CFLGTParams().preference == "median"
-    with pytest.raises(ValueError, match="The 'preference' parameter of CFLGT must be 'median' or a float"):
+    with pytest.raises(ValueError, match="The 'cflgt-preference' parameter of CFLGT must be 'median' or a float"):
         CFLGTParams(preference="mean")
-    with pytest.raises(ValueError, match="The 'damping' parameter of CFLGT"):
+    with pytest.raises(ValueError, match="The 'cflgt-damping' parameter of CFLGT"):
         CFLGTParams(damping=1.0)
-    with pytest.raises(ValueError, match="The 'pretrain-rounds' parameter of CFLGT"):
+    with pytest.raises(ValueError, match="The 'cflgt-pretrain-rounds' parameter of CFLGT"):
         CFLGTParams(pretrain_rounds=-1)
-    with pytest.raises(ValueError, match=r"'pretrain-rounds' parameter of CFLGT must be an int in the range \[0, 2\]"):
-        Experiment.from_run_config(small_run_config(**{"strategy": "cflgt", "pretrain-rounds": 3})).build_strategy()
+    with pytest.raises(
+        ValueError, match=r"'cflgt-pretrain-rounds' parameter of CFLGT must be an int in the range \[0, 2\]"
+    ):
+        Experiment.from_run_config(
+            small_run_config(**{"strategy": "cflgt", "cflgt-pretrain-rounds": 3})
+        ).build_strategy()
 
 
 def test_pretraining_then_one_query_to_all_clients_then_true_clusters():
-    strategy, grid = _run(**{"pretrain-rounds": 2, "rounds": 4})
+    strategy, grid = _run(**{"cflgt-pretrain-rounds": 2, "rounds": 4})
     assert _forces_queries(grid) == [(3, pid) for pid in range(6)]
     assert [r["phase"] for r in strategy.history] == ["pretrain", "pretrain", "cluster", "train"]
     assert [r["num-clusters"] for r in strategy.history] == [1, 1, 2, 2]

@@ -45,8 +45,8 @@ FAMILIES = {
     "fedavg": {},
     "local": {},
     "fedclust": {"num-clusters": 2},  # one-shot
-    "cflgt": {"pretrain-rounds": 2},  # trajectories
-    "flic": {"cluster-round": 3},  # update similarity
+    "cflgt": {"cflgt-pretrain-rounds": 2},  # trajectories
+    "flic": {"flic-cluster-round": 3},  # update similarity
     "cfl-gp": {"num-clusters": 2},  # K models with profiles
     "ifca": {"num-clusters": 2},  # K models by loss
 }

@@ -60,7 +60,7 @@ def _task(rc, pid=2):
 
 # ---------------------------------------------------------------- CFLGT
 def test_cflgt_forces_and_cluster_models_come_from_the_pretrained_model():
-    strategy, grid, exp = _run(strategy="cflgt", **{"pretrain-rounds": 1, "rounds": 2})
+    strategy, grid, exp = _run(strategy="cflgt", **{"cflgt-pretrain-rounds": 1, "rounds": 2})
     initial = exp.initial_model()
     queried = [m.content[keys.ARRAYS] for m in _sent(grid, keys.FORCES_ACTION)]
     assert len(queried) == 6 and not _same(queried[0], initial)  # one FedAvg round moved the model
@@ -116,7 +116,7 @@ def task_cfg(rc):
 
 # ---------------------------------------------------------------- FLAG
 def test_flag_update_trains_gradient_epochs_not_local_epochs():
-    _, grid, _ = _run(strategy="flag", rounds=1, alpha=0.5, **{"gradient-epochs": 3, "local-epochs": 1})
+    _, grid, _ = _run(strategy="flag", rounds=1, **{"flag-alpha": 0.5, "flag-gradient-epochs": 3, "local-epochs": 1})
     query = _sent(grid, keys.UPDATE_ACTION)[0]
     assert query.content[keys.CONFIG][keys.LOCAL_EPOCHS] == 3
     rc = small_run_config(**{"local-epochs": 1})
@@ -200,7 +200,7 @@ def test_cflgp_server_blocks_are_the_clients_compressed_profiles_per_model():
     s, grid, exp = _run(
         strategy="cfl-gp",
         rounds=3,
-        **{"num-clusters": 2, "compression-ratio": 50.0, "cluster-period": 1, "stable-updates": 0},
+        **{"num-clusters": 2, "cfl-gp-compression-ratio": 50.0, "cfl-gp-cluster-period": 1, "cfl-gp-stable-updates": 0},
     )
     queries = _sent(grid, keys.PROFILE_ACTION)
     by_round = {}

@@ -118,24 +118,24 @@ def test_holdout_result_round_trip_and_rejections():
 
 
 @pytest.mark.parametrize(
-    "field, value",
+    "field, value, key",
     [
-        ("beta", 1.5),
-        ("beta", -0.1),
-        ("delta", 2.0),
-        ("alpha", 1.5),
-        ("sweep_step", 0.0),
-        ("sweep_step", 1.5),
-        ("sweep_clients", 0),
-        ("sweep_rounds", 0),
-        ("gradient_epochs", 0),
-        ("flag_vectors", -1),
-        ("uniform_weights", 1),
-        ("num_clusters", -1),
+        ("beta", 1.5, "flag-beta"),
+        ("beta", -0.1, "flag-beta"),
+        ("delta", 2.0, "flag-delta"),
+        ("alpha", 1.5, "flag-alpha"),
+        ("sweep_step", 0.0, "flag-sweep-step"),
+        ("sweep_step", 1.5, "flag-sweep-step"),
+        ("sweep_clients", 0, "flag-sweep-clients"),
+        ("sweep_rounds", 0, "flag-sweep-rounds"),
+        ("gradient_epochs", 0, "flag-gradient-epochs"),
+        ("flag_vectors", -1, "flag-vectors"),
+        ("uniform_weights", 1, "flag-uniform-weights"),
+        ("num_clusters", -1, "num-clusters"),
     ],
 )
-def test_params_are_validated_with_the_run_config_name(field, value):
-    with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of FLAG"):
+def test_params_are_validated_with_the_run_config_name(field, value, key):
+    with pytest.raises(ValueError, match=f"The '{key}' parameter of FLAG"):
         FLAGParams(**{field: value})
 
 
@@ -143,7 +143,13 @@ def test_flag_on_digits_sweeps_on_train_data_and_finds_the_groups(tmp_path):
     rc = small_run_config(
         strategy="flag",
         rounds=2,
-        **{"sweep-step": 0.2, "sweep-clients": 4, "sweep-rounds": 1, "gradient-epochs": 3, "local-epochs": 1},
+        **{
+            "flag-sweep-step": 0.2,
+            "flag-sweep-clients": 4,
+            "flag-sweep-rounds": 1,
+            "flag-gradient-epochs": 3,
+            "local-epochs": 1,
+        },
     )
     exp = Experiment.from_run_config(rc)
     grid = InProcessGrid(client_app, rc, rc["num-clients"])

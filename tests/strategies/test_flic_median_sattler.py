@@ -45,15 +45,15 @@ def _sampled(grid, rnd):
 
 def test_registry_and_params_validation():
     assert {"flic", "fedmedian", "cfl-sattler"} <= set(REGISTRY)
-    with pytest.raises(ValueError, match="'resolution' parameter of FLIC must be a float >= 0.0. Got -1.0"):
+    with pytest.raises(ValueError, match="'flic-resolution' parameter of FLIC must be a float >= 0.0. Got -1.0"):
         FLICParams(resolution=-1.0)
-    with pytest.raises(ValueError, match="'cluster-round' parameter of FLIC"):
+    with pytest.raises(ValueError, match="'flic-cluster-round' parameter of FLIC"):
         FLICParams(cluster_round=-1)
-    with pytest.raises(ValueError, match="'eps2' parameter of CFLSattler"):
+    with pytest.raises(ValueError, match="'cfl-sattler-eps2' parameter of CFLSattler"):
         CFLSattlerParams(eps2=-1.0)
-    with pytest.raises(ValueError, match="'eps1' parameter of CFLSattler"):
+    with pytest.raises(ValueError, match="'cfl-sattler-eps1' parameter of CFLSattler"):
         CFLSattlerParams(eps1=0.0)
-    with pytest.raises(ValueError, match="'split-after' parameter of CFLSattler"):
+    with pytest.raises(ValueError, match="'cfl-sattler-split-after' parameter of CFLSattler"):
         CFLSattlerParams(split_after=1.5)
 
 

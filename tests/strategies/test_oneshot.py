@@ -127,21 +127,21 @@ def test_flhc_clusters_updates_from_the_warm_global_model():
 
 
 @pytest.mark.parametrize(
-    "cls, field, value",
+    "cls, field, value, key",
     [
-        (FedClustParams, "fedclust_lambda", -1.0),
-        (FedClustParams, "cluster_epochs", 0),
-        (FedClustParams, "num_clusters", -1),
-        (FedClustParams, "linkage", "ward"),
-        (PACFLParams, "pacfl_vectors", 0),
-        (PACFLParams, "pacfl_measure", "largest"),
-        (FLHCParams, "warmup_rounds", -1),
-        (FLHCParams, "flhc_metric", "hamming"),
-        (FLHCParams, "cluster_steps", -1),
+        (FedClustParams, "fedclust_lambda", -1.0, "fedclust-lambda"),
+        (FedClustParams, "cluster_epochs", 0, "fedclust-cluster-epochs"),
+        (FedClustParams, "num_clusters", -1, "num-clusters"),
+        (FedClustParams, "linkage", "ward", "linkage"),
+        (PACFLParams, "pacfl_vectors", 0, "pacfl-vectors"),
+        (PACFLParams, "pacfl_measure", "largest", "pacfl-measure"),
+        (FLHCParams, "warmup_rounds", -1, "flhc-warmup-rounds"),
+        (FLHCParams, "flhc_metric", "hamming", "flhc-metric"),
+        (FLHCParams, "cluster_steps", -1, "cluster-steps"),
     ],
 )
-def test_params_are_validated_with_the_run_config_name(cls, field, value):
-    with pytest.raises(ValueError, match=f"The '{field.replace('_', '-')}' parameter of"):
+def test_params_are_validated_with_the_run_config_name(cls, field, value, key):
+    with pytest.raises(ValueError, match=f"The '{key}' parameter of"):
         cls(**{field: value})
 
 
@@ -175,7 +175,7 @@ def test_pacfl_and_flhc_on_digits_find_the_true_groups():
     assert _ari(pacfl) == 1.0
     query = next(m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.SUBSPACES_ACTION))
     assert not query.content.array_records and query.content[keys.CONFIG][keys.SUBSPACE_VECTORS] == 3
-    flhc, grid = _run(strategy="flhc", rounds=2, **{"warmup-rounds": 1, "num-clusters": 2})
+    flhc, grid = _run(strategy="flhc", rounds=2, **{"flhc-warmup-rounds": 1, "num-clusters": 2})
     assert _ari(flhc) == 1.0 and [r["num-clusters"] for r in flhc.history] == [1, 2]
     updates = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.UPDATE_ACTION)]
     assert len(updates) == 6 and all(m.content[keys.CONFIG][keys.CLUSTER_STEPS] == 100 for m in updates)

@@ -25,9 +25,9 @@ def test_every_strategy_builds_from_defaults():
 
 
 def test_fedprox_mu_is_validated_and_sent():
-    assert params_from_run_config(FedProxParams, {"proximal-mu": 0.5}).proximal_mu == 0.5
+    assert params_from_run_config(FedProxParams, {"fedprox-mu": 0.5}).mu == 0.5
     with pytest.raises(
-        ValueError, match=r"The 'proximal-mu' parameter of FedProx must be a float >= 0.0\. Got -1.0 instead"
+        ValueError, match=r"The 'fedprox-mu' parameter of FedProx must be a float >= 0.0\. Got -1.0 instead"
     ):
-        FedProxParams(proximal_mu=-1.0)
+        FedProxParams(mu=-1.0)
     assert FedProx(params=FedProxParams(0.3)).client_config(1, 0) == {"proximal-mu": 0.3}

@@ -95,7 +95,7 @@ def flhc_updates(rc: dict) -> np.ndarray:
     model = Experiment.from_run_config(rc).initial_model()
     rng = np.random.default_rng(rc["seed"])
     n = rc["num-clients"]
-    for rnd in range(1, int(rc["warmup-rounds"]) + 1):
+    for rnd in range(1, int(rc["flhc-warmup-rounds"]) + 1):
         cfg = ConfigRecord({**training.local_config(), keys.SERVER_ROUND: rnd})
         total: dict[str, np.ndarray] = {}
         weight = 0
@@ -109,7 +109,7 @@ def flhc_updates(rc: dict) -> np.ndarray:
         model = ArrayRecord({name: Array((v / weight).astype(np.float32)) for name, v in total.items()})
     size = sum(int(np.prod(a.shape)) for a in model.values())
     cfg = ConfigRecord(
-        {**training.local_config(), keys.SERVER_ROUND: int(rc["warmup-rounds"]) + 1, keys.CLUSTER_STEPS: 100}
+        {**training.local_config(), keys.SERVER_ROUND: int(rc["flhc-warmup-rounds"]) + 1, keys.CLUSTER_STEPS: 100}
     )
     ups = [
         ModelUpdate.from_arrays(

@@ -390,7 +390,9 @@ def summarise(results: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "final-ari": _mean(ari),
                 "ari-1.0-round": "/".join("-" if x is None else str(x) for x in reached),
                 "final-clusters": "/".join(str(r.summary.get("final-num-clusters")) for r in cell),
-                "signal-bytes-up-per-client": _mean([r.summary["bytes-up-signal"] / n for r, n in zip(cell, clients)]),
+                "signal-bytes-up-per-client": _mean(
+                    [r.summary["bytes-up-signal"] / n for r, n in zip(cell, clients, strict=True)]
+                ),
                 "model-mb": _mean([(r.summary["bytes-up-model"] + r.summary["bytes-down-model"]) / 1e6 for r in cell]),
                 "round-time-vs-fedavg": round_s / base if round_s is not None and base else None,
                 "wall-seconds": _mean([r.seconds for r in cell]),
@@ -484,6 +486,7 @@ def write_outputs(results: Sequence[CellResult], preset: Preset, folder: Path, c
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the preset's cells (or print their commands) and write the tables; the exit status."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
     )

@@ -28,11 +28,11 @@ from benchmarks.runs import ROOT, run_cli
 # Each algorithm's own keys, so that it clusters within 10 rounds (FedAvg first: the reference).
 ALGORITHMS: dict[str, list[str]] = {
     "fedavg": [],
-    "cflgt": ["--pretrain-rounds", "3"],
+    "cflgt": ["--cflgt-pretrain-rounds", "3"],
     "fedclust": ["--num-clusters", "5"],
-    "flag": ["--num-clusters", "5", "--gradient-epochs", "2"],
-    "flic": ["--cluster-round", "3"],
-    "cfl-gp": ["--cluster-period", "3", "--num-clusters", "5"],
+    "flag": ["--num-clusters", "5", "--flag-gradient-epochs", "2"],
+    "flic": ["--flic-cluster-round", "3"],
+    "cfl-gp": ["--cfl-gp-cluster-period", "3", "--num-clusters", "5"],
 }
 
 

@@ -73,6 +73,7 @@ def measure(mode: str, rc: dict[str, Any], folder: str, pid: int) -> dict[str, f
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Export a federation, run it from disk and from the scenario, and compare; the exit status."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="fashion-mnist")
     parser.add_argument("--num-clients", type=int, default=100)

@@ -157,6 +157,7 @@ def _measure(rc: dict[str, Any], partition: int, repeats: int) -> dict[str, Any]
 
 
 def markdown(result: dict[str, Any]) -> str:
+    """The result as a Markdown table, one row per signal."""
     head = (
         f"Client {result['partition']} of {result['dataset']} ({result['train_samples']} train samples), "
         f"{result['model']} ({result['params']:,} parameters), median of {result['repeats']}, torch on 1 thread.\n\n"
@@ -172,6 +173,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure each signal against one local epoch and print the table; the exit status."""
     from server.cli import load_defaults
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -73,6 +73,7 @@ def plot_sweep(rows: Sequence[dict], key: str, path: Path, title: str = "") -> P
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``umbel run`` per value of the swept key and plot accuracy and clusters against it."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to every run unchanged."
     )

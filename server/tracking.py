@@ -70,11 +70,13 @@ class TensorBoardLogger:
         self._writer = SummaryWriter(log_dir=str(self.logdir))
 
     def log_round(self, record: Mapping[str, Any]) -> None:
+        """Write the round's scalar metrics at step ``round``."""
         for tag, value in scalars(record).items():
             self._writer.add_scalar(tag, value, global_step=int(record["round"]))
         self._writer.flush()  # a run that is killed keeps its rounds
 
     def close(self) -> None:
+        """Flush and close the event file."""
         self._writer.close()
 
 

@@ -30,8 +30,10 @@ def test_initial_model_is_seeded():
         ({"model": "lenet5"}, r"'model'.*28"),
         (
             {"dataset": "fashion-mnist", "labels-per-group": 11},
-            r"'labels-per-group' parameter of scenario 'label-groups' must be an int in the range \[1, 10\]\. "
-            r"Got 11 instead",
+            (
+                r"'labels-per-group' parameter of scenario 'label-groups' must be an int in the range \[1, 10\]\. "
+                r"Got 11 instead"
+            ),
         ),
         ({"num-clients": 0}, r"'num-clients'"),
         ({"fraction": 0.0}, r"'fraction' parameter of the run config must be a float in the range \(0.0, 1.0\]"),

@@ -395,7 +395,9 @@ def test_flag_uniform_weights_average_the_class_angles_as_eq3_and_eq6_say():
 
 
 def test_flag_with_uniform_weights_asks_for_no_class_counts():
-    strategy, grid, _ = _run(strategy="flag", rounds=2, alpha=0.5, **{"uniform-weights": True, "gradient-epochs": 1})
+    strategy, grid, _ = _run(
+        strategy="flag", rounds=2, **{"flag-alpha": 0.5, "flag-uniform-weights": True, "flag-gradient-epochs": 1}
+    )
     asked = _sent(grid, keys.SUBSPACES_ACTION)
     assert len(asked) == 6 and all(m.content[keys.CONFIG][keys.WITH_COUNTS] is False for m in asked)
     assert strategy.data_matrix is not None and len(strategy.assignment) == 6

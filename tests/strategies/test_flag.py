@@ -186,10 +186,10 @@ def test_sweep_trains_the_named_sweep_model_and_the_run_keeps_its_own():
         model="dnn",
         **{
             "flag-sweep-model": "linear",
-            "sweep-step": 0.5,
-            "sweep-clients": 4,
-            "sweep-rounds": 1,
-            "gradient-epochs": 2,
+            "flag-sweep-step": 0.5,
+            "flag-sweep-clients": 4,
+            "flag-sweep-rounds": 1,
+            "flag-gradient-epochs": 2,
             "local-epochs": 1,
         },
     )

@@ -335,7 +335,7 @@ KEYS: tuple[Key, ...] = (
         "fedclust-lambda",
         1.0,
         "fedclust",
-        "cut height: Euclidean distance between final layers; 0 with num-clusters 0: automatic cut (best silhouette)",
+        "cut height: Euclidean distance between final layers; 0 with num-clusters 0: automatic cut (silhouette)",
     ),
     _k("pacfl-vectors", 3, "pacfl", "p: left singular vectors per class each client sends"),
     _k("pacfl-threshold", 30.0, "pacfl", "cut height in degrees; 0 with num-clusters 0: automatic cut"),

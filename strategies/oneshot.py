@@ -7,7 +7,7 @@ Subclasses say which signal they collect (``collect``), how they cluster the sig
 cut height (``threshold``) and the model every cluster starts from (``start_model``). The
 shared run-config keys are ``num-clusters`` (0 = cut at the threshold) and ``linkage``. With the
 threshold and ``num-clusters`` both 0 the cut is chosen without tuning (beyond the papers): the
-best silhouette over the tree's cuts (``auto_cut``), logged.
+cut with the most clusters whose silhouette is within 0.02 of the best (``auto_cut``), logged.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from server import cli
+from tests.helpers import SMALL_FEDERATION_ARGS
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +36,7 @@ def test_umbel_run_on_digits(tmp_path):
         "run",
         "--strategy",
         "fedavg",
-        "--dataset",
-        "digits",
-        "--num-clients",
-        "6",
-        "--groups",
-        "2",
-        "--samples-per-label",
-        "20",
+        *SMALL_FEDERATION_ARGS,
         "--seed",
         "1",
         "--rounds",

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from server import cli
+from tests.helpers import SMALL_FEDERATION_ARGS
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +29,7 @@ def test_one_shot_strategy_finds_the_groups_and_draws_the_distances(tmp_path, st
         "run",
         "--strategy",
         strategy,
-        "--dataset",
-        "digits",
-        "--num-clients",
-        "6",
-        "--groups",
-        "2",
-        "--samples-per-label",
-        "20",
+        *SMALL_FEDERATION_ARGS,
         "--seed",
         "1",
         "--rounds",

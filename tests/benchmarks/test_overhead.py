@@ -11,7 +11,7 @@ from benchmarks import flower_fedavg_app, overhead
 from benchmarks.flower_fedavg_app import COMPONENT, flower_fedavg_tree
 from benchmarks.runs import ROOT
 from server.cli import load_defaults
-from tests.helpers import small_run_config
+from tests.helpers import SMALL_FEDERATION_ARGS, small_run_config
 
 
 def test_ratio_is_of_the_mean_round_times_over_all_pairs():
@@ -73,14 +73,7 @@ def test_one_pair_on_digits_times_both_loops_the_same_way(tmp_path):
                 "--results-dir",
                 str(tmp_path),
                 "--",
-                "--dataset",
-                "digits",
-                "--num-clients",
-                "6",
-                "--groups",
-                "2",
-                "--samples-per-label",
-                "20",
+                *SMALL_FEDERATION_ARGS,
                 "--fraction",
                 "0.5",
                 "--lr",

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# 6 digits clients in 2 true groups: the federation the fast end-to-end tests run
+SMALL_FEDERATION: dict[str, Any] = {"dataset": "digits", "num-clients": 6, "groups": 2, "samples-per-label": 20}
+# the same federation as ``umbel run`` flags
+SMALL_FEDERATION_ARGS: list[str] = [arg for key, value in SMALL_FEDERATION.items() for arg in (f"--{key}", str(value))]
+
 
 def small_run_config(**overrides: Any) -> dict[str, Any]:
     """The project's run-config defaults, shrunk to 6 digits clients in 2 true groups."""
@@ -20,10 +25,7 @@ def small_run_config(**overrides: Any) -> dict[str, Any]:
     rc.update(
         {
             "strategy": "fedavg",
-            "dataset": "digits",
-            "num-clients": 6,
-            "groups": 2,
-            "samples-per-label": 20,
+            **SMALL_FEDERATION,
             "seed": 1,
             "rounds": 3,
             "fraction": 0.5,

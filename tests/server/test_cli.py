@@ -7,6 +7,7 @@ import pytest
 from common import schema
 from server import cli
 from strategies import REGISTRY
+from tests.helpers import SMALL_FEDERATION_ARGS
 
 
 def _run(argv, capsys):
@@ -31,14 +32,7 @@ def test_eleven_labels_of_ten_exits_before_training(capsys, tmp_path):
 def test_check_validates_data_without_running(capsys, tmp_path):
     code, out = _run(
         [
-            "--dataset",
-            "digits",
-            "--num-clients",
-            "6",
-            "--groups",
-            "2",
-            "--samples-per-label",
-            "20",
+            *SMALL_FEDERATION_ARGS,
             "--results-dir",
             str(tmp_path),
             "--check",
@@ -54,14 +48,7 @@ def test_a_device_this_machine_lacks_fails_before_starting(capsys, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     code, out = _run(
         [
-            "--dataset",
-            "digits",
-            "--num-clients",
-            "6",
-            "--groups",
-            "2",
-            "--samples-per-label",
-            "20",
+            *SMALL_FEDERATION_ARGS,
             "--device",
             "cuda",
             "--check",

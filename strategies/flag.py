@@ -31,7 +31,7 @@ from flwr.common import log
 
 from common import keys
 from common.clustering.flag import choose_threshold, flag_distances, sweep_cuts, threshold_grid
-from common.clustering.hierarchical import relabel_by_appearance
+from common.clustering.hierarchical import linkage_tree, relabel_by_appearance
 from common.clustering.oneshot import OneShotClusters, cut_distances
 from common.data import DatasetInfo
 from common.models import MODELS, build_model, check_model
@@ -106,6 +106,7 @@ class FLAG(OneShotStrategy):
     name = "flag"
     keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLAGParams
+    transient = OneShotStrategy.transient | {"_cache", "_trees"}
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
@@ -120,6 +121,7 @@ class FLAG(OneShotStrategy):
         self.sweep_initial: ArrayRecord | None = None
         self._pending: dict[int, tuple[ClassSubspaces, ModelUpdate]] | None = None
         self._cache: tuple[tuple[int, ...], np.ndarray] | None = None
+        self._trees: tuple[np.ndarray, np.ndarray] | None = None
 
     def prepare_sweep(self, info: DatasetInfo, seed: int) -> None:
         """Build the initial weights of ``flag-sweep-model`` for the run's data (before training).
@@ -187,7 +189,7 @@ class FLAG(OneShotStrategy):
     def cluster_signals(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> OneShotClusters:
         """A (``distances``) cut at ``alpha`` (or the sweep's choice), or into ``num-clusters``."""
         a = self.distances(signals)
-        labels, silhouette = cut_distances(a, self.hc_cut)
+        labels, silhouette = cut_distances(a, self.hc_cut, self._tree(a))
         return OneShotClusters(labels, a, silhouette)
 
     def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
@@ -209,6 +211,14 @@ class FLAG(OneShotStrategy):
         self._cache = (key, a)
         return a
 
+    def _tree(self, a: np.ndarray) -> np.ndarray | None:
+        """The HC tree of ``a``, built once for the sweep's cuts and the final one (None for one client)."""
+        if a.shape[0] < 2:
+            return None
+        if self._trees is None or self._trees[0] is not a:
+            self._trees = (a, linkage_tree(a, self.params.linkage))
+        return self._trees[1]
+
     def cluster(self, server_round: int) -> None:
         """Run the threshold sweep first when neither ``flag-alpha`` nor ``num-clusters`` is given."""
         if self.params.alpha == 0 and self.params.num_clusters == 0 and self.chosen_alpha is None:
@@ -228,7 +238,7 @@ class FLAG(OneShotStrategy):
         p = self.params
         alphas = threshold_grid(p.sweep_step)
         with self.clustering_timer():
-            cuts = sweep_cuts(a, alphas, p.linkage)
+            cuts = sweep_cuts(a, alphas, p.linkage, tree=self._tree(a))
         sample = sorted(int(q) for q in self.rng.choice(pids, size=min(p.sweep_clients, len(pids)), replace=False))
         rows = [pids.index(q) for q in sample]
         scores: dict[tuple[int, ...], float | None] = {}

@@ -21,12 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.cluster import hierarchy
-from scipy.spatial.distance import squareform
 
 from common.validation import check_choice, check_float, check_int
 
-from .hierarchical import LINKAGES, check_distance_matrix, relabel_by_appearance
+from .hierarchical import LINKAGES, check_distance_matrix, cut_linkage, linkage_tree
 from .similarity import cosine_matrix, sketch_rows
 from .subspaces import pairwise_subspace_angles
 
@@ -392,8 +390,19 @@ def threshold_grid(step: float) -> np.ndarray:
     return alphas[alphas > 0]
 
 
-def sweep_cuts(distances: np.ndarray, alphas: Iterable[float], linkage: str = "average") -> list[np.ndarray]:
+def sweep_cuts(
+    distances: np.ndarray, alphas: Iterable[float], linkage: str = "average", *, tree: np.ndarray | None = None
+) -> list[np.ndarray]:
     """The HC labels of ``distances`` cut at each threshold in ``alphas``.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+    alphas : iterable of float
+        Thresholds, >= 0.
+    linkage : {"average", "complete", "single", "weighted"}, default="average"
+    tree : ndarray of shape (N - 1, 4), optional
+        ``linkage_tree(distances, linkage)`` when the caller already has it.
 
     Returns
     -------
@@ -407,15 +416,8 @@ def sweep_cuts(distances: np.ndarray, alphas: Iterable[float], linkage: str = "a
     thresholds = [check_float(a, "alphas", "sweep_cuts", low=0.0) for a in alphas]
     if d.shape[0] == 1:
         return [np.zeros(1, dtype=np.int64) for _ in thresholds]
-    # One tree for every threshold: scikit-learn's distance_threshold cut of the same scipy
-    # linkage keeps the merges below the threshold, i.e. undoes those at or above it.
-    # These linkages never invert, so the merges below t are those whose subtree height is at most
-    # the float just below t: fcluster's O(N) cut instead of cut_tree's O(N^2).
-    tree = hierarchy.linkage(squareform(d, checks=False), method=linkage)
-    return [
-        relabel_by_appearance(hierarchy.fcluster(tree, np.nextafter(t, -np.inf), criterion="distance"))
-        for t in thresholds
-    ]
+    tree = linkage_tree(d, linkage) if tree is None else tree
+    return [cut_linkage(tree, threshold=t) for t in thresholds]
 
 
 def elbow(num_clusters: Sequence[float], accuracy: Sequence[float], tol: float = ELBOW_TOL) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, pdist, squareform
-from sklearn.cluster import AgglomerativeClustering
 from sklearn.metrics import silhouette_score
 
 from common.validation import check_choice, check_float, check_int
@@ -207,18 +206,63 @@ def agglomerative(
         threshold = check_float(threshold, "threshold", owner, low=0.0)
     if n == 1:
         return np.zeros(1, dtype=np.int64)
-    if linkage == "weighted":  # scikit-learn has no WPGMA: scipy's tree, cut as scikit-learn cuts
-        tree = hierarchy.linkage(squareform(d, checks=False), method="weighted")
-        k = num_clusters if num_clusters is not None else int(np.count_nonzero(tree[:, 2] >= threshold)) + 1
-        return relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=min(k, n)).ravel())
-    model = AgglomerativeClustering(
-        n_clusters=num_clusters,
-        metric="precomputed",
-        linkage=linkage,
-        distance_threshold=threshold,
-        compute_full_tree=True if threshold is not None else "auto",
-    )
-    return relabel_by_appearance(model.fit_predict(d))
+    return cut_linkage(linkage_tree(d, linkage), threshold=threshold, num_clusters=num_clusters)
+
+
+def linkage_tree(distances: np.ndarray, linkage: str = "average") -> np.ndarray:
+    """The linkage matrix (scipy's) of a checked distance matrix: the tree scikit-learn builds.
+
+    scikit-learn's ``AgglomerativeClustering`` (precomputed, no connectivity) calls the same
+    ``scipy.cluster.hierarchy.linkage`` on the same condensed distances; this skips its two
+    ``N^2`` int64 index arrays (1.6 GB at N = 10,000) and lets one tree serve several cuts.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+        Already checked (:func:`check_distance_matrix`), N >= 2.
+    linkage : {"average", "complete", "single", "weighted"}, default="average"
+
+    Returns
+    -------
+    ndarray of shape (N - 1, 4), float64
+        Merge ``i`` joins nodes ``tree[i, 0]`` and ``tree[i, 1]`` into node ``N + i`` at height
+        ``tree[i, 2]``; heights never decrease for these linkages.
+    """
+    return hierarchy.linkage(squareform(distances, checks=False), method=linkage)
+
+
+def cut_linkage(tree: np.ndarray, *, threshold: float | None = None, num_clusters: int | None = None) -> np.ndarray:
+    """Labels of ``tree`` cut as scikit-learn cuts: into ``num_clusters``, or at ``threshold``.
+
+    A threshold gives ``count(heights >= threshold) + 1`` clusters (scikit-learn's
+    ``distance_threshold``); K clusters undo the last K - 1 merges (scikit-learn's ``_hc_cut``),
+    so equal heights are broken as scikit-learn breaks them. O(N log N), where scipy's
+    ``cut_tree`` is O(N^2).
+
+    Parameters
+    ----------
+    tree : ndarray of shape (N - 1, 4)
+        From :func:`linkage_tree`.
+    threshold : float, optional
+    num_clusters : int, optional
+        In ``[1, N]``; wins when both are given.
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+        Numbered by first appearance.
+    """
+    n = tree.shape[0] + 1
+    k = num_clusters if num_clusters is not None else int(np.count_nonzero(tree[:, 2] >= threshold)) + 1
+    kept = n - min(max(int(k), 1), n)
+    root = np.arange(2 * n - 1)
+    merged = tree[:kept, :2].astype(np.int64)
+    root[merged[:, 0]] = root[merged[:, 1]] = n + np.arange(kept)
+    while True:  # pointer jumping: every node ends at the root of its kept subtree
+        up = root[root]
+        if np.array_equal(up, root):
+            return relabel_by_appearance(root[:n])
+        root = up
 
 
 def relabel_by_appearance(labels: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ from common.clustering.hierarchical import (
     auto_cut,
     centroids,
     check_distance_matrix,
+    cut_linkage,
+    linkage_tree,
     nearest,
     pairwise_distances,
     relabel_by_appearance,
@@ -155,3 +157,41 @@ def test_auto_cut_keeps_one_cluster_without_structure_and_checks_tolerance():
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="'tolerance'"):
             auto_cut(d, tolerance=bad)
+
+
+def _tied_distances(n: int, seed: int) -> np.ndarray:
+    """Small integer distances: many equal heights, where a cut's tie-breaking shows."""
+    rng = np.random.default_rng(seed)
+    d = rng.integers(1, 5, size=(n, n)).astype(float)
+    d = np.triu(d, 1)
+    return d + d.T
+
+
+@pytest.mark.parametrize("linkage", ["average", "complete", "single"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cuts_equal_scikit_learn_at_every_count_and_threshold_with_ties(linkage, seed):
+    from sklearn.cluster import AgglomerativeClustering
+
+    for d in (_tied_distances(17, seed), pairwise_distances(np.random.default_rng(seed).normal(size=(17, 3)))):
+        tree = linkage_tree(d, linkage)
+        for k in range(1, 18):
+            ref = AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage=linkage).fit_predict(d)
+            np.testing.assert_array_equal(agglomerative(d, num_clusters=k, linkage=linkage), relabel_by_appearance(ref))
+            np.testing.assert_array_equal(cut_linkage(tree, num_clusters=k), relabel_by_appearance(ref))
+        for t in [0.0, 0.5, *np.unique(d), float(d.max()) + 1.0]:
+            ref = AgglomerativeClustering(
+                n_clusters=None, metric="precomputed", linkage=linkage, distance_threshold=t, compute_full_tree=True
+            ).fit_predict(d)
+            np.testing.assert_array_equal(agglomerative(d, threshold=t, linkage=linkage), relabel_by_appearance(ref))
+
+
+def test_weighted_cuts_equal_scipys_cut_tree_without_ties():
+    """WPGMA has no scikit-learn reference; scipy's cut_tree breaks equal heights its own way."""
+    from scipy.cluster import hierarchy
+    from scipy.spatial.distance import squareform
+
+    d = pairwise_distances(np.random.default_rng(3).normal(size=(15, 4)))
+    tree = hierarchy.linkage(squareform(d), method="weighted")
+    for k in range(1, 16):
+        ref = relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=k).ravel())
+        np.testing.assert_array_equal(agglomerative(d, num_clusters=k, linkage="weighted"), ref)

@@ -87,13 +87,6 @@ class RoundRecord:
             raise ValueError(f"The 'data' parameter of RoundRecord.from_dict must hold {missing}. Got {sorted(data)}.")
         return cls(**{names[key]: value for key, value in data.items() if key in names})
 
-    def __getitem__(self, key: str) -> Any:
-        """The field under its ``metrics.jsonl`` key (``record["num-clusters"]``), for readers of the JSON lines."""
-        names = {_key(f.name): f.name for f in fields(self)}
-        if key not in names:
-            raise KeyError(key)
-        return getattr(self, names[key])
-
 
 def _key(name: str) -> str:
     return name.replace("_", "-")

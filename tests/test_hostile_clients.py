@@ -111,8 +111,8 @@ def test_bad_train_bytes_cost_only_that_client(strategy, fault, caplog):
         s, initial = _run(strategy, {HOSTILE: fault})
     assert _rejected_clients(caplog.text) == {HOSTILE}
     # the honest five stay accepted in every round: one reply cannot change the cluster's dtype
-    assert [r["train-replies"] for r in s.history] == [5, 5, 5]
-    assert [r["rejected"] for r in s.history] == [1, 1, 1]
+    assert [r.train_replies for r in s.history] == [5, 5, 5]
+    assert [r.rejected for r in s.history] == [1, 1, 1]
     _assert_models_sound(s, initial)
 
 
@@ -144,7 +144,7 @@ def test_inflated_size_claims_are_capped_against_the_federation(caplog):
     sizes = sorted(c.num_train for p, c in s.clients.items() if p != HOSTILE)
     cap = int(10 * np.median([*sizes, INFLATED]))
     assert f"client {HOSTILE} claims num-examples {INFLATED}; its weight is capped at {cap}" in caplog.text
-    assert caplog.text.count("weight is capped") == 1 and s.history[0]["capped"] == 1
+    assert caplog.text.count("weight is capped") == 1 and s.history[0].capped == 1
     # uncapped, the constant model takes the cluster over; capped, it counts as `cap` examples
     uncapped, _ = _run("fedavg", {HOSTILE: "inflated"}, rounds=1, **{"weight-cap": 0.0})
     assert _distance_to_constant(uncapped) < 1e-3

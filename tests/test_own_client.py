@@ -47,9 +47,9 @@ def test_the_minimal_client_imports_nothing_of_umbel():
 @pytest.mark.parametrize("strategy, overrides", UPDATE_ONLY, ids=[s for s, _ in UPDATE_ONLY])
 def test_own_client_serves_update_only_strategies(strategy, overrides):
     s = _start(minimal_app, strategy, **overrides)
-    assert [r["train-replies"] for r in s.history] == [6, 6, 6]
-    assert all(r["rejected"] == 0 and r["failures"] == 0 for r in s.history)
-    assert s.history[-1]["accuracy"] > 0.3
+    assert [r.train_replies for r in s.history] == [6, 6, 6]
+    assert all(r.rejected == 0 and r.failures == 0 for r in s.history)
+    assert s.history[-1].accuracy > 0.3
     if strategy in ("flic", "flhc"):
         assert s.num_clusters >= 2  # clustered on the client's updates
 
@@ -82,4 +82,4 @@ def test_a_short_run_that_never_accepts_a_reply_stops_too():
 
 def test_stopping_can_be_turned_off():
     s = _start(build_app(train_loss_key="train_loss"), "fedavg", rounds=2, **{"max-rejected-rounds": 0})
-    assert [r["train-replies"] for r in s.history] == [0, 0]
+    assert [r.train_replies for r in s.history] == [0, 0]

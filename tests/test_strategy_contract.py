@@ -90,7 +90,7 @@ def test_survives_rounds_without_any_reply(name):
     grid = InProcessGrid(client_app, rc, 6, faults=dict.fromkeys(range(6), _drop_all))
     initial = exp.initial_model()
     strategy.start(grid, initial, expected_clients=6)
-    assert [r["train-replies"] for r in strategy.history] == [0, 0, 0]
+    assert [r.train_replies for r in strategy.history] == [0, 0, 0]
     start = [initial] * len(strategy.models)
     if name in DISTINCT_START:
         fresh = exp.build_strategy()
@@ -108,7 +108,7 @@ def test_survives_a_client_that_always_errors(name, caplog):
     grid = InProcessGrid(client_app, rc, 6, failing={2})
     strategy.start(grid, exp.initial_model(), expected_clients=6)
     assert len(strategy.history) == 3
-    assert strategy.history[-1]["failures"] >= 1
+    assert strategy.history[-1].failures >= 1
     assert "client 2 failed: error code 2: RuntimeError: this client always fails" in caplog.text
     assert all(np.all(np.isfinite(a.numpy())) for m in strategy.models for a in m.values())
 
@@ -127,7 +127,7 @@ def test_reply_order_does_not_change_the_result(name):
     for ma, mb in zip(a.models, b.models, strict=True):
         for key in ma.keys():
             np.testing.assert_allclose(ma[key].numpy(), mb[key].numpy(), rtol=1e-6, atol=1e-7)
-    assert [r["accuracy"] for r in a.history] == [r["accuracy"] for r in b.history]
+    assert [r.accuracy for r in a.history] == [r.accuracy for r in b.history]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_FEDAVG_AGGREGATION])
@@ -170,7 +170,7 @@ def test_aggregates_a_batchnorm_model(name, monkeypatch, request):
     initial = exp.initial_model()
     assert initial["features.1.num_batches_tracked"].numpy().shape == ()
     strategy.start(InProcessGrid(client_app, rc, 6), initial, expected_clients=6)
-    assert len(strategy.history) == 2 and sum(r["train-replies"] for r in strategy.history) > 0
+    assert len(strategy.history) == 2 and sum(r.train_replies for r in strategy.history) > 0
     tracked = []
     for model in strategy.models:
         for key, arr in model.items():
@@ -206,7 +206,7 @@ def test_trains_a_user_model_on_clients_own_folders(name, own_data):
     assert "classifier.weight" in initial and "head.weight" not in initial
     strategy.start(grid, initial, expected_clients=6)
     assert len(strategy.history) == 3
-    assert all(r["failures"] == 0 and r["rejected"] == 0 for r in strategy.history), strategy.history
-    assert strategy.history[-1]["ari"] is not None  # scored against the truth file
+    assert all(r.failures == 0 and r.rejected == 0 for r in strategy.history), strategy.history
+    assert strategy.history[-1].ari is not None  # scored against the truth file
     assert all(c.true_group == -1 and sum(c.class_counts) == c.num_train for c in strategy.clients.values())
     assert any(not np.array_equal(m[k].numpy(), initial[k].numpy()) for m in strategy.models for k in initial)

@@ -19,8 +19,8 @@ def test_clustered_cflgt_trains_five_cluster_models(tmp_path):
     strategy = server_overhead.get_strategy("cflgt")(training, server_overhead.get_strategy("cflgt").params_type(0))
     initial = server_overhead.ArrayRecord(server_overhead.build_model("dnn", (1, 28, 28), 10, 0).state_dict())
     server_overhead.clustered(strategy).start(server_overhead.ReplayGrid(10, initial), initial, expected_clients=10)
-    assert strategy.num_clusters == 5 and {r["phase"] for r in strategy.history[1:]} == {"train"}
-    assert strategy.history[-1]["ari"] == pytest.approx(1.0)
+    assert strategy.num_clusters == 5 and {r.phase for r in strategy.history[1:]} == {"train"}
+    assert strategy.history[-1].ari == pytest.approx(1.0)
 
 
 def test_bad_loop_is_named(capsys):

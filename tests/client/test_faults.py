@@ -35,7 +35,7 @@ def test_draws_are_reproducible_and_differ_by_round_and_client():
 def test_no_fault_by_default():
     assert not FaultParams().active
     strategy = _run(rounds=2)
-    assert all(r["failures"] == 0 for r in strategy.history)
+    assert all(r.failures == 0 for r in strategy.history)
 
 
 def test_failing_clients_are_logged_once_per_round_excluded_and_retried(caplog):
@@ -48,7 +48,7 @@ def test_failing_clients_are_logged_once_per_round_excluded_and_retried(caplog):
         logged.setdefault(int(rnd), []).append(int(pid))
     assert {r: sorted(p) for r, p in logged.items()} == {r: sorted(p) for r, p in expected.items() if p}
     for record in strategy.history:
-        assert record["train-replies"] == 6 - len(expected[record["round"]])
+        assert record.train_replies == 6 - len(expected[record.round])
     assert all(np.all(np.isfinite(a.numpy())) for a in strategy.models[0].values())
     # identity is never failed, so every client stays in the federation and is retried later
     assert sorted(strategy.clients) == list(range(6))

@@ -78,8 +78,8 @@ def test_clusters_aggregate_separately_and_empty_cluster_keeps_its_model():
     assert not np.allclose(m0["head.weight"], m1["head.weight"])
     for name, arr in _numpy(initial).items():
         np.testing.assert_array_equal(empty[name], arr)
-    assert strategy.history[-1]["cluster-sizes"][2] == 0
-    assert strategy.history[-1]["ari"] == 1.0 and strategy.num_clusters == 2
+    assert strategy.history[-1].cluster_sizes[2] == 0
+    assert strategy.history[-1].ari == 1.0 and strategy.num_clusters == 2
 
 
 def test_one_cluster_aggregation_equals_flowers_fedavg():
@@ -107,7 +107,7 @@ def test_reply_order_does_not_matter():
     for ma, mb in zip(a.models, b.models, strict=True):
         for name in ma.keys():
             np.testing.assert_array_equal(ma[name].numpy(), mb[name].numpy())
-    assert [r["accuracy"] for r in a.history] == [r["accuracy"] for r in b.history]
+    assert [r.accuracy for r in a.history] == [r.accuracy for r in b.history]
 
 
 def _poison(mutate):
@@ -171,8 +171,8 @@ def _inf_loss(content):
 def test_malformed_reply_is_rejected_for_that_client_only(mutate, fault_text, caplog):
     with caplog.at_level(logging.WARNING):
         dirty, _, initial = _run(FedAvg, rounds=2, fraction=1.0, grid_kwargs={"faults": {0: _poison(mutate)}})
-    assert [r["rejected"] for r in dirty.history] == [1, 1]
-    assert [r["train-replies"] for r in dirty.history] == [5, 5]
+    assert [r.rejected for r in dirty.history] == [1, 1]
+    assert [r.train_replies for r in dirty.history] == [5, 5]
     assert caplog.text.count("client 0 reply rejected") == 2 and fault_text in caplog.text
     assert all(np.all(np.isfinite(a.numpy())) for a in dirty.models[0].values())
     assert list(dirty.models[0].keys()) == list(initial.keys())
@@ -186,7 +186,7 @@ def test_missing_reply_is_logged_and_skipped(caplog):
     with caplog.at_level(logging.WARNING):
         strategy, _, _ = _run(FedAvg, rounds=3, fraction=1.0, grid_kwargs={"faults": {1: _drop_train}})
     assert caplog.text.count("client 1 failed: no reply within") == 3
-    assert all(r["train-replies"] == 5 and r["failures"] == 1 for r in strategy.history)
+    assert all(r.train_replies == 5 and r.failures == 1 for r in strategy.history)
 
 
 def test_client_exception_becomes_a_logged_failure(caplog):
@@ -217,7 +217,7 @@ def test_every_client_is_evaluated_with_its_own_clusters_model():
         pid = grid.pid_of[m.metadata.dst_node_id]
         assert m.content["config"][keys.CLUSTER_ID] == strategy.assignment[pid]
     rec = strategy.history[0]
-    assert 0.0 <= rec["accuracy"] <= 1.0 and rec["accuracy"] == pytest.approx(
+    assert 0.0 <= rec.accuracy <= 1.0 and rec.accuracy == pytest.approx(
         np.mean([a for a, _ in strategy.last_eval.values()])
     )
 
@@ -226,9 +226,9 @@ def test_traffic_counts_array_payload_bytes():
     strategy, _, initial = _run(FedAvg, rounds=1)
     model_bytes = sum(a.numpy().nbytes for a in initial.values())
     rec = strategy.history[0]
-    assert rec["bytes-up-model"] == rec["train-replies"] * model_bytes
-    assert rec["bytes-down-model"] == (rec["train-replies"] + 6) * model_bytes
-    assert rec["bytes-up-signal"] == 0
+    assert rec.bytes_up_model == rec.train_replies * model_bytes
+    assert rec.bytes_down_model == (rec.train_replies + 6) * model_bytes
+    assert rec.bytes_up_signal == 0
 
 
 def test_set_clusters_rejects_out_of_range_assignment():
@@ -289,7 +289,10 @@ def test_the_round_record_serialises_to_the_metrics_line_of_before_key_for_key_i
         ("clustering-seconds", 0.123457),
     ]
     record = strategy.history[-1]
-    assert RoundRecord.from_dict(record.to_dict()) == record and record["num-clusters"] == record.num_clusters == 2
+    assert (
+        RoundRecord.from_dict(record.to_dict()) == record
+        and record.to_dict()["num-clusters"] == record.num_clusters == 2
+    )
 
 
 def _recording_strategy() -> ClusteredStrategy:
@@ -310,7 +313,7 @@ def test_round_records_rescore_and_log_the_assignment_only_when_it_or_the_truth_
     strategy._record(4, None)
     strategy.set_clusters(strategy.models, {0: 0, 1: 0, 2: 1, 3: 1})  # the same assignment again
     strategy._record(5, None)
-    assert [r["ari"] for r in strategy.history] == pytest.approx([0.0, 0.0, 1.0, -0.5, -0.5])
+    assert [r.ari for r in strategy.history] == pytest.approx([0.0, 0.0, 1.0, -0.5, -0.5])
     assert [c["round"] for c in strategy.assignment_changes] == [1, 3]
     assert strategy.assignment_changes[-1]["assignment"] == {"0": 0, "1": 0, "2": 1, "3": 1}
 

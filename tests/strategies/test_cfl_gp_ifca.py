@@ -58,12 +58,12 @@ def test_cflgp_rejects_bad_parameters_naming_them(key, value):
 def test_cflgp_broadcasts_round_robin_to_every_client_and_clusters_by_truth(tmp_path):
     strategy, grid, rc = _run("cfl-gp", rounds=5, **{"num-clusters": 2, "cfl-gp-stable-updates": 0})
     assert strategy.broadcasts == [(1, 0), (3, 1), (5, 0)]
-    assert [r["phase"] for r in strategy.history] == ["cluster", "train"] * 2 + ["cluster"]
+    assert [r.phase for r in strategy.history] == ["cluster", "train"] * 2 + ["cluster"]
     queries = _sent(grid, keys.query_type(keys.PROFILE_ACTION))
     assert len(queries) == 3 * rc["num-clients"]
-    assert strategy.history[-1]["ari"] == 1.0
+    assert strategy.history[-1].ari == 1.0
     assert strategy.counts[0].tolist() == [2, 1]
-    assert strategy.history[0]["bytes-up-signal"] == rc["num-clients"] * strategy.size * 4
+    assert strategy.history[0].bytes_up_signal == rc["num-clients"] * strategy.size * 4
     assert strategy.distance_matrix.shape == (6, 6)
     paths = FIGURES["cfl-gp"](strategy, tmp_path)
     assert [p.name for p in paths] == ["singular-values.png"] and paths[0].stat().st_size > 0
@@ -112,7 +112,7 @@ def test_cflgp_compression_picks_the_same_coordinates_on_server_and_client():
     subset = coordinate_subset(dim, strategy.size, query.content[keys.CONFIG][keys.PROFILE_SEED])
     compressed = gradient_profile(task, query.content)["vector"]
     np.testing.assert_array_equal(compressed, full["vector"][subset])
-    assert strategy.history[0]["bytes-up-signal"] == rc["num-clients"] * strategy.size * 4
+    assert strategy.history[0].bytes_up_signal == rc["num-clients"] * strategy.size * 4
 
 
 def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
@@ -127,8 +127,8 @@ def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
         },
     )
     assert strategy.stopped and len(strategy.broadcasts) == 3
-    assert strategy.history[-1]["ari"] == 1.0
-    assert [r["phase"] for r in strategy.history] == ["cluster"] * 3 + ["train"]
+    assert strategy.history[-1].ari == 1.0
+    assert [r.phase for r in strategy.history] == ["cluster"] * 3 + ["train"]
 
 
 def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path):
@@ -136,7 +136,7 @@ def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path):
         strategy, _, _ = _run("cfl-gp", rounds=3, **{"num-clusters": 0, "max-clusters": 4})
     assert strategy.estimate is not None and strategy.k == 2 == len(strategy.models)
     # App. G: max-clusters models until the estimate, then K clusters from the centred profile
-    assert strategy.history[0]["num-clusters"] == 4 and strategy.history[-1]["ari"] == 1.0
+    assert strategy.history[0].num_clusters == 4 and strategy.history[-1].ari == 1.0
     assert "CFL-GP estimates K = 2" in caplog.text
     assert FIGURES["cfl-gp"](strategy, tmp_path)[0].stat().st_size > 0
 
@@ -153,13 +153,13 @@ def test_cflgp_with_a_profile_fraction_imputes_the_blocks_a_client_has_not_answe
     queries = _sent(grid, keys.query_type(keys.PROFILE_ACTION))
     assert len(queries) == 5 * 3
     assert seen and all(np.any(counts == 0) and k["rank"] == 2 for counts, k in seen)
-    assert strategy.history[-1]["ari"] == 1.0
+    assert strategy.history[-1].ari == 1.0
 
 
 def test_ifca_sends_all_models_and_clients_choose_by_train_loss():
     strategy, grid, rc = _run("ifca", rounds=1, fraction=1.0, **{"num-clusters": 3})
     model_bytes = sum(a.numpy().nbytes for a in strategy.models[0].values())
-    assert strategy.history[0]["bytes-down-model"] >= 6 * 3 * model_bytes
+    assert strategy.history[0].bytes_down_model >= 6 * 3 * model_bytes
     for msg in _sent(grid, "train"):
         assert msg.content[keys.CONFIG][keys.NUM_MODELS] == 3
         assert set(msg.content.array_records) == {"arrays-0", "arrays-1", "arrays-2"}
@@ -198,7 +198,7 @@ def test_ifca_rejects_a_missing_or_impossible_choice(value, message, caplog):
             "ifca", rounds=1, fraction=1.0, grid_kwargs={"faults": {0: _bad_choice(value)}}, **{"num-clusters": 2}
         )
     assert f"client 0 reply rejected: {message}" in caplog.text
-    assert strategy.history[0]["rejected"] == 1 and 0 not in strategy.choices
+    assert strategy.history[0].rejected == 1 and 0 not in strategy.choices
 
 
 def test_ifca_without_num_clusters_keeps_max_clusters_models():

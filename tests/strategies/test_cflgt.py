@@ -68,12 +68,12 @@ def test_params_validation_and_run_config():
 def test_pretraining_then_one_query_to_all_clients_then_true_clusters():
     strategy, grid = _run(**{"cflgt-pretrain-rounds": 2, "rounds": 4})
     assert _forces_queries(grid) == [(3, pid) for pid in range(6)]
-    assert [r["phase"] for r in strategy.history] == ["pretrain", "pretrain", "cluster", "train"]
-    assert [r["num-clusters"] for r in strategy.history] == [1, 1, 2, 2]
-    assert strategy.history[-1]["ari"] == 1.0
+    assert [r.phase for r in strategy.history] == ["pretrain", "pretrain", "cluster", "train"]
+    assert [r.num_clusters for r in strategy.history] == [1, 1, 2, 2]
+    assert strategy.history[-1].ari == 1.0
     first = strategy.history[2]
-    assert first["bytes-up-signal"] == 6 * 2 * 10 * 4
-    assert first["bytes-down-signal"] == 0 and strategy.history[3]["bytes-up-signal"] == 0
+    assert first.bytes_up_signal == 6 * 2 * 10 * 4
+    assert first.bytes_down_signal == 0 and strategy.history[3].bytes_up_signal == 0
     assert strategy.distance_matrix.shape == (6, 6) and strategy.distance_pids == list(range(6))
     assert strategy.exemplars.shape == (2, 10, 2)
     assert set(strategy.diagnostics) == {"hopkins", "cv-pull", "cv-push", "preference", "converged", "damping"}
@@ -101,7 +101,7 @@ def test_a_client_without_a_trajectory_waits_in_the_largest_cluster_and_is_asked
     assert "no trajectory from clients [4]" in caplog.text
     assert (3, 4) in _forces_queries(grid) and not strategy.pending
     assert strategy.distance_pids == [0, 1, 2, 3, 5]
-    assert strategy.history[-1]["ari"] == 1.0
+    assert strategy.history[-1].ari == 1.0
 
 
 def test_newcomers_join_the_nearest_exemplar_computed_on_the_pretrained_model(tmp_path):
@@ -115,7 +115,7 @@ def test_newcomers_join_the_nearest_exemplar_computed_on_the_pretrained_model(tm
     ]
     ref = strategy.reference
     assert all(np.array_equal(m.content[keys.ARRAYS][n].numpy(), ref[n].numpy()) for m in newcomer_msgs for n in ref)
-    assert len(strategy.assignment) == 8 and strategy.history[-1]["ari"] == 1.0
+    assert len(strategy.assignment) == 8 and strategy.history[-1].ari == 1.0
     paths = trajectory_figures(strategy, tmp_path)
     assert sorted(p.name for p in paths) == ["trajectories.json", "trajectories.png", "trajectory-clusters.png"]
     assert all(p.stat().st_size > 0 for p in paths)

@@ -59,7 +59,7 @@ def test_three_rounds_plus_resume_equal_six_straight(name, tmp_path):
     first = _run(strategy_cls, 3, tmp_path, every=3, **settings)
     assert load_checkpoint(tmp_path / "checkpoint.pkl", strategy_cls.name)["round"] == 3
     resumed = _run(strategy_cls, 6, resume=tmp_path / "checkpoint.pkl", **settings)
-    assert [r["round"] for r in resumed.history] == list(range(1, 7))
+    assert [r.round for r in resumed.history] == list(range(1, 7))
     _same_run(straight, resumed)
     assert len(first.history) == 3
 
@@ -77,7 +77,7 @@ def test_a_crashed_run_resumes_from_its_last_checkpoint_with_late_clients_still_
     crashing.checkpoint_to(tmp_path / "checkpoint.pkl", 1)
 
     def crash_in_round_3(strategy, record):
-        if record["round"] == 3:
+        if record.round == 3:
             raise Crash
 
     crashing.on_round = crash_in_round_3

@@ -71,8 +71,8 @@ def test_flic_clusters_seen_clients_and_joins_the_unseen_by_their_update():
     )
     seen = _sampled(grid, 1) | _sampled(grid, 2)
     assert strategy.clustered_at == 3 and strategy.resolution > 0
-    assert [r["phase"] for r in strategy.history] == ["fedavg", "fedavg", "cluster", "train", "train", "train"]
-    assert sum(strategy.history[2]["cluster-sizes"]) == 9
+    assert [r.phase for r in strategy.history] == ["fedavg", "fedavg", "cluster", "train", "train", "train"]
+    assert sum(strategy.history[2].cluster_sizes) == 9
     assert _queried(grid, "update") == set(range(9)) - seen == set(strategy.joined)
     assert not _queried(grid, "losses")
     assert sorted(strategy.assignment) == list(range(9))
@@ -184,7 +184,7 @@ def test_sattler_splits_on_every_members_update_and_keeps_partition_ids():
     assert sorted(strategy.assignment) == list(range(8))
     sizes = np.bincount(list(strategy.assignment.values()), minlength=len(strategy.models))
     assert sizes.min() >= 1 and all(r["size"] >= 1 for r in strategy.norms)
-    assert [r["phase"] for r in strategy.history] == ["train"] + ["cluster"] * 4
+    assert [r.phase for r in strategy.history] == ["train"] + ["cluster"] * 4
 
 
 def test_add_flat_lays_the_update_over_the_floating_arrays_in_record_order():

@@ -110,14 +110,14 @@ def test_a_restarted_insecure_node_is_lost_then_rejoins_with_its_cluster_state(c
         return grids[0]
 
     with caplog.at_level(logging.INFO):
-        strategy, grid = _start(make, rounds=3, on_round=lambda s, r: events.get(r["round"], lambda g: None)(grids[0]))
+        strategy, grid = _start(make, rounds=3, on_round=lambda s, r: events.get(r.round, lambda g: None)(grids[0]))
     first_node = 1000 + (2 * 7919) % 100_003
     new_node = grid.node_of[2]
     assert new_node != first_node and strategy.clients[2].node_id == new_node
-    lost = [r["clients-lost"] for r in strategy.history]
-    rejoined = [r["clients-rejoined"] for r in strategy.history]
+    lost = [r.clients_lost for r in strategy.history]
+    rejoined = [r.clients_rejoined for r in strategy.history]
     assert lost == [[], [2], []] and rejoined == [[], [], [2]]
-    assert [r["eval-clients"] for r in strategy.history] == [6, 5, 6]
+    assert [r.eval_clients for r in strategy.history] == [6, 5, 6]
     # round 3 trains partition 2 on its new node, with the model of the cluster it had before
     msg = _trained(grid, 3)[new_node]
     k = strategy.assignment[2]
@@ -143,7 +143,7 @@ def test_a_second_live_node_claiming_a_held_client_id_is_refused(caplog):
         return state["grid"]
 
     def late_intruder(strategy, record):
-        if record["round"] == 1:
+        if record.round == 1:
             state["intruders"].append(state["grid"].add(3))
 
     with caplog.at_level(logging.WARNING):
@@ -153,7 +153,7 @@ def test_a_second_live_node_claiming_a_held_client_id_is_refused(caplog):
         assert {m.metadata.message_type for m in grid.sent if m.metadata.dst_node_id == node} == {"query.identity"}
         assert f"Node {node} refused" in caplog.text
     assert "which is online" in caplog.text
-    assert all(not r["clients-rejoined"] for r in strategy.history)
+    assert all(not r.clients_rejoined for r in strategy.history)
 
 
 def test_with_registered_keys_an_offline_clients_id_is_not_taken_by_another_key(caplog):
@@ -165,11 +165,11 @@ def test_with_registered_keys_an_offline_clients_id_is_not_taken_by_another_key(
 
     def events(strategy, record):
         grid = state["grid"]
-        if record["round"] == 1:  # client 1's node dies; another registered key claims client 1
+        if record.round == 1:  # client 1's node dies; another registered key claims client 1
             grid.offline.add(grid.node_of[1])
             state["other"] = grid.add(1, name="supernode-x")
             grid.activated[grid.node_of[4]] = "t1"  # client 4's node restarts between two rounds
-        if record["round"] == 2:  # the registered node restarts: same node id, same key
+        if record.round == 2:  # the registered node restarts: same node id, same key
             grid.offline.discard(grid.node_of[1])
             grid.activated[grid.node_of[1]] = "t2"
 
@@ -180,8 +180,8 @@ def test_with_registered_keys_an_offline_clients_id_is_not_taken_by_another_key(
     assert not [
         m for m in grid.sent if m.metadata.dst_node_id == state["other"] and m.metadata.message_type != "query.identity"
     ]
-    assert [r["clients-lost"] for r in strategy.history] == [[], [1], []]
-    assert [r["clients-rejoined"] for r in strategy.history] == [[], [4], [1]]
+    assert [r.clients_lost for r in strategy.history] == [[], [1], []]
+    assert [r.clients_rejoined for r in strategy.history] == [[], [4], [1]]
 
 
 def test_membership_rules():

@@ -166,8 +166,8 @@ def test_fedclust_on_digits_sends_only_the_final_layer_and_places_late_clients()
     assert _ari(s) == 1.0 and s.num_clusters == 2 and len(s.assignment) == 6
     first, second = s.history[0], s.history[1]
     head = sum(a.numpy().nbytes for n, a in s.initial.items() if n.startswith("head."))
-    assert first["bytes-up-signal"] == 4 * head and second["bytes-up-signal"] == 2 * head
-    assert first["phase"] == "cluster" and s.history[2]["phase"] == "train"
+    assert first.bytes_up_signal == 4 * head and second.bytes_up_signal == 2 * head
+    assert first.phase == "cluster" and s.history[2].phase == "train"
 
 
 def test_pacfl_and_flhc_on_digits_find_the_true_groups():
@@ -176,7 +176,7 @@ def test_pacfl_and_flhc_on_digits_find_the_true_groups():
     query = next(m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.SUBSPACES_ACTION))
     assert not query.content.array_records and query.content[keys.CONFIG][keys.SUBSPACE_VECTORS] == 3
     flhc, grid = _run(strategy="flhc", rounds=2, **{"flhc-warmup-rounds": 1, "num-clusters": 2})
-    assert _ari(flhc) == 1.0 and [r["num-clusters"] for r in flhc.history] == [1, 2]
+    assert _ari(flhc) == 1.0 and [r.num_clusters for r in flhc.history] == [1, 2]
     updates = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.UPDATE_ACTION)]
     assert len(updates) == 6 and all(m.content[keys.CONFIG][keys.CLUSTER_STEPS] == 100 for m in updates)
 

@@ -79,7 +79,7 @@ def test_late_clients_wait_then_join_the_cluster_with_the_lowest_train_loss():
     ]
     assert not {grid.pid_of[m.metadata.dst_node_id] for m in first} & set(late)
     assert [strategy.assignment[p] for p in late] == [0, 0]
-    assert [r["cluster-sizes"] for r in strategy.history] == [[4, 0], [6, 0], [6, 0]]
+    assert [r.cluster_sizes for r in strategy.history] == [[4, 0], [6, 0], [6, 0]]
 
 
 def test_fedavg_admits_without_a_query_and_local_gives_newcomers_their_own_model():

@@ -48,10 +48,19 @@ class Traffic:
     model: int = 0
     signal: int = 0
 
-    def add(self, content: RecordDict) -> None:
-        """Count the array bytes of ``content`` as model or signal traffic, by record name."""
+    def add(self, content: RecordDict, sizes: dict[int, int] | None = None) -> None:
+        """Count the array bytes of ``content`` as model or signal traffic, by record name.
+
+        ``sizes`` remembers each record's bytes by ``id``: one cluster model sent to many clients
+        is measured once (the caller keeps the records alive while it keeps ``sizes``).
+        """
+        sizes = {} if sizes is None else sizes
         for name, record in content.array_records.items():
-            size = sum(math.prod(arr.shape) * np.dtype(arr.dtype).itemsize for arr in record.values())
+            size = sizes.get(id(record))
+            if size is None:
+                size = sizes[id(record)] = sum(
+                    math.prod(arr.shape) * np.dtype(arr.dtype).itemsize for arr in record.values()
+                )
             if keys.is_model_record(name):
                 self.model += size
             else:
@@ -100,6 +109,7 @@ class Outbox:
         self.messages: list[Message] = []
         self._key_of: list[int] = []
         self.down = Traffic()
+        self._sizes: dict[int, int] = {}
         self.created = time.monotonic()
 
     def add(self, key: int, content: RecordDict) -> None:
@@ -114,7 +124,7 @@ class Outbox:
             )
         )
         self._key_of.append(key)
-        self.down.add(content)
+        self.down.add(content, self._sizes)
 
     def collect(self, replies: Iterable[Message], timeout: float) -> Exchange:
         """Attribute ``replies`` to keys; errors and missing replies become failures.

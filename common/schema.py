@@ -330,6 +330,13 @@ KEYS: tuple[Key, ...] = (
         "cflgt",
         "affinity propagation's preference: median of the similarities, or a number (larger: more clusters)",
     ),
+    _k(
+        "cflgt-ap-sample",
+        200,
+        "cflgt",
+        "affinity propagation runs on a seeded sample of this many trajectories, the other clients join their "
+        "nearest exemplar; 0 = every client (the paper's rule; more clusters as clients grow)",
+    ),
     _k("fedclust-cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
     _k(
         "fedclust-lambda",

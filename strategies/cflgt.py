@@ -25,6 +25,7 @@ from flwr.common import log
 from common import keys
 from common.clustering.trajectories import (
     MEDIAN,
+    AP_MAX_POINTS,
     cluster_trajectories,
     coefficient_of_variation,
     hopkins_statistic,
@@ -42,7 +43,9 @@ from .base import ClusteredStrategy
 @dataclass(frozen=True)
 class CFLGTParams:
     """``pretrain_rounds`` >= 0 FedAvg rounds (0: automatic, :func:`automatic_pretrain_rounds`;
-    paper: 25 of 100); AP ``damping`` in [0.5, 1); keys ``cflgt-*``.
+    paper: 25 of 100); AP ``damping`` in [0.5, 1); ``ap_sample`` >= 0 trajectories AP runs on
+    (a seeded sample when more clients answer, the others joining their nearest exemplar; 0: every
+    client, the paper's rule; default 200, modified); keys ``cflgt-*``.
 
     ``preference`` is AP's self-similarity: a float, or ``"median"`` (the default, the median
     of the similarities, as scikit-learn's default). A string holding a number (what the
@@ -53,9 +56,11 @@ class CFLGTParams:
     pretrain_rounds: int = 0
     damping: float = 0.5
     preference: float | str = MEDIAN
+    ap_sample: int = AP_MAX_POINTS
 
     def __post_init__(self) -> None:
         owner, key = "CFLGT", partial(run_config_key, CFLGTParams)
+        object.__setattr__(self, "ap_sample", check_int(self.ap_sample, key("ap_sample"), owner, low=0))
         object.__setattr__(
             self, "pretrain_rounds", check_int(self.pretrain_rounds, key("pretrain_rounds"), owner, low=0)
         )
@@ -95,7 +100,7 @@ class CFLGT(ClusteredStrategy):
         Clients whose trajectory has not arrived (kept in the largest cluster meanwhile).
     distance_matrix : np.ndarray of shape (N, N)
         Trajectory distances of the clients AP ran on (``distance_pids``: all of them up to
-        ``AP_MAX_POINTS``, a seeded sample above, the others joining their nearest exemplar).
+        ``cflgt-ap-sample``, a seeded sample above, the others joining their nearest exemplar).
     diagnostics : dict
         Hopkins statistic, coefficients of variation of Z1' and Z2', AP preference, whether AP
         converged and the damping it converged at (``AP_RETRIES`` after a failure).
@@ -179,7 +184,11 @@ class CFLGT(ClusteredStrategy):
         with self.clustering_timer():
             points = np.stack([self.trajectories[p] for p in pids])
             found = cluster_trajectories(
-                points, damping=self.params.damping, preference=self.params.preference, seed=self.training.seed
+                points,
+                damping=self.params.damping,
+                preference=self.params.preference,
+                seed=self.training.seed,
+                max_points=self.params.ap_sample or None,
             )
             result, self.distance_matrix = found.result, found.distances
             self.distance_pids = [pids[i] for i in found.sample]

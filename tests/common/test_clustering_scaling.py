@@ -179,6 +179,18 @@ def test_sampled_affinity_propagation_equals_plain_ap_below_the_limit_and_places
         trajectories.cluster_trajectories(points, max_points=0)
 
 
+def test_ap_on_a_sample_finds_the_planted_groups_where_ap_on_every_point_splits_them():
+    """Median-preference AP finds more clusters the more points it sees; the default sample does not."""
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 5, 1000)
+    points = rng.uniform(0.0, 4.0, size=(5, 10, 2))[truth] + 0.3 * rng.standard_normal((1000, 10, 2))
+    sampled = trajectories.cluster_trajectories(points, seed=0)
+    assert len(sampled.sample) == trajectories.AP_MAX_POINTS < 1000
+    assert adjusted_rand_score(truth, sampled.result.labels) == 1.0
+    every = trajectories.cluster_trajectories(points, seed=0, max_points=None)
+    assert len(every.sample) == 1000 and len(every.result.exemplars) > 8
+
+
 def test_large_profile_spectral_clustering_uses_the_top_singular_values(monkeypatch):
     rng = np.random.default_rng(8)
     truth = rng.permutation(np.arange(90) % 3)

@@ -58,6 +58,10 @@ def test_params_validation_and_run_config():
     with pytest.raises(ValueError, match="The 'cflgt-pretrain-rounds' parameter of CFLGT"):
         CFLGTParams(pretrain_rounds=-1)
     with pytest.raises(
+        ValueError, match="The 'cflgt-ap-sample' parameter of CFLGT must be an int >= 0. Got -1 instead."
+    ):
+        CFLGTParams(ap_sample=-1)
+    with pytest.raises(
         ValueError, match=r"'cflgt-pretrain-rounds' parameter of CFLGT must be an int in the range \[0, 2\]"
     ):
         Experiment.from_run_config(
@@ -80,6 +84,12 @@ def test_pretraining_then_one_query_to_all_clients_then_true_clusters():
     assert 0 <= strategy.diagnostics["hopkins"] <= 1
     details = strategy.run_details()
     assert details["ap-converged"] is True and details["ap-damping"] == 0.5
+
+
+def test_ap_runs_on_a_sample_of_cflgt_ap_sample_clients_and_the_others_join_their_exemplar():
+    strategy, _ = _run(**{"cflgt-pretrain-rounds": 2, "rounds": 4, "cflgt-ap-sample": 4})
+    assert strategy.distance_matrix.shape == (4, 4) and len(strategy.distance_pids) == 4
+    assert strategy.history[-1].ari == 1.0 and sorted(strategy.assignment) == list(range(6))
 
 
 def test_clusters_start_from_the_pretrained_model():

@@ -31,7 +31,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,11 +48,13 @@ class Scenario:
 
     ``k`` is the true number of groups; on label-skew, where every label set is its own group
     (up to 45 of them), it is the small K the papers give their K-model baselines.
+    ``strategy_args`` are a strategy's flags in this scenario only (after the preset's).
     """
 
     label: str
     args: tuple[str, ...]
     k: int
+    strategy_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Preset:
             *self.common,
             *scenario.args,
             *self.strategy_args.get(base, ()),
+            *scenario.strategy_args.get(base, ()),
             *variant,
         ]
         if base in self.given_k:
@@ -131,100 +134,26 @@ QUICK = Preset(
     given_k={"ifca": "--max-clusters"},
 )
 
-_PAPER_CFLGT = (
-    "--num-clients",
-    "100",
-    "--fraction",
-    "0.2",
-    "--rounds",
-    "100",
-    "--local-epochs",
-    "5",
-    "--batch-size",
-    "32",
-    "--lr",
-    "0.001",
-    "--momentum",
-    "0.9",
-    "--model",
-    "dnn",
-)
-_PAPER_FEDCLUST = (
-    "--num-clients",
-    "100",
-    "--fraction",
-    "0.1",
-    "--rounds",
-    "200",
-    "--local-epochs",
-    "10",
-    "--batch-size",
-    "10",
-    "--lr",
-    "0.01",
-    "--momentum",
-    "0.5",
-    "--model",
-    "lenet5",
-)
-_PAPER_FLAG = (
-    "--num-clients",
-    "100",
-    "--fraction",
-    "0.2",
-    "--rounds",
-    "200",
-    "--local-epochs",
-    "10",
-    "--batch-size",
-    "10",
-    "--lr",
-    "0.01",
-    "--momentum",
-    "0.5",
-    "--model",
-    "lenet5",
-)
-_PAPER_FLIC = (
-    "--dataset",
-    "mnist",
-    "--num-clients",
-    "100",
-    "--samples-per-client",
-    "600",
-    "--fraction",
-    "0.1",
-    "--rounds",
-    "205",
-    "--local-epochs",
-    "5",
-    "--batch-size",
-    "10",
-    "--lr",
-    "0.01",
-    "--momentum",
-    "0.0",
-    "--model",
-    "dnn",
-)
-_PAPER_CFLGP = (
-    "--num-clients",
-    "100",
-    "--fraction",
-    "1.0",
-    "--rounds",
-    "100",
-    "--local-epochs",
-    "1",
-    "--batch-size",
-    "32",
-    "--lr",
-    "0.01",
-    "--momentum",
-    "0.0",
-    "--model",
-    "dnn",
-)
+
+def _training(
+    fraction: float, rounds: int, epochs: int, batch: int, lr: float, momentum: float, model: str
+) -> tuple[str, ...]:
+    """A paper's training settings as ``umbel run`` flags (100 clients)."""
+    return (
+        *("--num-clients", "100", "--fraction", str(fraction), "--rounds", str(rounds)),
+        *("--local-epochs", str(epochs), "--batch-size", str(batch), "--lr", str(lr), "--momentum", str(momentum)),
+        *("--model", model),
+    )
+
+
+_PAPER_CFLGT = _training(0.2, 100, 5, 32, 0.001, 0.9, "dnn")
+_PAPER_FEDCLUST = _training(0.1, 200, 10, 10, 0.01, 0.5, "lenet5")
+_PAPER_FLAG = _training(0.2, 200, 10, 10, 0.01, 0.5, "lenet5")
+_PAPER_FLIC = ("--dataset", "mnist", "--samples-per-client", "600", *_training(0.1, 205, 5, 10, 0.01, 0.0, "dnn"))
+_PAPER_CFLGP = _training(1.0, 100, 1, 32, 0.01, 0.0, "dnn")
+# CFLGT's own paper trains 100 rounds after its 25 FedAvg pre-training rounds (Sec. V-A) in its
+# scenarios; elsewhere it runs the scenario's rounds with the automatic pre-training
+_CFLGT_SCHEDULE = {"cflgt": ("--rounds", "125", "--cflgt-pretrain-rounds", "25")}
 
 PAPER = Preset(
     name="paper",
@@ -247,16 +176,19 @@ PAPER = Preset(
             "label-groups-1",
             ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "2", *_PAPER_CFLGT),
             5,
+            _CFLGT_SCHEDULE,
         ),
         Scenario(
             "label-groups-2",
             ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "5", *_PAPER_CFLGT),
             5,
+            _CFLGT_SCHEDULE,
         ),
         Scenario(
             "label-groups-3",
             ("--scenario", "label-groups", "--groups", "20", "--labels-per-group", "3", *_PAPER_CFLGT),
             20,
+            _CFLGT_SCHEDULE,
         ),
         Scenario("label-skew-20", ("--scenario", "label-skew", "--label-fraction", "0.2", *_PAPER_FEDCLUST), 5),
         Scenario(
@@ -271,13 +203,8 @@ PAPER = Preset(
     ),
     seeds=(0, 1, 2),
     common=("--eval-every", "5"),
-    # CFLGT trains 100 rounds after its 25 FedAvg pre-training rounds (paper Sec. V-A); FL+HC warms up
-    # 10 rounds (the former default, whatever the scenario's rounds)
-    strategy_args={
-        "flic": ("--flic-cluster-round", "200"),
-        "cflgt": ("--rounds", "125", "--cflgt-pretrain-rounds", "25"),
-        "flhc": ("--flhc-warmup-rounds", "10"),
-    },
+    # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
+    strategy_args={"flic": ("--flic-cluster-round", "200"), "flhc": ("--flhc-warmup-rounds", "10")},
     given_k={"ifca": "--max-clusters", "flhc": "--num-clusters"},
 )
 

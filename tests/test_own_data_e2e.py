@@ -58,10 +58,10 @@ def _env(home: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def work(request) -> Path:
     """A folder of this module's own (pytest's rotation of tmp folders cannot remove it); kept, with
-    every process's log, when a test failed."""
+    every process's log, when a test failed or ``UMBEL_KEEP_TEST_WORK`` is set."""
     folder = Path(tempfile.mkdtemp(prefix="umbel-own-data-e2e-"))
     yield folder
-    if request.session.testsfailed == 0:
+    if request.session.testsfailed == 0 and not os.environ.get("UMBEL_KEEP_TEST_WORK"):
         shutil.rmtree(folder, ignore_errors=True)
 
 

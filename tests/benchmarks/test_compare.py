@@ -177,3 +177,13 @@ def test_markdown_labels_modified_defaults():
     text = compare.markdown([{**row, "strategy": "pacfl"}, {**row, "strategy": "pacfl-eq3"}], compare.PAPER)
     assert "| pacfl (modified) |" in text and "| pacfl-eq3 |" in text
     assert "(modified) pacfl: mean principal angle" in text
+
+
+def test_paper_preset_gives_cflgt_its_own_schedule_only_in_its_own_papers_scenarios():
+    by_label = {s.label: s for s in compare.PAPER.scenarios}
+    own = compare.PAPER.args("cflgt", by_label["label-groups-3"], 0)
+    assert own[len(own) - 1 - own[::-1].index("--rounds") + 1] == "125" and "--cflgt-pretrain-rounds" in own
+    other = compare.PAPER.args("cflgt", by_label["label-swap-5"], 0)
+    assert other[len(other) - 1 - other[::-1].index("--rounds") + 1] == "205"  # FLIC's scenario, its rounds
+    assert "--cflgt-pretrain-rounds" not in other  # the automatic quarter
+    assert "--cflgt-pretrain-rounds" not in compare.PAPER.args("fedavg", by_label["label-groups-1"], 0)

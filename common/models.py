@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torchvision.models import resnet18
 
 from common.data import TASKS
 from common.validation import check_choice, check_int
@@ -322,6 +321,8 @@ def _lenet5(shape: tuple[int, ...], outputs: int) -> Classifier:
 
 def _resnet18(shape: tuple[int, ...], outputs: int) -> Classifier:
     channels, height, width = shape
+    from torchvision.models import resnet18  # ~1.7 s to import, for this model only
+
     net = resnet18(weights=None)
     small = max(height, width) <= RESNET_SMALL_IMAGE_MAX_SIDE
     if small:

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from common.clustering.trajectories import AP_MAX_POINTS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 FEATURES = 784
@@ -417,9 +419,9 @@ VARIANTS: dict[str, Variant] = {
             "cflgt",
             "cflgt",
             lambda s: f"trajectory {s.classes}x2 f64",
-            lambda n, s: 6 * min(n, 1000) ** 2 * 8,
+            lambda n, s: 6 * min(n, AP_MAX_POINTS) ** 2 * 8,
             _cflgt,
-            note="cluster_trajectories: trajectory_distances + affinity_propagation (sampled above 1,000)",
+            note=f"cluster_trajectories: trajectory_distances + affinity_propagation (sampled above {AP_MAX_POINTS:,})",
         ),
         Variant(
             "fedclust",

@@ -362,7 +362,7 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
         pids = sorted(blocks)
         stacked = np.stack([blocks[p] for p in pids])
         labels, _, _ = spectral.cflgp_clusters(
-            stacked, np.stack([counts[p] for p in pids]), previous, impute_seed=SEED, seed=SEED
+            stacked, np.stack([counts[p] for p in pids]), previous, impute_seed=SEED, seed=SEED, overwrite_blocks=True
         )
     return labels, truth
 

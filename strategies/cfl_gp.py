@@ -212,7 +212,7 @@ class CFLGP(ClusteredStrategy):
         if len(self.blocks) < 3:
             return
         pids, blocks, counts, clusters = self._profiles()
-        matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed)
+        matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed, overwrite_blocks=True)
         self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
         labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
         source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
@@ -238,7 +238,12 @@ class CFLGP(ClusteredStrategy):
             return
         pids, blocks, counts, previous = self._profiles()
         labels, features, values = spectral.cflgp_clusters(
-            blocks, counts, previous, impute_seed=self.training.seed, seed=self._seed(server_round)
+            blocks,
+            counts,
+            previous,
+            impute_seed=self.training.seed,
+            seed=self._seed(server_round),
+            overwrite_blocks=True,  # _profiles() stacked a fresh copy
         )
         self.spectra.append((server_round, values))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1

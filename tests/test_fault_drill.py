@@ -41,7 +41,7 @@ def test_failing_and_slow_clients_cost_only_their_own_replies(tmp_path):
         "--fraction",
         "1.0",
         "--eval-every",
-        "1",
+        str(ROUNDS),  # one evaluation: each exchange with a sleeper waits out round-timeout
         "--lr",
         "0.05",
         "--local-epochs",

@@ -173,7 +173,8 @@ def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tupl
     if _uses_gram(g):
         s, v = _gram_spectrum(g)
         scale = np.divide(1.0, s[:k], out=np.zeros(k), where=s[:k] > 0)
-        return np.asarray(g @ v[:, :k], dtype=np.float64) * scale, s[:k]
+        # float32 @ float64 would cast all of G to float64 (twice its size) first
+        return np.asarray(g @ v[:, :k].astype(g.dtype, copy=False), dtype=np.float64) * scale, s[:k]
     g = g.astype(np.float64)
     if g.size > RANDOMIZED_MIN_SIZE and k < min(g.shape) // 2:
         u, s, _ = randomized_svd(g, n_components=k, n_iter=7, random_state=seed)
@@ -338,7 +339,8 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
     ValueError
         Naming ``'max_clusters'`` if below 2, or ``'matrix'`` if it has fewer than 3 columns.
     """
-    g = np.asarray(matrix, dtype=np.float64)
+    g = np.asarray(matrix)
+    g = g if g.dtype == np.float32 else g.astype(np.float64)
     k_max = check_int(max_clusters, "max_clusters", "estimate_num_clusters", low=2)
     if g.ndim != 2 or g.shape[1] < 3:
         raise ValueError(
@@ -346,7 +348,7 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
             f"(clients). Got shape {g.shape} instead."
         )
     k_max = min(k_max, g.shape[1] - 1)
-    g = g - g.mean(axis=1, keepdims=True)
+    g = g - g.mean(axis=1, keepdims=True, dtype=np.float64).astype(g.dtype)  # float32 stays float32
     values = singular_values(g, seed)
     s = largest_gap(values, k_max)
     features = project(g, s, seed)
@@ -359,7 +361,14 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
 
 
 def impute_blocks(
-    blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, rank: int = 0, iters: int = IMPUTE_ITERS, seed: int = 0
+    blocks: np.ndarray,
+    counts: np.ndarray,
+    labels: np.ndarray,
+    rank: int = 0,
+    iters: int = IMPUTE_ITERS,
+    seed: int = 0,
+    *,
+    overwrite_blocks: bool = False,
 ) -> np.ndarray:
     """Fill the blocks a client never answered: cluster means, then a rank-``rank`` completion.
 
@@ -387,14 +396,15 @@ def impute_blocks(
     Returns
     -------
     ndarray of shape (N, K, D)
-        A copy, answered blocks unchanged.
+        A copy, answered blocks unchanged (``blocks`` itself, filled in, with ``overwrite_blocks``:
+        saves a copy of the whole profile).
 
     Raises
     ------
     ValueError
         Naming ``'counts'`` or ``'labels'`` when their shapes do not match ``blocks``.
     """
-    b = np.array(blocks, copy=True)
+    b = np.asarray(blocks) if overwrite_blocks else np.array(blocks, copy=True)
     c = np.asarray(counts)
     lab = np.asarray(labels)
     if b.ndim != 3 or c.shape != b.shape[:2]:
@@ -417,35 +427,60 @@ def impute_blocks(
     rank = min(check_int(rank, "rank", "impute_blocks", low=0), min(b.shape[0], b.shape[1] * b.shape[2]))
     if rank == 0 or not missing.any() or missing.all():
         return b
+    size = b.shape[2]
     for _ in range(check_int(iters, "iters", "impute_blocks", low=0)):
         g = profile_matrix(b)
         u, _ = top_left_singular_vectors(g, rank, seed)
-        low = profile_matrix_blocks(u @ (u.T @ g.astype(np.float64)), b.shape)
-        b[missing] = low[missing]
+        coef = _left_project(u, g)
+        # the rank-``rank`` approximation u coef, only where blocks are missing, a band at a time
+        for k in range(b.shape[1]):
+            rows = u[k * size : (k + 1) * size]
+            holes = np.flatnonzero(missing[:, k])
+            for start in range(0, holes.size, IMPUTE_BAND):
+                band = holes[start : start + IMPUTE_BAND]
+                b[band, k] = (rows @ coef[:, band]).T
     return b
 
 
-def profile_matrix_blocks(matrix: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """The inverse of :func:`profile_matrix`: ``G`` ``(K * D, N)`` back to blocks of ``shape`` ``(N, K, D)``."""
-    return np.asarray(matrix).T.reshape(shape)
+IMPUTE_BAND = 256
+""":func:`impute_blocks` rebuilds at most this many clients' missing blocks at once."""
 
 
-def completed_profile(blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, seed: int = 0) -> np.ndarray:
+def _left_project(u: np.ndarray, g: np.ndarray, band: int = 1 << 16) -> np.ndarray:
+    """``u.T @ g`` ``(r, N)`` in float64, ``band`` rows of a float32 ``g`` at a time (no float64 copy of G)."""
+    out = np.zeros((u.shape[1], g.shape[1]))
+    for start in range(0, g.shape[0], band):
+        out += u[start : start + band].T @ np.asarray(g[start : start + band], dtype=np.float64)
+    return out
+
+
+def completed_profile(
+    blocks: np.ndarray, counts: np.ndarray, labels: np.ndarray, seed: int = 0, *, overwrite_blocks: bool = False
+) -> np.ndarray:
     """``G`` of N clients' blocks ``(N, K, D)``; blocks a client never answered (``counts`` 0) are
     imputed first (:func:`impute_blocks`, rank K, clusters ``labels``).
     """
     if np.any(counts == 0):
-        blocks = impute_blocks(blocks, counts, labels, rank=blocks.shape[1], seed=seed)
+        blocks = impute_blocks(
+            blocks, counts, labels, rank=blocks.shape[1], seed=seed, overwrite_blocks=overwrite_blocks
+        )
     return profile_matrix(blocks)
 
 
 def cflgp_clusters(
-    blocks: np.ndarray, counts: np.ndarray, previous: np.ndarray, *, impute_seed: int, seed: int
+    blocks: np.ndarray,
+    counts: np.ndarray,
+    previous: np.ndarray,
+    *,
+    impute_seed: int,
+    seed: int,
+    overwrite_blocks: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CFL-GP's server step: K clusters of the clients' profile blocks ``(N, K, D)``.
 
     The completed profile (:func:`completed_profile`) clustered by :func:`spectral_clustering`
     into K, aligned with ``previous``; returns its labels, spectral features and singular values.
+    ``overwrite_blocks``: impute into ``blocks`` instead of a copy (a caller's own stack).
     """
-    matrix = completed_profile(blocks, counts, previous, impute_seed)
+    matrix = completed_profile(blocks, counts, previous, impute_seed, overwrite_blocks=overwrite_blocks)
     return spectral_clustering(matrix, blocks.shape[1], previous, seed)

@@ -216,3 +216,46 @@ def test_redraw_like_keeps_shapes_and_constants_and_draws_the_rest():
         np.testing.assert_array_equal(out[kept], arrays[kept])
     assert not np.allclose(out["w"], arrays["w"]) and np.abs(out["w"]).max() <= np.abs(arrays["w"]).max()
     assert out["one"][0] != 0.5 and abs(out["one"][0]) <= 0.5
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hard_impute_equals_the_rank_r_formula_band_by_band(monkeypatch, dtype):
+    """Each iteration sets the missing blocks to those of u u^T G (u: top-r left singular vectors)."""
+    rng = np.random.default_rng(5)
+    blocks = rng.standard_normal((9, 3, 7)).astype(dtype)
+    counts = (rng.random((9, 3)) > 0.4).astype(np.int64)
+    counts[:, 0] = 1  # every client answered block 0, so the cluster means come from real answers
+    labels = np.arange(9) % 2
+    start = spectral.impute_blocks(blocks, counts, labels, rank=0)
+    expected = start.astype(np.float64)
+    missing = counts == 0
+    for _ in range(3):
+        g = expected.reshape(9, -1).T
+        u = np.linalg.svd(g, full_matrices=False)[0][:, :2]
+        low = (u @ (u.T @ g)).T.reshape(expected.shape)
+        expected[missing] = low[missing]
+        expected = expected.astype(dtype).astype(np.float64)  # stored at the blocks' precision
+    monkeypatch.setattr(spectral, "IMPUTE_BAND", 2)
+    got = spectral.impute_blocks(blocks, counts, labels, rank=2, iters=3)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(got[~missing], blocks[~missing])
+
+
+def test_left_projection_in_bands_equals_the_product():
+    rng = np.random.default_rng(6)
+    u, g = rng.standard_normal((50, 3)), rng.standard_normal((50, 8)).astype(np.float32)
+    np.testing.assert_allclose(spectral._left_project(u, g, band=7), u.T @ g.astype(np.float64), rtol=1e-12)
+
+
+def test_overwrite_blocks_fills_the_callers_array_with_the_same_result():
+    rng = np.random.default_rng(7)
+    blocks = rng.standard_normal((8, 2, 5)).astype(np.float32)
+    counts = np.ones((8, 2), dtype=np.int64)
+    counts[::3, 1] = 0
+    labels = np.arange(8) % 2
+    copied = spectral.impute_blocks(blocks, counts, labels, rank=2)
+    assert np.all(blocks[::3, 1] != copied[::3, 1])  # the input is untouched by default
+    mine = blocks.copy()
+    assert spectral.impute_blocks(mine, counts, labels, rank=2, overwrite_blocks=True) is mine
+    np.testing.assert_array_equal(mine, copied)

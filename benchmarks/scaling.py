@@ -214,6 +214,16 @@ def _fedavg(n, sizes, shapes, meter, rng):
     return None, None
 
 
+def _fedmedian(n, sizes, shapes, meter, rng):
+    from common.aggregation import coordinate_median
+
+    m = max(1, math.ceil(FRACTION * n))
+    models = [{k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes} for _ in range(m)]
+    with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
+        coordinate_median(models)
+    return None, None
+
+
 def _ifca(n, sizes, shapes, meter, rng, k: int = 8):
     from common.aggregation import weighted_average
 
@@ -406,6 +416,14 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _fedavg(n, s, sh, m, r),
             note="weighted_average of one round's replies",
+        ),
+        Variant(
+            "fedmedian",
+            "fedmedian",
+            lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
+            lambda n, s: 3 * math.ceil(FRACTION * n) * s.params * F32,
+            lambda n, s, sh, m, r: _fedmedian(n, s, sh, m, r),
+            note="coordinate_median of one round's replies (FedProx and Local: FedAvg's step or none)",
         ),
         Variant(
             "ifca",

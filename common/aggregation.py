@@ -90,8 +90,18 @@ def coordinate_median(models: Sequence[ArrayDict], reference: ArrayDict | None =
         if len(arrays) < len(found):
             bad = next(None if a is None else a.shape for a in found if a is None or a.shape != ref.shape)
             raise ValueError(f"Array {key!r} must have shape {ref.shape} in every model. Got {bad} instead.")
-        out[key] = _as_dtype(np.median(np.stack([a.astype(np.float64) for a in arrays]), axis=0), ref.dtype)
+        flat = [a.reshape(-1) for a in arrays]
+        median = np.empty(ref.size)
+        band = max(1, MEDIAN_BAND_BYTES // (8 * len(flat)))
+        for start in range(0, ref.size, band):  # float64 copies of a band of coordinates, not of every model
+            rows = np.stack([f[start : start + band] for f in flat], dtype=np.float64)
+            median[start : start + band] = np.median(rows, axis=0, overwrite_input=True)
+        out[key] = _as_dtype(median.reshape(ref.shape), ref.dtype)
     return out
+
+
+MEDIAN_BAND_BYTES = 64 << 20
+""":func:`coordinate_median` takes the median of this many bytes of float64 values at a time."""
 
 
 def _as_dtype(values: np.ndarray | np.floating, dtype: np.dtype) -> np.ndarray:

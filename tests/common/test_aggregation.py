@@ -75,3 +75,15 @@ def test_coordinate_median_refuses_empty_and_mismatched_models():
         coordinate_median([])
     with pytest.raises(ValueError, match="Array 'w' must have shape"):
         coordinate_median([{"w": np.zeros(2)}, {"w": np.zeros(3)}])
+
+
+def test_coordinate_median_in_bands_equals_numpys_median_of_the_whole_stack(monkeypatch):
+    from common import aggregation
+
+    rng = np.random.default_rng(3)
+    models = [{"w": rng.standard_normal((6, 7)).astype(np.float32), "b": rng.standard_normal(())} for _ in range(9)]
+    monkeypatch.setattr(aggregation, "MEDIAN_BAND_BYTES", 8 * 9 * 4)  # 4 coordinates at a time
+    out = aggregation.coordinate_median(models)
+    expected = np.median(np.stack([m["w"].astype(np.float64) for m in models]), axis=0).astype(np.float32)
+    np.testing.assert_array_equal(out["w"], expected)
+    assert out["b"].shape == () and out["b"] == np.median([float(m["b"]) for m in models])

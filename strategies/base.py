@@ -152,6 +152,7 @@ class ClusteredStrategy(Strategy):
         self.head_key = "head.weight"
         self.truth: dict[int, int] | None = None
         self.last_eval: dict[int, tuple[float, float]] = {}
+        self._told_untested = False
         self.grid: Grid | None = None
         self.on_round: RoundCallback | None = None
         self.checkpoint_path: Path | None = None
@@ -429,9 +430,23 @@ class ClusteredStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """One evaluate message per assigned client, with its own cluster's model."""
+        """One evaluate message per assigned client that holds test data, with its own cluster's model.
+
+        A client whose identity reported no test samples is not asked (in a large federation the
+        test split leaves some clients none); the final accuracy's coverage counts the others.
+        """
         outbox = Outbox(self._nodes(), MessageType.EVALUATE, f"evaluate-{server_round}", self.training.round_timeout)
-        for pid in sorted(self.assignment):
+        untested = [pid for pid in self.assignment if self.clients[pid].num_test == 0]
+        if untested and not self._told_untested:
+            self._told_untested = True
+            log(
+                WARNING,
+                "%d of %d clients hold no test samples and are never evaluated (e.g. clients %s)",
+                len(untested),
+                len(self.assignment),
+                sorted(untested)[:5],
+            )
+        for pid in sorted(set(self.assignment) - set(untested)):
             cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: self.assignment[pid]}
             outbox.add(
                 pid, RecordDict({keys.ARRAYS: self.models[self.assignment[pid]], keys.CONFIG: ConfigRecord(cfg)})

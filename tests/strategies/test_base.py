@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from client.app import app as client_app
@@ -332,3 +332,13 @@ def test_assignment_history_keeps_only_what_changed_and_rebuilds_every_snapshot(
     assert history[0]["assignment"] == {"0": 0, "1": 0, "2": 0, "3": 0}
     assert history[3]["assignment"] == {"0": 1, "1": 0, "2": 0, "3": 0}
     assert history[5]["assignment"] == {"0": 0, "1": 0, "2": 0}
+
+
+def test_a_client_without_test_samples_is_not_asked_to_evaluate(caplog):
+    strategy = _recording_strategy()
+    strategy.clients[2] = ClientInfo(2, 102, 10, 0, 1)  # identity: no test samples
+    with caplog.at_level(logging.WARNING):
+        sent = list(strategy.configure_evaluate(1, ArrayRecord(), ConfigRecord(), grid=None))
+        again = list(strategy.configure_evaluate(2, ArrayRecord(), ConfigRecord(), grid=None))
+    assert [m.metadata.dst_node_id for m in sent] == [100, 101, 103] == [m.metadata.dst_node_id for m in again]
+    assert caplog.text.count("1 of 4 clients hold no test samples and are never evaluated") == 1

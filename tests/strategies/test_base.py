@@ -14,6 +14,7 @@ from common import keys
 from server.experiment import Experiment
 from strategies import ClusteredStrategy, FedAvg, Local
 from strategies.federation import ClientInfo
+from flwr.supercore.task_identity import TaskIdentity
 from tests.helpers import small_run_config
 from tests.helpers.doubles import ByTrueGroup
 from tests.helpers.inprocess import InProcessGrid
@@ -334,7 +335,9 @@ def test_assignment_history_keeps_only_what_changed_and_rebuilds_every_snapshot(
     assert history[5]["assignment"] == {"0": 0, "1": 0, "2": 0}
 
 
-def test_a_client_without_test_samples_is_not_asked_to_evaluate(caplog):
+def test_a_client_without_test_samples_is_not_asked_to_evaluate(caplog, monkeypatch):
+    for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", 1)):  # what a grid's run sets
+        monkeypatch.setattr(TaskIdentity, name, value)
     strategy = _recording_strategy()
     strategy.clients[2] = ClientInfo(2, 102, 10, 0, 1)  # identity: no test samples
     with caplog.at_level(logging.WARNING):

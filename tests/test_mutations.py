@@ -142,15 +142,15 @@ MUTATIONS = [
     (
         "cfl-gp estimate on the uncentred profile",
         "common/clustering/spectral.py",
-        "g = g - g.mean(axis=1, keepdims=True)",
+        "g = g - g.mean(axis=1, keepdims=True, dtype=np.float64).astype(g.dtype)",
         "g = g",
         ["tests/common/test_spectral.py::test_estimate_num_clusters_sees_past_a_direction_every_client_shares"],
     ),
     (
         "cfl-gp unanswered blocks not completed",
         "common/clustering/spectral.py",
-        "b[missing] = low[missing]",
-        "b[missing] = b[missing]",
+        "b[band, k] = (rows @ coef[:, band]).T",
+        "b[band, k] = b[band, k]",
         ["tests/common/test_spectral.py::test_unanswered_blocks_are_imputed_not_left_at_zero"],
     ),
     (

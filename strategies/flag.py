@@ -106,7 +106,7 @@ class FLAG(OneShotStrategy):
     name = "flag"
     keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLAGParams
-    transient = OneShotStrategy.transient | {"_cache", "_trees"}
+    transient = OneShotStrategy.transient | {"_cache"}
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
@@ -120,8 +120,7 @@ class FLAG(OneShotStrategy):
         self.chosen_alpha: float | None = None
         self.sweep_initial: ArrayRecord | None = None
         self._pending: dict[int, tuple[ClassSubspaces, ModelUpdate]] | None = None
-        self._cache: tuple[tuple[int, ...], np.ndarray] | None = None
-        self._trees: tuple[np.ndarray, np.ndarray] | None = None
+        self._cache: tuple[tuple[int, ...], np.ndarray, np.ndarray | None] | None = None
 
     def prepare_sweep(self, info: DatasetInfo, seed: int) -> None:
         """Build the initial weights of ``flag-sweep-model`` for the run's data (before training).
@@ -188,15 +187,20 @@ class FLAG(OneShotStrategy):
 
     def cluster_signals(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> OneShotClusters:
         """A (``distances``) cut at ``alpha`` (or the sweep's choice), or into ``num-clusters``."""
-        a = self.distances(signals)
-        labels, silhouette = cut_distances(a, self.hc_cut, self._tree(a))
+        a, tree = self._proximity(signals)
+        labels, silhouette = cut_distances(a, self.hc_cut, tree)
         return OneShotClusters(labels, a, silhouette)
 
     def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
         """A = beta minmax(V) + (1 - beta) minmax(G); V and G are kept on the strategy."""
+        return self._proximity(signals)[0]
+
+    def _proximity(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """A and its HC tree (None for one client), made once per set of signals: the sweep's cuts
+        and the final one share them."""
         key = tuple(id(s) for s in signals)
         if self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
+            return self._cache[1], self._cache[2]
         c = self._num_classes
         bases = [dict(zip((int(k) for k in s.classes), s.bases, strict=True)) for s, _ in signals]
         counts = (
@@ -208,16 +212,9 @@ class FLAG(OneShotStrategy):
         a, self.data_matrix, self.gradient_matrix = flag_distances(
             bases, counts, [u.delta for _, u in signals], c, beta=p.beta, delta=p.delta, seed=self.training.seed
         )
-        self._cache = (key, a)
-        return a
-
-    def _tree(self, a: np.ndarray) -> np.ndarray | None:
-        """The HC tree of ``a``, built once for the sweep's cuts and the final one (None for one client)."""
-        if a.shape[0] < 2:
-            return None
-        if self._trees is None or self._trees[0] is not a:
-            self._trees = (a, linkage_tree(a, self.params.linkage))
-        return self._trees[1]
+        tree = linkage_tree(a, p.linkage) if a.shape[0] > 1 else None
+        self._cache = (key, a, tree)
+        return a, tree
 
     def cluster(self, server_round: int) -> None:
         """Run the threshold sweep first when neither ``flag-alpha`` nor ``num-clusters`` is given."""
@@ -228,17 +225,18 @@ class FLAG(OneShotStrategy):
                 return
             pids = sorted(signals)
             with self.clustering_timer():
-                a = self.distances([signals[q] for q in pids])
-            self.chosen_alpha = self.choose_alpha(server_round, pids, a)
+                a, tree = self._proximity([signals[q] for q in pids])
+            self.chosen_alpha = self.choose_alpha(server_round, pids, a, tree)
             self._pending = signals
         super().cluster(server_round)
 
-    def choose_alpha(self, server_round: int, pids: list[int], a: np.ndarray) -> float:
-        """Alg. 3: validation accuracy of each distinct cut of A; the alpha at the elbow."""
+    def choose_alpha(self, server_round: int, pids: list[int], a: np.ndarray, tree: np.ndarray | None = None) -> float:
+        """Alg. 3: validation accuracy of each distinct cut of A (of ``tree``, its HC tree, when given);
+        the alpha at the elbow."""
         p = self.params
         alphas = threshold_grid(p.sweep_step)
         with self.clustering_timer():
-            cuts = sweep_cuts(a, alphas, p.linkage, tree=self._tree(a))
+            cuts = sweep_cuts(a, alphas, p.linkage, tree=tree)
         sample = sorted(int(q) for q in self.rng.choice(pids, size=min(p.sweep_clients, len(pids)), replace=False))
         rows = [pids.index(q) for q in sample]
         scores: dict[tuple[int, ...], float | None] = {}

@@ -154,6 +154,7 @@ def agglomerative(
     threshold: float | None = None,
     num_clusters: int | None = None,
     linkage: str = "average",
+    tree: np.ndarray | None = None,
 ) -> np.ndarray:
     """Agglomerative (bottom-up) clustering of a precomputed distance matrix.
 
@@ -172,7 +173,10 @@ def agglomerative(
         In ``[1, N]``.
     linkage : {"average", "complete", "single", "weighted"}, default="average"
         ``"ward"`` is refused: it needs Euclidean feature vectors, not precomputed distances.
-        ``"weighted"`` (WPGMA) goes through scipy.
+        ``"weighted"`` is WPGMA.
+    tree : ndarray of shape (N - 1, 4), optional
+        ``linkage_tree(distances, linkage)`` when the caller already built it (several cuts of
+        one tree).
 
     Returns
     -------
@@ -206,7 +210,9 @@ def agglomerative(
         threshold = check_float(threshold, "threshold", owner, low=0.0)
     if n == 1:
         return np.zeros(1, dtype=np.int64)
-    return cut_linkage(linkage_tree(d, linkage), threshold=threshold, num_clusters=num_clusters)
+    return cut_linkage(
+        linkage_tree(d, linkage) if tree is None else tree, threshold=threshold, num_clusters=num_clusters
+    )
 
 
 def linkage_tree(distances: np.ndarray, linkage: str = "average") -> np.ndarray:
@@ -345,7 +351,14 @@ def nearest(vectors: np.ndarray, references: np.ndarray) -> np.ndarray:
     return np.argmin(dist, axis=1).astype(np.int64)
 
 
-def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0, linkage: str = "average") -> np.ndarray:
+def cut_tree(
+    distances: np.ndarray,
+    *,
+    threshold: float,
+    num_clusters: int = 0,
+    linkage: str = "average",
+    tree: np.ndarray | None = None,
+) -> np.ndarray:
     """:func:`agglomerative` with the run-config convention: ``num_clusters`` wins when > 0.
 
     Parameters
@@ -356,6 +369,8 @@ def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0, 
     num_clusters : int, default=0
         0 = not given; larger than N is clipped to N (every point alone).
     linkage : {"average", "complete", "single"}, default="average"
+    tree : ndarray of shape (N - 1, 4), optional
+        As :func:`agglomerative`.
 
     Returns
     -------
@@ -363,8 +378,8 @@ def cut_tree(distances: np.ndarray, *, threshold: float, num_clusters: int = 0, 
     """
     n = np.asarray(distances).shape[0] if np.ndim(distances) == 2 else 0
     if num_clusters and num_clusters > 0:
-        return agglomerative(distances, num_clusters=min(int(num_clusters), max(n, 1)), linkage=linkage)
-    return agglomerative(distances, threshold=threshold, linkage=linkage)
+        return agglomerative(distances, num_clusters=min(int(num_clusters), max(n, 1)), linkage=linkage, tree=tree)
+    return agglomerative(distances, threshold=threshold, linkage=linkage, tree=tree)
 
 
 def auto_cut(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .hierarchical import auto_cut, cut_linkage, cut_tree, pairwise_distances
+from .hierarchical import auto_cut, cut_tree, pairwise_distances
 from .similarity import sketch_rows
 from .subspaces import SAMPLE_SIZE, pairwise_subspace_angles, sampled_clusters
 
@@ -60,10 +60,8 @@ def cut_distances(distances: np.ndarray, cut: Cut, tree: np.ndarray | None = Non
     """
     if cut.automatic:
         return auto_cut(distances, cut.linkage)
-    if tree is not None:
-        k = min(cut.num_clusters, tree.shape[0] + 1) if cut.num_clusters > 0 else None
-        return cut_linkage(tree, threshold=cut.threshold, num_clusters=k), None
-    return cut_tree(distances, threshold=cut.threshold, num_clusters=cut.num_clusters, linkage=cut.linkage), None
+    labels = cut_tree(distances, threshold=cut.threshold, num_clusters=cut.num_clusters, linkage=cut.linkage, tree=tree)
+    return labels, None
 
 
 def fedclust_clusters(final_layers: np.ndarray, cut: Cut) -> OneShotClusters:

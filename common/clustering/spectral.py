@@ -444,10 +444,14 @@ def impute_blocks(
 
 IMPUTE_BAND = 256
 """:func:`impute_blocks` rebuilds at most this many clients' missing blocks at once."""
+IMPUTE_BAND_BYTES = 64 << 20
+"""Float64 rows of G that :func:`impute_blocks` converts at once."""
 
 
-def _left_project(u: np.ndarray, g: np.ndarray, band: int = 1 << 16) -> np.ndarray:
-    """``u.T @ g`` ``(r, N)`` in float64, ``band`` rows of a float32 ``g`` at a time (no float64 copy of G)."""
+def _left_project(u: np.ndarray, g: np.ndarray, band: int | None = None) -> np.ndarray:
+    """``u.T @ g`` ``(r, N)`` in float64, ``band`` rows of a float32 ``g`` at a time (no float64 copy
+    of G); by default as many rows as make ``IMPUTE_BAND_BYTES`` of float64."""
+    band = band or max(1, IMPUTE_BAND_BYTES // (8 * g.shape[1]))
     out = np.zeros((u.shape[1], g.shape[1]))
     for start in range(0, g.shape[0], band):
         out += u[start : start + band].T @ np.asarray(g[start : start + band], dtype=np.float64)

@@ -10,6 +10,7 @@ from common.clustering.hierarchical import (
     centroids,
     check_distance_matrix,
     cut_linkage,
+    cut_tree,
     linkage_tree,
     nearest,
     pairwise_distances,
@@ -195,3 +196,13 @@ def test_weighted_cuts_equal_scipys_cut_tree_without_ties():
     for k in range(1, 16):
         ref = relabel_by_appearance(hierarchy.cut_tree(tree, n_clusters=k).ravel())
         np.testing.assert_array_equal(agglomerative(d, num_clusters=k, linkage="weighted"), ref)
+
+
+def test_a_given_tree_is_cut_instead_of_building_one():
+    d = _tied_distances(12, 4)
+    other = linkage_tree(_tied_distances(12, 5), "average")
+    np.testing.assert_array_equal(
+        cut_tree(d, threshold=0.0, num_clusters=3, tree=other),
+        cut_tree(_tied_distances(12, 5), threshold=0.0, num_clusters=3),
+    )
+    assert cut_tree(d, threshold=0.0, num_clusters=40, tree=other).max() == 11  # clipped to N, as without a tree

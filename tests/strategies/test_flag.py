@@ -76,7 +76,15 @@ def test_beta_selects_data_only_or_gradient_only():
     assert [gradient_only.assignment[p] for p in range(8)] == [0, 0, 1, 1, 0, 0, 0, 0]
 
 
-def test_sweep_records_every_alpha_and_picks_the_elbow():
+def test_sweep_records_every_alpha_and_picks_the_elbow(monkeypatch):
+    import common.clustering.hierarchical as hierarchical
+    import strategies.flag
+
+    trees = []
+    real = hierarchical.linkage_tree
+    count = lambda d, linkage: trees.append(d) or real(d, linkage)  # noqa: E731
+    for module in (strategies.flag, hierarchical):  # the strategy's own call and any inside a cut
+        monkeypatch.setattr(module, "linkage_tree", count)
     s = _offline(FLAGParams(sweep_step=0.25, sweep_clients=6), _signals(np.random.default_rng(2)))
     curve = {1: 0.5, 2: 0.9}
     calls = []
@@ -92,6 +100,7 @@ def test_sweep_records_every_alpha_and_picks_the_elbow():
     assert len(calls) == len(set(calls))  # each distinct clustering validated once
     assert s.chosen_alpha == 0.75 and s.threshold == 0.75
     assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
+    assert len(trees) == 1 and trees[0] is s.distance_matrix  # the sweep's tree is the final cut's
 
 
 def test_holdout_split_is_disjoint_fixed_and_from_train_only():

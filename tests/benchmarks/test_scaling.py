@@ -6,23 +6,14 @@ import math
 import numpy as np
 import pytest
 
+from strategies import REGISTRY
+
 from benchmarks import scaling
 
 SHAPES = [("features.1.weight", (24, 40)), ("features.1.bias", (24,)), ("head.weight", (10, 24)), ("head.bias", (10,))]
 SIZES = scaling.Sizes(sum(math.prod(s) for _, s in SHAPES), 24)
-ALGORITHMS = {
-    "fedavg",
-    "fedmedian",
-    "ifca",
-    "cflgt",
-    "fedclust",
-    "pacfl",
-    "flhc",
-    "flag",
-    "flic",
-    "cfl-sattler",
-    "cfl-gp",
-}
+# every registered strategy has a server step measured, but those whose step is FedAvg's or none
+ALGORITHMS = set(REGISTRY) - {"fedprox", "local"}
 
 
 @pytest.fixture(scope="module")

@@ -154,6 +154,23 @@ MUTATIONS = [
         ["tests/common/test_spectral.py::test_unanswered_blocks_are_imputed_not_left_at_zero"],
     ),
     (
+        "one-shot cut falls back to average linkage",
+        "common/clustering/oneshot.py",
+        "num_clusters=cut.num_clusters, linkage=cut.linkage, tree=tree)",
+        "num_clusters=cut.num_clusters, tree=tree)",
+        [
+            "tests/common/test_clustering_oneshot.py::"
+            "test_each_linkage_reaches_the_cut_by_count_threshold_and_automatic_cut"
+        ],
+    ),
+    (
+        "flic newcomer degree counts self-similarity",
+        "common/clustering/flic.py",
+        "degrees = s.sum(axis=1) - np.diag(s)",
+        "degrees = s.sum(axis=1)",
+        ["tests/common/test_clustering_flic.py::test_join_by_modularity_ignores_the_diagonal"],
+    ),
+    (
         "affinity propagation not retried",
         "common/clustering/trajectories.py",
         "for floor, factor in retries",

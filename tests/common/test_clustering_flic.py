@@ -88,3 +88,24 @@ def test_loss_plateau_needs_two_windows_and_a_steady_fall_never_plateaus():
     assert loss_plateau([1.0, 1.0, 1.0, 1.2, 1.1, 1.0, 1.0], 3, 0.1)  # no early fall: stable from the start
     with pytest.raises(ValueError, match="'tol'"):
         loss_plateau([1.0], 3, 0.0)
+
+
+def test_join_by_modularity_ignores_the_diagonal():
+    # Equal degrees off the diagonal: the newcomer's stronger links (1.0 against 0.9) decide. A
+    # self-similarity of 10 on community 0's nodes must not inflate that community's degree.
+    s = np.array(
+        [
+            [10.0, 0.5, 0.1, 0.1],
+            [0.5, 10.0, 0.1, 0.1],
+            [0.1, 0.1, 0.0, 0.5],
+            [0.1, 0.1, 0.5, 0.0],
+        ]
+    )
+    labels = np.array([0, 0, 1, 1])
+    links = np.array([[1.0, 1.0, 0.9, 0.9]])
+    assert join_by_modularity(links, s, labels)[0] == 0
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        noisy = s.copy()
+        np.fill_diagonal(noisy, rng.uniform(0, 100, 4))
+        assert join_by_modularity(links, noisy, labels)[0] == 0

@@ -1,11 +1,20 @@
 """common.clustering.oneshot: the one-shot algorithms' server steps as pure functions."""
 
+import itertools
+
 import numpy as np
 import pytest
+from scipy.cluster import hierarchy
+from scipy.spatial.distance import pdist, squareform
+from sklearn.metrics import adjusted_rand_score
 
 from common.clustering import oneshot, subspaces
 from common.clustering.hierarchical import cut_tree, pairwise_distances
 from common.clustering.oneshot import Cut, cut_distances, fedclust_clusters, flhc_clusters, pacfl_clusters
+from strategies import FLHC, PACFL, FedClust
+from strategies.fedclust import FedClustParams
+from strategies.flhc import FLHCParams
+from strategies.pacfl import PACFLParams
 
 
 def _groups(rng, n=12, dim=30, scale=None):
@@ -81,3 +90,38 @@ def test_an_unset_hc_cut_is_automatic():
     assert Cut(0.0).automatic and not Cut(0.0, 2).automatic and not Cut(0.5).automatic
     with pytest.raises(AttributeError):
         Cut(0.0).threshold = 1.0  # frozen
+
+
+LINKAGES = ("average", "complete", "single", "weighted")
+
+
+def _cuts_of(tree, n):
+    return [hierarchy.fcluster(tree, k, criterion="maxclust") for k in range(1, n + 1)]
+
+
+def test_each_linkage_reaches_the_cut_by_count_threshold_and_automatic_cut():
+    # 12 points on which the four linkages' 3-cluster cuts all differ: a cut that falls back to
+    # another linkage gives another partition than scipy's tree of the linkage asked for.
+    x = np.random.default_rng(4).normal(size=(12, 2))
+    d = squareform(pdist(x))
+    by_count = {}
+    for linkage in LINKAGES:
+        tree = hierarchy.linkage(pdist(x), method=linkage)
+        by_count[linkage], _ = cut_distances(d, Cut(threshold=0.0, num_clusters=3, linkage=linkage))
+        assert adjusted_rand_score(by_count[linkage], hierarchy.fcluster(tree, 3, criterion="maxclust")) == 1.0
+        by_threshold, _ = cut_distances(d, Cut(threshold=1.0, linkage=linkage))
+        assert adjusted_rand_score(by_threshold, hierarchy.fcluster(tree, 1.0, criterion="distance")) == 1.0
+        automatic, _ = cut_distances(d, Cut(threshold=0.0, linkage=linkage))
+        assert any(adjusted_rand_score(automatic, cut) == 1.0 for cut in _cuts_of(tree, 12)), linkage
+    for a, b in itertools.combinations(LINKAGES, 2):
+        assert adjusted_rand_score(by_count[a], by_count[b]) < 1.0, (a, b)
+    average_auto, _ = cut_distances(d, Cut(threshold=0.0, linkage="average"))
+    single_tree = hierarchy.linkage(pdist(x), method="single")
+    assert not any(adjusted_rand_score(average_auto, cut) == 1.0 for cut in _cuts_of(single_tree, 12))
+
+
+@pytest.mark.parametrize("linkage", LINKAGES)
+@pytest.mark.parametrize("params", [FedClustParams, PACFLParams, FLHCParams])
+def test_the_strategies_cut_with_their_linkage(params, linkage):
+    strategy = {FedClustParams: FedClust, PACFLParams: PACFL, FLHCParams: FLHC}[params](params=params(linkage=linkage))
+    assert strategy.hc_cut.linkage == linkage

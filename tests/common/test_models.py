@@ -100,11 +100,23 @@ def test_impossible_combinations_name_model(name, shape, task):
         check_model(name, shape, task)
 
 
-def test_valid_combinations_pass():
-    check_model("dnn", (1,), "regression")
-    check_model("linear", (1,), "regression")
-    check_model("resnet18", (1, 8, 8), "classification")
-    check_model("dnn", (np.int64(1), np.int64(8), np.int64(8)), "classification")
+@pytest.mark.parametrize(
+    ("name", "shape", "task"),
+    [
+        ("dnn", (1,), "regression"),
+        ("linear", (1,), "regression"),
+        ("resnet18", (1, 8, 8), "classification"),
+        ("dnn", (np.int64(1), np.int64(8), np.int64(8)), "classification"),
+    ],
+)
+def test_accepted_combinations_build_and_run(name, shape, task):
+    # What check_model accepts must build and map a batch of that shape to one output per class.
+    check_model(name, shape, task)
+    outputs = 1 if task == "regression" else 3
+    model = build_model(name, tuple(int(s) for s in shape), outputs).eval()
+    with torch.no_grad():
+        out = model(torch.zeros((2, *(int(s) for s in shape))))
+    assert out.shape == (2, outputs)
 
 
 @pytest.mark.parametrize(

@@ -159,8 +159,10 @@ MUTATIONS = [
         "num_clusters=cut.num_clusters, linkage=cut.linkage, tree=tree)",
         "num_clusters=cut.num_clusters, tree=tree)",
         [
-            "tests/common/test_clustering_oneshot.py::"
-            "test_each_linkage_reaches_the_cut_by_count_threshold_and_automatic_cut"
+            (
+                "tests/common/test_clustering_oneshot.py::"
+                "test_each_linkage_reaches_the_cut_by_count_threshold_and_automatic_cut"
+            )
         ],
     ),
     (

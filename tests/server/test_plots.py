@@ -69,3 +69,57 @@ def test_bad_inputs_raise_and_write_nothing(tmp_path, call, param):
         call(path)
     assert not path.exists()
     assert plt.get_fignums() == []
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the plot functions save, kept for inspection (the PNG is still written)."""
+    import server.plots as plots
+
+    figures = []
+    save = plots._save
+
+    def keep(fig, path, title):
+        figures.append(fig)
+        return save(fig, path, title)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figures
+
+
+def test_plot_accuracy_draws_the_mean_the_clipped_band_and_the_marks(tmp_path, drawn):
+    mean = [0.5, None, 0.9]
+    plot_accuracy([1, 2, 3], mean, [0.1, 0.1, 0.2], tmp_path / "a.png", title="T", marks=[2])
+    (fig,) = drawn
+    (ax,) = fig.axes
+    mean_line, mark = ax.get_lines()
+    np.testing.assert_array_equal(mean_line.get_xdata(), [1, 2, 3])
+    np.testing.assert_array_equal(mean_line.get_ydata(), [0.5, np.nan, 0.9])
+    assert list(mark.get_xdata()) == [2, 2] and mark.get_label() == "clustering (round 2)"
+    band = np.concatenate([path.vertices for path in ax.collections[0].get_paths()])[:, 1]
+    assert band.max() == pytest.approx(1.0) and band.min() == pytest.approx(0.4)
+    assert (ax.get_xlabel(), ax.get_ylabel(), fig._suptitle.get_text()) == ("round", "local test accuracy", "T")
+
+
+def test_plot_clustering_draws_known_ari_points_and_the_cluster_count(tmp_path, drawn):
+    plot_clustering([1, 2, 3, 4], [None, 0.4, 1.0, 1.0], [1, 1, 3, 3], tmp_path / "c.png")
+    top, bottom = drawn[0].axes
+    (ari,) = top.get_lines()
+    np.testing.assert_array_equal(ari.get_xdata(), [2, 3, 4])
+    np.testing.assert_array_equal(ari.get_ydata(), [0.4, 1.0, 1.0])
+    (count,) = bottom.get_lines()
+    np.testing.assert_array_equal(count.get_ydata(), [1, 1, 3, 3])
+    assert (top.get_ylabel(), bottom.get_ylabel(), bottom.get_xlabel()) == ("ARI", "number of clusters", "round")
+
+
+def test_plot_distance_matrix_shows_the_matrix_ordered_by_cluster_with_borders(tmp_path, drawn):
+    matrix = np.arange(16, dtype=float).reshape(4, 4)
+    labels = np.array([1, 0, 1, 0])
+    plot_distance_matrix(matrix, labels, tmp_path / "d.png")
+    ax, bar = drawn[0].axes
+    order = [1, 3, 0, 2]
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), matrix[np.ix_(order, order)])
+    borders = ax.get_lines()
+    assert len(borders) == 2 and {tuple(line.get_xdata()) for line in borders} >= {(1.5, 1.5)}
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
+    assert bar.get_ylabel() == "distance"

@@ -30,6 +30,7 @@ import tomli_w
 from common import schema
 
 from . import deploy
+from .linkindex import write_launcher
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FLAGS = (
@@ -417,9 +418,13 @@ def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> i
 
 
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
-    """Flower's environment for a run: no runtime dependency installs, no telemetry, own home and port."""
+    """Flower's environment for a run: no runtime dependency installs, no telemetry, own home and port,
+    and umbel's ``flwr-simulation`` launcher (``server.linkindex``) first on ``PATH``.
+    """
+    launcher = write_launcher(flwr_home / "bin")
     return {
         **os.environ,
+        "PATH": os.pathsep.join([str(launcher.parent), os.environ.get("PATH", "")]),
         "FLWR_HOME": str(flwr_home),
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

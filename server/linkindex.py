@@ -1,0 +1,158 @@
+"""An in-memory LinkState that finds a node's messages by node, for Flower's simulation.
+
+Flower's ``InMemoryLinkState.get_message_ins(node_id)`` walks every stored instruction message
+(and checks each one's TTL) to find the few addressed to ``node_id``. Its simulation engine asks
+that for every node every 0.1 s, so one exchange with N simulated clients costs on the order of
+N^2 message checks a poll: at 10,000 clients, about half of the simulation process's time.
+
+``IndexedInMemoryLinkState`` keeps, per destination node, the ids of its undelivered
+instructions in arrival order, and ``get_message_ins`` checks only those: the same messages in
+the same order, each delivered once, expired ones (TTL) deleted when their node asks, deleted
+ones gone. Everything else is Flower's own class. It is installed in the ``flwr-simulation``
+process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` as
+``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
+``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
+and a warning says so.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+SUPPORTED: tuple[str, ...] = ("1.41", "1.42")
+"""Flower ``major.minor`` versions whose ``InMemoryLinkState`` this subclass was tested against."""
+SIMULATION_COMMAND = "flwr-simulation"
+"""The command Flower's SuperExec starts for a simulation run (found on ``PATH``)."""
+DISABLE_ENV = "UMBEL_FLOWER_LINKSTATE"
+"""Set to ``flower`` to run Flower's own in-memory state in simulations."""
+
+
+def flower_version() -> str:
+    """The installed Flower's version string."""
+    from importlib.metadata import version
+
+    return version("flwr")
+
+
+def is_supported(version: str) -> bool:
+    """Whether Flower ``version`` is one whose in-memory LinkState the index was tested against."""
+    return ".".join(version.split(".")[:2]) in SUPPORTED
+
+
+def indexed_state_class() -> type:
+    """``IndexedInMemoryLinkState``, built on the installed Flower's ``InMemoryLinkState``."""
+    from flwr.app import Message
+    from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+
+    class IndexedInMemoryLinkState(InMemoryLinkState):
+        """Flower's in-memory LinkState with each node's undelivered instructions indexed by node."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # node id -> ids of its undelivered instruction messages (a dict: an ordered set)
+            self.pending_by_node: dict[int, dict[str, None]] = {}
+
+        def store_message_ins(self, message: Message) -> str | None:
+            with self.lock:
+                message_id = super().store_message_ins(message)
+                if message_id is not None:
+                    stored = self.message_ins_store.get(message_id)
+                    if stored is not None and stored.metadata.delivered_at == "":
+                        self.pending_by_node.setdefault(stored.metadata.dst_node_id, {})[message_id] = None
+                return message_id
+
+        def get_message_ins(self, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Message]:
+            if limit is not None and limit < 1:
+                raise AssertionError("`limit` must be >= 1")
+            found: list[Message] = []
+            with self.lock:
+                pending = self.pending_by_node.get(node_id)
+                for message_id in list(pending or ()):
+                    self._check_stored_messages({message_id})
+                    message = self.message_ins_store.get(message_id)
+                    if message is None or message.metadata.delivered_at != "":
+                        pending.pop(message_id, None)  # type: ignore[union-attr]
+                        continue
+                    if run_id is not None and message.metadata.run_id != run_id:
+                        continue
+                    found.append(message)
+                    if limit and len(found) == limit:
+                        break
+                delivered_at = _now_iso()
+                for message in found:
+                    message.metadata.delivered_at = delivered_at
+                    pending.pop(message.metadata.message_id, None)  # type: ignore[union-attr]
+            return found
+
+        def delete_messages(self, message_ins_ids: set[str]) -> None:
+            with self.lock:
+                for message_id in message_ins_ids:
+                    message = self.message_ins_store.get(message_id)
+                    if message is not None:
+                        self.pending_by_node.get(message.metadata.dst_node_id, {}).pop(message_id, None)
+                super().delete_messages(message_ins_ids)
+
+    return IndexedInMemoryLinkState
+
+
+def _now_iso() -> str:
+    from flwr.supercore.date import now
+
+    return now().isoformat()
+
+
+def install() -> bool:
+    """Make Flower's LinkState factory build ``IndexedInMemoryLinkState`` in this process.
+
+    Returns False (and logs why) where the Flower version is not in ``SUPPORTED`` or
+    ``UMBEL_FLOWER_LINKSTATE=flower`` asks for Flower's own state.
+    """
+    from flwr.common import log
+    from flwr.server.superlink.linkstate import linkstate_factory
+
+    version = flower_version()
+    if os.environ.get(DISABLE_ENV, "").lower() == "flower":
+        return False
+    if not is_supported(version):
+        log(
+            WARNING,
+            "umbel's indexed LinkState supports Flower %s; Flower %s is installed, so Flower's own "
+            "in-memory LinkState runs (exchanges with many simulated clients are slower).",
+            " and ".join(SUPPORTED),
+            version,
+        )
+        return False
+    # the factory builds whatever class its module's name ``InMemoryLinkState`` holds
+    vars(linkstate_factory)["InMemoryLinkState"] = indexed_state_class()
+    log(INFO, "umbel: indexed in-memory LinkState installed (Flower %s)", version)
+    return True
+
+
+def write_launcher(folder: Path) -> Path:
+    """Write an executable ``flwr-simulation`` into ``folder`` that runs this module's ``main``.
+
+    Put ``folder`` first on the ``PATH`` of ``flwr run`` so that the SuperExec it starts finds it.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SIMULATION_COMMAND
+    path.write_text(f"#!{sys.executable}\nfrom server.linkindex import main\n\nmain()\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def main() -> None:
+    """``flwr-simulation`` with the indexed LinkState installed (same arguments as Flower's)."""
+    from flwr.simulation.app import flwr_simulation
+
+    install()
+    sys.argv[0] = SIMULATION_COMMAND  # Flower's exit handling recognises the simulation by argv[0]
+    flwr_simulation()
+
+
+if __name__ == "__main__":
+    main()

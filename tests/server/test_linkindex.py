@@ -1,0 +1,144 @@
+"""server.linkindex: the indexed in-memory LinkState behaves as Flower's own, message for message."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import uuid
+from logging import WARNING
+
+import numpy as np
+import pytest
+from flwr.app import Message, Metadata, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.server.superlink.linkstate import linkstate_factory
+from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME, NOOP_FEDERATION_ID, TaskType
+from flwr.supercore.date import now
+from flwr.supercore.object_store import ObjectStoreFactory
+from flwr.superlink.federation import NoOpFederationManager
+
+from server import linkindex
+
+INDEXED = linkindex.indexed_state_class()
+
+
+def _state(cls, num_nodes):
+    state = cls(NoOpFederationManager(), ObjectStoreFactory().store())
+    nodes = []
+    for _ in range(num_nodes):
+        node = state.create_node("owner", "name", secrets.token_bytes(32), heartbeat_interval=1e9)
+        state.acknowledge_node_heartbeat(node_id=node, heartbeat_interval=1e9)
+        nodes.append(node)
+    runs = [
+        state.create_run(None, None, None, {}, NOOP_FEDERATION_ID, None, None, TaskType.SIMULATION.value)
+        for _ in range(2)
+    ]
+    return state, nodes, runs
+
+
+def _message(message_id, run_id, node_id, ttl=3600.0, age=0.0):
+    metadata = Metadata(
+        run_id=run_id,
+        message_id=message_id,
+        src_node_id=SUPERLINK_NODE_ID,
+        dst_node_id=node_id,
+        reply_to_message_id="",
+        group_id="",
+        created_at=now().timestamp() - age,
+        ttl=ttl,
+        message_type="query",
+    )
+    return Message(RecordDict(), metadata=metadata)
+
+
+def _ids(messages):
+    return [m.metadata.message_id for m in messages]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_indexed_state_answers_every_call_as_flowers_own(seed):
+    # The same random stream of stores, polls (any node, limit, run filter), deletions and
+    # expiries on both classes: every poll returns the same message ids in the same order.
+    rng = np.random.default_rng(seed)
+    flower, f_nodes, f_runs = _state(InMemoryLinkState, 6)
+    indexed, i_nodes, i_runs = _state(INDEXED, 6)
+    stored: list[str] = []
+    delivered = 0
+    for _ in range(400):
+        op = rng.choice(["store", "store", "poll", "poll", "delete", "expire"])
+        if op == "store":
+            node, run = int(rng.integers(6)), int(rng.integers(2))
+            message_id = uuid.UUID(int=int(rng.integers(2**62))).hex
+            ttl = 3600.0 if rng.random() < 0.8 else 0.5
+            for state, nodes, runs in ((flower, f_nodes, f_runs), (indexed, i_nodes, i_runs)):
+                assert state.store_message_ins(_message(message_id, runs[run], nodes[node], ttl=ttl)) == message_id
+            stored.append(message_id)
+        elif op == "poll":
+            node, limit = int(rng.integers(6)), [None, 1, 2][int(rng.integers(3))]
+            run = int(rng.integers(3))
+            f_run = None if run == 2 else f_runs[run]
+            i_run = None if run == 2 else i_runs[run]
+            got = indexed.get_message_ins(i_nodes[node], limit, run_id=i_run)
+            assert _ids(got) == _ids(flower.get_message_ins(f_nodes[node], limit, run_id=f_run))
+            assert all(m.metadata.dst_node_id == i_nodes[node] for m in got)
+            delivered += len(got)
+        elif op == "delete" and stored:
+            victims = set(rng.choice(stored, size=min(3, len(stored)), replace=False).tolist())
+            flower.delete_messages(victims)
+            indexed.delete_messages(victims)
+        elif op == "expire" and stored:
+            victim = str(rng.choice(stored))
+            for state in (flower, indexed):
+                if victim in state.message_ins_store:
+                    state.message_ins_store[victim].metadata.__dict__["_created_at"] -= 10_000.0
+    assert delivered > 20
+    for node in range(6):
+        assert _ids(indexed.get_message_ins(i_nodes[node], None)) == _ids(flower.get_message_ins(f_nodes[node], None))
+    assert sum(len(p) for p in indexed.pending_by_node.values()) == 0
+
+
+def test_a_message_goes_once_to_its_own_node_and_expired_or_deleted_ones_never():
+    state, (a, b), (run, _) = _state(INDEXED, 2)
+    for message_id, node in (("m1", a), ("m2", b), ("m3", a)):
+        state.store_message_ins(_message(message_id, run, node))
+    assert _ids(state.get_message_ins(b, None)) == ["m2"]
+    assert _ids(state.get_message_ins(a, 1)) == ["m1"]
+    assert _ids(state.get_message_ins(a, None)) == ["m3"]
+    assert state.get_message_ins(a, None) == [] and state.get_message_ins(b, None) == []
+    state.store_message_ins(_message("old", run, a, ttl=60.0))
+    state.message_ins_store["old"].metadata.__dict__["_created_at"] -= 120.0
+    state.store_message_ins(_message("gone", run, a))
+    state.delete_messages({"gone"})
+    assert state.get_message_ins(a, None) == []
+    assert "old" not in state.message_ins_store
+    with pytest.raises(AssertionError, match="limit"):
+        state.get_message_ins(a, 0)
+
+
+def test_install_makes_the_factory_build_the_indexed_state(monkeypatch):
+    monkeypatch.setattr(linkstate_factory, "InMemoryLinkState", InMemoryLinkState)
+    monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
+    assert linkindex.install() is linkindex.is_supported(linkindex.flower_version())
+    factory = linkstate_factory.LinkStateFactory(FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory())
+    assert type(factory.state()).__name__ == "IndexedInMemoryLinkState"
+
+
+def test_other_flower_versions_and_the_opt_out_keep_flowers_own_state(monkeypatch, caplog):
+    monkeypatch.setattr(linkstate_factory, "InMemoryLinkState", InMemoryLinkState)
+    monkeypatch.setattr(linkindex, "flower_version", lambda: "9.1.0")
+    with caplog.at_level(WARNING):
+        assert linkindex.install() is False
+    assert "Flower 9.1.0 is installed" in caplog.text
+    assert linkstate_factory.InMemoryLinkState is InMemoryLinkState
+    monkeypatch.setattr(linkindex, "flower_version", lambda: "1.41.0")
+    monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
+    assert linkindex.install() is False and linkstate_factory.InMemoryLinkState is InMemoryLinkState
+    assert linkindex.is_supported("1.42.3") and not linkindex.is_supported("1.4.2")
+
+
+def test_the_launcher_is_an_executable_flwr_simulation(tmp_path):
+    path = linkindex.write_launcher(tmp_path / "bin")
+    assert path.name == "flwr-simulation"
+    done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "--runtime-api-address" in done.stdout

@@ -1,0 +1,44 @@
+"""benchmarks.records: a measured table survives the round trip to JSON with its provenance."""
+
+import json
+
+import pytest
+
+from benchmarks import exchange
+from benchmarks.records import Record, Table, read_record, write_record
+
+
+def test_a_record_reads_back_as_written(tmp_path):
+    table = Table("t", ["clients", "seconds"], [[100, 1.5], [1000, None]], notes="2 rounds")
+    record = Record(name="x", section="Scale", command="python -m benchmarks.x", tables=[table], load="0.5")
+    path = write_record(record, tmp_path)
+    assert path == tmp_path / "x.json"
+    back = read_record(path)
+    assert back == record
+    assert back.machine and back.date.endswith("UTC")
+
+
+def test_a_row_of_the_wrong_length_and_a_foreign_file_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="Row 1 of table 't' has 1 values; the table has 2 columns"):
+        Table("t", ["a", "b"], [[1, 2], [3]])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "tables": [{"title": "t"}]}))
+    with pytest.raises(ValueError, match="bad.json: not a results record"):
+        read_record(bad)
+
+
+def test_the_exchange_benchmark_pairs_both_states_per_size(tmp_path, monkeypatch):
+    seen = []
+
+    def fake(clients, state, rounds, folder, extra):
+        seen.append((clients, state))
+        slow = state == "flower"
+        return {"identity": 40.0 if slow else 10.0, "round": 8.0 if slow else 2.0, "wall": 60.0, "load": "1 -> 1"}
+
+    monkeypatch.setattr(exchange, "measure", fake)
+    monkeypatch.setattr(exchange, "write_record", lambda record: write_record(record, tmp_path))
+    assert exchange.main(["--sizes", "100,200"]) == 0
+    assert seen == [(100, "flower"), (100, "indexed"), (200, "flower"), (200, "indexed")]
+    (table,) = read_record(tmp_path / "exchange.json").tables
+    assert [row[0] for row in table.rows] == [100, 200]
+    assert table.rows[0][3] == 0.25 and table.rows[0][6] == 0.25

@@ -47,8 +47,7 @@ class Table:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
                 raise ValueError(
-                    f"Row {i} of table {self.title!r} has {len(row)} values; the table has "
-                    f"{len(self.columns)} columns."
+                    f"Row {i} of table {self.title!r} has {len(row)} values; the table has {len(self.columns)} columns."
                 )
 
 

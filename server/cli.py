@@ -331,7 +331,7 @@ def is_flower_noise(line: str) -> bool:
 
 
 def write_flower_config(flwr_home: Path) -> None:
-    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.41's form)."""
+    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.42's form)."""
     (flwr_home / "config.toml").write_text(
         tomli_w.dumps({"superlink": {"default": "local", "local": {"address": ":local:"}}})
     )

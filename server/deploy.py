@@ -1040,7 +1040,7 @@ def _split_address(address: str) -> tuple[str, int]:
 def _executable(name: str) -> str:
     found = shutil.which(name) or str(Path(sys.executable).with_name(name))
     if not Path(found).exists():
-        raise FileNotFoundError(f"'{name}' is not installed here (pip install 'flwr[simulation]==1.41.*').")
+        raise FileNotFoundError(f"'{name}' is not installed here (pip install 'flwr[simulation]==1.42.*').")
     return found
 
 

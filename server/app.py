@@ -21,6 +21,7 @@ from strategies.checkpoint import load_checkpoint
 
 from .clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
 from .experiment import Experiment
+from .federation_size import check_federation
 from .results import RunRecorder
 from .tracking import open_loggers
 
@@ -36,6 +37,8 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Validate the run-config, then train; results go to ``results-dir/run-name``."""
     experiment = Experiment.from_run_config(context.run_config)
+    training = experiment.training
+    nodes = check_federation(grid, experiment.scenario.num_clients, training.min_nodes, training.node_wait_timeout)
     if not experiment.check_partition_if_data_here():
         log(INFO, "The data are not on the server's machine; clients check their own.")
     folder = experiment.results_path()
@@ -52,10 +55,15 @@ def main(grid: Grid, context: Context) -> None:
         experiment.scenario.num_clients,
         folder,
     )
-    recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
+    recorder = RunRecorder(
+        folder,
+        context.run_config,
+        loggers=open_loggers(experiment.output, folder),
+        expected_clients=experiment.scenario.num_clients,
+    )
     clock = RoundClock()
     strategy = experiment.build_strategy()
-    result = _run_umbel(grid, experiment, strategy, recorder, folder, clock)
+    result = _run_umbel(grid, experiment, strategy, recorder, folder, clock, nodes)
     clock.write(folder / ROUND_TIMES_FILE, "umbel", final_train_loss(result))
     write_resources(folder / RESOURCES_FILE, strategy)
 
@@ -81,6 +89,7 @@ def _run_umbel(
     recorder: RunRecorder,
     folder: Path,
     clock: RoundClock,
+    nodes: int,
 ) -> Result:
     """Umbel's own loop: the strategy, its checkpoints and its results."""
     output = experiment.output
@@ -92,8 +101,6 @@ def _run_umbel(
     if output.checkpoint_every:
         strategy.checkpoint_to(folder / CHECKPOINT_FILE, output.checkpoint_every)
     strategy.on_round = recorder.on_round
-    result = strategy.start(
-        grid, experiment.initial_model(), evaluate_fn=clock, expected_clients=experiment.scenario.num_clients
-    )
+    result = strategy.start(grid, experiment.initial_model(), evaluate_fn=clock, expected_clients=nodes)
     recorder.finish(strategy)
     return result

@@ -237,12 +237,14 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     # torch and flwr load here, not at start-up, so that `umbel --help` answers at once
     from common.training import get_device
     from server.experiment import Experiment
+    from server.federation_size import required_nodes
 
     if config.get("data-path"):
         use_data_path(config)
     experiment = Experiment.from_run_config(config)
     experiment.build_strategy()
     s = experiment.scenario
+    required_nodes(s.num_clients, experiment.training.min_nodes)
     what = (
         f"reading {s.num_clients} client folders in {experiment.data_path}"
         if experiment.data_path

@@ -50,10 +50,19 @@ class RunRecorder:
         The full run-config, stored in ``summary.json``.
     loggers : sequence of MetricsLogger, default=()
         Trackers that get every round's record too (``server.tracking``).
+    expected_clients : int, optional
+        The run's ``num-clients``, stored as ``expected-clients`` beside the ``num-clients`` that took part.
     """
 
-    def __init__(self, folder: Path, run_config: Mapping[str, Any], loggers: Sequence[MetricsLogger] = ()) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        run_config: Mapping[str, Any],
+        loggers: Sequence[MetricsLogger] = (),
+        expected_clients: int | None = None,
+    ) -> None:
         self.folder = Path(folder)
+        self.expected_clients = expected_clients
         self.loggers = list(loggers)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.run_config = dict(run_config)
@@ -85,6 +94,7 @@ class RunRecorder:
             {
                 "strategy": type(strategy).name,
                 "num-clients": len(strategy.clients),
+                "expected-clients": self.expected_clients or len(strategy.clients),
                 "wall-seconds": round(time.time() - self.started, 3),
                 "config": self.run_config,
                 "details": strategy.run_details(),

@@ -22,6 +22,7 @@ from strategies.checkpoint import load_checkpoint
 from .clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
 from .experiment import Experiment
 from .federation_size import check_federation
+from .provenance import data_text, describe_data
 from .results import RunRecorder
 from .tracking import open_loggers
 
@@ -42,24 +43,21 @@ def main(grid: Grid, context: Context) -> None:
     if not experiment.check_partition_if_data_here():
         log(INFO, "The data are not on the server's machine; clients check their own.")
     folder = experiment.results_path()
-    data = f"{experiment.scenario.dataset}/{experiment.scenario.scenario}"
-    if experiment.data_path:
-        data = f"the clients' own folders in {experiment.data_path}"
-    elif experiment.info is not None and experiment.info.name == "local":
-        data = "the clients' own data (node config data-path)"
+    data = describe_data(experiment)
     log(
         INFO,
         "umbel: %s on %s with %d clients; results in %s",
         experiment.strategy,
-        data,
+        data_text(data),
         experiment.scenario.num_clients,
         folder,
     )
     recorder = RunRecorder(
         folder,
         context.run_config,
-        loggers=open_loggers(experiment.output, folder),
+        loggers=open_loggers(experiment.output, folder, data_text(data)),
         expected_clients=experiment.scenario.num_clients,
+        data=data,
     )
     clock = RoundClock()
     strategy = experiment.build_strategy()
@@ -76,9 +74,12 @@ def write_resources(path: Path, strategy: ClusteredStrategy | None) -> None:
     if strategy is not None:
         data["identity-seconds"] = round(strategy.identity_seconds, 3)
         data["num-clients"] = len(strategy.clients)
-        data["state-bytes"] = {
-            name: deep_bytes(value) for name, value in sorted(vars(strategy).items()) if name not in NOT_STATE
-        }
+        state: dict[str, int] = {}
+        for name, value in sorted(vars(strategy).items()):
+            if name not in NOT_STATE:
+                key = name.lstrip("_").replace("_", "-")  # a public name, not the attribute's
+                state[key] = state.get(key, 0) + deep_bytes(value)
+        data["state-bytes"] = state
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -24,6 +24,7 @@ from strategies.record import RoundRecord
 
 from . import plots
 from .figures import FIGURES
+from .provenance import data_text
 from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
@@ -52,6 +53,8 @@ class RunRecorder:
         Trackers that get every round's record too (``server.tracking``).
     expected_clients : int, optional
         The run's ``num-clients``, stored as ``expected-clients`` beside the ``num-clients`` that took part.
+    data : mapping, optional
+        The data the run used (``server.provenance.describe_data``), stored as ``data`` and named in the figures.
     """
 
     def __init__(
@@ -60,9 +63,11 @@ class RunRecorder:
         run_config: Mapping[str, Any],
         loggers: Sequence[MetricsLogger] = (),
         expected_clients: int | None = None,
+        data: Mapping[str, Any] | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.expected_clients = expected_clients
+        self.data = dict(data) if data else None
         self.loggers = list(loggers)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.run_config = dict(run_config)
@@ -95,6 +100,7 @@ class RunRecorder:
                 "strategy": type(strategy).name,
                 "num-clients": len(strategy.clients),
                 "expected-clients": self.expected_clients or len(strategy.clients),
+                "data": self.data,
                 "wall-seconds": round(time.time() - self.started, 3),
                 "config": self.run_config,
                 "details": strategy.run_details(),
@@ -108,7 +114,7 @@ class RunRecorder:
                 "history": strategy.assignment_changes,
             },
         )
-        plot_history(history, self.folder, type(strategy).name)
+        plot_history(history, self.folder, type(strategy).name, data_text(self.data) if self.data else "")
         self._plot_distances(strategy)
         figure = FIGURES.get(type(strategy).name)
         if figure is not None:
@@ -167,8 +173,11 @@ def clustering_rounds(history: Sequence[RoundRecord]) -> list[int]:
     return marks
 
 
-def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> None:
-    """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``."""
+def plot_history(history: Sequence[RoundRecord], folder: Path, name: str, data: str = "") -> None:
+    """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``;
+    ``data`` (the run's data, in words) goes under each title.
+    """
+    where = f"\n{data}" if data else ""
     evaluated = [(r.round, r.accuracy, r.accuracy_std) for r in history if r.accuracy is not None]
     if evaluated:
         rounds, accuracy, spread = zip(*evaluated, strict=True)
@@ -177,7 +186,7 @@ def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> Non
             list(accuracy),
             list(spread),
             folder / "accuracy.png",
-            title=f"{name}: mean local test accuracy",
+            title=f"{name}: mean local test accuracy{where}",
             marks=clustering_rounds(history),
         )
     plots.plot_clustering(
@@ -185,7 +194,7 @@ def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> Non
         [r.ari for r in history],
         [r.num_clusters for r in history],
         folder / "clustering.png",
-        title=f"{name}: clustering",
+        title=f"{name}: clustering{where}",
     )
 
 

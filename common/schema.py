@@ -178,7 +178,7 @@ KEYS: tuple[Key, ...] = (
         "label-groups: samples a client takes of each of its labels; 0 = automatic: 50, or the most "
         "every holder of a label can take when the data set has fewer",
     ),
-    _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples a client"),
+    _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples per client"),
     _k(
         "label-fraction",
         0.2,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import shutil
 import signal
 import socket
@@ -30,6 +29,7 @@ import tomli_w
 from common import schema
 
 from . import deploy
+from .terminal import ANSI_COLOUR, for_terminal
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FLAGS = (
@@ -299,7 +299,7 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     try:
         for line in proc.stdout or ():
             if not is_flower_noise(line):
-                sys.stdout.write(line)
+                sys.stdout.write(for_terminal(line))
                 sys.stdout.flush()
         return proc.wait()
     except KeyboardInterrupt:
@@ -328,7 +328,7 @@ FLOWER_NOISE = (
 
 def is_flower_noise(line: str) -> bool:
     """A line of Flower's that the user cannot act on under ``umbel run`` (or an empty log line)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    text = ANSI_COLOUR.sub("", line).strip()
     return any(marker in text for marker in FLOWER_NOISE) or text.rstrip(":").strip() == "INFO"
 
 

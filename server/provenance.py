@@ -54,9 +54,9 @@ def describe_data(experiment: Experiment) -> dict[str, Any]:
 
 
 def data_text(data: dict[str, Any]) -> str:
-    """One line for the log and figure titles: ``label-groups on fashion-mnist``, ``own data: /x/fed (npz)``."""
+    """One line for the log and figure titles: ``fashion-mnist (label-groups)``, ``own data: /x/fed (npz)``."""
     if data["source"] == "scenario":
-        return f"{data['scenario']} on {data['dataset']}"
+        return f"{data['dataset']} ({data['scenario']})"
     if data["source"] == "data-path":
         return f"own data: {data['path']} ({data['format']})"
     return "own data: each node's node-config data-path"

@@ -28,12 +28,13 @@ from .provenance import data_text
 from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
+MISSING = "n/a"  # a figure the run has none of, in the log (JSON files hold null)
 
 
 def progress_line(record: RoundRecord, rounds: int) -> str:
     """``round  12/100 | train    | acc 0.7812 | ARI 1.000 | clusters  5 |  1.83 s``."""
     acc = "   -  " if record.accuracy is None else f"{record.accuracy:.4f}"
-    ari = " n/a " if record.ari is None else f"{record.ari:.3f}"
+    ari = f"{MISSING:^5}" if record.ari is None else f"{record.ari:.3f}"
     return (
         f"round {record.round:>4}/{rounds} | {record.phase:<8} | acc {acc} | ARI {ari} | "
         f"clusters {record.num_clusters:>3} | {record.round_seconds:6.2f} s"
@@ -125,10 +126,10 @@ class RunRecorder:
         log(
             INFO,
             "final accuracy %s (%s), final ARI %s (%s); results in %s",
-            summary["final-accuracy"],
-            cover.get("final-accuracy", "n/a"),
-            summary["final-ari"],
-            cover.get("final-ari", "n/a"),
+            _shown(summary["final-accuracy"], 4),
+            cover.get("final-accuracy", MISSING),
+            _shown(summary["final-ari"], 3),
+            cover.get("final-ari", MISSING),
             self.folder,
         )
         return summary
@@ -282,6 +283,11 @@ def coverage(history: Sequence[RoundRecord], fraction: float = FINAL_FRACTION) -
             f"over {last.num_clients} clients ({len(gone)} of them offline at the end)"
         )
     return out
+
+
+def _shown(value: float | None, digits: int) -> str:
+    """A figure for the log: ``digits`` decimals, ``n/a`` when there is none (as the progress line)."""
+    return MISSING if value is None else f"{value:.{digits}f}"
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -25,7 +25,7 @@ def test_a_scenario_run_is_named_by_its_scenario_and_data_set():
     assert exp.default_run_name().startswith(f"fedavg-{rc['scenario']}-{rc['dataset']}-s1-")
     data = describe_data(exp)
     assert data == {"source": "scenario", "scenario": rc["scenario"], "dataset": rc["dataset"], "truth-path": None}
-    assert data_text(data) == f"{rc['scenario']} on {rc['dataset']}"
+    assert data_text(data) == f"{rc['dataset']} ({rc['scenario']})"
 
 
 def test_a_data_set_file_is_named_by_its_file_not_its_path():
@@ -67,3 +67,10 @@ def test_resources_json_names_the_states_pieces_without_private_attribute_names(
     state = resources["state-bytes"]
     assert state and not [k for k in state if k.startswith("_") or "_" in k]
     assert {"peak-rss-mb", "cpu-seconds", "identity-seconds", "num-clients"} <= set(resources)
+
+
+def test_the_final_log_line_shows_rounded_figures_and_n_a_not_none():
+    from server.results import _shown
+
+    assert _shown(0.8753968253968254, 4) == "0.8754" and _shown(1.0, 3) == "1.000"
+    assert _shown(None, 3) == "n/a"

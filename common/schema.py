@@ -270,7 +270,13 @@ KEYS: tuple[Key, ...] = (
     ),
     # output
     _k("results-dir", "results", OUTPUT, "folder of the results; each run writes results-dir/run-name"),
-    _k("run-name", "", OUTPUT, "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>"),
+    _k(
+        "run-name",
+        "",
+        OUTPUT,
+        "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>, "
+        "or <strategy>-<folder>-<format>-s<seed>-<time> for own data (data-path)",
+    ),
     _k("checkpoint-every", 0, OUTPUT, "save the whole strategy state every N rounds to checkpoint.pkl; 0 = never"),
     _k(
         "resume-from", "", OUTPUT, "continue a run from this checkpoint.pkl (only files you wrote); empty: start afresh"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,7 +30,6 @@ import tomli_w
 from common import schema
 
 from . import deploy
-from .terminal import ANSI_COLOUR, for_terminal
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FLAGS = (
@@ -292,6 +292,8 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
         "--federation-config",
         federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus)),
     ]
+    from .terminal import for_terminal
+
     previous = signal.signal(signal.SIGTERM, _terminated)
     proc = subprocess.Popen(
         cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
@@ -328,7 +330,7 @@ FLOWER_NOISE = (
 
 def is_flower_noise(line: str) -> bool:
     """A line of Flower's that the user cannot act on under ``umbel run`` (or an empty log line)."""
-    text = ANSI_COLOUR.sub("", line).strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
     return any(marker in text for marker in FLOWER_NOISE) or text.rstrip(":").strip() == "INFO"
 
 

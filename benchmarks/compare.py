@@ -39,6 +39,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from benchmarks.records import load_average
+from benchmarks.report import ACCURACY, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
 
 
@@ -424,7 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--resume", action="store_true", help="re-read cells that already finished")
     parser.add_argument("--dry-run", action="store_true", help="print each cell's flags and stop")
+    add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
+    load_before = load_average()
     extra = [a for a in extra if a != "--"]
     preset = PRESETS[args.preset]
     strategies = _subset(parser, "strategies", args.strategies, preset.strategies)
@@ -446,6 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_cells(preset, strategies, scenarios, seeds, folder, extra, args.resume)
     for path in write_outputs(results, preset, folder, command):
         print(f"wrote {path}")
+    if args.record:
+        tables = tables_from_markdown(f"{preset.name} preset", markdown(summarise(results), preset))
+        print(f"wrote {save_tables(f'compare-{preset.name}', ACCURACY, tables, load_before)}")
     return 0
 
 

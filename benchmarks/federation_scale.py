@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.records import load_average
+from benchmarks.report import LARGE, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, run_cli
 
 # Each algorithm's own keys, so that it clusters within 10 rounds (FedAvg first: the reference).
@@ -104,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALGORITHMS)}")
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
+    add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
+    load_before = load_average()
     extra = [a for a in extra if a != "--"]
     names = [n for n in args.only.split(",") if n] or list(ALGORITHMS)
     unknown = sorted(set(names) - set(ALGORITHMS))
@@ -146,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
     (folder / "federation-scale.md").write_text(markdown(rows, args.clients))
     print(markdown(rows, args.clients))
+    if args.record:
+        title = f"{args.clients:,} simulated clients end to end"
+        tables = tables_from_markdown(title, markdown(rows, args.clients))
+        print(f"wrote {save_tables(f'federation-scale-{args.clients}', LARGE, tables, load_before)}")
     return 0
 
 

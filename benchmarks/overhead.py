@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.flower_fedavg_app import flower_fedavg_tree
+from benchmarks.records import Table, load_average
+from benchmarks.report import OVERHEAD, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
 
 LOOPS = ("umbel", "flower")
@@ -114,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=3, help="umbel/Flower run pairs")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--results-dir", default="results/bench")
+    add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
+    load_before = load_average()
     extra = [a for a in extra if a != "--"]
     if args.pairs < 1:
         parser.error(
@@ -154,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (folder / "overhead.json").write_text(
         json.dumps({"command": command, "runs-flags": common, **report, "pairs": pairs}, indent=2) + "\n"
     )
-    (folder / "overhead.md").write_text(
+    text = (
         f"Command: `{command}`\n\n| loop | mean round (s) |\n|---|---|\n"
         f"| umbel FedAvg | {report['umbel-mean-round-seconds']:.3f} |\n"
         f"| Flower FedAvg | {report['flower-mean-round-seconds']:.3f} |\n\n"
@@ -169,7 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             else "One pair: run at least two to estimate how many resolve +-2%.\n"
         )
     )
+    (folder / "overhead.md").write_text(text)
     print((folder / "overhead.md").read_text())
+    if args.record:
+        tables: list[Table] = tables_from_markdown("End to end: umbel's FedAvg against Flower's FedAvg", text)
+        print(f"wrote {save_tables('overhead', OVERHEAD, tables, load_before)}")
     return 0
 
 

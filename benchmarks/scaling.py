@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.records import load_average
+from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
 from common.clustering.trajectories import AP_MAX_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -690,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-gb", type=float, default=12.0, help="do not run a (variant, N) whose estimated memory exceeds this"
     )
+    add_record_flag(parser)
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -710,6 +713,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--only must name algorithms or variants from {sorted(VARIANTS)}. Got {unknown} instead.")
     variants = [v for v in VARIANTS.values() if not wanted or v.name in wanted or v.algorithm in wanted]
+    load_before = load_average()
     rows = []
     for v in variants:
         for n in ns:
@@ -723,6 +727,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarise(rows)
     write(rows, args.out, args.model, sizes)
     print(markdown(rows, args.model, sizes))
+    if args.record:
+        tables = tables_from_markdown("Each strategy's server clustering step", markdown(rows, args.model, sizes))
+        name = "scaling-" + "-".join(str(n) for n in ns)
+        print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
 
 

@@ -36,6 +36,8 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
 from benchmarks.overhead import bootstrap_ratio
+from benchmarks.records import load_average
+from benchmarks.report import OVERHEAD, add_record_flag, save_tables, tables_from_markdown
 from common import keys
 from common.config import TrainingParams
 from common.models import build_model
@@ -207,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each loop, interleaved")
     parser.add_argument("--loops", default=",".join(LOOPS), help=f"comma-separated, of {', '.join(LOOPS)}")
     parser.add_argument("--profile", choices=LOOPS, help="print the cProfile of this loop's run and stop")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if args.rounds < 5:
         parser.error(
@@ -217,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(loops) - set(LOOPS))
     if unknown:
         parser.error(f"The 'loops' parameter of server_overhead must name loops of {LOOPS}. Got {unknown} instead.")
+    load_before = load_average()
     training = TrainingParams(rounds=args.rounds, fraction=args.fraction, local_epochs=1, eval_every=args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
@@ -231,11 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for loop in loops:
                 seconds[loop].extend(run_loop(loop, args.clients, training, Path(tmp)))
     base = "flower" if "flower" in seconds else loops[0]
-    print(
-        f"Server CPU per round, {args.clients} clients, fraction {args.fraction}, "
-        f"{len(seconds[base])} rounds per loop ({args.repeats} runs of {args.rounds} rounds)\n"
-    )
-    print(f"| loop | CPU ms / round (median) | / {base} (95% CI) | / umbel FedAvg (95% CI) |\n|---|---:|---:|---:|")
+    lines = [
+        f"| loop | CPU ms / round (median) | / {base} (95% CI) | / umbel FedAvg (95% CI) |",
+        "|---|---:|---:|---:|",
+    ]
     for loop, values in seconds.items():
         cells = []
         for ref in (base, "umbel"):
@@ -244,7 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cells.append(f"{ratio:.3f} ({low:.3f}-{high:.3f})")
             else:
                 cells.append("")
-        print(f"| {loop} | {1000 * statistics.median(values):.2f} | {cells[0]} | {cells[1]} |")
+        lines.append(f"| {loop} | {1000 * statistics.median(values):.2f} | {cells[0]} | {cells[1]} |")
+    lines += [
+        "",
+        (
+            f"Server CPU per round, {args.clients} clients, fraction {args.fraction}, "
+            f"{len(seconds[base])} rounds per loop ({args.repeats} runs of {args.rounds} rounds)."
+        ),
+    ]
+    print("\n".join(lines))
+    if args.record:
+        tables = tables_from_markdown("The server's own CPU time per round", "\n".join(lines))
+        print(f"wrote {save_tables('server-overhead', OVERHEAD, tables, load_before)}")
     return 0
 
 

@@ -32,6 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.records import load_average
+from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
+
 ROOT = Path(__file__).resolve().parent.parent
 
 COMPRESSIONS = (1.0, 100.0, 1000.0)
@@ -189,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         help="other run-config overrides (repeatable; values parsed as JSON when they parse)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "signal_cost")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be an int >= 1. Got {args.repeats} instead.")
@@ -204,12 +208,16 @@ def main(argv: list[str] | None = None) -> int:
             rc[key] = json.loads(value)
         except json.JSONDecodeError:
             rc[key] = value
+    load_before = load_average()
     result = measure(rc, args.partition, args.repeats)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "signal_cost.json").write_text(json.dumps(result, indent=1))
     text = markdown(result)
     (args.out / "signal_cost.md").write_text(text)
     print(text)
+    if args.record:
+        tables = tables_from_markdown("Each clustering signal's cost on a client", text)
+        print(f"wrote {save_tables('signal-cost', SCALING, tables, load_before)}")
     return 0
 
 

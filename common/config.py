@@ -102,6 +102,7 @@ class TrainingParams:
     aggregation: str = "mean"
     weight_cap: float = 10.0
     max_rejected_rounds: int = 3
+    min_nodes: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", OWNER, low=1))
@@ -135,6 +136,7 @@ class TrainingParams:
         object.__setattr__(
             self, "max_rejected_rounds", check_int(self.max_rejected_rounds, "max-rejected-rounds", OWNER, low=0)
         )
+        object.__setattr__(self, "min_nodes", check_int(self.min_nodes, "min-nodes", OWNER, low=0))
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:

@@ -162,7 +162,9 @@ def load_factory(name: str) -> Callable[[tuple[int, ...], int], nn.Module]:
         target: object = importlib.import_module(module_name)
     except Exception as err:  # an import runs arbitrary code: any error means "not importable"
         raise ValueError(
-            f"{expected}. Got {name!r}, whose module cannot be imported ({type(err).__name__}: {err}) instead."
+            f"{expected}. Got {name!r}, whose module cannot be imported ({type(err).__name__}: {err}) instead. "
+            f"Install its package or put the folder that holds {module_name.split('.')[0]!r} on PYTHONPATH, "
+            "on the server and on every client (Flower's ClientApp processes import it too)."
         ) from err
     for part in attr.split("."):
         target = getattr(target, part, None)

@@ -178,7 +178,7 @@ KEYS: tuple[Key, ...] = (
         "label-groups: samples a client takes of each of its labels; 0 = automatic: 50, or the most "
         "every holder of a label can take when the data set has fewer",
     ),
-    _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples a client"),
+    _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples per client"),
     _k(
         "label-fraction",
         0.2,
@@ -260,9 +260,23 @@ KEYS: tuple[Key, ...] = (
     _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
     _k("late-clients", 0.0, TRAINING, "share of the clients (seeded) held out until late-round, in [0, 1)"),
     _k("late-round", 0, TRAINING, "the round late clients join; 0: rounds // 2 + 1"),
+    _k(
+        "min-nodes",
+        0,
+        TRAINING,
+        "go on with at least this many client nodes when fewer than num-clients are in the federation "
+        "(after node-wait-timeout in a deployment); 0 = all num-clients must be there, else the run stops; "
+        "int in [0, num-clients]",
+    ),
     # output
     _k("results-dir", "results", OUTPUT, "folder of the results; each run writes results-dir/run-name"),
-    _k("run-name", "", OUTPUT, "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>"),
+    _k(
+        "run-name",
+        "",
+        OUTPUT,
+        "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>, "
+        "or <strategy>-<folder>-<format>-s<seed>-<time> for own data (data-path)",
+    ),
     _k("checkpoint-every", 0, OUTPUT, "save the whole strategy state every N rounds to checkpoint.pkl; 0 = never"),
     _k(
         "resume-from", "", OUTPUT, "continue a run from this checkpoint.pkl (only files you wrote); empty: start afresh"

@@ -21,6 +21,8 @@ from strategies.checkpoint import load_checkpoint
 
 from .clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
 from .experiment import Experiment
+from .federation_size import check_federation
+from .provenance import data_text, describe_data
 from .results import RunRecorder
 from .tracking import open_loggers
 
@@ -36,26 +38,30 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Validate the run-config, then train; results go to ``results-dir/run-name``."""
     experiment = Experiment.from_run_config(context.run_config)
+    training = experiment.training
+    nodes = check_federation(grid, experiment.scenario.num_clients, training.min_nodes, training.node_wait_timeout)
     if not experiment.check_partition_if_data_here():
         log(INFO, "The data are not on the server's machine; clients check their own.")
     folder = experiment.results_path()
-    data = f"{experiment.scenario.dataset}/{experiment.scenario.scenario}"
-    if experiment.data_path:
-        data = f"the clients' own folders in {experiment.data_path}"
-    elif experiment.info is not None and experiment.info.name == "local":
-        data = "the clients' own data (node config data-path)"
+    data = describe_data(experiment)
     log(
         INFO,
         "umbel: %s on %s with %d clients; results in %s",
         experiment.strategy,
-        data,
+        data_text(data),
         experiment.scenario.num_clients,
         folder,
     )
-    recorder = RunRecorder(folder, context.run_config, loggers=open_loggers(experiment.output, folder))
+    recorder = RunRecorder(
+        folder,
+        context.run_config,
+        loggers=open_loggers(experiment.output, folder, data_text(data)),
+        expected_clients=experiment.scenario.num_clients,
+        data=data,
+    )
     clock = RoundClock()
     strategy = experiment.build_strategy()
-    result = _run_umbel(grid, experiment, strategy, recorder, folder, clock)
+    result = _run_umbel(grid, experiment, strategy, recorder, folder, clock, nodes)
     clock.write(folder / ROUND_TIMES_FILE, "umbel", final_train_loss(result))
     write_resources(folder / RESOURCES_FILE, strategy)
 
@@ -68,9 +74,12 @@ def write_resources(path: Path, strategy: ClusteredStrategy | None) -> None:
     if strategy is not None:
         data["identity-seconds"] = round(strategy.identity_seconds, 3)
         data["num-clients"] = len(strategy.clients)
-        data["state-bytes"] = {
-            name: deep_bytes(value) for name, value in sorted(vars(strategy).items()) if name not in NOT_STATE
-        }
+        state: dict[str, int] = {}
+        for name, value in sorted(vars(strategy).items()):
+            if name not in NOT_STATE:
+                key = name.lstrip("_").replace("_", "-")  # a public name, not the attribute's
+                state[key] = state.get(key, 0) + deep_bytes(value)
+        data["state-bytes"] = state
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -81,6 +90,7 @@ def _run_umbel(
     recorder: RunRecorder,
     folder: Path,
     clock: RoundClock,
+    nodes: int,
 ) -> Result:
     """Umbel's own loop: the strategy, its checkpoints and its results."""
     output = experiment.output
@@ -92,8 +102,6 @@ def _run_umbel(
     if output.checkpoint_every:
         strategy.checkpoint_to(folder / CHECKPOINT_FILE, output.checkpoint_every)
     strategy.on_round = recorder.on_round
-    result = strategy.start(
-        grid, experiment.initial_model(), evaluate_fn=clock, expected_clients=experiment.scenario.num_clients
-    )
+    result = strategy.start(grid, experiment.initial_model(), evaluate_fn=clock, expected_clients=nodes)
     recorder.finish(strategy)
     return result

@@ -238,12 +238,14 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     # torch and flwr load here, not at start-up, so that `umbel --help` answers at once
     from common.training import get_device
     from server.experiment import Experiment
+    from server.federation_size import required_nodes
 
     if config.get("data-path"):
         use_data_path(config)
     experiment = Experiment.from_run_config(config)
     experiment.build_strategy()
     s = experiment.scenario
+    required_nodes(s.num_clients, experiment.training.min_nodes)
     what = (
         f"reading {s.num_clients} client folders in {experiment.data_path}"
         if experiment.data_path
@@ -291,6 +293,8 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
         "--federation-config",
         federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus)),
     ]
+    from .terminal import for_terminal
+
     previous = signal.signal(signal.SIGTERM, _terminated)
     proc = subprocess.Popen(
         cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
@@ -298,7 +302,7 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     try:
         for line in proc.stdout or ():
             if not is_flower_noise(line):
-                sys.stdout.write(line)
+                sys.stdout.write(for_terminal(line))
                 sys.stdout.flush()
         return proc.wait()
     except KeyboardInterrupt:
@@ -332,7 +336,7 @@ def is_flower_noise(line: str) -> bool:
 
 
 def write_flower_config(flwr_home: Path) -> None:
-    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.41's form)."""
+    """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.42's form)."""
     (flwr_home / "config.toml").write_text(
         tomli_w.dumps({"superlink": {"default": "local", "local": {"address": ":local:"}}})
     )

@@ -47,6 +47,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from common.validation import check_int
+from server.terminal import for_terminal
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SECRETS = PROJECT_ROOT / "deploy" / "secrets"
@@ -511,7 +512,7 @@ def supervise(cmd: list[str], env: Mapping[str, str]) -> tuple[int, str | None]:
     def relay() -> None:
         for raw in output:
             line = raw.decode(errors="replace")
-            sys.stdout.write(line)
+            sys.stdout.write(for_terminal(line))
             sys.stdout.flush()
             tail[:] = [*tail[-199:], line]
 
@@ -1040,7 +1041,7 @@ def _split_address(address: str) -> tuple[str, int]:
 def _executable(name: str) -> str:
     found = shutil.which(name) or str(Path(sys.executable).with_name(name))
     if not Path(found).exists():
-        raise FileNotFoundError(f"'{name}' is not installed here (pip install 'flwr[simulation]==1.41.*').")
+        raise FileNotFoundError(f"'{name}' is not installed here (pip install 'flwr[simulation]==1.42.*').")
     return found
 
 

@@ -142,10 +142,13 @@ class Experiment:
         return True
 
     def default_run_name(self) -> str:
-        """``<strategy>-<scenario>-<dataset>-s<seed>-<timestamp>``."""
+        """``<strategy>-<data>-s<seed>-<timestamp>``; ``<data>`` is ``<scenario>-<dataset>``, or for own
+        data ``<folder>-<format>`` (``data-path``) or ``own-data`` (node-config folders).
+        """
+        from .provenance import run_label
+
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        s = self.scenario
-        return f"{self.strategy}-{s.scenario}-{s.dataset}-s{s.seed}-{stamp}"
+        return f"{self.strategy}-{run_label(self)}-s{self.scenario.seed}-{stamp}"
 
     def results_path(self) -> Path:
         """Absolute folder of this run's results."""

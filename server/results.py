@@ -24,15 +24,17 @@ from strategies.record import RoundRecord
 
 from . import plots
 from .figures import FIGURES
+from .provenance import data_text
 from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
+MISSING = "n/a"  # a figure the run has none of, in the log (JSON files hold null)
 
 
 def progress_line(record: RoundRecord, rounds: int) -> str:
     """``round  12/100 | train    | acc 0.7812 | ARI 1.000 | clusters  5 |  1.83 s``."""
     acc = "   -  " if record.accuracy is None else f"{record.accuracy:.4f}"
-    ari = " n/a " if record.ari is None else f"{record.ari:.3f}"
+    ari = f"{MISSING:^5}" if record.ari is None else f"{record.ari:.3f}"
     return (
         f"round {record.round:>4}/{rounds} | {record.phase:<8} | acc {acc} | ARI {ari} | "
         f"clusters {record.num_clusters:>3} | {record.round_seconds:6.2f} s"
@@ -50,10 +52,23 @@ class RunRecorder:
         The full run-config, stored in ``summary.json``.
     loggers : sequence of MetricsLogger, default=()
         Trackers that get every round's record too (``server.tracking``).
+    expected_clients : int, optional
+        The run's ``num-clients``, stored as ``expected-clients`` beside the ``num-clients`` that took part.
+    data : mapping, optional
+        The data the run used (``server.provenance.describe_data``), stored as ``data`` and named in the figures.
     """
 
-    def __init__(self, folder: Path, run_config: Mapping[str, Any], loggers: Sequence[MetricsLogger] = ()) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        run_config: Mapping[str, Any],
+        loggers: Sequence[MetricsLogger] = (),
+        expected_clients: int | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
         self.folder = Path(folder)
+        self.expected_clients = expected_clients
+        self.data = dict(data) if data else None
         self.loggers = list(loggers)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.run_config = dict(run_config)
@@ -85,6 +100,8 @@ class RunRecorder:
             {
                 "strategy": type(strategy).name,
                 "num-clients": len(strategy.clients),
+                "expected-clients": self.expected_clients or len(strategy.clients),
+                "data": self.data,
                 "wall-seconds": round(time.time() - self.started, 3),
                 "config": self.run_config,
                 "details": strategy.run_details(),
@@ -98,7 +115,7 @@ class RunRecorder:
                 "history": strategy.assignment_changes,
             },
         )
-        plot_history(history, self.folder, type(strategy).name)
+        plot_history(history, self.folder, type(strategy).name, data_text(self.data) if self.data else "")
         self._plot_distances(strategy)
         figure = FIGURES.get(type(strategy).name)
         if figure is not None:
@@ -109,10 +126,10 @@ class RunRecorder:
         log(
             INFO,
             "final accuracy %s (%s), final ARI %s (%s); results in %s",
-            summary["final-accuracy"],
-            cover.get("final-accuracy", "n/a"),
-            summary["final-ari"],
-            cover.get("final-ari", "n/a"),
+            _shown(summary["final-accuracy"], 4),
+            cover.get("final-accuracy", MISSING),
+            _shown(summary["final-ari"], 3),
+            cover.get("final-ari", MISSING),
             self.folder,
         )
         return summary
@@ -157,8 +174,11 @@ def clustering_rounds(history: Sequence[RoundRecord]) -> list[int]:
     return marks
 
 
-def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> None:
-    """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``."""
+def plot_history(history: Sequence[RoundRecord], folder: Path, name: str, data: str = "") -> None:
+    """``accuracy.png`` (clustering rounds marked) and ``clustering.png`` of the rounds in ``history``;
+    ``data`` (the run's data, in words) goes under each title.
+    """
+    where = f"\n{data}" if data else ""
     evaluated = [(r.round, r.accuracy, r.accuracy_std) for r in history if r.accuracy is not None]
     if evaluated:
         rounds, accuracy, spread = zip(*evaluated, strict=True)
@@ -167,7 +187,7 @@ def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> Non
             list(accuracy),
             list(spread),
             folder / "accuracy.png",
-            title=f"{name}: mean local test accuracy",
+            title=f"{name}: mean local test accuracy{where}",
             marks=clustering_rounds(history),
         )
     plots.plot_clustering(
@@ -175,7 +195,7 @@ def plot_history(history: Sequence[RoundRecord], folder: Path, name: str) -> Non
         [r.ari for r in history],
         [r.num_clusters for r in history],
         folder / "clustering.png",
-        title=f"{name}: clustering",
+        title=f"{name}: clustering{where}",
     )
 
 
@@ -263,6 +283,11 @@ def coverage(history: Sequence[RoundRecord], fraction: float = FINAL_FRACTION) -
             f"over {last.num_clients} clients ({len(gone)} of them offline at the end)"
         )
     return out
+
+
+def _shown(value: float | None, digits: int) -> str:
+    """A figure for the log: ``digits`` decimals, ``n/a`` when there is none (as the progress line)."""
+    return MISSING if value is None else f"{value:.{digits}f}"
 
 
 def _write_json(path: Path, data: Any) -> None:

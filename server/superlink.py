@@ -1,6 +1,6 @@
 """Flower's SuperLink with its Fleet API alone on the address SuperNodes dial.
 
-Flower 1.41 serves the Fleet, Control and Runtime (ServerAppIo) APIs of a SuperLink on one
+Flower 1.42 serves the Fleet, Control and Runtime (ServerAppIo) APIs of a SuperLink on one
 HTTP port, and its open-source Control API has no user authentication: whoever reaches that
 port with the CA certificate can register or unregister SuperNodes and submit runs. This
 launcher builds Flower's own SuperLink application and serves it twice in one process:

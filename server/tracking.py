@@ -61,13 +61,17 @@ class TensorBoardLogger:
     ----------
     logdir : Path
         The run's ``results/<run-name>/tensorboard`` folder.
+    data : str, default=""
+        The data the run used, in words; written once as the text ``data``.
     """
 
-    def __init__(self, logdir: Path) -> None:
+    def __init__(self, logdir: Path, data: str = "") -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.logdir = Path(logdir)
         self._writer = SummaryWriter(log_dir=str(self.logdir))
+        if data:
+            self._writer.add_text("data", data, global_step=0)
 
     def log_round(self, record: Mapping[str, Any]) -> None:
         """Write the round's scalar metrics at step ``round``."""
@@ -91,10 +95,10 @@ def check_tensorboard() -> None:
         ) from None
 
 
-def open_loggers(output: OutputParams, folder: Path) -> list[MetricsLogger]:
-    """The loggers ``output`` asks for, writing under the run's ``folder``."""
+def open_loggers(output: OutputParams, folder: Path, data: str = "") -> list[MetricsLogger]:
+    """The loggers ``output`` asks for, writing under the run's ``folder``; ``data`` names the run's data."""
     loggers: list[MetricsLogger] = []
     if output.tensorboard:
         check_tensorboard()
-        loggers.append(TensorBoardLogger(Path(folder) / TENSORBOARD_FOLDER))
+        loggers.append(TensorBoardLogger(Path(folder) / TENSORBOARD_FOLDER, data))
     return loggers

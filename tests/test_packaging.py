@@ -13,7 +13,7 @@ def test_distribution_metadata():
     dist = distribution("umbel")
     assert dist.metadata["Name"] == "umbel"
     requires = set(dist.requires or [])
-    assert {"flwr[simulation]<1.43,>=1.41", "torch<2.15,>=2.14", "torchvision<0.30,>=0.29"} <= requires
+    assert {"flwr[simulation]<1.43,>=1.42", "torch<2.15,>=2.14", "torchvision<0.30,>=0.29"} <= requires
     names = {r.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0] for r in requires}
     assert {
         "numpy",

@@ -51,9 +51,7 @@ def flic_figures(strategy: FLIC, folder: Path) -> list[Path]:
             {
                 "cluster": k,
                 "size": len(members),
-                "true-groups": {
-                    str(g): n for g, n in sorted(Counter(strategy.clients[p].true_group for p in members).items())
-                },
+                "true-groups": {str(g): n for g, n in sorted(Counter(strategy.true_group(p) for p in members).items())},
                 "accuracy": float(np.mean(accs)) if accs else None,
             }
         )

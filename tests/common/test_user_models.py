@@ -27,7 +27,10 @@ def test_a_factory_builds_the_users_module_with_seeded_weights():
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("no_such_module_xyz:build", "whose module cannot be imported"),
+        (
+            "no_such_module_xyz:build",
+            "whose module cannot be imported .* put the folder that holds 'no_such_module_xyz' on PYTHONPATH",
+        ),
         ("tests.helpers.user_models:missing", "has no callable 'missing'"),
         (
             "tests.helpers.user_models:not_a_module",

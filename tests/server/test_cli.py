@@ -141,3 +141,8 @@ def test_environment_disables_runtime_installs_and_telemetry(tmp_path):
 def test_flag_types_come_from_the_defaults(bad, capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", bad, "many"])
+
+
+def test_min_nodes_above_num_clients_fails_before_starting(capsys, tmp_path):
+    code, out = _run([*SMALL_FEDERATION_ARGS, "--min-nodes", "7", "--flwr-home", str(tmp_path), "--check"], capsys)
+    assert code == 2 and "The 'min-nodes' parameter" in out.err and "Got 7 instead" in out.err

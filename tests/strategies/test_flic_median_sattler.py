@@ -237,3 +237,19 @@ def test_a_split_stores_updates_in_chunks_as_in_one_call_and_averages_them_exact
     rows = list(fresh)
     np.testing.assert_allclose(mean_rows(rows, chunk=2), fresh.astype(np.float64).mean(axis=0), rtol=1e-12)
     assert mean_rows(rows[:1], chunk=4).tolist() == fresh[0].astype(np.float64).tolist()
+
+
+def test_flics_true_group_mix_uses_the_truth_file_when_one_is_given(tmp_path):
+    import json
+
+    flic, _ = _start(FLIC, FLICParams(cluster_round=2), rounds=3)
+    claimed = {p: flic.clients[p].true_group for p in flic.clients}
+    FIGURES["flic"](flic, tmp_path)
+    mixes = [c["true-groups"] for c in json.loads((tmp_path / "flic.json").read_text())["clusters"]]
+    assert sum(sum(m.values()) for m in mixes) == len(claimed)
+    assert {int(g) for m in mixes for g in m} == set(claimed.values())
+    flic.truth = {p: 100 + p % 2 for p in flic.clients}  # a truth file that differs from the clients' claims
+    FIGURES["flic"](flic, tmp_path)
+    mixes = [c["true-groups"] for c in json.loads((tmp_path / "flic.json").read_text())["clusters"]]
+    assert {int(g) for m in mixes for g in m} == {100, 101}
+    assert sum(m.get("100", 0) for m in mixes) == sum(1 for p in flic.clients if p % 2 == 0)

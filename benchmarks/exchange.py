@@ -18,11 +18,11 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import LARGE
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from benchmarks.runs import ROOT, run_cli
 from server.linkindex import DISABLE_ENV
@@ -31,7 +31,7 @@ STATES = ("flower", "indexed")
 
 
 def measure(clients: int, state: str, rounds: int, folder: Path, extra: Sequence[str]) -> dict[str, Any]:
-    """One FedAvg run of ``clients`` clients on LinkState ``state``; its identity, round and wall seconds."""
+    """One FedAvg run of ``clients`` clients on LinkState ``state``; its ``outcome``."""
     args = [
         "--strategy",
         "fedavg",
@@ -56,22 +56,35 @@ def measure(clients: int, state: str, rounds: int, folder: Path, extra: Sequence
     previous = os.environ.get(DISABLE_ENV)
     os.environ[DISABLE_ENV] = "flower" if state == "flower" else "indexed"
     load_before = load_average()
-    started = time.monotonic()
     try:
-        run = run_cli(args, f"exchange-{clients}-{state}", folder)
+        run = run_cli(args, run_name(clients, state), folder)
     finally:
         if previous is None:
             os.environ.pop(DISABLE_ENV, None)
         else:
             os.environ[DISABLE_ENV] = previous
-    wall = time.monotonic() - started
+    return {**outcome(run), "load": f"{load_before} -> {load_average()}"}
+
+
+def run_name(clients: int, state: str) -> str:
+    """The results folder name of one run."""
+    return f"exchange-{clients}-{state}"
+
+
+def outcome(run: Path) -> dict[str, Any]:
+    """A finished run's identity phase, mean round and wall seconds, the clients evaluated in its last
+    round, and the messages its log reports expired before a client handled them.
+    """
     resources = json.loads((run / "resources.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    log = run.with_name(run.name + ".log")
     return {
         "identity": resources.get("identity-seconds"),
         "round": statistics.fmean(float(m["round-seconds"]) for m in metrics),
-        "wall": wall,
-        "load": f"{load_before} -> {load_average()}",
+        "wall": summary.get("wall-seconds"),
+        "evaluated": metrics[-1]["eval-clients"],
+        "expired": log.read_text(errors="replace").count("message expired") if log.exists() else None,
     }
 
 
@@ -82,13 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--no-record", action="store_true", help="print the table, write no record")
+    parser.add_argument("--from-runs", action="store_true", help="rebuild the record from the runs already there")
+    parser.add_argument("--load", default="", help="with --from-runs: the load average while they ran, in words")
     args, extra = parser.parse_known_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     folder = (ROOT / args.results_dir / "exchange").resolve()
     rows = []
     loads = []
     for clients in sizes:
-        got = {state: measure(clients, state, args.rounds, folder, [a for a in extra if a != "--"]) for state in STATES}
+        if args.from_runs:
+            got = {state: {**outcome(folder / run_name(clients, state)), "load": args.load} for state in STATES}
+        else:
+            got = {
+                state: measure(clients, state, args.rounds, folder, [a for a in extra if a != "--"]) for state in STATES
+            }
         flower, indexed = got["flower"], got["indexed"]
         loads += [flower["load"], indexed["load"]]
 
@@ -106,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ratio("round"),
                 round(flower["wall"], 0),
                 round(indexed["wall"], 0),
+                f"{flower['evaluated']} / {indexed['evaluated']}",
+                f"{flower['expired']} / {indexed['expired']}",
             ]
         )
         print(rows[-1], flush=True)
@@ -121,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ratio",
             "run s, Flower's",
             "run s, indexed",
+            "clients evaluated, Flower's / indexed",
+            "messages expired, Flower's / indexed",
         ],
         rows,
         notes=(
@@ -132,10 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     record = Record(
         name="exchange",
-        section="Scale",
-        command=current_command(),
+        section=LARGE,
+        command=f"python -m benchmarks.exchange --sizes {args.sizes} --rounds {args.rounds}"
+        if args.from_runs
+        else current_command(),
         tables=[table],
-        load="; ".join(loads),
+        load="; ".join(dict.fromkeys(loads)),
     )
     if not args.no_record:
         print(write_record(record))

@@ -33,7 +33,14 @@ def test_the_exchange_benchmark_pairs_both_states_per_size(tmp_path, monkeypatch
     def fake(clients, state, rounds, folder, extra):
         seen.append((clients, state))
         slow = state == "flower"
-        return {"identity": 40.0 if slow else 10.0, "round": 8.0 if slow else 2.0, "wall": 60.0, "load": "1 -> 1"}
+        return {
+            "identity": 40.0 if slow else 10.0,
+            "round": 8.0 if slow else 2.0,
+            "wall": 60.0,
+            "evaluated": 9,
+            "expired": 0,
+            "load": "1",
+        }
 
     monkeypatch.setattr(exchange, "measure", fake)
     monkeypatch.setattr(exchange, "write_record", lambda record: write_record(record, tmp_path))

@@ -30,6 +30,7 @@ import tomli_w
 from common import schema
 
 from . import deploy
+from .outcome import run_failure
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FLAGS = (
@@ -121,13 +122,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("umbel run: starting Flower's simulation; the clients identify themselves first", flush=True)
     home = (args.flwr_home or _work_root() / ".flwr" / folder.name).resolve()
+    started = time.time()
     code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus)
     if code in (130, 128 + signal.SIGTERM):
         return _interrupted(folder, config, code)
-    if code != 0 or not (folder / "summary.json").exists():
+    failure = run_failure(folder, started)
+    if code != 0 or failure:
         log_file = home / "local-superlink" / "superlink.log"
         where = f"the log above and {log_file}" if log_file.exists() else "the log above"
-        print(f"umbel run: the run failed (flwr exit code {code}); see {where}.", file=sys.stderr)
+        why = failure or "the run stopped"
+        print(f"umbel run: the run failed (flwr exit code {code}: {why}); see {where}.", file=sys.stderr)
         return code or 1
     if args.flwr_home is None:
         shutil.rmtree(home, ignore_errors=True)

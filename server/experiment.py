@@ -31,6 +31,7 @@ from common.training import check_device_name
 from common.validation import check_str
 from strategies import ClusteredStrategy, get_strategy
 from strategies.flag import FLAG
+from strategies.replies import metric_ranges
 
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
@@ -105,6 +106,8 @@ class Experiment:
         strategy = get_strategy(self.strategy)(self.training, self.strategy_params)
         strategy.check_federation(self.scenario.num_clients)
         strategy.head_key = self.head_key
+        if self.info is not None:
+            strategy.metric_ranges = metric_ranges(self.info.task)
         if isinstance(strategy, FLAG) and self.info is not None:
             strategy.prepare_sweep(self.info, self.scenario.seed)
         if self.truth_path:

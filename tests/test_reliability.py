@@ -1,0 +1,182 @@
+"""A failed run never looks like a finished one (issue 33): rounds without a usable reply stop
+the run whatever the cause, and metrics outside their range are rejected like malformed arrays."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+
+import pytest
+from flwr.app import Message, MetricRecord
+
+from client.app import app as umbel_app
+from common import keys
+from server.experiment import Experiment
+from strategies.federation import Exchange
+from strategies.outcome import loss_causes, some_ids, stop_reason
+from strategies.replies import ReplyFault, decode_evaluate_reply, decode_train_reply, metric_ranges
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
+
+CLIENTS = 6
+
+
+def _start(grid_kwargs=None, rounds: int = 3, strategy: str = "fedavg", **overrides):
+    rc = small_run_config(strategy=strategy, rounds=rounds, fraction=1.0, **overrides)
+    exp = Experiment.from_run_config(rc)
+    s = exp.build_strategy()
+    grid = InProcessGrid(umbel_app, rc, CLIENTS, **(grid_kwargs or {}))
+    s.start(grid, exp.initial_model(), expected_clients=CLIENTS)
+    return s
+
+
+# ----------------------------------------------------------------- the stop rule counts every lost round
+def test_rounds_in_which_every_client_fails_stop_the_run_naming_the_failures():
+    with pytest.raises(RuntimeError, match=r"no train reply was usable in 3 consecutive rounds") as err:
+        _start({"failing": range(CLIENTS)}, rounds=5)
+    text = str(err.value)
+    assert "Stopping after round 3" in text
+    assert "6 failed [0, 1, 2, 3, 4] and 1 more" in text
+    assert "this client always fails" in text
+
+
+def test_rounds_in_which_every_reply_times_out_count_too():
+    def drop(reply: Message, server_round: int) -> Message | None:  # no train reply ever comes back
+        return None if reply.metadata.message_type == "train" else reply
+
+    drop = dict.fromkeys(range(CLIENTS), drop)
+    with pytest.raises(RuntimeError, match=r"no train reply was usable in 2 consecutive rounds.*6 timed out"):
+        _start({"faults": drop}, rounds=2)
+
+
+def test_a_short_run_that_never_trains_stops_at_its_last_round():
+    with pytest.raises(RuntimeError, match=r"Stopping after round 2: no train reply was usable in 2 consecutive"):
+        _start({"failing": range(CLIENTS)}, rounds=2, **{"max-rejected-rounds": 5})
+
+
+def test_one_usable_reply_breaks_the_streak():
+    s = _start({"failing": range(1, CLIENTS)}, rounds=4, **{"max-rejected-rounds": 2})
+    assert [r.train_replies for r in s.history] == [1, 1, 1, 1]
+
+
+def test_the_stop_rule_can_still_be_turned_off():
+    s = _start({"failing": range(CLIENTS)}, rounds=2, **{"max-rejected-rounds": 0})
+    assert [r.train_replies for r in s.history] == [0, 0]
+
+
+def test_loss_causes_sort_rejected_failed_and_timed_out():
+    ex = Exchange(
+        "train",
+        failures={
+            3: "rejected: metric 'loss' is -1.0",
+            1: "no reply within 20 s",
+            2: "error code 0: boom",
+            0: "error code 3: node unavailable",
+        },
+    )
+    assert loss_causes(ex) == {"rejected": [3], "failed": [0, 2], "timed out": [1]}
+    text = stop_reason("train", 4, 1, 3, ex)
+    assert "no train reply was usable in round 4 (max-rejected-rounds 3)" in text
+    assert "First fault this round: client 3: metric 'loss' is -1.0." in text  # a rejection names the fault
+    assert "1 rejected [3], 2 failed [0, 2], 1 timed out [1]" in text
+
+
+def test_some_ids_shows_a_few_then_a_count():
+    assert some_ids([9, 1, 5]) == "[1, 5, 9]"
+    assert some_ids(list(range(40, 0, -1)), shown=3) == "[1, 2, 3] and 37 more"
+
+
+# ----------------------------------------------------------------- metric ranges
+def _reply(**metrics) -> Message:
+    from flwr.app import RecordDict
+
+    return RecordDict({keys.METRICS: MetricRecord(metrics)})
+
+
+@pytest.mark.parametrize(
+    "accuracy, loss, fault",
+    [
+        (-1e30, 0.5, "metric 'accuracy' is -1e+30, outside its range [0, 1]"),
+        (7.0, 0.5, "metric 'accuracy' is 7.0, outside its range [0, 1]"),
+        (1.0000001, 0.5, "metric 'accuracy' is 1.0000001"),
+        (0.5, -0.1, "metric 'loss' is -0.1, outside its range [0, inf]"),
+        (math.nan, 0.5, "'accuracy'"),
+        (0.5, math.inf, "'loss'"),
+    ],
+)
+def test_evaluate_metrics_outside_their_range_are_rejected(accuracy, loss, fault):
+    with pytest.raises(ReplyFault, match=re.escape(fault)):
+        decode_evaluate_reply(_reply(**{keys.NUM_EXAMPLES: 5, keys.ACCURACY: accuracy, keys.LOSS: loss}), 10)
+
+
+def test_metric_bounds_are_inclusive_and_regression_scores_may_be_negative():
+    ok = _reply(**{keys.NUM_EXAMPLES: 5, keys.ACCURACY: 0.0, keys.LOSS: 0.0})
+    assert decode_evaluate_reply(ok, 10) == (0.0, 0.0)
+    r2 = _reply(**{keys.NUM_EXAMPLES: 5, keys.ACCURACY: -3.5, keys.LOSS: 2.0})
+    with pytest.raises(ReplyFault, match="outside its range"):
+        decode_evaluate_reply(r2, 10)
+    assert decode_evaluate_reply(r2, 10, metric_ranges("regression")) == (-3.5, 2.0)
+    with pytest.raises(ReplyFault, match=r"metric 'accuracy' is 1.5, outside its range \[-inf, 1\]"):
+        decode_evaluate_reply(
+            _reply(**{keys.NUM_EXAMPLES: 5, keys.ACCURACY: 1.5, keys.LOSS: 2.0}), 10, metric_ranges("regression")
+        )
+
+
+def test_a_negative_train_loss_is_rejected():
+    from flwr.app import Array, ArrayRecord, RecordDict
+    import numpy as np
+
+    ref = ArrayRecord({"w": Array(np.ones(3, dtype=np.float32))})
+    content = RecordDict({keys.ARRAYS: ref, keys.METRICS: MetricRecord({keys.NUM_EXAMPLES: 3, keys.TRAIN_LOSS: -1e30})})
+    with pytest.raises(ReplyFault, match=r"metric 'train-loss' is -1e\+30, outside its range \[0, inf\]"):
+        decode_train_reply(content, ref, num_train=3)
+
+
+def _lying_accuracy(value: float):
+    def fault(reply: Message, server_round: int) -> Message:
+        if not reply.has_error() and reply.metadata.message_type == "evaluate":
+            reply.content[keys.METRICS][keys.ACCURACY] = value
+        return reply
+
+    return fault
+
+
+def test_a_client_lying_about_its_accuracy_is_rejected_and_the_mean_stays_honest(caplog):
+    honest = _start(rounds=2)
+    with caplog.at_level(logging.WARNING):
+        lied = _start({"faults": {2: _lying_accuracy(-1e30)}}, rounds=2)
+    assert "client 2 reply rejected: metric 'accuracy' is -1e+30, outside its range [0, 1]" in caplog.text
+    assert [r.eval_clients for r in lied.history] == [CLIENTS - 1] * 2
+    assert 2 not in lied.last_eval
+    assert all(0.0 <= r.accuracy <= 1.0 for r in lied.history)
+    honest_mean = sum(a for p, (a, _) in honest.last_eval.items() if p != 2) / (CLIENTS - 1)
+    assert lied.history[-1].accuracy == pytest.approx(honest_mean)
+
+
+# ----------------------------------------------------------------- umbel run's exit status
+def _results(folder, train_replies, summary_age=0.0):
+    import json
+    import os
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"round": i + 1, "train-replies": n}) for i, n in enumerate(train_replies)]
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    summary = folder / "summary.json"
+    summary.write_text("{}")
+    stamp = time.time() - summary_age
+    os.utime(summary, (stamp, stamp))
+    return time.time() - summary_age / 2 if summary_age else time.time() - 5
+
+
+def test_run_failure_tells_a_run_that_trained_from_one_that_did_not(tmp_path):
+    from server.outcome import run_failure
+
+    started = _results(tmp_path / "good", [0, 3, 0])
+    assert run_failure(tmp_path / "good", started) is None
+    started = _results(tmp_path / "idle", [0, 0, 0])
+    assert "no client trained: none of its 3 rounds had a usable train reply" in run_failure(tmp_path / "idle", started)
+    started = _results(tmp_path / "old", [4, 4], summary_age=100.0)  # a re-used run name: a previous run's summary
+    assert "wrote no summary.json" in run_failure(tmp_path / "old", started)
+    assert "wrote no summary.json" in run_failure(tmp_path / "missing", 0.0)

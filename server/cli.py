@@ -405,9 +405,9 @@ def _version() -> str:
 def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> int:
     """CPUs for Ray when injected slow clients would hold its actors, else 0 (Ray counts the machine's).
 
-    Each sleeping client holds one actor, and a reply later than ``round-timeout`` holds it into
-    the next rounds; so that healthy clients never queue behind sleepers, the pool gets one
-    actor more per client that may be asleep at once (sleeping uses no CPU).
+    Each sleeping client holds one actor until its reply or its deadline (``client.faults``); so
+    that healthy clients never queue behind sleepers, the pool gets one actor more per client
+    that may be asleep at once (sleeping uses no CPU).
     """
     slow, delay = float(config.get("slow-fraction", 0.0)), float(config.get("slow-delay", 0.0))
     if slow <= 0 or delay <= 0:
@@ -415,8 +415,7 @@ def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> i
     base = max(1, (os.cpu_count() or 1) // cpus)
     if base >= num_clients:
         return 0
-    spanned = 1 + math.ceil(delay / float(config.get("round-timeout", 600.0)))
-    asleep = math.ceil(slow * num_clients) * spanned
+    asleep = math.ceil(slow * num_clients)
     return cpus * min(num_clients, base + asleep)
 
 

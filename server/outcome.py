@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # flwr loads only when a run needs it: `umbel --help` answers at once
+    from strategies import ClusteredStrategy
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -36,3 +40,25 @@ def run_failure(folder: Path, started: float) -> str | None:
             "(every one failed, timed out or was rejected; see the log above)"
         )
     return None
+
+
+def missing_clients(strategy: ClusteredStrategy, num_clients: int) -> str:
+    """Who the final figures leave out, a few ids then a count each; ``""`` when nobody is missing.
+
+    ``num_clients`` is the federation's size (run-config ``num-clients``): partitions that never
+    joined are named too, as are clients whose last evaluation did not come back (clients that
+    hold no test data are never evaluated, and are not counted here).
+    """
+    from strategies.outcome import some_ids
+
+    joined = set(strategy.clients) | set(strategy.waiting)
+    parts = []
+    never = sorted(set(range(num_clients)) - joined)
+    if never:
+        parts.append(f"{len(never)} never took part {some_ids(never)}")
+    if any(r.eval_clients is not None for r in strategy.history):
+        tested = {p for p in strategy.assignment if strategy.clients[p].num_test > 0}
+        unevaluated = sorted(tested - set(strategy.last_eval))
+        if unevaluated:
+            parts.append(f"{len(unevaluated)} not evaluated in the last evaluation {some_ids(unevaluated)}")
+    return "; ".join(parts)

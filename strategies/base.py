@@ -60,7 +60,7 @@ from .federation import (
     send,
 )
 from .record import RoundRecord
-from .outcome import sent, stop_reason
+from .outcome import identity_failures, sent, stop_reason
 from .replies import (
     ReplyFault,
     S,
@@ -529,7 +529,7 @@ class ClusteredStrategy(Strategy):
         first_round = 1
         if self._resume is not None or not self.clients:
             started = time.perf_counter()
-            clients, _ = discover_clients(
+            clients, asked = discover_clients(
                 grid,
                 expected_clients,
                 wait_timeout=self.training.node_wait_timeout,
@@ -539,8 +539,9 @@ class ClusteredStrategy(Strategy):
             self.identity_seconds = time.perf_counter() - started
             if not clients:
                 raise RuntimeError(
-                    f"No client answered the identity query ('{keys.MSG_IDENTITY}') within identity-timeout "
-                    f"{self.training.identity_timeout:g} s; nothing to train. Every umbel strategy first asks each "
+                    f"No client answered the identity query ('{keys.MSG_IDENTITY}'): {identity_failures(asked)} "
+                    f"after {asked.seconds:.0f} s (identity-timeout {self.training.identity_timeout:g} s); "
+                    "nothing to train. Every umbel strategy first asks each "
                     "node who it is: run umbel's ClientApp (client.app:app) or add a "
                     f"@app.query('{keys.IDENTITY_ACTION}') handler to yours (docs/protocol.md)."
                 )

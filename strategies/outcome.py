@@ -38,6 +38,15 @@ def some_ids(ids: list[int], shown: int = 5) -> str:
     return f"{ids[:shown]}{more}"
 
 
+def identity_failures(exchange: Exchange) -> str:
+    """``4 nodes asked: 4 failed [...]``: how the identity query of ``exchange`` (keyed by node id) went."""
+    causes = loss_causes(exchange)
+    counts = ", ".join(f"{len(ids)} {cause} {some_ids(ids)}" for cause, ids in causes.items() if ids)
+    replied = len(exchange.replies)
+    refused = f", {replied} replied but were refused (see above)" if replied else ""
+    return f"{sent(exchange)} nodes asked: {counts or 'none failed'}{refused}"
+
+
 def stop_reason(phase: str, server_round: int, streak: int, limit: int, exchange: Exchange | None) -> str:
     """The message of the ``RuntimeError`` that stops a run whose ``phase`` gave nothing usable.
 

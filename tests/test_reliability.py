@@ -180,3 +180,144 @@ def test_run_failure_tells_a_run_that_trained_from_one_that_did_not(tmp_path):
     started = _results(tmp_path / "old", [4, 4], summary_age=100.0)  # a re-used run name: a previous run's summary
     assert "wrote no summary.json" in run_failure(tmp_path / "old", started)
     assert "wrote no summary.json" in run_failure(tmp_path / "missing", 0.0)
+
+
+# ----------------------------------------------------------------- a sleeper holds its worker until its deadline
+def _fault_message(ttl: float):
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1  # as a SuperLink's process has
+    msg = Message(
+        RecordDict({keys.CONFIG: ConfigRecord({keys.SERVER_ROUND: 2})}), dst_node_id=5, message_type="train", ttl=ttl
+    )
+    rc = {"fail-fraction": 0.0, "slow-fraction": 0.99, "slow-delay": 60.0, "seed": 0}
+    context = Context(run_id=1, node_id=5, node_config={keys.PARTITION_ID: 3}, state=RecordDict(), run_config=rc)
+    return msg, context
+
+
+def test_an_injected_delay_past_the_deadline_gives_up_at_the_deadline():
+    import time
+
+    from client.faults import ExpiredMessage, inject_faults
+
+    ran = []
+    msg, context = _fault_message(ttl=0.2)
+    start = time.monotonic()
+    with pytest.raises(ExpiredMessage, match=r"client 3 answers round 2 60 s late, after its deadline"):
+        inject_faults(msg, context, lambda m, c: ran.append(m) or m)
+    assert time.monotonic() - start < 30  # not the 60 s delay: the worker is free for the next round
+    assert ran == []
+
+
+def test_an_injected_delay_within_the_deadline_still_answers():
+    from client.faults import inject_faults
+
+    msg, context = _fault_message(ttl=600.0)
+    context.run_config["slow-delay"] = 0.05
+    assert inject_faults(msg, context, lambda m, c: m) is msg
+
+
+# ----------------------------------------------------------------- slow clients cost only themselves (umbel run, Ray)
+SLOW_DRILLS = [(4, 0.25, 0, 1), (20, 0.1, 4, 3)]  # clients, slow-fraction, seed (sleepers in round 2), eval-every
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clients, slow, seed, eval_every", SLOW_DRILLS, ids=["4-clients", "20-clients"])
+def test_healthy_clients_answer_every_round_while_others_sleep_past_the_timeout(
+    tmp_path, clients, slow, seed, eval_every
+):
+    import json
+    import subprocess
+    import sys
+
+    from client.faults import fault_draws
+
+    rounds, timeout = 3, 12
+    run_name = f"slow-{clients}-{tmp_path.name}"
+    flags = {
+        "strategy": "fedclust",
+        "dataset": "digits",
+        "num-clients": clients,
+        "groups": 2,
+        "samples-per-label": 8,
+        "seed": seed,
+        "rounds": rounds,
+        "fraction": 1.0,
+        "eval-every": eval_every,
+        "local-epochs": 1,
+        "slow-fraction": slow,
+        "slow-delay": 3 * timeout,  # as the 60 s against 20 s: a sleeper's messages outlive two rounds
+        "round-timeout": timeout,
+        "identity-timeout": 300,
+        "results-dir": tmp_path / "results",
+        "run-name": run_name,
+    }
+    cmd = [sys.executable, "-m", "server.cli", "run"] + [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    records = [json.loads(x) for x in (tmp_path / "results" / run_name / "metrics.jsonl").read_text().splitlines()]
+    sleepers = []
+    for record in records:
+        asleep = {p for p in range(clients) if fault_draws(seed, record["round"], p)[1] < slow}
+        sleepers.append(len(asleep))
+        assert record["train-replies"] == clients - len(asleep), (record, asleep, out[-3000:])
+        if record["accuracy"] is not None:
+            assert record["eval-clients"] == clients - len(asleep), (record, asleep)
+    assert sleepers[1] >= 1  # round 2 has sleepers, whose messages would reach into round 3
+
+
+# ----------------------------------------------------------------- the smaller items
+def test_the_identity_stop_says_how_the_query_went_and_how_long_it_took():
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()  # Flower's quickstart shape: no identity handler, so every node answers with an error
+    rc = small_run_config(rounds=1, **{"identity-timeout": 120.0})
+    exp = Experiment.from_run_config(rc)
+    with pytest.raises(RuntimeError) as err:
+        exp.build_strategy().start(InProcessGrid(app, rc, CLIENTS), exp.initial_model(), expected_clients=CLIENTS)
+    text = str(err.value)
+    assert re.search(
+        r"6 nodes asked: 6 failed \[\d+, \d+, \d+, \d+, \d+\] and 1 more after \d+ s \(identity-timeout 120 s\)", text
+    ), text
+    assert "within" not in text
+
+
+def test_a_missing_key_file_is_a_usage_error_before_flower_starts(tmp_path, capsys):
+    from server import cli
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not checked before the key")
+    code = cli.main(
+        [
+            "deploy",
+            "supernode",
+            "--superlink",
+            "127.0.0.1:9",
+            "--partition-id",
+            "0",
+            "--num-partitions",
+            "2",
+            "--root-certificates",
+            str(ca),
+            "--key",
+            str(tmp_path / "supernode-0"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "The 'key' parameter of umbel deploy supernode must be this SuperNode's private key file" in err
+    assert f"Got '{tmp_path / 'supernode-0'}', which does not exist, instead." in err
+    assert "Traceback" not in err
+
+
+def test_the_final_log_names_the_clients_the_figures_leave_out():
+    from server.outcome import missing_clients
+
+    s = _start({"failing": [2, 4]}, rounds=1)
+    assert missing_clients(s, CLIENTS) == "2 not evaluated in the last evaluation [2, 4]"
+    assert missing_clients(s, 12) == (
+        "6 never took part [6, 7, 8, 9, 10] and 1 more; 2 not evaluated in the last evaluation [2, 4]"
+    )
+    assert missing_clients(_start(rounds=1), CLIENTS) == ""

@@ -33,6 +33,8 @@ from strategies import ClusteredStrategy, get_strategy
 from strategies.flag import FLAG
 from strategies.replies import metric_ranges
 
+from .client_data import bad_client_folders
+
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
     "cflgt": "strategy 'cflgt' (class forces on the head's input)",
@@ -122,12 +124,13 @@ class Experiment:
 
     def partition(self) -> Partition | None:
         """Build the scenario's partition, or (run-config ``data-path``) read and check every
-        client's folder; raises on impossible partitions and bad client data.
+        client's folder; raises on impossible partitions, and when bad client data leaves too few
+        clients (``server.client_data``: each bad client is logged and left out).
         """
         if self.spec is not None:
             source = FolderSource(self.data_path, self.spec, per_partition=True)
-            for pid in range(self.scenario.num_clients):
-                source.client_data(pid)
+            needed = max(1, int(getattr(self.strategy_params, "num_clusters", 0) or 0))
+            bad_client_folders(source.client_data, self.scenario.num_clients, needed)
             return None
         return build_partition(self.scenario, self.data_dir)
 

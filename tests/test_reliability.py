@@ -321,3 +321,48 @@ def test_the_final_log_names_the_clients_the_figures_leave_out():
         "6 never took part [6, 7, 8, 9, 10] and 1 more; 2 not evaluated in the last evaluation [2, 4]"
     )
     assert missing_clients(_start(rounds=1), CLIENTS) == ""
+
+
+# ----------------------------------------------------------------- bad data costs only that client
+def _exported(tmp_path, clients: int = 4):
+    from common.export import export_partition
+    from common.scenarios import ScenarioConfig, build_partition
+
+    rc = small_run_config(**{"num-clients": clients, "samples-per-label": 5})
+    config = ScenarioConfig.from_run_config(rc)
+    export_partition(build_partition(config, rc["data-dir"]), tmp_path / "fed", "npz")
+    return tmp_path / "fed"
+
+
+def _folder_run(root, **overrides):
+    from server.cli import use_data_path
+
+    rc = small_run_config(**{"data-path": str(root), "dataset": "digits", **overrides})
+    use_data_path(rc)
+    return Experiment.from_run_config(rc)
+
+
+def test_a_bad_client_folder_leaves_only_that_client_out(tmp_path, caplog):
+    import shutil
+
+    root = _exported(tmp_path)
+    for f in (root / "partition_2").iterdir():
+        f.unlink() if f.is_file() else shutil.rmtree(f)
+    (root / "partition_3" / "data.npz").write_bytes(b"not an npz")
+    with caplog.at_level(logging.WARNING):
+        _folder_run(root).partition()
+    assert re.search(r"client 2 is left out: The data of node partition-id=2 at '.*partition_2'", caplog.text)
+    assert re.search(r"client 3 is left out: .*partition_3", caplog.text)
+    assert "2 of 4 clients have bad data and are left out: [2, 3]" in caplog.text
+    assert "client 0 is left out" not in caplog.text and "client 1 is left out" not in caplog.text
+
+
+def test_too_few_usable_clients_stop_the_run_naming_every_bad_one(tmp_path):
+    root = _exported(tmp_path)
+    for pid in (0, 1, 3):
+        (root / f"partition_{pid}" / "data.npz").write_bytes(b"not an npz")
+    exp = _folder_run(root, strategy="ifca", **{"num-clusters": 2})
+    with pytest.raises(ValueError, match=r"at least 2 usable client\(s\). Got 1 of 4 instead; 3 have bad data") as err:
+        exp.partition()
+    assert all(f"client {pid}: " in str(err.value) for pid in (0, 1, 3))
+    assert "client 2: " not in str(err.value)

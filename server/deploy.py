@@ -1016,6 +1016,11 @@ def _register(args: argparse.Namespace) -> int:
         code = subprocess.call(cmd, env=env)
         if code != 0:
             return code
+    if any(args.keys.glob("supernode-*.pub")):
+        from strategies.roster import write_roster
+
+        roster = write_roster(args.keys)
+        print(f"roster {roster}: partition i bound to supernode-<i>.pub (run-config roster-path: '{roster}')")
     return 0
 
 

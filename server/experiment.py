@@ -32,6 +32,7 @@ from common.validation import check_str
 from strategies import ClusteredStrategy, get_strategy
 from strategies.flag import FLAG
 from strategies.replies import metric_ranges
+from strategies.roster import read_roster
 
 from .client_data import bad_client_folders
 
@@ -62,6 +63,7 @@ class Experiment:
     spec: FolderSpec | None = None
     truth_path: str = ""
     head_key: str = "head.weight"
+    roster_path: str = ""
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
@@ -80,6 +82,9 @@ class Experiment:
         if truth_path:
             read_truth(truth_path)
         device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
+        roster_path = check_str(run_config_value(rc, "roster-path", ""), "roster-path", "the run config")
+        if roster_path:
+            read_roster(roster_path)
         return cls(
             strategy=strategy_cls.name,
             strategy_params=params_from_run_config(strategy_cls.params_type, rc),
@@ -95,6 +100,7 @@ class Experiment:
             spec=spec,
             truth_path=truth_path,
             head_key=head_key,
+            roster_path=roster_path,
         )
 
     def build_strategy(self) -> ClusteredStrategy:
@@ -114,6 +120,8 @@ class Experiment:
             strategy.prepare_sweep(self.info, self.scenario.seed)
         if self.truth_path:
             strategy.truth = read_truth(self.truth_path)
+        if self.roster_path:
+            strategy.membership.roster = read_roster(self.roster_path)
         return strategy
 
     def initial_model(self) -> ArrayRecord:

@@ -68,7 +68,8 @@ def stop_reason(phase: str, server_round: int, streak: int, limit: int, exchange
     first = ""
     if exchange is not None and exchange.failures:
         pid, cause = min(exchange.failures.items(), key=lambda item: (not item[1].startswith(REJECTED), item[0]))
-        first = f" First fault this round: client {pid}: {cause.removeprefix(REJECTED)}."
+        last_line = (cause.removeprefix(REJECTED).strip().splitlines() or [""])[-1][-300:]  # Ray: a whole traceback
+        first = f" First fault this round: client {pid}: {last_line}."
     rounds = f"round {server_round}" if streak == 1 else f"{streak} consecutive rounds"
     return (
         f"Stopping after round {server_round}: no {phase} reply was usable in {rounds} "

@@ -2,7 +2,10 @@
 
 A ClientApp mod: in each round a client raises (Flower turns that into an error reply) or
 answers late, drawn from the run's seed, the round and the partition id, so a drill is
-reproducible. Identity queries are never touched (a client must be able to join). Off by
+reproducible. A delay that outlasts the message's time to live (the round timeout) sleeps only
+until then and gives up: the server has stopped waiting, and a simulated worker held any
+longer would make healthy clients queue behind a sleeper in the next round. Identity queries
+are never touched (a client must be able to join). Off by
 default; for tests and fault drills only.
 """
 
@@ -67,5 +70,13 @@ def inject_faults(msg: Message, context: Context, call_next: Callable[[Message, 
     if fail < params.fail_fraction:
         raise InjectedFault(f"injected fault: client {pid} fails round {server_round}")
     if slow < params.slow_fraction:
-        time.sleep(params.slow_delay)
+        left = msg.metadata.created_at + msg.metadata.ttl - time.time()
+        if params.slow_delay < left:
+            time.sleep(params.slow_delay)
+        else:  # its reply would come after the server stopped waiting: hold the worker no longer than that
+            time.sleep(max(left, 0.0))
+            raise ExpiredMessage(
+                f"injected delay: client {pid} answers round {server_round} {params.slow_delay:g} s late, "
+                "after its deadline"
+            )
     return call_next(msg, context)

@@ -254,8 +254,8 @@ KEYS: tuple[Key, ...] = (
         "max-rejected-rounds",
         3,
         TRAINING,
-        "stop the run after this many consecutive rounds in which every "
-        "train or evaluate reply was rejected; 0 = never; >= 0",
+        "stop the run after this many consecutive rounds in which no train or evaluate reply was usable "
+        "(rejected, failed or timed out); 0 = never; >= 0",
     ),
     _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
     _k("late-clients", 0.0, TRAINING, "share of the clients (seeded) held out until late-round, in [0, 1)"),
@@ -267,6 +267,13 @@ KEYS: tuple[Key, ...] = (
         "go on with at least this many client nodes when fewer than num-clients are in the federation "
         "(after node-wait-timeout in a deployment); 0 = all num-clients must be there, else the run stops; "
         "int in [0, num-clients]",
+    ),
+    _k(
+        "roster-path",
+        "",
+        TRAINING,
+        "deployments: a roster.json binding each partition id to a SuperNode key or node id (umbel deploy "
+        "register writes one); a node whose key does not match is refused; empty: first claim wins",
     ),
     # output
     _k("results-dir", "results", OUTPUT, "folder of the results; each run writes results-dir/run-name"),

@@ -31,6 +31,7 @@ from common import schema
 
 from . import deploy
 from .linkindex import write_launcher
+from .outcome import run_failure
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FLAGS = (
@@ -122,13 +123,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("umbel run: starting Flower's simulation; the clients identify themselves first", flush=True)
     home = (args.flwr_home or _work_root() / ".flwr" / folder.name).resolve()
+    started = time.time()
     code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus)
     if code in (130, 128 + signal.SIGTERM):
         return _interrupted(folder, config, code)
-    if code != 0 or not (folder / "summary.json").exists():
+    failure = run_failure(folder, started)
+    if code != 0 or failure:
         log_file = home / "local-superlink" / "superlink.log"
         where = f"the log above and {log_file}" if log_file.exists() else "the log above"
-        print(f"umbel run: the run failed (flwr exit code {code}); see {where}.", file=sys.stderr)
+        why = failure or "the run stopped"
+        print(f"umbel run: the run failed (flwr exit code {code}: {why}); see {where}.", file=sys.stderr)
         return code or 1
     if args.flwr_home is None:
         shutil.rmtree(home, ignore_errors=True)
@@ -406,9 +410,9 @@ def _version() -> str:
 def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> int:
     """CPUs for Ray when injected slow clients would hold its actors, else 0 (Ray counts the machine's).
 
-    Each sleeping client holds one actor, and a reply later than ``round-timeout`` holds it into
-    the next rounds; so that healthy clients never queue behind sleepers, the pool gets one
-    actor more per client that may be asleep at once (sleeping uses no CPU).
+    Each sleeping client holds one actor until its reply or its deadline (``client.faults``); so
+    that healthy clients never queue behind sleepers, the pool gets one actor more per client
+    that may be asleep at once (sleeping uses no CPU).
     """
     slow, delay = float(config.get("slow-fraction", 0.0)), float(config.get("slow-delay", 0.0))
     if slow <= 0 or delay <= 0:
@@ -416,8 +420,7 @@ def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> i
     base = max(1, (os.cpu_count() or 1) // cpus)
     if base >= num_clients:
         return 0
-    spanned = 1 + math.ceil(delay / float(config.get("round-timeout", 600.0)))
-    asleep = math.ceil(slow * num_clients) * spanned
+    asleep = math.ceil(slow * num_clients)
     return cpus * min(num_clients, base + asleep)
 
 

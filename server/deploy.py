@@ -14,7 +14,9 @@ Subcommands, in the order a deployment uses them (docs/deployment.md):
 - ``supernode``: check that the SuperLink answers over this transport, then run
   ``flower-supernode`` for one partition, with its data folder and device in its node
   config; a refusal or a lost SuperLink ends it with an exit code that says why;
-- ``compose``: write Docker compose files for one SuperLink and N SuperNodes.
+- ``compose``: write Docker compose files for one SuperLink and N SuperNodes;
+- ``run`` / ``wait``: submit umbel and follow the run, or follow a submitted run, exiting 0
+  only when it finished and trained (``server.deploy_follow``).
 
 Generated material goes to ``deploy/secrets/`` by default (git-ignored). ``superlink``
 replaces this process with the SuperLink's; ``--dry-run`` prints the command instead.
@@ -48,6 +50,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from common.validation import check_int
 from server.terminal import for_terminal
+
+from . import deploy_follow
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SECRETS = PROJECT_ROOT / "deploy" / "secrets"
@@ -883,6 +887,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("connection", help="the Flower connection naming the SuperLink")
     p.add_argument("--keys", type=Path, default=SECRETS / "keys")
     p.add_argument("--flwr-home", type=Path, default=None)
+    deploy_follow.add_parsers(sub, fmt)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -955,6 +960,11 @@ def _supernode(args: argparse.Namespace) -> int:
             f"the CA certificate {root} does not exist: copy the SuperLink's ca.crt here "
             "(--root-certificates), or pass --insecure against an insecure SuperLink."
         )
+    if args.key is not None and not args.key.is_file():
+        raise FileNotFoundError(
+            f"The 'key' parameter of umbel deploy supernode must be this SuperNode's private key file "
+            f"(made by 'umbel deploy keys'). Got '{args.key}', which does not exist, instead."
+        )
     cmd = supernode_command(
         superlink=args.superlink,
         partition_id=args.partition_id,
@@ -1007,6 +1017,11 @@ def _register(args: argparse.Namespace) -> int:
         code = subprocess.call(cmd, env=env)
         if code != 0:
             return code
+    if any(args.keys.glob("supernode-*.pub")):
+        from strategies.roster import write_roster
+
+        roster = write_roster(args.keys)
+        print(f"roster {roster}: partition i bound to supernode-<i>.pub (run-config roster-path: '{roster}')")
     return 0
 
 
@@ -1027,6 +1042,8 @@ _COMMANDS = {
     "connection": _connection,
     "register": _register,
     "compose": _compose,
+    "run": lambda args: deploy_follow.run_command(args, deploy_env(args.flwr_home), _executable("flwr")),
+    "wait": lambda args: deploy_follow.run_command(args, deploy_env(args.flwr_home), _executable("flwr")),
 }
 
 

@@ -31,6 +31,10 @@ from common.training import check_device_name
 from common.validation import check_str
 from strategies import ClusteredStrategy, get_strategy
 from strategies.flag import FLAG
+from strategies.replies import metric_ranges
+from strategies.roster import read_roster
+
+from .client_data import bad_client_folders
 
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
@@ -59,6 +63,7 @@ class Experiment:
     spec: FolderSpec | None = None
     truth_path: str = ""
     head_key: str = "head.weight"
+    roster_path: str = ""
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
@@ -77,6 +82,9 @@ class Experiment:
         if truth_path:
             read_truth(truth_path)
         device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
+        roster_path = check_str(run_config_value(rc, "roster-path", ""), "roster-path", "the run config")
+        if roster_path:
+            read_roster(roster_path)
         return cls(
             strategy=strategy_cls.name,
             strategy_params=params_from_run_config(strategy_cls.params_type, rc),
@@ -92,6 +100,7 @@ class Experiment:
             spec=spec,
             truth_path=truth_path,
             head_key=head_key,
+            roster_path=roster_path,
         )
 
     def build_strategy(self) -> ClusteredStrategy:
@@ -105,10 +114,14 @@ class Experiment:
         strategy = get_strategy(self.strategy)(self.training, self.strategy_params)
         strategy.check_federation(self.scenario.num_clients)
         strategy.head_key = self.head_key
+        if self.info is not None:
+            strategy.metric_ranges = metric_ranges(self.info.task)
         if isinstance(strategy, FLAG) and self.info is not None:
             strategy.prepare_sweep(self.info, self.scenario.seed)
         if self.truth_path:
             strategy.truth = read_truth(self.truth_path)
+        if self.roster_path:
+            strategy.membership.roster = read_roster(self.roster_path)
         return strategy
 
     def initial_model(self) -> ArrayRecord:
@@ -119,12 +132,13 @@ class Experiment:
 
     def partition(self) -> Partition | None:
         """Build the scenario's partition, or (run-config ``data-path``) read and check every
-        client's folder; raises on impossible partitions and bad client data.
+        client's folder; raises on impossible partitions, and when bad client data leaves too few
+        clients (``server.client_data``: each bad client is logged and left out).
         """
         if self.spec is not None:
             source = FolderSource(self.data_path, self.spec, per_partition=True)
-            for pid in range(self.scenario.num_clients):
-                source.client_data(pid)
+            needed = max(1, int(getattr(self.strategy_params, "num_clusters", 0) or 0))
+            bad_client_folders(source.client_data, self.scenario.num_clients, needed)
             return None
         return build_partition(self.scenario, self.data_dir)
 

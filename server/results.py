@@ -25,6 +25,7 @@ from strategies.record import RoundRecord
 from . import plots
 from .figures import FIGURES
 from .provenance import data_text
+from .outcome import missing_clients
 from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
@@ -132,6 +133,8 @@ class RunRecorder:
             cover.get("final-ari", MISSING),
             self.folder,
         )
+        if missing := missing_clients(strategy, int(self.run_config.get("num-clients") or 0)):
+            log(WARNING, "clients missing from the final figures: %s", missing)
         return summary
 
     def _plot_distances(self, strategy: ClusteredStrategy) -> None:

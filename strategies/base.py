@@ -60,6 +60,7 @@ from .federation import (
     send,
 )
 from .record import RoundRecord
+from .outcome import identity_failures, sent, stop_reason
 from .replies import (
     ReplyFault,
     S,
@@ -67,6 +68,7 @@ from .replies import (
     decode_evaluate_reply,
     decode_signal,
     decode_train_reply,
+    metric_ranges,
 )
 
 
@@ -134,6 +136,7 @@ class ClusteredStrategy(Strategy):
             "_outbox",
             "_stats",
             "_resume",
+            "metric_ranges",
         }
     )
 
@@ -167,6 +170,7 @@ class ClusteredStrategy(Strategy):
         self._accepted_phases: set[str] = set()
         self.identity_seconds = 0.0  # waiting for the nodes and their identities at start-up
         self._scored: tuple[tuple[list[int], list[int], list[int]], tuple[float, float] | None] | None = None
+        self.metric_ranges = metric_ranges()  # each reply metric's allowed range (regression: R^2 <= 1)
 
     @classmethod
     def from_run_config(cls, training: TrainingParams, rc: Mapping[str, Any]) -> ClusteredStrategy:
@@ -460,7 +464,7 @@ class ClusteredStrategy(Strategy):
         self.last_eval = {}
         for pid, content in sorted(exchange.replies.items()):
             try:
-                self.last_eval[pid] = decode_evaluate_reply(content, self.clients[pid].num_test)
+                self.last_eval[pid] = decode_evaluate_reply(content, self.clients[pid].num_test, self.metric_ranges)
             except ReplyFault as fault:
                 self._reject(exchange, pid, str(fault), server_round)
         if not self.last_eval:
@@ -525,7 +529,7 @@ class ClusteredStrategy(Strategy):
         first_round = 1
         if self._resume is not None or not self.clients:
             started = time.perf_counter()
-            clients, _ = discover_clients(
+            clients, asked = discover_clients(
                 grid,
                 expected_clients,
                 wait_timeout=self.training.node_wait_timeout,
@@ -535,8 +539,9 @@ class ClusteredStrategy(Strategy):
             self.identity_seconds = time.perf_counter() - started
             if not clients:
                 raise RuntimeError(
-                    f"No client answered the identity query ('{keys.MSG_IDENTITY}') within identity-timeout "
-                    f"{self.training.identity_timeout:g} s; nothing to train. Every umbel strategy first asks each "
+                    f"No client answered the identity query ('{keys.MSG_IDENTITY}'): {identity_failures(asked)} "
+                    f"after {asked.seconds:.0f} s (identity-timeout {self.training.identity_timeout:g} s); "
+                    "nothing to train. Every umbel strategy first asks each "
                     "node who it is: run umbel's ClientApp (client.app:app) or add a "
                     f"@app.query('{keys.IDENTITY_ACTION}') handler to yours (docs/protocol.md)."
                 )
@@ -649,6 +654,7 @@ class ClusteredStrategy(Strategy):
             raise RuntimeError("Replies arrived for no configured round.")
         exchange = self._outbox.collect(replies, self.training.round_timeout)
         self._outbox = None
+        self._stats.asked[exchange.phase] = exchange
         self._account(exchange, server_round)
         return exchange
 
@@ -670,10 +676,11 @@ class ClusteredStrategy(Strategy):
         self._stats.rejected += 1
 
     def _stop_if_all_rejected(self, server_round: int) -> None:
-        """Raise once every reply that arrived was rejected in ``max-rejected-rounds`` rounds in a row.
+        """Raise once no reply of a phase was usable in ``max-rejected-rounds`` rounds in a row.
 
-        Per phase (train, evaluate); a round without any reply neither counts nor breaks the streak,
-        and the last round stops a run that never accepted a reply of that phase.
+        Per phase (train, evaluate), over the rounds that sent that phase's messages: a round
+        counts whether its replies were rejected, failed or timed out (``stop_reason``), and the
+        last round stops a run that never accepted a reply of that phase.
         """
         limit = self.training.max_rejected_rounds
         phases = {MessageType.TRAIN: self._stats.train_replies}
@@ -683,16 +690,11 @@ class ClusteredStrategy(Strategy):
             if accepted:
                 self._rejected_rounds[phase] = 0
                 self._accepted_phases.add(phase)
-            elif phase in self._stats.faults:
+            elif sent(self._stats.asked.get(phase)):
                 streak = self._rejected_rounds[phase] = self._rejected_rounds.get(phase, 0) + 1
                 never = phase not in self._accepted_phases and server_round == self.training.rounds
                 if limit and (streak >= limit or never):
-                    raise RuntimeError(
-                        f"Stopping after round {server_round}: every {phase} reply was rejected in {streak} "
-                        f"consecutive rounds with replies (max-rejected-rounds {limit}), so nothing learns. "
-                        f"First fault this round: {self._stats.faults[phase]}. docs/protocol.md lists what "
-                        "a client must answer."
-                    )
+                    raise RuntimeError(stop_reason(phase, server_round, streak, limit, self._stats.asked[phase]))
 
     def _capped(self, updates: dict[int, TrainUpdate], server_round: int) -> dict[int, TrainUpdate]:
         """Updates whose ``num-examples`` is at most ``weight-cap`` x the federation's median train size."""
@@ -815,6 +817,7 @@ class _RoundStats:
     up: Traffic = field(default_factory=Traffic)
     logged: set[int] = field(default_factory=set)  # clients whose failure this round is logged
     faults: dict[str, str] = field(default_factory=dict)  # the first rejection per phase
+    asked: dict[str, Exchange] = field(default_factory=dict)  # train and evaluate exchanges of the round
 
     def add(self, exchange: Exchange) -> None:
         self.failures += len(exchange.failures)

@@ -23,6 +23,8 @@ from flwr.serverapp import Grid
 from common import keys
 from common.records import read_int, read_ints, read_str
 
+from .roster import Roster
+
 SUPERLINK_NODE_ID = 1  # errors the SuperLink makes (a dead node, an expired message) come from node 1
 PROGRESS_SECONDS = 10.0
 
@@ -231,13 +233,16 @@ class Claim:
 class Membership:
     """Which node holds which client id during a run, and who may claim one.
 
-    A client id is bound to the node that first claims it. Another node may take it over
-    only when the holder is offline and its key was not registered by the operator (an
-    insecure SuperNode gets a new node id and key at every restart). A node with a
-    registered key keeps its node id across restarts, so its client id needs no takeover.
+    With a roster, a client id goes only to the node whose key (or node id) the roster names
+    for it, whoever claims first. Without one, a client id is bound to the node that first
+    claims it. Another node may take it over only when the holder is offline and its key was
+    not registered by the operator (an insecure SuperNode gets a new node id and key at every
+    restart). A node with a registered key keeps its node id across restarts, so its client id
+    needs no takeover.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, roster: Roster | None = None) -> None:
+        self.roster = roster  # the operator's binding of client ids to node keys (``strategies.roster``)
         self.claims: dict[int, Claim] = {}
         self.refused: set[int] = set()  # nodes refused for good: not asked again this run
         self.contested: dict[int, int] = {}  # node -> the online node holding the id it claimed
@@ -251,6 +256,9 @@ class Membership:
         refusal is final for the run.
         """
         new = _claim_of(node, live.get(node))
+        if self.roster is not None and (reason := self.roster.refusal(pid, node, new.key)) is not None:
+            self.refused.add(node)
+            return reason
         held = self.claims.get(pid)
         self.contested.pop(node, None)
         if held is None or held.node_id == node or (held.key and held.key == new.key):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -21,6 +21,22 @@ from common.records import read_float
 from common.signals import SignalError
 
 S = TypeVar("S")
+
+Range = tuple[float, float]
+# Each metric's allowed closed range, checked on every reply; for regression ``accuracy`` is R^2
+# (``common.training.evaluate``), which has no lower bound (``metric_ranges``).
+METRIC_RANGES: dict[str, Range] = {
+    keys.ACCURACY: (0.0, 1.0),
+    keys.LOSS: (0.0, math.inf),
+    keys.TRAIN_LOSS: (0.0, math.inf),
+}
+
+
+def metric_ranges(task: str = "classification") -> dict[str, Range]:
+    """The allowed range of each reply metric for a run of ``task`` (classification or regression)."""
+    if task == "regression":
+        return {**METRIC_RANGES, keys.ACCURACY: (-math.inf, 1.0)}
+    return dict(METRIC_RANGES)
 
 
 class ReplyFault(ValueError):
@@ -110,13 +126,15 @@ def decode_signal(content: RecordDict, from_arrays: Callable[..., S], **expected
         raise ReplyFault(str(err)) from err
 
 
-def decode_evaluate_reply(content: RecordDict, num_test: int) -> tuple[float, float]:
-    """``(accuracy, loss)`` of an evaluate reply (metrics ``num-examples``, ``loss``, ``accuracy``)."""
-    metrics = _metrics(content, keys.EVAL_METRIC_KEYS, max(num_test, 1))
-    accuracy = metrics[keys.ACCURACY]
-    if accuracy > 1.0:
-        raise ReplyFault(f"accuracy {accuracy} is above 1")
-    return accuracy, metrics[keys.LOSS]
+def decode_evaluate_reply(
+    content: RecordDict, num_test: int, ranges: Mapping[str, Range] | None = None
+) -> tuple[float, float]:
+    """``(accuracy, loss)`` of an evaluate reply (metrics ``num-examples``, ``loss``, ``accuracy``).
+
+    Each metric must lie in its range (``ranges``, default ``METRIC_RANGES``); ``ReplyFault`` otherwise.
+    """
+    metrics = _metrics(content, keys.EVAL_METRIC_KEYS, max(num_test, 1), ranges)
+    return metrics[keys.ACCURACY], metrics[keys.LOSS]
 
 
 def decode_arrays(arrays: ArrayRecord, reference: ArrayRecord) -> dict[str, np.ndarray]:
@@ -182,8 +200,12 @@ def decode_array(
     return flat.reshape(want[1], order="F" if fortran else "C").astype(header_dtype.newbyteorder("="))
 
 
-def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) -> dict[str, float]:
-    """The ``required`` metrics of a reply as finite floats, ``num-examples`` a whole number in range."""
+def _metrics(
+    content: RecordDict, required: tuple[str, ...], max_examples: int, ranges: Mapping[str, Range] | None = None
+) -> dict[str, float]:
+    """The ``required`` metrics of a reply as finite floats in their ``ranges``, ``num-examples`` a
+    whole number in ``[1, max_examples]``.
+    """
     record = content.metric_records.get(keys.METRICS)
     if not isinstance(record, MetricRecord):
         raise ReplyFault(f"no MetricRecord {keys.METRICS!r}")
@@ -198,4 +220,7 @@ def _metrics(content: RecordDict, required: tuple[str, ...], max_examples: int) 
     examples = values[keys.NUM_EXAMPLES]
     if not examples.is_integer() or not 1 <= examples <= max_examples:
         raise ReplyFault(f"num-examples {record[keys.NUM_EXAMPLES]!r} is not a whole number in [1, {max_examples}]")
+    for key, (low, high) in (METRIC_RANGES if ranges is None else ranges).items():
+        if key in values and not low <= values[key] <= high:
+            raise ReplyFault(f"metric {key!r} is {values[key]!r}, outside its range [{low:g}, {high:g}]")
     return values

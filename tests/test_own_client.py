@@ -68,7 +68,7 @@ def test_a_client_without_identity_handler_is_told_what_is_missing():
 def test_a_run_whose_every_reply_is_rejected_stops_with_the_reason():
     with pytest.raises(
         RuntimeError,
-        match=r"every train reply was rejected in 3 consecutive rounds.*"
+        match=r"no train reply was usable in 3 consecutive rounds.*"
         r"metric 'train-loss' is missing \(the reply has \['num-examples', "
         r"'train_loss'\]\)",
     ):
@@ -76,7 +76,7 @@ def test_a_run_whose_every_reply_is_rejected_stops_with_the_reason():
 
 
 def test_a_short_run_that_never_accepts_a_reply_stops_too():
-    with pytest.raises(RuntimeError, match="every train reply was rejected in 2 consecutive rounds"):
+    with pytest.raises(RuntimeError, match="no train reply was usable in 2 consecutive rounds"):
         _start(build_app(train_loss_key="train_loss"), "fedavg", rounds=2)
 
 

@@ -102,9 +102,9 @@ def test_an_expired_instruction_is_refused_without_running():
 def test_ray_gets_an_actor_per_client_that_may_sleep(monkeypatch, tmp_path):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     config = {"slow-fraction": 0.2, "slow-delay": 60.0, "round-timeout": 45.0}
-    # two CPU actors plus 2 sleepers (20% of 10) that each span 1 + ceil(60 / 45) = 3 rounds, capped at 10
-    assert cli.simulation_cpus(config, 10, 1) == 8
-    assert cli.simulation_cpus(config, 100, 1) == 2 + 20 * 3
+    # two CPU actors plus 2 sleepers (20% of 10), each holding its actor until its deadline at most
+    assert cli.simulation_cpus(config, 10, 1) == 4
+    assert cli.simulation_cpus(config, 100, 1) == 2 + 20
     assert cli.simulation_cpus({**config, "slow-fraction": 0.0}, 10, 1) == 0
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert cli.simulation_cpus(config, 10, 1) == 0  # 16 actors already serve 10 clients

@@ -413,14 +413,9 @@ class ClusteredStrategy(Strategy):
             "failures": len(exchange.failures),
         }
         if updates:
-            metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
+            loss = metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
             self.learning = observe_train_loss(
-                self.learning,
-                self.training,
-                self.initial_model,
-                self.head_key,
-                server_round,
-                float(metrics[keys.TRAIN_LOSS]),
+                self.learning, self.training, self.initial_model, self.head_key, server_round, loss
             )
         return packed(self.models), MetricRecord(metrics)
 

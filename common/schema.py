@@ -218,6 +218,14 @@ KEYS: tuple[Key, ...] = (
         "a federation.json with each partition's true group (umbel export writes one): "
         "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)",
     ),
+    _k(
+        "group-draw",
+        "fill",
+        DATA,
+        "label-groups: fill (modified) puts a client in every group when num-clients allows it; paper: "
+        "CFLGT's independent draw per client, which can leave groups empty",
+        ("fill", "paper"),
+    ),
     # training
     _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
     _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),

@@ -15,6 +15,9 @@ server-side step (``fedclust_clusters``, ``pacfl_clusters``, ``flhc_clusters``) 
 default parameters. Only the clustering is scored (ARI against the planted groups), not the
 accuracy after it. Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's
 CFL) are not in this grid: their full runs are too slow for it on a shared 2-core machine.
+``--full-runs`` runs them (and the three above) as ordinary ``umbel run``s with their defaults
+on ``FULL_RUN_CELLS``, two small federations none of them was tuned on, for ``FULL_RUN_ROUNDS``
+rounds (the one value set besides the federation), and reports the final K and ARI.
 
 Example::
 
@@ -53,14 +56,16 @@ SCENARIOS = ("label-groups", "label-skew-dirichlet", "rotation", "label-swap")
 DATASETS = ("digits", "fashion-mnist", "tabular")
 ALGORITHMS = ("fedclust", "pacfl", "flhc")
 MEANT_FOR: dict[str, tuple[str, ...]] = {
-    # from each paper's experiments: the heterogeneity its signal is built to see
-    "fedclust": ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024: label skew, Dirichlet
-    "pacfl": ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew (data subspaces)
-    "flhc": ("label-groups", "label-skew-dirichlet", "rotation", "label-swap"),  # Briggs et al. 2020: label swap
+    "fedclust": ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024, Sec. 4: label skew, Dirichlet
+    "pacfl": ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew
+    "flhc": ("label-groups", "label-skew-dirichlet"),  # Briggs et al. 2020: label-based non-IID partitions
 }
-"""Scenarios each algorithm's paper designs it for. PACFL's data subspaces cannot see a label swap
-(the same images, other labels); FedClust's paper evaluates label skew only."""
+"""The label-based heterogeneity each paper evaluates. PACFL's data subspaces cannot see a label
+swap at all (the same inputs, other labels); rotation and label swap are measured for every
+algorithm anyway, marked "no" in the summary."""
 TABULAR = Path("/tmp/umbel-selection/digits-tabular.npz")
+FULL_RUN_STRATEGIES = ("cflgt", "flic", "flag", "cfl-gp", "cfl-sattler", "fedclust", "pacfl", "flhc")
+FULL_RUN_ROUNDS = 30
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,44 @@ def grid(half: str) -> list[Cell]:
     if half == "held-out":
         cells.append(Cell(half, "fashion-mnist", "label-groups", 10, 1000, 0))
     return cells
+
+
+FULL_RUN_CELLS = (
+    Cell("held-out", "digits", "label-groups", 2, 10, 3),
+    Cell("held-out", "tabular", "label-groups", 5, 15, 3),
+)
+
+
+def full_runs(folder: Path) -> list[dict[str, Any]]:
+    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on each ``FULL_RUN_CELLS``."""
+    from benchmarks.runs import read_run, run_cli
+
+    rows = []
+    for cell in FULL_RUN_CELLS:
+        rc = cell.run_config()
+        federation = ["--scenario", cell.scenario, "--groups", str(cell.groups), "--num-clients", str(cell.clients)]
+        federation += ["--seed", str(cell.seed), "--dataset", str(rc["dataset"]), "--model", str(rc["model"])]
+        for strategy in FULL_RUN_STRATEGIES:
+            args = ["--strategy", strategy, *federation, "--rounds", str(FULL_RUN_ROUNDS)]
+            name = f"{strategy}-{cell.dataset}-G{cell.groups}"
+            try:
+                summary = read_run(run_cli(args, name, folder))["summary"]
+            except RuntimeError as error:
+                print(json.dumps({"run": name, "error": str(error)[-500:]}), flush=True)
+                continue
+            rows.append(
+                {
+                    **{k: getattr(cell, k) for k in ("dataset", "scenario", "groups", "clients", "seed")},
+                    "algorithm": strategy,
+                    "command": "umbel run " + " ".join(args),
+                    "k-found": summary.get("final-num-clusters"),
+                    "ari": summary.get("final-ari"),
+                    "final-accuracy": summary.get("final-accuracy"),
+                    "not-learning": (summary.get("not-learning") or {}).get("warning") is not None,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def measure(cell: Cell) -> list[dict[str, Any]]:
@@ -219,7 +262,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--record", action="store_true", help="write docs/results/data/selection-<half>.json")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
+    parser.add_argument(
+        "--rows", type=Path, default=None, help="rebuild the record from rows an earlier --out wrote (no measuring)"
+    )
+    parser.add_argument("--measured-by", default="", help="with --rows: the command that measured them")
+    parser.add_argument("--load", default="", help="with --rows: the load while they were measured")
+    parser.add_argument("--full-runs", type=Path, default=None, help="umbel runs of FULL_RUN_CELLS into this folder")
     args = parser.parse_args(argv)
+    if args.full_runs is not None:
+        rows = full_runs(args.full_runs)
+        if args.out is not None:
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        if args.record:
+            columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
+            write_record(
+                Record(
+                    name="selection-full-runs",
+                    section="Selection with defaults",
+                    command=current_command(),
+                    tables=[
+                        Table(
+                            title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
+                            columns=(*columns, "not learning"),
+                            rows=[[*(r[c] for c in columns), r["not-learning"]] for r in rows],
+                            notes="label-groups, seed 3; every key at its default but the federation and rounds.",
+                        )
+                    ],
+                    load=load_average(),
+                )
+            )
+        return 0
+    if args.rows is not None:
+        saved = json.loads(args.rows.read_text())
+        write_record(
+            Record(
+                name=f"selection-{args.half}",
+                section="Selection with defaults",
+                command=f"{args.measured_by} (tables: {current_command()})",
+                tables=tables(saved, args.half),
+                load=args.load,
+            )
+        )
+        return 0
     cells = [c for c in grid(args.half) if c.clients <= args.max_clients]
     if args.dry_run:
         print("\n".join(c.name for c in cells))

@@ -64,7 +64,7 @@ MEANT_FOR: dict[str, tuple[str, ...]] = {
 swap at all (the same inputs, other labels); rotation and label swap are measured for every
 algorithm anyway, marked "no" in the summary."""
 TABULAR = Path("/tmp/umbel-selection/digits-tabular.npz")
-FULL_RUN_STRATEGIES = ("cflgt", "flic", "flag", "cfl-gp", "cfl-sattler", "fedclust", "pacfl", "flhc")
+FULL_RUN_STRATEGIES = ("flic", "flag", "cfl-gp", "cfl-sattler", "cflgt")
 FULL_RUN_ROUNDS = 30
 
 
@@ -143,14 +143,17 @@ FULL_RUN_CELLS = (
     Cell("held-out", "digits", "label-groups", 2, 10, 3),
     Cell("held-out", "tabular", "label-groups", 5, 15, 3),
 )
+"""Digits first: the tabular cell runs when time allows (``--full-cells``)."""
 
 
-def full_runs(folder: Path) -> list[dict[str, Any]]:
-    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on each ``FULL_RUN_CELLS``."""
+def full_runs(folder: Path, cells: int, out: Path | None = None) -> list[dict[str, Any]]:
+    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on the first ``cells``
+    of ``FULL_RUN_CELLS``; the rows so far are rewritten to ``out`` after each run.
+    """
     from benchmarks.runs import read_run, run_cli
 
-    rows = []
-    for cell in FULL_RUN_CELLS:
+    rows: list[dict[str, Any]] = []
+    for cell in FULL_RUN_CELLS[:cells]:
         rc = cell.run_config()
         federation = ["--scenario", cell.scenario, "--groups", str(cell.groups), "--num-clients", str(cell.clients)]
         federation += ["--seed", str(cell.seed), "--dataset", str(rc["dataset"]), "--model", str(rc["model"])]
@@ -174,6 +177,8 @@ def full_runs(folder: Path) -> list[dict[str, Any]]:
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
+            if out is not None:
+                out.write_text(json.dumps(rows, indent=1) + "\n")
     return rows
 
 
@@ -268,18 +273,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measured-by", default="", help="with --rows: the command that measured them")
     parser.add_argument("--load", default="", help="with --rows: the load while they were measured")
     parser.add_argument("--full-runs", type=Path, default=None, help="umbel runs of FULL_RUN_CELLS into this folder")
+    parser.add_argument("--full-cells", type=int, default=len(FULL_RUN_CELLS), help="how many FULL_RUN_CELLS")
     args = parser.parse_args(argv)
     if args.full_runs is not None:
-        rows = full_runs(args.full_runs)
-        if args.out is not None:
-            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        if args.rows is not None:
+            rows = json.loads(args.rows.read_text())
+        else:
+            rows = full_runs(args.full_runs, args.full_cells, args.out)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
             write_record(
                 Record(
                     name="selection-full-runs",
                     section="Selection with defaults",
-                    command=current_command(),
+                    command=args.measured_by or current_command(),
                     tables=[
                         Table(
                             title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
@@ -288,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             notes="label-groups, seed 3; every key at its default but the federation and rounds.",
                         )
                     ],
-                    load=load_average(),
+                    load=args.load or load_average(),
                 )
             )
         return 0

@@ -146,14 +146,14 @@ FULL_RUN_CELLS = (
 """Digits first: the tabular cell runs when time allows (``--full-cells``)."""
 
 
-def full_runs(folder: Path, cells: int, out: Path | None = None) -> list[dict[str, Any]]:
-    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on the first ``cells``
-    of ``FULL_RUN_CELLS``; the rows so far are rewritten to ``out`` after each run.
+def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[str, Any]]:
+    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on ``FULL_RUN_CELLS[cells]``;
+    the rows so far are rewritten to ``out`` after each run.
     """
     from benchmarks.runs import read_run, run_cli
 
     rows: list[dict[str, Any]] = []
-    for cell in FULL_RUN_CELLS[:cells]:
+    for cell in FULL_RUN_CELLS[cells]:
         rc = cell.run_config()
         federation = ["--scenario", cell.scenario, "--groups", str(cell.groups), "--num-clients", str(cell.clients)]
         federation += ["--seed", str(cell.seed), "--dataset", str(rc["dataset"]), "--model", str(rc["model"])]
@@ -273,13 +273,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measured-by", default="", help="with --rows: the command that measured them")
     parser.add_argument("--load", default="", help="with --rows: the load while they were measured")
     parser.add_argument("--full-runs", type=Path, default=None, help="umbel runs of FULL_RUN_CELLS into this folder")
-    parser.add_argument("--full-cells", type=int, default=len(FULL_RUN_CELLS), help="how many FULL_RUN_CELLS")
+    parser.add_argument("--full-cells", default="0:", help="which FULL_RUN_CELLS, a Python slice 'start:stop'")
     args = parser.parse_args(argv)
     if args.full_runs is not None:
         if args.rows is not None:
             rows = json.loads(args.rows.read_text())
         else:
-            rows = full_runs(args.full_runs, args.full_cells, args.out)
+            start, _, stop = args.full_cells.partition(":")
+            rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
             write_record(

@@ -96,17 +96,24 @@ class Preset:
 
 
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "pacfl-eq3": ("pacfl", ("--pacfl-measure", "smallest")),
-    "pacfl-reference": ("pacfl", ("--pacfl-measure", "reference-signed", "--linkage", "weighted")),
+    "fedclust-paper": ("fedclust", ("--fedclust-lambda", "1.0")),
+    "pacfl-eq3": ("pacfl", ("--pacfl-measure", "smallest", "--pacfl-threshold", "30")),
+    "pacfl-reference": (
+        "pacfl",
+        ("--pacfl-measure", "reference-signed", "--linkage", "weighted", "--pacfl-threshold", "30"),
+    ),
     "cfl-sattler-paper": (
         "cfl-sattler",
         ("--cfl-sattler-eps-absolute", "true", "--cfl-sattler-eps1", "0.4", "--cfl-sattler-eps2", "1.6"),
     ),
 }
-"""The papers' settings of strategies whose defaults umbel modified: name -> (strategy, flags)."""
+"""The papers' settings of strategies whose defaults umbel modified: name -> (strategy, flags). The papers
+cut at a fixed threshold but publish no value for these data: 1.0 and 30 degrees are umbel's former defaults."""
 
 MODIFIED: dict[str, str] = {
-    "pacfl": "mean principal angle at 30 degrees (paper Eq. 3: the smallest angle; see pacfl-eq3, pacfl-reference)",
+    "fedclust": "automatic cut by silhouette (paper: a fixed lambda; see fedclust-paper)",
+    "pacfl": "mean principal angle, automatic cut (paper Eq. 3: the smallest angle at a fixed threshold; "
+    "see pacfl-eq3, pacfl-reference)",
     "cfl-sattler": "eps1 relative to the RMS update norm, eps2 off (paper: absolute; see cfl-sattler-paper)",
     "flic": "automatic clustering round at a training-loss plateau (paper: a round given by hand)",
     "flag": "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
@@ -169,6 +176,7 @@ PAPER = Preset(
         "pacfl",
         "pacfl-eq3",
         "pacfl-reference",
+        "fedclust-paper",
         "flhc",
         "fedmedian",
         *SEED_ALGORITHMS,

@@ -63,6 +63,9 @@ _NOISE_STD = 0.2  # CFL-GP Sec. 5.1: n ~ N(0, 0.2^2)
 AUTO_SAMPLES_PER_LABEL = 50
 """label-groups' ``samples-per-label`` when it is 0 (CFLGT Sec. V-A), if every label has that many."""
 _LOG = logging.getLogger("flwr")  # Flower's console logger, by its name: common stays free of Flower
+GROUP_DRAWS = ("fill", "paper")
+"""label-groups' ``group-draw``: ``paper`` is CFLGT's independent draw per client (groups may stay
+empty); ``fill`` (modified, the default) moves clients of the largest groups into the empty ones."""
 
 
 def _half_up(x: np.ndarray | float) -> np.ndarray:
@@ -94,6 +97,7 @@ class ScenarioConfig:
     attackers: int = 0
     regression_phi: float = 20.0
     test_fraction: float = 0.2
+    group_draw: str = "fill"
 
     def __post_init__(self) -> None:
         scenario = check_choice(self.scenario, "scenario", "ScenarioConfig", SCENARIOS)
@@ -140,6 +144,7 @@ class ScenarioConfig:
                 ),
             )
         put("groups", check_int(self.groups, "groups", owner, low=1, high=self._max_groups(n)))
+        put("group_draw", check_choice(self.group_draw, "group-draw", owner, GROUP_DRAWS))
         put("samples_per_label", check_int(self.samples_per_label, "samples-per-label", owner, low=0))
         put("samples_per_client", check_int(self.samples_per_client, "samples-per-client", owner, low=1))
         for name in ("dirichlet_alpha", "quantity_alpha"):
@@ -343,7 +348,8 @@ def label_groups(
     """
     combos = list(itertools.combinations(range(classes), cfg.labels_per_group))
     label_sets = [combos[i] for i in rng.choice(len(combos), cfg.groups, replace=False)]
-    groups = rng.integers(cfg.groups, size=cfg.num_clients)
+    groups = populated_groups(rng.integers(cfg.groups, size=cfg.num_clients), cfg.groups, cfg.group_draw, rng)
+    label_sets, groups = _drop_empty(label_sets, groups)
     pools = [rng.permutation(np.flatnonzero(y == c)) for c in range(classes)]
     holders = [[i for i, g in enumerate(groups) if c in label_sets[g]] for c in range(classes)]
     n = cfg.samples_per_label or automatic_samples_per_label(cfg, pools, holders)
@@ -359,7 +365,49 @@ def label_groups(
     for c in range(classes):
         for k, i in enumerate(holders[c]):
             train[i].append(pools[c][k * n : (k + 1) * n])
-    return [np.concatenate(parts) for parts in train], groups, cfg.groups
+    return [np.concatenate(parts) for parts in train], groups, len(label_sets)
+
+
+def populated_groups(groups: np.ndarray, num_groups: int, draw: str, rng: np.random.Generator) -> np.ndarray:
+    """Every group populated where the clients allow it (``draw`` "fill"), or the draw as it is ("paper").
+
+    "fill" moves one client at a time, chosen with ``rng`` from a largest group, into each empty
+    group while some group has two or more (with fewer clients than groups, every client ends
+    alone); a draw with no empty group is returned unchanged (and ``rng`` untouched). Groups
+    still empty are logged as a warning.
+    """
+    groups = np.array(groups, dtype=np.int64)
+    counts = np.bincount(groups, minlength=num_groups)
+    if draw == "fill":
+        for g in np.flatnonzero(counts == 0):
+            largest = int(np.argmax(counts))
+            if counts[largest] < 2:
+                break
+            moved = int(rng.choice(np.flatnonzero(groups == largest)))
+            groups[moved] = g
+            counts[largest] -= 1
+            counts[g] += 1
+    empty = int(np.count_nonzero(counts == 0))
+    if empty:
+        why = (
+            "group-draw paper draws each client's group independently (CFLGT Sec. V-A)"
+            if draw == "paper" and len(groups) >= num_groups
+            else f"there are fewer clients ({len(groups)}) than groups"
+        )
+        _LOG.warning(
+            "label-groups: %d of the %d groups got no client (%s); the federation has %d groups",
+            empty,
+            num_groups,
+            why,
+            num_groups - empty,
+        )
+    return groups
+
+
+def _drop_empty(label_sets: list[tuple[int, ...]], groups: np.ndarray) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The populated groups' label sets and the groups renumbered ``0..G'-1`` in their order."""
+    used, renumbered = np.unique(groups, return_inverse=True)
+    return [label_sets[g] for g in used.tolist()], renumbered.astype(np.int64).ravel()
 
 
 def automatic_samples_per_label(cfg: ScenarioConfig, pools: list[np.ndarray], holders: list[list[int]]) -> int:

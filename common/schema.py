@@ -218,6 +218,14 @@ KEYS: tuple[Key, ...] = (
         "a federation.json with each partition's true group (umbel export writes one): "
         "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)",
     ),
+    _k(
+        "group-draw",
+        "fill",
+        DATA,
+        "label-groups: fill (modified) puts a client in every group when num-clients allows it; paper: "
+        "CFLGT's independent draw per client, which can leave groups empty",
+        ("fill", "paper"),
+    ),
     # training
     _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
     _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),
@@ -361,12 +369,19 @@ KEYS: tuple[Key, ...] = (
     _k("fedclust-cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
     _k(
         "fedclust-lambda",
-        1.0,
+        0.0,
         "fedclust",
-        "cut height: Euclidean distance between final layers; 0 with num-clusters 0: automatic cut (silhouette)",
+        "0 with num-clusters 0: automatic cut (silhouette; modified); > 0: the paper's fixed cut height lambda, "
+        "a Euclidean distance between final layers (the former default 1.0)",
     ),
     _k("pacfl-vectors", 3, "pacfl", "p: left singular vectors per class each client sends"),
-    _k("pacfl-threshold", 30.0, "pacfl", "cut height in degrees; 0 with num-clusters 0: automatic cut"),
+    _k(
+        "pacfl-threshold",
+        0.0,
+        "pacfl",
+        "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height in degrees "
+        "(former default 30)",
+    ),
     _k(
         "pacfl-measure",
         "mean",
@@ -380,7 +395,12 @@ KEYS: tuple[Key, ...] = (
         "flhc",
         "FedAvg rounds before clustering; 0 = automatic: a tenth of rounds, at least 1",
     ),
-    _k("flhc-threshold", 1.0, "flhc", "cut height when num-clusters is 0; 0: automatic cut"),
+    _k(
+        "flhc-threshold",
+        0.0,
+        "flhc",
+        "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height (former default 1.0)",
+    ),
     _k(
         "flhc-metric",
         "euclidean",

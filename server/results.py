@@ -106,6 +106,7 @@ class RunRecorder:
                 "wall-seconds": round(time.time() - self.started, 3),
                 "config": self.run_config,
                 "details": strategy.run_details(),
+                "not-learning": None if strategy.learning is None else strategy.learning.to_summary(),
             }
         )
         _write_json(self.folder / "summary.json", summary)

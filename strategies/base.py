@@ -42,6 +42,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from common import keys
 from common.aggregation import coordinate_median, weighted_average
 from common.config import TrainingParams, params_from_run_config, run_config_key
+from common.learning import ChanceLossCheck, observe_train_loss
 from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
 
@@ -161,6 +162,7 @@ class ClusteredStrategy(Strategy):
         self.checkpoint_path: Path | None = None
         self.checkpoint_every = 0
         self._resume: dict[str, Any] | None = None
+        self.learning: ChanceLossCheck | None = None  # the not-learning warning (common/learning.py)
         self._outbox: Outbox | None = None
         self._sent_cluster: dict[int, int] = {}
         self._stats = _RoundStats()
@@ -415,7 +417,10 @@ class ClusteredStrategy(Strategy):
             "failures": len(exchange.failures),
         }
         if updates:
-            metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
+            loss = metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
+            self.learning = observe_train_loss(
+                self.learning, self.training, self.initial_model, self.head_key, server_round, loss
+            )
         return packed(self.models), MetricRecord(metrics)
 
     def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from logging import INFO
+from logging import INFO, WARNING
 from typing import ClassVar
 
 import numpy as np
@@ -127,6 +127,13 @@ class CFLGP(ClusteredStrategy):
                 f"{len(self.clients)} clients. Got {p.num_clusters} instead."
             )
         self.k = p.num_clusters or min(p.max_clusters, len(self.clients))
+        if p.num_clusters == 0 and len(self.clients) < 3:
+            log(
+                WARNING,
+                "CFL-GP cannot estimate K from %d clients (the silhouette needs 3): all stay in one cluster",
+                len(self.clients),
+            )
+            self.k = 1
         dim = float_size(initial)
         self.ratio = p.compression_ratio or compression.automatic_ratio(len(self.clients), self.k, dim)
         if p.compression_ratio == 0 and self.ratio > 1:

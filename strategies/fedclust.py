@@ -45,7 +45,7 @@ class FedClustParams:
     """
 
     key_prefix: ClassVar[str] = "fedclust"
-    fedclust_lambda: float = 1.0
+    fedclust_lambda: float = 0.0
     num_clusters: int = shared(0)
     linkage: str = shared("average")
     cluster_epochs: int = 1

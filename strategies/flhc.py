@@ -48,7 +48,7 @@ class FLHCParams:
     key_prefix: ClassVar[str] = "flhc"
     warmup_rounds: int = 0
     num_clusters: int = shared(0)
-    flhc_threshold: float = 1.0
+    flhc_threshold: float = 0.0
     flhc_metric: str = "euclidean"
     linkage: str = shared("average")
     cluster_steps: int = shared(100)

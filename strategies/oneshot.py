@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 from flwr.common import log
 
-from common.clustering.hierarchical import LINKAGES
+from common.clustering.hierarchical import LINKAGES, undecided_reason
 from common.clustering.oneshot import Cut, OneShotClusters
 from common.metrics import cluster_sizes
 from common.validation import check_choice, check_int
@@ -172,12 +172,22 @@ class OneShotStrategy(ClusteredStrategy):
         self.distance_matrix = found.distances
         if self.hc_cut.automatic:
             self.auto_silhouette = found.silhouette
-            log(
-                INFO,
-                "automatic cut (threshold and num-clusters 0): %d clusters, silhouette %s",
-                int(found.labels.max()) + 1,
-                self.auto_silhouette,
-            )
+            if found.silhouette is None:
+                log(
+                    WARNING,
+                    "%s's automatic cut cannot decide (%s): all %d clients stay in one cluster; set num-clusters "
+                    "or a threshold to split them",
+                    type(self).__name__,
+                    undecided_reason(found.distances),
+                    len(found.labels),
+                )
+            else:
+                log(
+                    INFO,
+                    "automatic cut (threshold and num-clusters 0): %d clusters, silhouette %.3f",
+                    int(found.labels.max()) + 1,
+                    found.silhouette,
+                )
         return found.labels
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:

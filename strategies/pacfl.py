@@ -51,7 +51,7 @@ class PACFLParams:
     """
 
     key_prefix: ClassVar[str] = "pacfl"
-    pacfl_threshold: float = 30.0
+    pacfl_threshold: float = 0.0
     pacfl_vectors: int = 3
     pacfl_measure: str = "mean"
     num_clusters: int = shared(0)

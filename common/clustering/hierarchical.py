@@ -382,6 +382,17 @@ def cut_tree(
     return agglomerative(distances, threshold=threshold, linkage=linkage, tree=tree)
 
 
+def undecided_reason(distances: np.ndarray | None) -> str:
+    """Why :func:`auto_cut` kept one cluster on ``distances``, in words for the log."""
+    if distances is None:
+        return f"no cut of the sample scores a silhouette above {AUTO_MIN_SILHOUETTE}"
+    if distances.shape[0] < 3:
+        return f"{distances.shape[0]} clients, fewer than the 3 that two groups and a silhouette need"
+    if not np.any(distances):
+        return "all clients' signals are alike"
+    return f"no cut scores a silhouette above {AUTO_MIN_SILHOUETTE}: no group structure"
+
+
 def auto_cut(
     distances: np.ndarray,
     linkage: str = "average",

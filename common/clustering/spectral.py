@@ -15,6 +15,8 @@ Everything takes and returns numpy; random choices come from an explicit seed.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,7 @@ GRAM_MAX_COLUMNS = 4_000
 """Up to this many clients, the SVD goes through the exact N x N Gram matrix (tall ``G``)."""
 RANDOMIZED_MIN_SIZE = 5_000_000
 """Otherwise, matrices with more entries than this use randomised SVD for the top vectors."""
+_LOG = logging.getLogger("flwr")  # Flower's logger, by its name: common stays free of Flower
 
 
 def moving_average_factor(previous_updates: int) -> float:
@@ -200,7 +203,12 @@ def project(matrix: np.ndarray, dims: int, seed: int = 0) -> np.ndarray:
 def kmeans_labels(features: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
     """Seeded k-means (k-means++, 10 restarts) labels of ``features`` ``(N, f)``: ``(N,)`` int64."""
     km = KMeans(n_clusters=k, n_init=10, random_state=seed)
-    return km.fit_predict(np.asarray(features, dtype=np.float64)).astype(np.int64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        labels = km.fit_predict(np.asarray(features, dtype=np.float64)).astype(np.int64)
+    for w in caught:  # scikit-learn's (duplicate points, ...): the log's debug level, not the console
+        _LOG.debug("k-means with k = %d: %s", k, w.message)
+    return labels
 
 
 def align_labels(new: np.ndarray, old: np.ndarray, num_clusters: int) -> np.ndarray:
@@ -260,6 +268,7 @@ def spectral_clustering(
     Returns
     -------
     labels : ndarray of shape (N,), int64
+        ``previous`` unchanged (logged) when k-means finds fewer than ``k`` distinct clusters.
     features : ndarray of shape (N, k)
         The projected columns ``U^T G`` (transposed) the labels come from.
     values : ndarray of shape (min(rows, N),) or (SPECTRUM_VALUES,)
@@ -279,7 +288,17 @@ def spectral_clustering(
         values, features = singular_values(g), project(g, k, seed)
     if k == 1:
         return np.zeros(features.shape[0], dtype=np.int64), features, values
-    return align_labels(kmeans_labels(features, k, seed), previous, k), features, values
+    labels = kmeans_labels(features, k, seed)
+    found = len(np.unique(labels))
+    if found < k:
+        _LOG.warning(
+            "CFL-GP: k-means found %d distinct clusters of %d on the profile (clients' profiles coincide); "
+            "the clustering is kept as it was",
+            found,
+            k,
+        )
+        return np.asarray(previous, dtype=np.int64), features, values
+    return align_labels(labels, previous, k), features, values
 
 
 @dataclass(frozen=True)
@@ -289,7 +308,8 @@ class NumClustersEstimate:
     Attributes
     ----------
     num_clusters : int
-        The k in ``2..K_max`` with the best silhouette on the ``s``-dimensional projection.
+        The k in ``2..K_max`` with the best silhouette on the ``s``-dimensional projection, among the
+        k for which k-means found k distinct clusters; 1 (all in one cluster) when there is none.
     gap_dims : int
         ``s``: the number of singular values of the centred profile before the largest gap.
     singular_values : ndarray
@@ -354,8 +374,16 @@ def estimate_num_clusters(matrix: np.ndarray, max_clusters: int, seed: int = 0) 
     features = project(g, s, seed)
     silhouettes, labels = {}, {}
     for k in range(2, k_max + 1):
-        labels[k] = kmeans_labels(features, k, seed)
-        silhouettes[k] = float(silhouette_score(features, labels[k])) if len(set(labels[k])) > 1 else -1.0
+        found = kmeans_labels(features, k, seed)
+        if len(np.unique(found)) == k:  # fewer distinct clusters than k: k is not a candidate
+            labels[k] = found
+            silhouettes[k] = float(silhouette_score(features, found))
+    if not silhouettes:
+        _LOG.warning(
+            "CFL-GP cannot estimate K: k-means finds no 2 distinct clusters in the profile (clients alike); "
+            "all clients stay in one cluster"
+        )
+        return NumClustersEstimate(1, s, values, {}, np.zeros(g.shape[1], dtype=np.int64))
     best = max(silhouettes, key=lambda k: (silhouettes[k], -k))
     return NumClustersEstimate(best, s, values, silhouettes, labels[best])
 

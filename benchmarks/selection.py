@@ -1,0 +1,347 @@
+"""Do the defaults find the groups? K found and ARI of each K-choosing algorithm, with its defaults.
+
+A grid of grouped federations (2 to 10 groups, 12 to 1,000 clients; label groups, grouped label
+skew, rotation, label swap; digits, Fashion-MNIST and a tabular own-data ``npz`` federation made
+from scikit-learn's bundled digits as 64 features) is split in two halves with their own seeds and
+group counts: ``dev`` (groups 3 and 7, seeds 100 and 101), on which defaults may be chosen, and
+``held-out`` (groups 2, 5 and 10, seeds 0 and 1), reported and never tuned on.
+
+What is run, per cell: the project's run-config defaults (``umbel run`` with nothing set but the
+federation), the real client code computing each one-shot algorithm's clustering signal in this
+process without Flower (as ``benchmarks/auto_cut.py``: FedClust's final layer after
+``cluster-steps`` mini-batches from the initial model, PACFL's class subspaces, FL+HC's update
+from the global model after its automatic warm-up of FedAvg rounds), then the strategy's own
+server-side step (``fedclust_clusters``, ``pacfl_clusters``, ``flhc_clusters``) with the
+default parameters. Only the clustering is scored (ARI against the planted groups), not the
+accuracy after it. Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's
+CFL) are not in this grid: their full runs are too slow for it on a shared 2-core machine.
+``--full-runs`` runs them (and the three above) as ordinary ``umbel run``s with their defaults
+on ``FULL_RUN_CELLS``, two small federations none of them was tuned on, for ``FULL_RUN_ROUNDS``
+rounds (the one value set besides the federation), and reports the final K and ARI.
+
+Example::
+
+    OMP_NUM_THREADS=1 python -m benchmarks.selection --half held-out --out /tmp/selection-held-out.json
+    python -m benchmarks.selection --half held-out --dry-run     # the cells
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score
+
+from benchmarks.auto_cut import flhc_updates, signals
+from benchmarks.records import Record, Table, current_command, load_average, write_record
+from common.clustering.oneshot import Cut, fedclust_clusters, flhc_clusters, pacfl_clusters
+from common.config import params_from_run_config
+from server.cli import PROJECT_ROOT, load_defaults
+from strategies.fedclust import FedClustParams
+from strategies.flhc import FLHCParams, automatic_warmup_rounds
+from strategies.pacfl import PACFLParams
+
+HALVES: dict[str, dict[str, tuple[int, ...]]] = {
+    "dev": {"groups": (3, 7), "seeds": (100, 101)},
+    "held-out": {"groups": (2, 5, 10), "seeds": (0, 1)},
+}
+SCENARIOS = ("label-groups", "label-skew-dirichlet", "rotation", "label-swap")
+DATASETS = ("digits", "fashion-mnist", "tabular")
+ALGORITHMS = ("fedclust", "pacfl", "flhc")
+MEANT_FOR: dict[str, tuple[str, ...]] = {
+    "fedclust": ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024, Sec. 4: label skew, Dirichlet
+    "pacfl": ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew
+    "flhc": ("label-groups", "label-skew-dirichlet"),  # Briggs et al. 2020: label-based non-IID partitions
+}
+"""The label-based heterogeneity each paper evaluates. PACFL's data subspaces cannot see a label
+swap at all (the same inputs, other labels); rotation and label swap are measured for every
+algorithm anyway, marked "no" in the summary."""
+TABULAR = Path("/tmp/umbel-selection/digits-tabular.npz")
+FULL_RUN_STRATEGIES = ("flic", "flag", "cfl-gp", "cfl-sattler", "cflgt")
+FULL_RUN_ROUNDS = 30
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grouped federation of the grid."""
+
+    half: str
+    dataset: str
+    scenario: str
+    groups: int
+    clients: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """A short label."""
+        return f"{self.dataset}/{self.scenario}/G{self.groups}/N{self.clients}/s{self.seed}"
+
+    def run_config(self) -> dict[str, Any]:
+        """The project's defaults with this federation (and nothing else) set."""
+        rc = load_defaults(PROJECT_ROOT)
+        rc.update({"num-clients": self.clients, "seed": self.seed, "scenario": self.scenario})
+        if self.dataset == "tabular":
+            rc.update({"dataset": f"npz:{tabular_npz()}", "model": "dnn"})
+        else:
+            rc["dataset"] = self.dataset
+        if self.scenario == "rotation":
+            rc["angles"] = ",".join(f"{360 * g / self.groups:g}" for g in range(self.groups))
+        else:
+            rc["groups"] = self.groups
+        if self.scenario in ("rotation", "label-swap"):  # drawn IID: as many samples as the data allow, <= 100
+            rc["samples-per-client"] = 100 if self.dataset == "fashion-mnist" else min(100, 1400 // self.clients)
+        if self.scenario == "label-skew-dirichlet":
+            rc["label-fraction"] = 0.2
+        return rc
+
+
+def tabular_npz() -> Path:
+    """scikit-learn's bundled digits as a tabular own-data set: ``x`` (1797, 64) in [0, 1], ``y``."""
+    if not TABULAR.exists():
+        from sklearn.datasets import load_digits
+
+        data = load_digits()
+        TABULAR.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(TABULAR, x=(data.data / 16.0).astype(np.float32), y=data.target.astype(np.int64))
+    return TABULAR
+
+
+def grid(half: str) -> list[Cell]:
+    """The cells of one half: every group count and valid scenario, datasets and sizes in turn, each seed.
+
+    Rotation needs images (not the tabular set); a label swap pairs labels, so at most 5 groups.
+    Sizes cycle through 12 (when the groups fit twice), 30 and 100 clients; the held-out half adds
+    one Fashion-MNIST cell of 1,000 clients.
+    """
+    spec = HALVES[half]
+    cells: list[Cell] = []
+    turn = 0
+    for seed in spec["seeds"]:
+        for groups in spec["groups"]:
+            for scenario in SCENARIOS:
+                if scenario == "label-swap" and groups > 5:
+                    continue
+                datasets = [d for d in DATASETS if not (scenario == "rotation" and d == "tabular")]
+                dataset = datasets[turn % len(datasets)]
+                sizes = [n for n in (12, 30, 100) if n >= 2 * groups]
+                cells.append(Cell(half, dataset, scenario, groups, sizes[turn % len(sizes)], seed))
+                turn += 1
+    if half == "held-out":
+        cells.append(Cell(half, "fashion-mnist", "label-groups", 10, 1000, 0))
+    return cells
+
+
+FULL_RUN_CELLS = (
+    Cell("held-out", "digits", "label-groups", 2, 10, 3),
+    Cell("held-out", "tabular", "label-groups", 5, 15, 3),
+)
+"""Digits first: the tabular cell runs when time allows (``--full-cells``)."""
+
+
+def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[str, Any]]:
+    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on ``FULL_RUN_CELLS[cells]``;
+    the rows so far are rewritten to ``out`` after each run.
+    """
+    from benchmarks.runs import read_run, run_cli
+
+    rows: list[dict[str, Any]] = []
+    for cell in FULL_RUN_CELLS[cells]:
+        rc = cell.run_config()
+        federation = ["--scenario", cell.scenario, "--groups", str(cell.groups), "--num-clients", str(cell.clients)]
+        federation += ["--seed", str(cell.seed), "--dataset", str(rc["dataset"]), "--model", str(rc["model"])]
+        for strategy in FULL_RUN_STRATEGIES:
+            args = ["--strategy", strategy, *federation, "--rounds", str(FULL_RUN_ROUNDS)]
+            name = f"{strategy}-{cell.dataset}-G{cell.groups}"
+            try:
+                summary = read_run(run_cli(args, name, folder))["summary"]
+            except RuntimeError as error:
+                print(json.dumps({"run": name, "error": str(error)[-500:]}), flush=True)
+                continue
+            rows.append(
+                {
+                    **{k: getattr(cell, k) for k in ("dataset", "scenario", "groups", "clients", "seed")},
+                    "algorithm": strategy,
+                    "command": "umbel run " + " ".join(args),
+                    "k-found": summary.get("final-num-clusters"),
+                    "ari": summary.get("final-ari"),
+                    "final-accuracy": summary.get("final-accuracy"),
+                    "not-learning": (summary.get("not-learning") or {}).get("warning") is not None,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+            if out is not None:
+                out.write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
+def measure(cell: Cell) -> list[dict[str, Any]]:
+    """Each algorithm's K found and ARI on one cell, with its default parameters."""
+    rc = cell.run_config()
+    started = time.perf_counter()
+    fedclust = params_from_run_config(FedClustParams, rc)
+    layers, bases, truth = signals(rc, fedclust.cluster_steps)
+    pacfl = params_from_run_config(PACFLParams, rc)
+    flhc = params_from_run_config(FLHCParams, rc)
+    warm = flhc.warmup_rounds or automatic_warmup_rounds(int(rc["rounds"]))
+    updates = flhc_updates({**rc, "flhc-warmup-rounds": warm})
+    signal_seconds = time.perf_counter() - started
+    found = {
+        "fedclust": fedclust_clusters(layers, Cut(fedclust.fedclust_lambda, fedclust.num_clusters, fedclust.linkage)),
+        "pacfl": pacfl_clusters(
+            bases,
+            Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
+            pacfl.pacfl_measure,
+            np.random.default_rng(cell.seed),
+        ),
+        "flhc": flhc_clusters(
+            list(updates), Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage), flhc.flhc_metric, cell.seed
+        ),
+    }
+    k_true = len(set(truth.tolist()))
+    rows = []
+    for algorithm, result in found.items():
+        rows.append(
+            {
+                **{k: getattr(cell, k) for k in ("half", "dataset", "scenario", "groups", "clients", "seed")},
+                "true-groups": k_true,
+                "algorithm": algorithm,
+                "meant-for": cell.scenario in MEANT_FOR[algorithm],
+                "k-found": int(result.labels.max()) + 1,
+                "ari": round(float(adjusted_rand_score(truth, result.labels)), 3),
+                "signal-seconds": round(signal_seconds, 1),
+            }
+        )
+    return rows
+
+
+def tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
+    """One table of every cell (K found, ARI per algorithm) and a summary per algorithm and scenario."""
+    cells: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        key = (r["dataset"], r["scenario"], r["groups"], r["clients"], r["seed"])
+        cells.setdefault(key, {"true": r["true-groups"]})[r["algorithm"]] = f"{r['k-found']}, {r['ari']:.3f}"
+    detail = Table(
+        title=f"Selection with defaults, {half} half: K found, ARI",
+        columns=("dataset", "scenario", "groups", "clients", "seed", "true groups", *ALGORITHMS),
+        rows=[[*key, v["true"], *(v.get(a) for a in ALGORITHMS)] for key, v in cells.items()],
+        notes="Each cell: clusters found, ARI against the planted groups. Server-side clustering step on the real "
+        "clients' signals, no training after it (module docstring of benchmarks/selection.py).",
+    )
+    summary_rows = []
+    for algorithm in ALGORITHMS:
+        for scenario in SCENARIOS:
+            aris = [r["ari"] for r in rows if r["algorithm"] == algorithm and r["scenario"] == scenario]
+            if aris:
+                summary_rows.append(
+                    [
+                        algorithm,
+                        scenario,
+                        "yes" if scenario in MEANT_FOR[algorithm] else "no",
+                        len(aris),
+                        round(float(np.mean(aris)), 3),
+                        round(float(np.min(aris)), 3),
+                        sum(a >= 0.95 for a in aris),
+                    ]
+                )
+    summary = Table(
+        title=f"Selection with defaults, {half} half: ARI per algorithm and scenario",
+        columns=("algorithm", "scenario", "meant for (paper)", "cells", "mean ARI", "min ARI", "cells ARI >= 0.95"),
+        rows=summary_rows,
+    )
+    return [summary, detail]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure one half; print the rows, write them (``--out``) and the record (``--record``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--half", choices=tuple(HALVES), default="held-out")
+    parser.add_argument("--max-clients", type=int, default=1000, help="skip cells with more clients")
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    parser.add_argument("--record", action="store_true", help="write docs/results/data/selection-<half>.json")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
+    parser.add_argument(
+        "--rows", type=Path, default=None, help="rebuild the record from rows an earlier --out wrote (no measuring)"
+    )
+    parser.add_argument("--measured-by", default="", help="with --rows: the command that measured them")
+    parser.add_argument("--load", default="", help="with --rows: the load while they were measured")
+    parser.add_argument("--full-runs", type=Path, default=None, help="umbel runs of FULL_RUN_CELLS into this folder")
+    parser.add_argument("--full-cells", default="0:", help="which FULL_RUN_CELLS, a Python slice 'start:stop'")
+    args = parser.parse_args(argv)
+    if args.full_runs is not None:
+        if args.rows is not None:
+            rows = json.loads(args.rows.read_text())
+        else:
+            start, _, stop = args.full_cells.partition(":")
+            rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out)
+        if args.record:
+            columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
+            write_record(
+                Record(
+                    name="selection-full-runs",
+                    section="Selection with defaults",
+                    command=args.measured_by or current_command(),
+                    tables=[
+                        Table(
+                            title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
+                            columns=(*columns, "not learning"),
+                            rows=[[*(r[c] for c in columns), r["not-learning"]] for r in rows],
+                            notes="label-groups, seed 3; every key at its default but the federation and rounds.",
+                        )
+                    ],
+                    load=args.load or load_average(),
+                )
+            )
+        return 0
+    if args.rows is not None:
+        saved = json.loads(args.rows.read_text())
+        write_record(
+            Record(
+                name=f"selection-{args.half}",
+                section="Selection with defaults",
+                command=f"{args.measured_by} (tables: {current_command()})",
+                tables=tables(saved, args.half),
+                load=args.load,
+            )
+        )
+        return 0
+    cells = [c for c in grid(args.half) if c.clients <= args.max_clients]
+    if args.dry_run:
+        print("\n".join(c.name for c in cells))
+        return 0
+    rows: list[dict[str, Any]] = []
+    loads = [load_average()]
+    for cell in cells:
+        try:
+            measured = measure(cell)
+        except ValueError as error:  # a federation the data cannot make: reported, not hidden
+            print(json.dumps({"cell": cell.name, "error": str(error)}), flush=True)
+            continue
+        for row in measured:
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        loads.append(load_average())
+        if args.out is not None:
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.record:
+        write_record(
+            Record(
+                name=f"selection-{args.half}",
+                section="Selection with defaults",
+                command=current_command(),
+                tables=tables(rows, args.half),
+                load=f"load averages (1, 5, 15 min) at the start and after each cell: {'; '.join(loads)}",
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

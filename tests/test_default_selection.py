@@ -1,0 +1,149 @@
+"""Each K-choosing algorithm's defaults find planted groups it is not told about (issue 29).
+
+Real runs through the ClientApp in this process, on digits (2 groups) and on a tabular own-data
+federation (scikit-learn's bundled digits as 64 features in an ``.npz``, the ``dnn`` MLP; 5 groups),
+with the project's run-config defaults and nothing set but the federation and the rounds. Rules
+that cannot decide (all clients alike, too few clients) keep one cluster, say so, and never crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.metrics import adjusted_rand_score
+
+from client.app import app as client_app
+from common.clustering.flag import choose_threshold
+from common.clustering.flic import flic_clusters
+from common.clustering.oneshot import Cut, fedclust_clusters
+from common.clustering.spectral import estimate_num_clusters, spectral_clustering
+from common.clustering.trajectories import cluster_trajectories
+from server.cli import PROJECT_ROOT, load_defaults
+from server.experiment import Experiment
+from tests.helpers.inprocess import InProcessGrid
+
+
+@pytest.fixture(scope="module")
+def tabular(tmp_path_factory):
+    """A user's tabular data set: ``x`` (1797, 64) in [0, 1], ``y`` in 0..9, one ``.npz``."""
+    digits = load_digits()
+    path = tmp_path_factory.mktemp("own") / "digits-tabular.npz"
+    np.savez(path, x=(digits.data / 16.0).astype(np.float32), y=digits.target.astype(np.int64))
+    return path
+
+
+def _federation(name, tabular):
+    if name == "digits-2":
+        return {"dataset": "digits", "groups": 2, "num-clients": 10}
+    return {"dataset": f"npz:{tabular}", "model": "dnn", "groups": 5, "num-clients": 15}
+
+
+def _run(**overrides):
+    rc = load_defaults(PROJECT_ROOT)
+    rc.update({"seed": 3, "eval-every": 100, **overrides})
+    exp = Experiment.from_run_config(rc)
+    strategy = exp.build_strategy()
+    strategy.start(
+        InProcessGrid(client_app, rc, rc["num-clients"]), exp.initial_model(), expected_clients=rc["num-clients"]
+    )
+    pids = sorted(strategy.assignment)
+    truth = [strategy.true_group(p) for p in pids]
+    return strategy, adjusted_rand_score(truth, [strategy.assignment[p] for p in pids]), len(set(truth))
+
+
+ONE_SHOT_ROUNDS = {"fedclust": 1, "pacfl": 1, "flhc": 2}  # FL+HC: 1 automatic warm-up round of 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("federation", ["digits-2", "tabular-5"])
+@pytest.mark.parametrize("strategy", sorted(ONE_SHOT_ROUNDS))
+def test_one_shot_defaults_find_the_planted_groups(strategy, federation, tabular):
+    if (strategy, federation) == ("pacfl", "tabular-5"):
+        pytest.xfail(
+            "PACFL's automatic cut splits one group in two here (6 clusters, ARI 0.85): docs/results/selection.md"
+        )
+    s, ari, groups = _run(strategy=strategy, rounds=ONE_SHOT_ROUNDS[strategy], **_federation(federation, tabular))
+    assert s.params.num_clusters == 0  # nobody told it K
+    assert groups == int(federation[-1])
+    assert ari == 1.0 and s.num_clusters == groups
+
+
+DURING_TRAINING = {  # strategy: rounds (the defaults' clustering falls inside them)
+    "cfl-gp": 6,  # K estimated after 2 profile updates (round 3)
+    "flag": 4,
+    "flic": 16,  # automatic round: a loss plateau, at the latest rounds // 2 + 1
+    "cflgt": 8,  # automatic pre-training: a quarter of the rounds
+    "cfl-sattler": 30,  # no split before round 20
+}
+SHORT = {
+    ("cflgt", "tabular-5"): "affinity propagation merges two of the 5 groups (4 clusters, ARI 0.88)",
+    ("cfl-sattler", "tabular-5"): "no second split within 30 rounds (1 cluster)",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("federation", ["digits-2", "tabular-5"])
+@pytest.mark.parametrize("strategy", sorted(DURING_TRAINING))
+def test_defaults_that_cluster_while_training_find_the_planted_groups(strategy, federation, tabular, request):
+    if (strategy, federation) in SHORT:  # known shortfalls: the run must still fall short, else the mark goes
+        request.applymarker(pytest.mark.xfail(strict=True, reason=SHORT[strategy, federation]))
+    s, ari, groups = _run(strategy=strategy, rounds=DURING_TRAINING[strategy], **_federation(federation, tabular))
+    assert groups == int(federation[-1])
+    assert ari == 1.0 and s.num_clusters == groups
+
+
+@pytest.mark.slow
+def test_fedclusts_former_default_puts_everyone_together_where_the_new_one_finds_the_groups():
+    """Fashion-MNIST's final layers lie closer than 1.0 (the former lambda): one cluster; the automatic cut: 2."""
+    fed = {"dataset": "fashion-mnist", "groups": 2, "num-clients": 10}
+    old, old_ari, _ = _run(strategy="fedclust", rounds=1, **fed, **{"fedclust-lambda": 1.0})
+    new, new_ari, groups = _run(strategy="fedclust", rounds=1, **fed)
+    assert old.num_clusters == 1 and old_ari == 0.0
+    assert new.params.fedclust_lambda == 0.0 and new.num_clusters == groups == 2 and new_ari == 1.0
+
+
+# ------------------------------------------------------------ rules that cannot decide
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
+def test_every_rule_keeps_one_cluster_on_clients_that_are_all_alike(n):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no library warning reaches the console
+        assert fedclust_clusters(np.ones((n, 5)), Cut(0.0)).labels.tolist() == [0] * n
+        assert cluster_trajectories(np.ones((n, 10, 2))).result.labels.tolist() == [0] * n
+        assert flic_clusters(np.full((n, n), 2.0), None, 0)[0].tolist() == [0] * n
+        if n >= 3:
+            assert estimate_num_clusters(np.ones((20, n)), 8).num_clusters == 1
+    # FLAG: a sweep whose accuracy does not change keeps the fewest clusters
+    assert choose_threshold([1, 2, 4, 8], [0.5, 0.5, 0.5, 0.5]) == 0
+
+
+def test_cfl_gp_estimate_on_alike_clients_says_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        estimate = estimate_num_clusters(np.ones((20, 6)), 8)
+    assert estimate.num_clusters == 1 and estimate.labels.tolist() == [0] * 6
+    assert any("cannot estimate K" in r.getMessage() for r in caplog.records)
+
+
+def test_cfl_gp_keeps_its_clustering_when_k_means_finds_fewer_clusters_than_k(caplog):
+    """The issue's case: K = 3 chosen, then k-means on coinciding profiles returned 1 distinct cluster."""
+    profile = np.zeros((12, 9))
+    previous = np.array([0, 1, 2] * 3)
+    with caplog.at_level(logging.DEBUG, logger="flwr"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels, _, _ = spectral_clustering(profile, 3, previous)
+    np.testing.assert_array_equal(labels, previous)
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert any(level == logging.WARNING and "kept as it was" in m for level, m in messages)
+    assert any(level == logging.DEBUG and "Number of distinct clusters" in m for level, m in messages)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fedclust", "pacfl", "cfl-gp"])
+def test_too_few_clients_for_two_groups_keep_one_cluster_and_say_so(strategy, caplog):
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        s, _, _ = _run(strategy=strategy, rounds=1, dataset="digits", groups=2, **{"num-clients": 2})
+    assert s.num_clusters == 1
+    assert any("cannot" in r.getMessage() and "one cluster" in r.getMessage() for r in caplog.records)

@@ -88,6 +88,7 @@ class RunRecorder:
                 "wall-seconds": round(time.time() - self.started, 3),
                 "config": self.run_config,
                 "details": strategy.run_details(),
+                "delivery": None if strategy.delivery is None else strategy.delivery.to_dict(),
             }
         )
         _write_json(self.folder / "summary.json", summary)

@@ -29,11 +29,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Error, Message
+from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
 
 from common import keys
 from common.modelstore import StoreError, read_bundle, read_json, sha256_file, write_bundle, write_json
@@ -259,6 +260,7 @@ class LocalGrid:
         self.run_config = dict(run_config)
         self.node_config = dict(node_config)
         self.ids = itertools.count(1)
+        _claim_task_identity()
 
     def get_node_ids(self) -> list[int]:
         """The one node."""
@@ -273,8 +275,8 @@ class LocalGrid:
                 run_id=0,
                 node_id=self.NODE,
                 node_config=self.node_config,
-                state=None,
-                run_config=self.run_config,  # type: ignore[arg-type]
+                state=RecordDict(),
+                run_config=self.run_config,
             )
             try:
                 reply = self.app(msg, context)
@@ -282,6 +284,17 @@ class LocalGrid:
                 reply = Message(Error(code=2, reason=f"{type(err).__name__}: {err}"), reply_to=msg)
             replies.append(reply)
         return replies
+
+
+def _claim_task_identity() -> None:
+    """Give this process the task identity Flower's messages need (a ServerApp process has one)."""
+    try:
+        from flwr.supercore.task_identity import TaskIdentity
+    except ImportError:  # an older Flower keeps no task identity
+        return
+    for name, value in (("task_id", 0), ("run_id", 0), ("node_id", 1)):
+        if getattr(TaskIdentity, f"_{name}", None) is None:
+            setattr(TaskIdentity, name, value)
 
 
 @dataclass(frozen=True)
@@ -326,8 +339,8 @@ def assign(results: str | Path, data_path: str | Path, out: str | Path | None = 
     node_config = {keys.PARTITION_ID: pid, "data-path": str(Path(data_path).expanduser())}
     source = data_source(rc, node_config)
     data = source.client_data(pid)  # raises naming the folder, the format expected and what it found
-    grid = LocalGrid(rc, node_config)
-    strategy.grid = grid  # type: ignore[assignment]
+    grid = cast(Grid, LocalGrid(rc, node_config))  # a Grid in all but its base class
+    strategy.grid = grid
     found, exchange = identify(grid, [LocalGrid.NODE], Membership(), {LocalGrid.NODE: None}, reply_timeout=60.0)
     if pid not in found:
         raise ValueError(

@@ -185,7 +185,7 @@ def _umbel_object(value: Mapping[str, Any], arrays: Mapping[str, np.ndarray], wh
         cls = getattr(cls, part, None)
     if not (isinstance(cls, type) and cls.__module__.startswith(_UMBEL_PACKAGES)):
         raise StoreError(f"The state {where} must name an umbel class. Got {value['t']!r} instead.")
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     if not dataclass:
         for name, item in value["v"].items():
             object.__setattr__(obj, name, decode(item, arrays, f"{where}.{name}"))

@@ -25,6 +25,7 @@ from common.sources import class_counts
 from common.training import evaluate as evaluate_model
 
 from .faults import inject_faults, skip_expired
+from .model_out import write_model_out
 from .signals import QUERIES, Handler, models_in
 from .task import ClientTask, task_from_context, train_local
 
@@ -96,6 +97,13 @@ def evaluate(msg: Message, context: Context) -> Message:
         }
     )
     return Message(RecordDict({keys.METRICS: metrics}), reply_to=msg)
+
+
+@app.query(keys.MODEL_ACTION)
+def final_model(msg: Message, context: Context) -> Message:
+    """The run's end: write this client's cluster model to node config ``model-out`` (if set)."""
+    written = write_model_out(msg.content, context.node_config)
+    return Message(RecordDict({keys.METRICS: MetricRecord({keys.MODEL_WRITTEN: int(written)})}), reply_to=msg)
 
 
 def _signal_handler(action: str, handler: Handler) -> None:

@@ -211,12 +211,14 @@ class OutputParams:
     checkpoint_every: int = 0
     resume_from: str = ""
     tensorboard: bool = False
+    save_models: bool = True
 
     def __post_init__(self) -> None:
         check_str(self.results_dir, "results-dir", OWNER)
         check_str(self.run_name, "run-name", OWNER)
         check_str(self.resume_from, "resume-from", OWNER)
         check_bool(self.tensorboard, "tensorboard", OWNER)
+        check_bool(self.save_models, "save-models", OWNER)
         object.__setattr__(self, "checkpoint_every", check_int(self.checkpoint_every, "checkpoint-every", OWNER, low=0))
         if self.results_dir.strip() == "":
             raise ValueError(f"The 'results-dir' parameter of {OWNER} must be a non-empty path. Got '' instead.")

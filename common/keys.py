@@ -75,3 +75,8 @@ ACCURACY = "accuracy"
 
 TRAIN_METRIC_KEYS = (NUM_EXAMPLES, TRAIN_LOSS)
 EVAL_METRIC_KEYS = (NUM_EXAMPLES, LOSS, ACCURACY)
+
+# The end of a run: each client's own cluster model (``query.model``), written to node config ``model-out``.
+MODEL_ACTION = "model"
+MODEL_OUT = "model-out"  # node config: the file a client writes its final cluster model to
+MODEL_WRITTEN = "model-written"  # reply: 1 when the client wrote the model, 0 when it has no model-out

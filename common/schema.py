@@ -292,15 +292,19 @@ KEYS: tuple[Key, ...] = (
         "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>, "
         "or <strategy>-<folder>-<format>-s<seed>-<time> for own data (data-path)",
     ),
-    _k("checkpoint-every", 0, OUTPUT, "save the whole strategy state every N rounds to checkpoint.pkl; 0 = never"),
-    _k(
-        "resume-from", "", OUTPUT, "continue a run from this checkpoint.pkl (only files you wrote); empty: start afresh"
-    ),
+    _k("checkpoint-every", 0, OUTPUT, "save the strategy's declared state every N rounds to checkpoint.npz; 0 = never"),
+    _k("resume-from", "", OUTPUT, "continue a run from this checkpoint.npz; empty: start afresh"),
     _k(
         "tensorboard",
         False,
         OUTPUT,
         "also write each round's metrics for TensorBoard to <run>/tensorboard (needs umbel[tensorboard])",
+    ),
+    _k(
+        "save-models",
+        True,
+        OUTPUT,
+        "write the cluster models to <run>/models/ and send each client its cluster's final model (docs/models.md)",
     ),
     # faults
     _k("fail-fraction", 0.0, FAULTS, "drills only: chance a client fails (raises) in a round, in [0, 1)"),

@@ -17,16 +17,16 @@ from flwr.serverapp.strategy import Result
 
 from common.metrics import deep_bytes, process_resources
 from strategies import ClusteredStrategy
-from strategies.checkpoint import load_checkpoint
+from strategies.state import CHECKPOINT_FILE, load_checkpoint
 
 from .clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
 from .experiment import Experiment
 from .federation_size import check_federation
 from .provenance import data_text, describe_data
+from .models import save_models
 from .results import RunRecorder
 from .tracking import open_loggers
 
-CHECKPOINT_FILE = "checkpoint.pkl"
 RESOURCES_FILE = "resources.json"
 # Strategy attributes that are not per-client state (the connection, callbacks, settings).
 NOT_STATE = frozenset({"grid", "on_round", "training", "params", "rng", "checkpoint_path", "_resume"})
@@ -102,6 +102,9 @@ def _run_umbel(
     if output.checkpoint_every:
         strategy.checkpoint_to(folder / CHECKPOINT_FILE, output.checkpoint_every)
     strategy.on_round = recorder.on_round
+    strategy.deliver = output.save_models
     result = strategy.start(grid, experiment.initial_model(), evaluate_fn=clock, expected_clients=nodes)
     recorder.finish(strategy)
+    if output.save_models:
+        log(INFO, "umbel: cluster models in %s", save_models(folder, strategy, experiment, recorder.run_config))
     return result

@@ -29,7 +29,7 @@ import tomli_w
 
 from common import schema
 
-from . import deploy
+from . import deploy, models_cli
 from .linkindex import write_launcher
 from .outcome import run_failure
 
@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=key.help,
         )
     deploy.add_parser(commands)
+    models_cli.add_parsers(commands)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"] and (old := renamed_flag(argv[1:])):
         run.error(f"{schema.renamed_message(old)} Use --{schema.RENAMED[old]}.")
@@ -112,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return deploy.run(args)
     if args.command == "export":
         return export_federation(args)
+    if args.command in models_cli.COMMANDS:
+        return models_cli.run(args)
     config = {key: getattr(args, key.replace("-", "_")) for key in schema.SCHEMA}
     try:
         folder, num_clients = prepare(config)
@@ -265,7 +268,7 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
 
         check_tensorboard()
     if experiment.output.resume_from:
-        from strategies.checkpoint import load_checkpoint
+        from strategies.state import load_checkpoint
 
         resume = Path(experiment.output.resume_from).expanduser().resolve()
         load_checkpoint(resume, experiment.strategy)

@@ -315,6 +315,7 @@ def supernode_command(
     key: Path | None = None,
     max_retries: int | None = None,
     max_wait_time: float | None = None,
+    model_out: str | None = None,
 ) -> list[str]:
     """The ``flower-supernode`` command line for one partition.
 
@@ -344,6 +345,8 @@ def supernode_command(
         node_config["data-dir"] = str(Path(data_dir).expanduser().resolve())
     if data_path:
         node_config["data-path"] = str(Path(data_path).expanduser().resolve())
+    if model_out:  # where the ClientApp writes this client's final cluster model (docs/models.md)
+        node_config["model-out"] = str(Path(model_out).expanduser().resolve())
     if device:
         # imports torch: only when a device is named, so that `umbel deploy --help` answers at once
         from common.training import check_device_name
@@ -835,6 +838,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--num-partitions", type=int, required=True, help="equal to the run's num-clients")
     p.add_argument("--data-dir", default=None, help="the public dataset's folder (node config data-dir)")
     p.add_argument(
+        "--model-out", default=None, help="file this client's final cluster model is written to (node config model-out)"
+    )
+    p.add_argument(
         "--data-path",
         default=None,
         help="this client's own data: a Hugging Face save_to_disk folder, an ImageFolder tree or an "
@@ -978,6 +984,7 @@ def _supernode(args: argparse.Namespace) -> int:
         key=args.key,
         max_retries=args.max_retries,
         max_wait_time=args.max_wait_time,
+        model_out=args.model_out,
     )
     if args.dry_run:
         print(shlex.join(cmd))

@@ -107,6 +107,7 @@ class RunRecorder:
                 "config": self.run_config,
                 "details": strategy.run_details(),
                 "not-learning": None if strategy.learning is None else strategy.learning.to_summary(),
+                "delivery": None if strategy.delivery is None else strategy.delivery.to_dict(),
             }
         )
         _write_json(self.folder / "summary.json", summary)

@@ -5,7 +5,7 @@ client sampling, one message per client carrying its own cluster's model, reply 
 per-cluster aggregation weighted by ``num-examples``, evaluation of every client with its
 cluster's model, traffic and timing records, and the round loop (Flower's ``Strategy.start``
 carries a single model, so it is overridden). Late clients are held out and admitted by
-``strategies.admission``, checkpoints written and read back by ``strategies.checkpoint``. An algorithm
+``strategies.admission``, checkpoints written and read back by ``strategies.state``. An algorithm
 only says how it collects its signal and assigns clusters, through the hooks
 ``init_clusters``, ``before_round``, ``client_config``, ``train_records``, ``reply_cluster``,
 ``aggregate_cluster``, ``after_train``, ``admit`` and ``phase``; ``query_signal`` asks clients for
@@ -47,7 +47,7 @@ from common.metrics import cluster_sizes, clustering_scores, mean_std
 from common.signals.losses import ModelLosses
 
 from .admission import admit_waiting, hold_out_late
-from .checkpoint import restored_state, save_checkpoint
+from .delivery import Delivery, deliver_models
 from .federation import (
     ClientInfo,
     Exchange,
@@ -62,6 +62,7 @@ from .federation import (
 )
 from .record import RoundRecord
 from .outcome import identity_failures, sent, stop_reason
+from .state import restore, save_state
 from .replies import (
     ReplyFault,
     S,
@@ -125,7 +126,7 @@ class ClusteredStrategy(Strategy):
     round_params: ClassVar[dict[str, int]] = {}
     distance_matrix: np.ndarray | None = None
     distance_pids: Sequence[int] = ()
-    # Per-run wiring and settings: attributes a checkpoint leaves out (``save_checkpoint``).
+    # Per-run wiring and settings: attributes a checkpoint leaves out (``strategies.state``).
     transient: ClassVar[frozenset[str]] = frozenset(
         {
             "grid",
@@ -138,8 +139,41 @@ class ClusteredStrategy(Strategy):
             "_stats",
             "_resume",
             "metric_ranges",
+            "membership",
+            "_lost",
+            "identity_seconds",
+            "deliver",
+            "delivery",
         }
     )
+    # What a checkpoint saves; each algorithm adds its own (``strategies.state.declared``).
+    state_fields: ClassVar[frozenset[str]] = frozenset(
+        {
+            "rng",
+            "clients",
+            "waiting",
+            "initial",
+            "models",
+            "assignment",
+            "history",
+            "_assignment_diffs",
+            "_logged_assignment",
+            "head_key",
+            "truth",
+            "last_eval",
+            "_told_untested",
+            "_sent_cluster",
+            "_rejected_rounds",
+            "_accepted_phases",
+            "_scored",
+            "distance_matrix",
+            "distance_pids",
+            "last_trained",
+            "learning",
+        }
+    )
+    # How a client that never took part is placed (``admit``); None: lowest train loss, no rule of its own.
+    placement_rule: ClassVar[str | None] = None
 
     def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:
         self.training = training if training is not None else TrainingParams()
@@ -150,6 +184,7 @@ class ClusteredStrategy(Strategy):
         self.initial: ArrayRecord | None = None
         self.models: list[ArrayRecord] = []
         self.assignment: dict[int, int] = {}
+        self.last_trained: dict[int, int] = {}  # cluster -> the last round its model was aggregated
         self.history: list[RoundRecord] = []
         self._assignment_diffs: list[tuple[int, dict[int, int | None]]] = []  # (round, what changed; None: left)
         self._logged_assignment: dict[int, int] = {}
@@ -171,6 +206,8 @@ class ClusteredStrategy(Strategy):
         self._rejected_rounds: dict[str, int] = {}
         self._accepted_phases: set[str] = set()
         self.identity_seconds = 0.0  # waiting for the nodes and their identities at start-up
+        self.deliver = True  # send every client its cluster's final model after the last round
+        self.delivery: Delivery | None = None
         self._scored: tuple[tuple[list[int], list[int], list[int]], tuple[float, float] | None] | None = None
         self.metric_ranges = metric_ranges()  # each reply metric's allowed range (regression: R^2 <= 1)
 
@@ -244,6 +281,7 @@ class ClusteredStrategy(Strategy):
             raise ValueError(f"Assignments {bad} point outside the {len(models)} cluster models.")
         self.models = list(models)
         self.assignment = dict(assignment)
+        self.last_trained = {}
 
     @property
     def assignment_changes(self) -> list[dict[str, Any]]:
@@ -410,6 +448,7 @@ class ClusteredStrategy(Strategy):
             members.setdefault(self._sent_cluster[pid], []).append(update)
         for k, cluster_updates in sorted(members.items()):
             self.models[k] = self.aggregate_cluster(k, cluster_updates)
+            self.last_trained[k] = server_round
         self._stats.train_replies = len(updates)
         self.after_train(server_round, updates)
         metrics: dict[str, int | float | list[int] | list[float]] = {
@@ -591,7 +630,8 @@ class ClusteredStrategy(Strategy):
             self._stop_if_all_rejected(rnd)
             every = self.checkpoint_every
             if self.checkpoint_path is not None and every and (rnd % every == 0 or rnd == self.training.rounds):
-                save_checkpoint(self, rnd, self.checkpoint_path)
+                save_state(self, rnd, self.checkpoint_path)
+        self.delivery = deliver_models(self, self.training.rounds) if self.deliver else None
         return result
 
     # ----------------------------------------------------------------- internals
@@ -603,9 +643,8 @@ class ClusteredStrategy(Strategy):
 
     def _restore(self, checkpoint: dict[str, Any], found: dict[int, ClientInfo]) -> int:
         """Load a checkpoint's state onto this strategy; the first round still to run."""
-        membership = self.membership  # this run's node ids, not the saved run's
-        vars(self).update(restored_state(checkpoint, found))
-        self.membership, self._lost, self._resume = membership, set(), None
+        restore(self, checkpoint, found)
+        self._lost, self._resume = set(), None
         log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"], len(self.clients))
         return int(checkpoint["round"]) + 1
 

@@ -96,6 +96,21 @@ class CFLGP(ClusteredStrategy):
     """
 
     name = "cfl-gp"
+    state_fields: ClassVar[frozenset[str]] = frozenset(
+        {
+            "blocks",
+            "broadcasts",
+            "counts",
+            "estimate",
+            "k",
+            "last_block",
+            "ratio",
+            "size",
+            "spectra",
+            "stopped",
+            "unchanged",
+        }
+    )
     params_type = CFLGPParams
 
     def describe_distances(self) -> str:

@@ -88,6 +88,9 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     """
 
     name = "cfl-sattler"
+    state_fields: ClassVar[frozenset[str]] = frozenset(
+        {"_candidates", "_retry", "attempts", "norms", "similarity", "splits"}
+    )
     params_type = CFLSattlerParams
 
     def describe_distances(self) -> str:

@@ -107,6 +107,13 @@ class CFLGT(ClusteredStrategy):
     """
 
     name = "cflgt"
+    state_fields: ClassVar[frozenset[str]] = frozenset(
+        {"diagnostics", "exemplars", "pending", "reference", "trajectories"}
+    )
+    placement_rule = (
+        "CFLGT: the client's class-force trajectory on the pre-training model (query.forces), "
+        "the nearest exemplar's cluster"
+    )
     params_type = CFLGTParams
 
     def describe_distances(self) -> str:

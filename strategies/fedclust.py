@@ -71,6 +71,10 @@ class FedClust(OneShotStrategy):
     """
 
     name = "fedclust"
+    state_fields: ClassVar[frozenset[str]] = frozenset({"centroids", "newcomers"})
+    placement_rule = (
+        "FedClust Alg. 2: the final layer after training the initial model (query.head), the nearest cluster centroid"
+    )
     params_type = FedClustParams
 
     def describe_distances(self) -> str:

@@ -104,6 +104,9 @@ class FLAG(OneShotStrategy):
     """
 
     name = "flag"
+    state_fields: ClassVar[frozenset[str]] = frozenset(
+        {"_pending", "chosen_alpha", "data_matrix", "gradient_matrix", "sweep", "sweep_initial"}
+    )
     keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLAGParams
     transient = OneShotStrategy.transient | {"_cache"}

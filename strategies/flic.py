@@ -97,6 +97,22 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     """
 
     name = "flic"
+    state_fields: ClassVar[frozenset[str]] = frozenset(
+        {
+            "_labels",
+            "_reference",
+            "_stable_since",
+            "clustered_at",
+            "clustering_similarity",
+            "joined",
+            "resolution",
+            "similarity",
+            "train_loss",
+        }
+    )
+    placement_rule = (
+        "FLIC: the client's update of the clustered model (query.update), the cluster of largest modularity gain"
+    )
     params_type = FLICParams
     round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
 

@@ -50,6 +50,8 @@ class IFCA(ClusteredStrategy):
     """All K models down to every sampled client; the client's choice by train loss comes back."""
 
     name = "ifca"
+    state_fields: ClassVar[frozenset[str]] = frozenset({"choices"})
+    placement_rule = "IFCA: the cluster model with the lowest loss on the client's train split (query.losses)"
     params_type = IFCAParams
 
     def __init__(self, training: TrainingParams | None = None, params: IFCAParams | None = None) -> None:

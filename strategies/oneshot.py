@@ -48,6 +48,7 @@ class OneShotStrategy(ClusteredStrategy):
     """
 
     name = "one-shot"
+    state_fields: ClassVar[frozenset[str]] = frozenset({"auto_silhouette", "clustered", "pending", "signals"})
     # Whether placing newcomers (or on_clustered) reads ``signals``; if not, they are dropped after clustering.
     keeps_signals: ClassVar[bool] = True
 

@@ -73,6 +73,10 @@ class PACFL(OneShotStrategy):
     """One-shot HC on principal angles between the clients' class subspaces."""
 
     name = "pacfl"
+    placement_rule = (
+        "PACFL: the client's class subspaces (query.subspaces), "
+        "the cluster at the smallest mean principal angle to its members"
+    )
     params_type = PACFLParams
 
     def describe_distances(self) -> str:

@@ -25,6 +25,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -35,8 +36,10 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from client.task import task_from_context
+from common.modelstore import read_bundle
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
+from server.models import load_models
 from server.superlink import FleetOnly, fleet_paths
 from tests.helpers import small_run_config
 from tests.helpers.processes import kill_trees, wait_for_port
@@ -110,6 +113,8 @@ class Deployment:
             NUM_NODES,
             "--port",
             free_port(),
+            "--model-out",
+            self.root / f"{name}-model.npz",
             *NODE_RETRIES,
             *sec,
         )
@@ -314,6 +319,15 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mod
     assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
     assert any(r["clients-rejoined"] == [RESTARTED] for r in lines), lines
     assert summary["coverage"]["final-accuracy"] == f"over {NUM_NODES} of {NUM_NODES} clients"
+    trained = load_models(folder)
+    assert summary["delivery"]["written"] == list(range(NUM_NODES)), summary["delivery"]
+    for pid in range(NUM_NODES):  # each SuperNode holds exactly the server's model of its cluster
+        arrays, meta = read_bundle(dep.root / f"node{pid}-model.npz")
+        k = trained.assignment[pid]
+        assert meta["cluster-id"] == k
+        for name, tensor in trained.models[k].state_dict().items():
+            np.testing.assert_array_equal(arrays[name], tensor.numpy())
+    assert not (dep.root / f"{DUPLICATE}-model.npz").exists()
     link = dep.log("superlink").read_text()
     assert ("https://" if dep.secure else "http://") + f"127.0.0.1:{dep.port}" in link
     if dep.secure:

@@ -4,7 +4,6 @@ expiry, Ray's pool for slow clients, and resuming (checkpoint errors, assignment
 from __future__ import annotations
 
 import json
-import pickle
 import time
 
 import pytest
@@ -13,11 +12,12 @@ from flwr.common.config import parse_config_args
 
 from client.app import app as client_app
 from common import keys
+from common.modelstore import write_bundle
 from server import cli
 from server.experiment import Experiment
 from server.results import RunRecorder
 from strategies import FedAvg
-from strategies.checkpoint import load_checkpoint
+from strategies.state import FORMAT, load_checkpoint
 from tests.helpers import small_run_config
 from tests.helpers.inprocess import InProcessGrid
 
@@ -114,8 +114,8 @@ def test_ray_gets_an_actor_per_client_that_may_sleep(monkeypatch, tmp_path):
 
 
 def test_a_checkpoint_without_strategy_key_is_a_clear_error(tmp_path):
-    path = tmp_path / "checkpoint.pkl"
-    path.write_bytes(pickle.dumps({"format": 1, "round": 3, "state": {"history": []}}))
+    path = tmp_path / "checkpoint.npz"
+    write_bundle(path, {}, {"format": FORMAT, "round": 3, "state": {"history": []}})
     with pytest.raises(ValueError, match=r"is incomplete: it lacks \['strategy'\]"):
         load_checkpoint(path, "fedavg")
 
@@ -130,7 +130,7 @@ def test_a_resumed_run_keeps_the_assignment_history_from_before(tmp_path):
             checkpoint = load_checkpoint(resume, "ifca")
             strategy.resume(checkpoint)
             recorder.replay(checkpoint["state"]["history"])
-        strategy.checkpoint_to(tmp_path / "checkpoint.pkl", 2)
+        strategy.checkpoint_to(tmp_path / "checkpoint.npz", 2)
         strategy.on_round = recorder.on_round
         strategy.start(InProcessGrid(client_app, rc, 6), exp.initial_model(), expected_clients=6)
         recorder.finish(strategy)
@@ -138,5 +138,5 @@ def test_a_resumed_run_keeps_the_assignment_history_from_before(tmp_path):
 
     straight = run(4, tmp_path / "straight")
     run(2, tmp_path / "first")
-    resumed = run(4, tmp_path / "resumed", resume=tmp_path / "checkpoint.pkl")
+    resumed = run(4, tmp_path / "resumed", resume=tmp_path / "checkpoint.npz")
     assert resumed[0]["round"] == 1 and resumed == straight

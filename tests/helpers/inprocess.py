@@ -37,6 +37,8 @@ class InProcessGrid:
         Return replies in reverse order (replies may arrive in any order).
     failing : iterable of int
         Partition ids whose ClientApp raises on every message but the identity query.
+    node_configs : mapping of partition id to mapping, optional
+        Extra node config of a partition's node (e.g. ``model-out``).
     """
 
     def __init__(
@@ -47,6 +49,7 @@ class InProcessGrid:
         faults: Mapping[int, Fault] | None = None,
         reverse_replies: bool = False,
         failing: Iterable[int] = (),
+        node_configs: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> None:
         self.client_app = client_app
         self.run_config = dict(run_config)
@@ -56,6 +59,7 @@ class InProcessGrid:
         self.faults = dict(faults or {})
         self.reverse_replies = reverse_replies
         self.failing = set(failing)
+        self.node_configs = dict(node_configs or {})
         self.sent: list[Message] = []
         self._ids = itertools.count(1)
         TaskIdentity.task_id = 1
@@ -74,7 +78,11 @@ class InProcessGrid:
             context = Context(
                 run_id=1,
                 node_id=node,
-                node_config={"partition-id": self.pid_of[node], "num-partitions": len(self.pid_of)},
+                node_config={
+                    "partition-id": self.pid_of[node],
+                    "num-partitions": len(self.pid_of),
+                    **self.node_configs.get(self.pid_of[node], {}),
+                },
                 state=self.states[node],
                 run_config=self.run_config,
             )

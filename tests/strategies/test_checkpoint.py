@@ -8,7 +8,7 @@ import pytest
 from client.app import app as client_app
 from server.experiment import Experiment
 from strategies import REGISTRY
-from strategies.checkpoint import load_checkpoint, save_checkpoint
+from strategies.state import load_checkpoint, save_state
 from tests.helpers import small_run_config
 from tests.helpers.doubles import ByTrueGroup
 from tests.helpers.inprocess import InProcessGrid
@@ -21,7 +21,7 @@ def _run(strategy_cls, rounds, tmp_path=None, resume=None, every=0, **overrides)
     exp = Experiment.from_run_config(rc)
     strategy = strategy_cls(exp.training, exp.strategy_params if strategy_cls.name == exp.strategy else None)
     if every:
-        strategy.checkpoint_to(tmp_path / "checkpoint.pkl", every)
+        strategy.checkpoint_to(tmp_path / "checkpoint.npz", every)
     if resume is not None:
         strategy.resume(load_checkpoint(resume, strategy_cls.name))
     strategy.start(
@@ -57,8 +57,8 @@ def test_three_rounds_plus_resume_equal_six_straight(name, tmp_path):
     strategy_cls, settings = REGISTRY[name], {"strategy": name, **FAMILIES[name]}
     straight = _run(strategy_cls, 6, **settings)
     first = _run(strategy_cls, 3, tmp_path, every=3, **settings)
-    assert load_checkpoint(tmp_path / "checkpoint.pkl", strategy_cls.name)["round"] == 3
-    resumed = _run(strategy_cls, 6, resume=tmp_path / "checkpoint.pkl", **settings)
+    assert load_checkpoint(tmp_path / "checkpoint.npz", strategy_cls.name)["round"] == 3
+    resumed = _run(strategy_cls, 6, resume=tmp_path / "checkpoint.npz", **settings)
     assert [r.round for r in resumed.history] == list(range(1, 7))
     _same_run(straight, resumed)
     assert len(first.history) == 3
@@ -74,7 +74,7 @@ def test_a_crashed_run_resumes_from_its_last_checkpoint_with_late_clients_still_
     rc = small_run_config(rounds=6, **late)
     exp = Experiment.from_run_config(rc)
     crashing = ByTrueGroup(exp.training)
-    crashing.checkpoint_to(tmp_path / "checkpoint.pkl", 1)
+    crashing.checkpoint_to(tmp_path / "checkpoint.npz", 1)
 
     def crash_in_round_3(strategy, record):
         if record.round == 3:
@@ -83,24 +83,24 @@ def test_a_crashed_run_resumes_from_its_last_checkpoint_with_late_clients_still_
     crashing.on_round = crash_in_round_3
     with pytest.raises(Crash):
         crashing.start(InProcessGrid(client_app, rc, 6), exp.initial_model(), expected_clients=6)
-    saved = load_checkpoint(tmp_path / "checkpoint.pkl", ByTrueGroup.name)
+    saved = load_checkpoint(tmp_path / "checkpoint.npz", ByTrueGroup.name)
     assert saved["round"] == 2 and len(saved["state"]["waiting"]) == 2
-    resumed = _run(ByTrueGroup, 6, resume=tmp_path / "checkpoint.pkl", **late)
+    resumed = _run(ByTrueGroup, 6, resume=tmp_path / "checkpoint.npz", **late)
     _same_run(straight, resumed)
 
 
 def test_checkpoint_is_written_atomically_and_checked_on_load(tmp_path):
     strategy = _run(REGISTRY["fedavg"], 1)
-    path = save_checkpoint(strategy, 1, tmp_path / "ck.pkl")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pkl"]
+    path = save_state(strategy, 1, tmp_path / "ck.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.npz"]
     assert "grid" not in load_checkpoint(path, "fedavg")["state"]
-    with pytest.raises(ValueError, match="written by strategy 'fedavg', not 'local'"):
+    with pytest.raises(ValueError, match="must be written by strategy 'local'. Got one written by 'fedavg' instead"):
         load_checkpoint(path, "local")
     with pytest.raises(ValueError, match=r"'resume-from' parameter .* \(no such file\)"):
-        load_checkpoint(tmp_path / "missing.pkl", "fedavg")
-    (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
-    with pytest.raises(ValueError, match="cannot be read"):
-        load_checkpoint(tmp_path / "junk.pkl", "fedavg")
+        load_checkpoint(tmp_path / "missing.npz", "fedavg")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="must be a .npz bundle. Got an unreadable file instead"):
+        load_checkpoint(tmp_path / "junk.npz", "fedavg")
 
 
 def test_resume_refuses_a_federation_missing_a_checkpointed_partition(tmp_path):
@@ -109,5 +109,5 @@ def test_resume_refuses_a_federation_missing_a_checkpointed_partition(tmp_path):
         rc = small_run_config(rounds=4)
         exp = Experiment.from_run_config(rc)
         strategy = REGISTRY["fedavg"](exp.training)
-        strategy.resume(load_checkpoint(tmp_path / "checkpoint.pkl", "fedavg"))
+        strategy.resume(load_checkpoint(tmp_path / "checkpoint.npz", "fedavg"))
         strategy.start(InProcessGrid(client_app, rc, 5), exp.initial_model(), expected_clients=5)

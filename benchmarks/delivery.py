@@ -1,0 +1,94 @@
+"""What delivering the models costs: writing ``models/``, the final-model round, one training round, ``umbel assign``.
+
+Runs FedClust (K = 2) on the digits label-groups scenario with the real ClientApp in this
+process (``tests.helpers.inprocess.InProcessGrid``: no Ray, no network, so the message times
+are the ClientApp's and the server's work, not transport) and writes the record
+``docs/results/data/delivery.json``::
+
+    python -m benchmarks.delivery --clients 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.records import Record, Table, current_command, load_average, write_record
+from client.app import app as client_app
+from common.export import export_partition
+from common.scenarios import ScenarioConfig, build_partition
+from server.experiment import Experiment
+from server.models import MODELS_DIR, assign, save_models
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
+
+
+def measure(num_clients: int, work: Path) -> list[object]:
+    """One row: clients, training-round s, delivery s and MB, models/ write s and MB, assign s."""
+    rc = small_run_config(
+        strategy="fedclust",
+        rounds=2,
+        fraction=1.0,
+        **{"num-clients": num_clients, "samples-per-label": max(1, 140 // num_clients), "num-clusters": 2},
+    )
+    exp = Experiment.from_run_config(rc)
+    strategy = exp.build_strategy()
+    strategy.start(InProcessGrid(client_app, rc, num_clients), exp.initial_model(), expected_clients=num_clients)
+    train_round = strategy.history[-1].round_seconds
+    train_mb = (strategy.history[-1].bytes_down_model + strategy.history[-1].bytes_up_model) / 1e6
+    delivery = strategy.delivery
+    assert delivery is not None
+    folder = work / f"run-{num_clients}"
+    started = time.perf_counter()
+    save_models(folder, strategy, exp, rc)
+    write_s = time.perf_counter() - started
+    written_mb = sum(p.stat().st_size for p in (folder / MODELS_DIR).iterdir()) / 1e6
+    newcomer = work / f"new-{num_clients}"
+    export_partition(build_partition(ScenarioConfig.from_run_config({**rc, "num-clients": 2}), ""), newcomer, "npz")
+    placed = assign(folder, newcomer / "partition_0")
+    return [
+        num_clients,
+        round(train_round, 3),
+        round(train_mb, 3),
+        round(delivery.seconds, 3),
+        round(delivery.bytes_down / 1e6, 3),
+        round(write_s, 3),
+        round(written_mb, 3),
+        round(placed.seconds, 3),
+    ]
+
+
+def main() -> None:
+    """Measure each federation size and write the record."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, nargs="+", default=[100])  # digits holds ~150 samples a label
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [measure(n, Path(tmp)) for n in args.clients]
+    table = Table(
+        title="Delivering the models (FedClust K = 2, digits, dnn; in-process ClientApp)",
+        columns=[
+            "clients",
+            "training round s",
+            "training round MB",
+            "final-model round s",
+            "final-model round MB",
+            "models/ write s",
+            "models/ MB",
+            "umbel assign s",
+        ],
+        rows=rows,
+        notes="MB: array payload sent and received (training) or sent (delivery), and bytes on disk (models/).",
+    )
+    record = Record(
+        name="delivery", section="After training", command=current_command(), tables=[table], load=load_average()
+    )
+    print(write_record(record))
+    for row in rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    main()

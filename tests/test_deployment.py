@@ -722,3 +722,48 @@ def _required_flower() -> str:
         dependencies = tomllib.load(fh)["project"]["dependencies"]
     (spec,) = [d.split("]", 1)[1] for d in dependencies if d.startswith("flwr[")]
     return spec
+
+
+def _serverapps(dep: Deployment) -> list[psutil.Process]:
+    """The ServerApp processes the SuperLink's SuperExec has started."""
+    found = []
+    for proc in psutil.Process(dep.procs["superlink"].pid).children(recursive=True):
+        try:
+            if any("flwr-serverapp" in part for part in proc.cmdline()[:2]):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(secure):
+    """kill -9 of the ServerApp after the round-1 checkpoint, then resume-from: the same cluster models,
+    assignment and accuracy as the same run without the kill (TLS + SuperNode authentication)."""
+    dep = secure
+    killed = dep.submit("ckpt-killed", **{"checkpoint-every": 1})
+    checkpoint = dep.root / "results" / "ckpt-killed" / "checkpoint.npz"
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not checkpoint.exists():
+        assert killed.poll() is None and time.monotonic() < deadline, dep.tails("ckpt-killed")
+        time.sleep(0.5)
+    apps = _serverapps(dep)
+    assert apps, dep.tails("ckpt-killed")
+    for app in apps:
+        app.send_signal(signal.SIGKILL)
+    dep.stop("ckpt-killed")
+    saved = checkpoint.read_bytes()
+    straight = load_models(dep.finish("ckpt-straight", dep.submit("ckpt-straight")))
+    folder = dep.finish("ckpt-resumed", dep.submit("ckpt-resumed", **{"resume-from": str(checkpoint)}))
+    assert "resuming from" in dep.log("ckpt-resumed").read_text()
+    assert checkpoint.read_bytes() == saved  # the resumed run wrote its own folder, not the old one
+    resumed = load_models(folder)
+    assert resumed.assignment == straight.assignment and resumed.models.keys() == straight.models.keys()
+    for k, model in straight.models.items():
+        for name, tensor in model.state_dict().items():
+            np.testing.assert_allclose(resumed.models[k].state_dict()[name].numpy(), tensor.numpy(), atol=1e-6)
+    finals = [
+        json.loads((dep.root / "results" / r / "summary.json").read_text())["final-accuracy"]
+        for r in ("ckpt-straight", "ckpt-resumed")
+    ]
+    assert finals[0] == pytest.approx(finals[1], abs=1e-6)

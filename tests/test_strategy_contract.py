@@ -86,7 +86,8 @@ def _drop_all(reply: Message, server_round: int) -> Message | None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_survives_rounds_without_any_reply(name):
-    rc, exp, strategy = _setup(name)
+    # max-rejected-rounds 0: the stop rule is off, so the loop itself must carry on with its models
+    rc, exp, strategy = _setup(name, **{"max-rejected-rounds": 0})
     grid = InProcessGrid(client_app, rc, 6, faults=dict.fromkeys(range(6), _drop_all))
     initial = exp.initial_model()
     strategy.start(grid, initial, expected_clients=6)

@@ -741,7 +741,8 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
     """kill -9 of the ServerApp after the round-1 checkpoint, then resume-from: the same cluster models,
     assignment and accuracy as the same run without the kill (TLS + SuperNode authentication)."""
     dep = secure
-    killed = dep.submit("ckpt-killed", **{"checkpoint-every": 1})
+    short = {"rounds": 2, "eval-every": 2}
+    killed = dep.submit("ckpt-killed", **short, **{"checkpoint-every": 1})
     checkpoint = dep.root / "results" / "ckpt-killed" / "checkpoint.npz"
     deadline = time.monotonic() + RUN_TIMEOUT
     while not checkpoint.exists():
@@ -753,8 +754,8 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
         app.send_signal(signal.SIGKILL)
     dep.stop("ckpt-killed")
     saved = checkpoint.read_bytes()
-    straight = load_models(dep.finish("ckpt-straight", dep.submit("ckpt-straight")))
-    folder = dep.finish("ckpt-resumed", dep.submit("ckpt-resumed", **{"resume-from": str(checkpoint)}))
+    straight = load_models(dep.finish("ckpt-straight", dep.submit("ckpt-straight", **short)))
+    folder = dep.finish("ckpt-resumed", dep.submit("ckpt-resumed", **short, **{"resume-from": str(checkpoint)}))
     assert "resuming from" in dep.log("ckpt-resumed").read_text()
     assert checkpoint.read_bytes() == saved  # the resumed run wrote its own folder, not the old one
     resumed = load_models(folder)
@@ -767,3 +768,24 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
         for r in ("ckpt-straight", "ckpt-resumed")
     ]
     assert finals[0] == pytest.approx(finals[1], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_registered_impostor_is_refused_by_the_roster_over_tls_and_auth(secure):
+    """The impostor drill (issue 33): a registered node holding another key claims partition 0; with the
+    roster `umbel deploy register` wrote, it is refused by key and the genuine node trains as client 0."""
+    dep: Deployment = secure
+    roster = dep.keys / "roster.json"
+    assert roster.is_file()  # written by `umbel deploy register`
+    dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE)
+    try:
+        run_name = "roster-impostor"
+        proc = dep.submit(run_name, rounds=1, **{"eval-every": 1, "roster-path": str(roster)})
+        folder = dep.finish(run_name, proc)
+    finally:
+        dep.stop_gracefully(DUPLICATE)
+    out = dep.log(run_name).read_text()
+    assert "it claims client 0, but the roster binds client 0 to key SHA256:" in out, out[-4000:]
+    lines = _metrics(folder)
+    assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
+    assert f"{NUM_NODES} clients identified" in out

@@ -89,9 +89,12 @@ def test_one_pair_on_digits_times_both_loops_the_same_way(tmp_path):
         assert times["server-loop"] == loop and sorted(times["round-seconds"]) == ["2", "3", "4", "5"]
         assert math.isfinite(report["pairs"][0][f"{loop}-train-loss"])
         assert len(report["pairs"][0][loop]) == 3  # rounds 2-4: the first and the last are left out
-    # Flower's loop (its own ServerApp) writes only its summary and round times; umbel's its full results
+    # Flower's loop (its own ServerApp) writes its summary, round times and each round's train replies
+    # (what umbel run's outcome check reads); umbel's loop its full results
     assert json.loads((folder / "flower-0" / "summary.json").read_text())["server-loop"] == "flower"
-    assert (folder / "umbel-0" / "metrics.jsonl").exists() and not (folder / "flower-0" / "metrics.jsonl").exists()
+    flower_rounds = [json.loads(x) for x in (folder / "flower-0" / "metrics.jsonl").read_text().splitlines()]
+    assert flower_rounds == [{"round": r, "train-replies": 3} for r in range(1, 6)]
+    assert "accuracy" in (folder / "umbel-0" / "metrics.jsonl").read_text()
     assert report["ratio"] > 0 and "Ratio umbel / Flower" in (folder / "overhead.md").read_text()
 
 

@@ -24,6 +24,7 @@ import gzip
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -410,12 +411,30 @@ def read_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims).copy()
 
 
+# CIFAR-10's python batches are pickles (the data set's own format, the one pickle umbel reads):
+# a dict of bytes, lists and one uint8 ndarray. Only numpy's array reconstruction may be named in
+# them, so a tampered batch cannot make the unpickler call anything else.
+_CIFAR_GLOBALS = frozenset(
+    {(module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray") for name in ("_reconstruct",)}
+    | {("numpy", "ndarray"), ("numpy", "dtype")}
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"a CIFAR-10 batch holds only numpy arrays, lists and bytes; it names {module}.{name}"
+            )
+        return super().find_class(module, name)
+
+
 def _read_cifar(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for path in paths:
         try:
             with open(path, "rb") as handle:
-                batch = pickle.load(handle, encoding="bytes")
+                batch = _CifarUnpickler(handle, encoding="bytes").load()
             data = np.asarray(batch[b"data"], dtype=np.uint8)
             labels = np.asarray(batch[b"labels"], dtype=np.int64)
             xs.append(data.reshape(len(data), 3, 32, 32))

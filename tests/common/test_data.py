@@ -248,3 +248,28 @@ def test_bad_arguments():
         load_dataset("digits", seed=-1)
     with pytest.raises(ValueError, match="'data-dir' parameter"):
         load_dataset("digits", data_dir=3)  # type: ignore[arg-type]
+
+
+class _RunsCode:
+    """Unpickling this calls ``os.system``: what a tampered batch would do."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_a_cifar10_batch_that_names_anything_but_numpy_arrays_is_refused_before_it_runs(tmp_path, monkeypatch):
+    import os
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": np.zeros((2, 3072), np.uint8), b"labels": [3, 9], b"x": _RunsCode()}
+        with open(folder / name, "wb") as handle:
+            pickle.dump(batch, handle)
+    called = []
+    monkeypatch.setattr(os, "system", lambda cmd: called.append(cmd))
+    with pytest.raises(ValueError, match=r"data_batch_1.*names posix\.system"):
+        load_dataset("cifar10", data_dir=str(tmp_path))
+    assert called == []

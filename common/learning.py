@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any
 
-from common.config import TrainingParams
+from common.config import TrainingParams, run_config_key
 
 CHANCE_ROUNDS = 5
 """Rounds with training whose losses are compared with chance level (fewer when the run is shorter)."""
 CHANCE_TOLERANCE = 0.05
 """Relative distance to ``ln C`` that still counts as chance level."""
-TRAINING_KEYS = ("lr", "local-epochs", "batch-size", "fraction")
-"""The run-config keys the warning names, with their values."""
+TRAINING_FIELDS = ("lr", "local_epochs", "batch_size", "fraction")
+"""The ``TrainingParams`` fields the warning names (by their run-config keys), with their values."""
 _LOG = logging.getLogger("flwr")  # Flower's console logger, by its name: common stays free of Flower
 
 
@@ -38,7 +38,7 @@ class ChanceLossCheck:
     rounds : int
         The run's rounds: a shorter run is judged on all its rounds.
     settings : dict of str to value
-        The values of ``TRAINING_KEYS`` (key -> value), quoted in the warning.
+        Run-config key -> value of each of ``TRAINING_FIELDS``, quoted in the warning.
 
     Attributes
     ----------
@@ -53,12 +53,16 @@ class ChanceLossCheck:
     settings: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
     warning: str | None = None
-    judged: bool = False
 
     @property
     def chance(self) -> float:
         """``ln C``: the cross-entropy of a uniform prediction."""
         return math.log(self.num_classes)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the window is complete (then nothing changes any more)."""
+        return len(self.losses) >= self.window
 
     @property
     def window(self) -> int:
@@ -73,9 +77,8 @@ class ChanceLossCheck:
         if self.judged or train_loss is None or self.num_classes < 2 or not math.isfinite(self.chance):
             return None
         self.losses.append((server_round, float(train_loss)))
-        if len(self.losses) < self.window:
+        if not self.judged:
             return None
-        self.judged = True
         floor = (1.0 - CHANCE_TOLERANCE) * self.chance
         if all(not math.isfinite(loss) or loss >= floor for _, loss in self.losses):
             self.warning = self._message()
@@ -84,7 +87,7 @@ class ChanceLossCheck:
 
     def _message(self) -> str:
         first, last = self.losses[0][0], self.losses[-1][0]
-        shown = ", ".join(f"{k} {self.settings[k]}" for k in TRAINING_KEYS if k in self.settings)
+        shown = ", ".join(f"{key} {value}" for key, value in self.settings.items())
         return (
             f"the mean training loss stayed at chance level in rounds {first}-{last} "
             f"({', '.join(f'{loss:.3f}' for _, loss in self.losses)}; ln {self.num_classes} = {self.chance:.3f}): "
@@ -116,12 +119,7 @@ def observe_train_loss(
     if check is None:
         head = model.get(head_key)
         num_classes = int(head.shape[0]) if head is not None and len(head.shape) == 2 else 0
-        settings = {
-            "lr": training.lr,
-            "local-epochs": training.local_epochs,
-            "batch-size": training.batch_size,
-            "fraction": training.fraction,
-        }
+        settings = {run_config_key(TrainingParams, name): getattr(training, name) for name in TRAINING_FIELDS}
         check = ChanceLossCheck(num_classes, training.rounds, settings)
     warning = check.observe(server_round, train_loss)
     if warning is not None:

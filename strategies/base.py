@@ -49,6 +49,7 @@ from common.signals.losses import ModelLosses
 from .admission import admit_waiting, hold_out_late
 from .delivery import Delivery, deliver_models
 from .federation import (
+    REJECTED,
     ClientInfo,
     Exchange,
     Membership,
@@ -716,7 +717,7 @@ class ClusteredStrategy(Strategy):
             self._stats.faults.setdefault(exchange.phase, f"client {pid}: {fault}")
         self._stats.logged.add(pid)
         del exchange.replies[pid]
-        exchange.failures[pid] = f"rejected: {fault}"
+        exchange.failures[pid] = f"{REJECTED}{fault}"
         self._stats.rejected += 1
 
     def _stop_if_all_rejected(self, server_round: int) -> None:

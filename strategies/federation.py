@@ -74,6 +74,12 @@ class Traffic:
         return self
 
 
+REJECTED = "rejected: "
+"""How ``Exchange.failures`` begins for a reply that arrived but failed the server's checks."""
+TIMED_OUT = "no reply within"
+"""How ``Exchange.failures`` begins for a message that got no reply in time."""
+
+
 @dataclass
 class Exchange:
     """The outcome of one send-and-receive: good replies and failures, by partition id."""
@@ -156,7 +162,7 @@ class Outbox:
             log(WARNING, "%s refused: %s", self.message_type, reason)
         for key in self._key_of:
             if key not in out.replies and key not in out.failures:
-                out.failures[key] = f"no reply within {timeout:g} s"
+                out.failures[key] = f"{TIMED_OUT} {timeout:g} s"
         out.seconds = time.monotonic() - self.created
         return out
 

@@ -8,9 +8,7 @@ sent messages and none of the replies was usable, whatever the reason.
 
 from __future__ import annotations
 
-from .federation import Exchange
-
-REJECTED = "rejected: "
+from .federation import REJECTED, TIMED_OUT, Exchange
 
 
 def sent(exchange: Exchange | None) -> int:
@@ -24,7 +22,7 @@ def loss_causes(exchange: Exchange) -> dict[str, list[int]]:
     for pid, cause in sorted(exchange.failures.items()):
         if cause.startswith(REJECTED):
             out["rejected"].append(pid)
-        elif cause.startswith("no reply within"):
+        elif cause.startswith(TIMED_OUT):
             out["timed out"].append(pid)
         else:
             out["failed"].append(pid)
@@ -38,10 +36,15 @@ def some_ids(ids: list[int], shown: int = 5) -> str:
     return f"{ids[:shown]}{more}"
 
 
+def loss_counts(exchange: Exchange | None) -> str:
+    """``2 failed [1, 4], 1 timed out [3]``: the clients whose reply was lost, by cause; ``""`` if none."""
+    causes = loss_causes(exchange) if exchange is not None else {}
+    return ", ".join(f"{len(ids)} {cause} {some_ids(ids)}" for cause, ids in causes.items() if ids)
+
+
 def identity_failures(exchange: Exchange) -> str:
     """``4 nodes asked: 4 failed [...]``: how the identity query of ``exchange`` (keyed by node id) went."""
-    causes = loss_causes(exchange)
-    counts = ", ".join(f"{len(ids)} {cause} {some_ids(ids)}" for cause, ids in causes.items() if ids)
+    counts = loss_counts(exchange)
     replied = len(exchange.replies)
     refused = f", {replied} replied but were refused (see above)" if replied else ""
     return f"{sent(exchange)} nodes asked: {counts or 'none failed'}{refused}"
@@ -63,8 +66,7 @@ def stop_reason(phase: str, server_round: int, streak: int, limit: int, exchange
     exchange : Exchange or None
         The round's exchange of ``phase``, for the causes and the first fault.
     """
-    causes = loss_causes(exchange) if exchange is not None else {}
-    counts = ", ".join(f"{len(pids)} {cause} {some_ids(pids)}" for cause, pids in causes.items() if pids)
+    counts = loss_counts(exchange)
     first = ""
     if exchange is not None and exchange.failures:
         pid, cause = min(exchange.failures.items(), key=lambda item: (not item[1].startswith(REJECTED), item[0]))

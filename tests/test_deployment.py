@@ -2,10 +2,12 @@
 
 Two module-scoped deployments (insecure; TLS + SuperNode authentication) are started through
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
-children, in the fixture teardown, whatever the outcome. Deployment costs 6-10 s per message
-round trip (the SuperNode's and the ServerApp's 3 s polls and a process start), so there is one
-short run per deployment (digits, 4 clients, 3 rounds), in which a SuperNode restarts and a
-second node claims a held client id. The other deployment tests only connect (seconds each).
+children, in the fixture teardown, whatever the outcome. Every message a SuperNode receives starts
+a ClientApp process (about 7 CPU seconds: Python, Flower and torch), so the runs are few and short
+(digits, 4 clients, 2-3 rounds): the insecure deployment's one run, in which a SuperNode restarts and
+a second node claims a held client id; the secure deployment's kill -9 and resume drill, whose runs
+also carry the roster drill (a registered impostor) and the model delivery, and whose straight
+reference runs in process. The other deployment tests only connect (seconds each).
 The fast tests at the end check the command builders, the probe and its diagnoses, the
 Fleet-only filter, the key and certificate material and the compose files without starting
 Flower.
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from flwr.app import Context, RecordDict
 from packaging.specifiers import SpecifierSet
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
@@ -35,13 +38,16 @@ from cryptography.hazmat.primitives.serialization import (
     load_ssh_public_key,
 )
 
+from client.app import app as client_app
 from client.task import task_from_context
 from common.modelstore import read_bundle
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
+from server.app import main as server_app_main
 from server.models import load_models
 from server.superlink import FleetOnly, fleet_paths
 from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.processes import kill_trees, wait_for_port
 
 # FedClust: the clustering round (query.head) is one more real round trip before training.
@@ -153,7 +159,24 @@ class Deployment:
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
         """Start ``flwr run`` of umbel against this deployment (output in ``<run_name>.log``)."""
-        config = {
+        config = self.config(run_name, **overrides)
+        config_file = self.root / f"{run_name}.toml"
+        config_file.write_text(to_toml(config))
+        flwr = deploy._executable("flwr")
+        with self.log(run_name).open("w") as log:
+            proc = subprocess.Popen(
+                [flwr, "run", str(PROJECT_ROOT), "dep", "--stream", "--run-config", str(config_file)],
+                cwd=PROJECT_ROOT,
+                env=deploy.deploy_env(self.cli_home),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs[run_name] = proc
+        return proc
+
+    def config(self, run_name: str, **overrides) -> dict:
+        """The run-config of ``submit(run_name, **overrides)``."""
+        return {
             **STRATEGY,
             "dataset": "digits",
             "num-clients": NUM_NODES,
@@ -171,19 +194,6 @@ class Deployment:
             "run-name": run_name,
             **overrides,
         }
-        config_file = self.root / f"{run_name}.toml"
-        config_file.write_text(to_toml(config))
-        flwr = deploy._executable("flwr")
-        with self.log(run_name).open("w") as log:
-            proc = subprocess.Popen(
-                [flwr, "run", str(PROJECT_ROOT), "dep", "--stream", "--run-config", str(config_file)],
-                cwd=PROJECT_ROOT,
-                env=deploy.deploy_env(self.cli_home),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.procs[run_name] = proc
-        return proc
 
     def finish(self, run_name: str, proc: subprocess.Popen) -> Path:
         """Wait for the run; return its results folder (the logs are in the failure message)."""
@@ -295,18 +305,31 @@ def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
 
 
 # ---------------------------------------------------------------------- deployment tests
+def _check_delivery(dep: Deployment, folder: Path) -> None:
+    """Each SuperNode's ``model-out`` holds exactly the server's model of its cluster; the impostor's none."""
+    trained = load_models(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["delivery"]["written"] == list(range(NUM_NODES)), summary["delivery"]
+    for pid in range(NUM_NODES):
+        arrays, meta = read_bundle(dep.root / f"node{pid}-model.npz")
+        k = trained.assignment[pid]
+        assert meta["cluster-id"] == k
+        for name, tensor in trained.models[k].state_dict().items():
+            np.testing.assert_array_equal(arrays[name], tensor.numpy())
+    assert not (dep.root / f"{DUPLICATE}-model.npz").exists()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["insecure", "secure"])
-def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mode, request):
-    """The one full run per deployment: node RESTARTED restarts after round 1 (insecure: a new node id;
-    secure: the same registered key) and a second node claims client 0, which node0 holds."""
-    dep: Deployment = request.getfixturevalue(mode)
-    run_name = f"dep-{mode}"
+def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(insecure):
+    """The insecure deployment's full run: node RESTARTED restarts after round 1 (with a new node id, as
+    nothing ties it to its former one) and a second node claims client 0, which node0 holds."""
+    dep: Deployment = insecure
+    run_name = "dep-insecure"
     proc = dep.submit(run_name)
     _wait_for_round(dep, run_name, proc)
     dep.stop_gracefully(f"node{RESTARTED}")
-    dep.start_node(RESTARTED, f"node{RESTARTED}", dep.keys / f"supernode-{RESTARTED}" if dep.secure else None)
-    dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE if dep.secure else None)
+    dep.start_node(RESTARTED, f"node{RESTARTED}", None)
+    dep.start_node(0, DUPLICATE, None)
     try:
         folder = dep.finish(run_name, proc)
     finally:
@@ -319,19 +342,8 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(mod
     assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
     assert any(r["clients-rejoined"] == [RESTARTED] for r in lines), lines
     assert summary["coverage"]["final-accuracy"] == f"over {NUM_NODES} of {NUM_NODES} clients"
-    trained = load_models(folder)
-    assert summary["delivery"]["written"] == list(range(NUM_NODES)), summary["delivery"]
-    for pid in range(NUM_NODES):  # each SuperNode holds exactly the server's model of its cluster
-        arrays, meta = read_bundle(dep.root / f"node{pid}-model.npz")
-        k = trained.assignment[pid]
-        assert meta["cluster-id"] == k
-        for name, tensor in trained.models[k].state_dict().items():
-            np.testing.assert_array_equal(arrays[name], tensor.numpy())
-    assert not (dep.root / f"{DUPLICATE}-model.npz").exists()
-    link = dep.log("superlink").read_text()
-    assert ("https://" if dep.secure else "http://") + f"127.0.0.1:{dep.port}" in link
-    if dep.secure:
-        assert "SuperNode authentication is disabled" not in link
+    _check_delivery(dep, folder)
+    assert f"http://127.0.0.1:{dep.port}" in dep.log("superlink").read_text()
 
 
 def _flwr(dep: Deployment, *args) -> subprocess.CompletedProcess:
@@ -736,56 +748,61 @@ def _serverapps(dep: Deployment) -> list[psutil.Process]:
     return found
 
 
+def _straight_in_process(dep: Deployment, run_name: str, **overrides) -> Path:
+    """The same run as ``dep.submit(run_name, **overrides)``, without a kill, in this process: umbel's
+    ServerApp and ClientApp exchanging real Flower messages without the transport (no roster: no keys)."""
+    rc = dep.config(run_name, **{**overrides, "roster-path": ""})
+    server_app_main(InProcessGrid(client_app, rc, NUM_NODES), Context(0, 0, {}, RecordDict(), rc))
+    return dep.root / "results" / run_name
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(2 * RUN_TIMEOUT)
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(secure):
-    """kill -9 of the ServerApp after the round-1 checkpoint, then resume-from: the same cluster models,
-    assignment and accuracy as the same run without the kill (TLS + SuperNode authentication)."""
+    """The TLS + SuperNode authentication deployment's runs, each with the roster `umbel deploy register`
+    wrote and a registered impostor claiming partition 0 (issue 33): the impostor is refused by key and
+    the genuine node trains as client 0. kill -9 of the ServerApp after the round-1 checkpoint, then
+    resume-from: the same cluster models, assignment and accuracy as the same run without the kill (run
+    in process: the deployment's clients compute exactly what umbel's ClientApp computes there); each
+    SuperNode ends holding its cluster's model."""
     dep = secure
-    short = {"rounds": 2, "eval-every": 2}
-    killed = dep.submit("ckpt-killed", **short, **{"checkpoint-every": 1})
-    checkpoint = dep.root / "results" / "ckpt-killed" / "checkpoint.npz"
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not checkpoint.exists():
-        assert killed.poll() is None and time.monotonic() < deadline, dep.tails("ckpt-killed")
-        time.sleep(0.5)
-    apps = _serverapps(dep)
-    assert apps, dep.tails("ckpt-killed")
-    for app in apps:
-        app.send_signal(signal.SIGKILL)
-    dep.stop("ckpt-killed")
-    saved = checkpoint.read_bytes()
-    straight = load_models(dep.finish("ckpt-straight", dep.submit("ckpt-straight", **short)))
-    folder = dep.finish("ckpt-resumed", dep.submit("ckpt-resumed", **short, **{"resume-from": str(checkpoint)}))
+    roster = dep.keys / "roster.json"
+    assert roster.is_file()  # written by `umbel deploy register`
+    short = {"rounds": 2, "eval-every": 2, "roster-path": str(roster)}
+    dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE)
+    try:
+        killed = dep.submit("ckpt-killed", **short, **{"checkpoint-every": 1})
+        checkpoint = dep.root / "results" / "ckpt-killed" / "checkpoint.npz"
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not checkpoint.exists():
+            assert killed.poll() is None and time.monotonic() < deadline, dep.tails("ckpt-killed")
+            time.sleep(0.5)
+        apps = _serverapps(dep)
+        assert apps, dep.tails("ckpt-killed")
+        for app in apps:
+            app.send_signal(signal.SIGKILL)
+        dep.stop("ckpt-killed")
+        saved = checkpoint.read_bytes()
+        resumed_run = dep.submit("ckpt-resumed", **short, **{"resume-from": str(checkpoint)})
+        straight_folder = _straight_in_process(dep, "ckpt-straight", **short)
+        folder = dep.finish("ckpt-resumed", resumed_run)
+    finally:
+        dep.stop_gracefully(DUPLICATE)
+    for run in ("ckpt-killed", "ckpt-resumed"):
+        out = dep.log(run).read_text()
+        assert "it claims client 0, but the roster binds client 0 to key SHA256:" in out, out[-4000:]
+        assert f"{NUM_NODES} clients identified" in out
+    lines = _metrics(folder)
+    assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
     assert "resuming from" in dep.log("ckpt-resumed").read_text()
     assert checkpoint.read_bytes() == saved  # the resumed run wrote its own folder, not the old one
-    resumed = load_models(folder)
+    straight, resumed = load_models(straight_folder), load_models(folder)
     assert resumed.assignment == straight.assignment and resumed.models.keys() == straight.models.keys()
     for k, model in straight.models.items():
         for name, tensor in model.state_dict().items():
             np.testing.assert_allclose(resumed.models[k].state_dict()[name].numpy(), tensor.numpy(), atol=1e-6)
-    finals = [
-        json.loads((dep.root / "results" / r / "summary.json").read_text())["final-accuracy"]
-        for r in ("ckpt-straight", "ckpt-resumed")
-    ]
+    finals = [json.loads((f / "summary.json").read_text())["final-accuracy"] for f in (straight_folder, folder)]
     assert finals[0] == pytest.approx(finals[1], abs=1e-6)
-
-
-@pytest.mark.slow
-def test_a_registered_impostor_is_refused_by_the_roster_over_tls_and_auth(secure):
-    """The impostor drill (issue 33): a registered node holding another key claims partition 0; with the
-    roster `umbel deploy register` wrote, it is refused by key and the genuine node trains as client 0."""
-    dep: Deployment = secure
-    roster = dep.keys / "roster.json"
-    assert roster.is_file()  # written by `umbel deploy register`
-    dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE)
-    try:
-        run_name = "roster-impostor"
-        proc = dep.submit(run_name, rounds=1, **{"eval-every": 1, "roster-path": str(roster)})
-        folder = dep.finish(run_name, proc)
-    finally:
-        dep.stop_gracefully(DUPLICATE)
-    out = dep.log(run_name).read_text()
-    assert "it claims client 0, but the roster binds client 0 to key SHA256:" in out, out[-4000:]
-    lines = _metrics(folder)
-    assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
-    assert f"{NUM_NODES} clients identified" in out
+    _check_delivery(dep, folder)
+    link = dep.log("superlink").read_text()
+    assert f"https://127.0.0.1:{dep.port}" in link and "SuperNode authentication is disabled" not in link

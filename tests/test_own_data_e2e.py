@@ -3,12 +3,12 @@
 ``umbel export`` writes a 3-group digits federation. A SuperLink (TLS, SuperNode
 authentication) and one SuperNode per partition run on 127.0.0.1, each node given only its
 own folder through its node config ``data-path``; a sixth node's folder is empty and must fail
-alone. FedClust and CFLGT train ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
-are scored against the exported truth file. Then ``umbel run --data-path`` rehearses the same
-federation in simulation with FedClust and must find the same clusters (one strategy shows that
-the simulation reads the same folders the same way; CFLGT on clients' own folders is covered by
-its deployment run here and, in process, by tests/test_strategy_contract.py). Every process
-started here is stopped by PID with its children.
+alone. FedClust trains ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
+is scored against the exported truth file. Then ``umbel run --data-path`` rehearses the same
+federation in simulation and must find the same clusters. One strategy shows that each node reads
+its own folder and that the simulation reads the same folders the same way; every strategy's
+signals on clients' own folders are covered in process, through the real ClientApp, by
+tests/test_strategy_contract.py. Every process started here is stopped by PID with its children.
 """
 
 from __future__ import annotations
@@ -40,11 +40,8 @@ COMMON = {
     "cluster-steps": 10,
     "eval-every": 100,
 }
-RUNS = {
-    "fedclust": {"strategy": "fedclust", "num-clusters": 3, "rounds": 1},
-    "cflgt": {"strategy": "cflgt", "cflgt-pretrain-rounds": 2, "rounds": 3},
-}
-SIMULATED = "fedclust"  # the cheapest run (one round) is the one rehearsed in simulation
+RUNS = {"fedclust": {"strategy": "fedclust", "num-clusters": 3, "rounds": 1}}
+SIMULATED = "fedclust"
 
 
 def _env(home: Path) -> dict[str, str]:

@@ -218,20 +218,23 @@ def test_an_injected_delay_within_the_deadline_still_answers():
     assert inject_faults(msg, context, lambda m, c: m) is msg
 
 
-# ----------------------------------------------------------------- slow clients cost only themselves (umbel run, Ray)
-SLOW_DRILLS = [(4, 0.25, 0, 1), (20, 0.1, 4, 3)]  # clients, slow-fraction, seed (sleepers in round 2), eval-every
+# ----------------------------------------------------------------- slow and failing clients cost only themselves
+# (umbel run, Ray) clients, slow-fraction, fail-fraction, seed, eval-every: seed 0 puts two sleepers in round 2
+# of 4 clients; seed 4 puts 2 sleepers and 3 failing clients in round 2 of 20 (and failing ones in every round).
+SLOW_DRILLS = [(4, 0.25, 0.0, 0, 1), (20, 0.1, 0.2, 4, 3)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("clients, slow, seed, eval_every", SLOW_DRILLS, ids=["4-clients", "20-clients"])
+@pytest.mark.parametrize("clients, slow, fail, seed, eval_every", SLOW_DRILLS, ids=["4-clients", "20-clients"])
 def test_healthy_clients_answer_every_round_while_others_sleep_past_the_timeout(
-    tmp_path, clients, slow, seed, eval_every
+    tmp_path, clients, slow, fail, seed, eval_every
 ):
     import json
     import subprocess
     import sys
 
     from client.faults import fault_draws
+    from server import cli
 
     rounds, timeout = 3, 30  # healthy clients answer in seconds; 30 s leaves room on a loaded 2-core box
     run_name = f"slow-{clients}-{tmp_path.name}"
@@ -246,6 +249,7 @@ def test_healthy_clients_answer_every_round_while_others_sleep_past_the_timeout(
         "fraction": 1.0,
         "eval-every": eval_every,
         "local-epochs": 1,
+        "fail-fraction": fail,
         "slow-fraction": slow,
         "slow-delay": 3 * timeout,  # as the 60 s against 20 s: a sleeper's messages outlive two rounds
         "round-timeout": timeout,
@@ -257,16 +261,25 @@ def test_healthy_clients_answer_every_round_while_others_sleep_past_the_timeout(
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    records = [json.loads(x) for x in (tmp_path / "results" / run_name / "metrics.jsonl").read_text().splitlines()]
-    sleepers = []
+    folder = tmp_path / "results" / run_name
+    records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    sleepers, lost = [], []
     for record in records:
-        asleep = {p for p in range(clients) if fault_draws(seed, record["round"], p)[1] < slow}
+        draws = {p: fault_draws(seed, record["round"], p) for p in range(clients)}
+        failing = {p for p, (f, _) in draws.items() if f < fail}
+        asleep = {p for p, (f, s) in draws.items() if f >= fail and s < slow}
         sleepers.append(len(asleep))
-        lost = [line[-200:] for line in out.splitlines() if "failed:" in line or "rejected:" in line]
-        assert record["train-replies"] == clients - len(asleep), (record, asleep, lost[:30])
+        lost.append(len(failing) + len(asleep))
+        said = [line[-200:] for line in out.splitlines() if "failed:" in line or "rejected:" in line]
+        # every healthy client answered, in every round: no sleeper or failure held a healthy client up
+        assert record["train-replies"] == clients - len(failing) - len(asleep), (record, failing, asleep, said[:30])
         if record["accuracy"] is not None:
-            assert record["eval-clients"] == clients - len(asleep), (record, asleep)
+            assert record["eval-clients"] == clients - len(failing) - len(asleep), (record, failing, asleep)
     assert sleepers[1] >= 1  # round 2 has sleepers, whose messages would reach into round 3
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["final-ari"] == 1.0
+    assert all(n >= k for n, k in zip(summary["lost-replies-per-round"], lost, strict=True)), summary
+    assert not (cli.PROJECT_ROOT / ".flwr" / run_name).exists()
 
 
 # ----------------------------------------------------------------- the smaller items

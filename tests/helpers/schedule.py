@@ -9,9 +9,9 @@ from typing import Any
 # order, so these start first, one per worker, and the short files fill in around them instead of
 # two long files ending the run on one worker.
 LONG_FILES = (
-    "test_own_data_e2e.py",
     "test_deployment.py",
-    "test_fault_drill.py",
+    "test_own_data_e2e.py",
+    "test_reliability.py",
     "test_mutations.py",
     "test_integration.py",
 )

@@ -140,7 +140,11 @@ def write_launcher(folder: Path) -> Path:
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SIMULATION_COMMAND
-    path.write_text(f"#!{sys.executable}\nfrom server.linkindex import main\n\nmain()\n")
+    # The SuperExec starts it from elsewhere: it imports this very package, not whatever ``server``
+    # the environment has (an editable install can point at a checkout that has since moved).
+    root = Path(__file__).resolve().parents[1]
+    lines = [f"#!{sys.executable}", "import sys", f"sys.path.insert(0, {str(root)!r})"]
+    path.write_text("\n".join([*lines, "from server.linkindex import main", "main()", ""]))
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
+import sys
 import uuid
 from logging import WARNING
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +145,22 @@ def test_the_launcher_is_an_executable_flwr_simulation(tmp_path):
     assert path.name == "flwr-simulation"
     done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and "--runtime-api-address" in done.stdout
+
+
+def test_the_launcher_imports_the_umbel_that_wrote_it_from_any_folder(tmp_path):
+    """Started by the SuperExec from another folder, with no umbel install on its path (``-S``: no
+    site-packages ``.pth`` files, so no editable install; Flower reached through ``PYTHONPATH`` alone)."""
+    import flwr
+
+    path = linkindex.write_launcher(tmp_path / "bin")
+    env = {**os.environ, "PYTHONPATH": str(Path(flwr.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-S", str(path), "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and "--runtime-api-address" in done.stdout, done.stderr[-2000:]

@@ -1,7 +1,8 @@
 """The files written from the run-config keys (``common.schema.KEYS``), and the command that writes them.
 
-``python -m common.derived`` rewrites ``pyproject.toml``'s ``[tool.flwr.app.config]`` table and
-docs/parameters.md from the keys; ``--check`` writes nothing and exits 1 naming each file that
+``python -m common.derived`` rewrites ``pyproject.toml``'s ``[tool.flwr.app.config]`` table,
+docs/parameters.md and the parameter tables of docs/strategies/ (between ``<!-- parameters: NAME, ... -->``
+and ``<!-- /parameters -->``) from the keys; ``--check`` writes nothing and exits 1 naming each file that
 differs (``tests/test_run_config_schema.py`` runs the same comparison).
 """
 
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import textwrap
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import tomli_w
@@ -66,9 +69,35 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def parameters_page(registry: dict[str, type], keys: tuple[schema.Key, ...]) -> str:
-    """docs/parameters.md: one table per strategy, of the parameters it reads, from their declarations."""
+def table(registry: Mapping[str, type], names: Iterable[str], keys: tuple[schema.Key, ...]) -> list[str]:
+    """The markdown table of the keys the strategies ``names`` read, each once, from their declarations.
+
+    Columns: key, default, allowed values (the first reader's range), meaning, paper. Empty when
+    the strategies read no key of their own.
+    """
     by_name = {key.name: key for key in keys}
+    rows: dict[str, str] = {}
+    for name in names:
+        params = registry[name].params_type  # type: ignore[attr-defined]  # every registered class has one
+        keyed = run_config_keys(params)
+        for f in dataclasses.fields(params):
+            spec = spec_of(f)
+            if not f.init or spec is None or keyed[f.name] in rows:
+                continue
+            key = by_name[keyed[f.name]]
+            if key.choices:
+                allowed = "one of {" + ", ".join(repr(c) for c in sorted(key.choices)) + "}"
+            else:
+                allowed = spec.allowed(f.default) if spec.checked else "see meaning"
+            cells = (f"`{key.name}`", f"`{key.default!r}`", allowed, key.help, spec.paper)
+            rows[key.name] = "| " + " | ".join(_cell(c) for c in cells) + " |"
+    if not rows:
+        return []
+    return ["| key | default | allowed | meaning | paper |", "| --- | --- | --- | --- | --- |", *rows.values()]
+
+
+def parameters_page(registry: Mapping[str, type], keys: tuple[schema.Key, ...]) -> str:
+    """docs/parameters.md: one table per strategy, of the parameters it reads, from their declarations."""
     out = [
         "# Strategy parameters",
         "",
@@ -79,26 +108,35 @@ def parameters_page(registry: dict[str, type], keys: tuple[schema.Key, ...]) -> 
         "strategy's own. Paper: the paper's value or rule where umbel's default departs from it.",
     ]
     for name, cls in registry.items():
-        params = cls.params_type  # type: ignore[attr-defined]  # every registered class has one
-        names = run_config_keys(params)
-        rows = []
-        for f in dataclasses.fields(params):
-            spec = spec_of(f)
-            if not f.init or spec is None:
-                continue
-            key = by_name[names[f.name]]
-            allowed = spec.allowed(f.default) if spec.checked else "see the help"
-            if key.choices and not spec.choices:
-                allowed = "one of {" + ", ".join(repr(c) for c in sorted(key.choices)) + "}"
-            rows.append(
-                f"| `{key.name}` | `{key.default!r}` | {_cell(allowed)} | {_cell(key.help)} | {_cell(spec.paper)} |"
-            )
+        rows = table(registry, [name], keys)
         out += ["", f"## {name} ({cls.__name__})", ""]
-        if not rows:
-            out.append("No parameters of its own; it reads the run's keys only.")
-            continue
-        out += ["| key | default | allowed | meaning | paper |", "| --- | --- | --- | --- | --- |", *rows]
+        out += rows or ["No parameters of its own; it reads the run's keys only."]
     return "\n".join(out) + "\n"
+
+
+MARKED = re.compile(r"(<!-- parameters: (?P<names>[a-z0-9, -]+) -->\n)(?P<body>.*?)(<!-- /parameters -->)", re.DOTALL)
+
+
+def with_tables(page: str, registry: Mapping[str, type], keys: tuple[schema.Key, ...]) -> str:
+    """``page`` with each ``<!-- parameters: a, b -->`` ... ``<!-- /parameters -->`` block's table rewritten.
+
+    Raises
+    ------
+    ValueError
+        If a block names a strategy the registry does not have.
+    """
+
+    def fill(match: re.Match[str]) -> str:
+        names = [n.strip() for n in match["names"].split(",") if n.strip()]
+        unknown = [n for n in names if n not in registry]
+        if unknown:
+            raise ValueError(
+                f"The parameter block of a docs page must name registered strategies ({sorted(registry)}). "
+                f"Got {unknown} instead."
+            )
+        return match[1] + "\n".join(table(registry, names, keys)) + "\n" + match[4]
+
+    return MARKED.sub(fill, page)
 
 
 def derived_files() -> dict[Path, str]:
@@ -106,10 +144,13 @@ def derived_files() -> dict[Path, str]:
     from strategies import REGISTRY  # needs Flower; common itself does not
 
     pyproject = ROOT / "pyproject.toml"
-    return {
+    files = {
         pyproject: with_table(pyproject.read_text(), pyproject_table(schema.KEYS, schema.GROUPS)),
-        ROOT / "docs" / "parameters.md": parameters_page(dict(REGISTRY), schema.KEYS),
+        ROOT / "docs" / "parameters.md": parameters_page(REGISTRY, schema.KEYS),
     }
+    for page in sorted((ROOT / "docs" / "strategies").glob("*.md")):
+        files[page] = with_tables(page.read_text(), REGISTRY, schema.KEYS)
+    return files
 
 
 def stale() -> list[Path]:

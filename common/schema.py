@@ -308,7 +308,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "max-clusters",
         8,
         SHARED,
-        "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
+        "cfl-gp: upper end of the K search; ifca and fesem: K when num-clusters is 0",
     ),
     _k(
         "sketch-dim",

@@ -30,14 +30,16 @@ def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
 SHARED_KEY = "umbel-shared-key"
 
 
-def shared(default: T, *, low: float | None = None, high: float | None = None) -> T:
+def shared(default: T, *, low: float | None = None, high: float | None = None, help: str = "") -> T:
     """A strategy parameter whose run-config key several strategies read: the key has no prefix.
 
     Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``, whose
-    help is declared once in ``common.schema``. With ``low`` or ``high`` the strategy's own range
-    is checked by ``common.params.check_params``; without, the dataclass checks the value itself.
+    help is declared once in ``common.schema``; ``help`` is what the key means to this strategy,
+    added to that help under the strategy's name (``common.schema.build``). With ``low`` or ``high``
+    the strategy's own range is checked by ``common.params.check_params``; without, the dataclass
+    checks the value itself.
     """
-    spec = Spec(low=low, high=high, checked=low is not None or high is not None)
+    spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
     return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
 
 

@@ -301,14 +301,13 @@ RUN_KEYS: tuple[Key, ...] = (
         "cluster-steps",
         100,
         SHARED,
-        "mini-batches of local training for the clustering signal; 0: epochs "
-        "(fedclust-cluster-epochs for fedclust, local-epochs for flhc)",
+        "mini-batches of local training for the clustering signal; 0: epochs",
     ),
     _k(
         "max-clusters",
         8,
         SHARED,
-        "cfl-gp: upper end of the K search; ifca and fesem: K when num-clusters is 0",
+        "the most clusters a strategy keeps or searches",
     ),
     _k(
         "sketch-dim",
@@ -353,6 +352,26 @@ def readers(registry: Mapping[str, _Registered]) -> dict[str, tuple[str, ...]]:
     return {key: tuple(names) for key, names in found.items()}
 
 
+def shared_meanings(registry: Mapping[str, _Registered]) -> dict[str, str]:
+    """For each shared key, what it means to the strategies that say (``shared(..., help=...)``).
+
+    ``"; cfl-gp: upper end of the K search; ifca, fesem: K when num-clusters is 0"``: strategies
+    that give one meaning are named together, in registry order.
+    """
+    from .config import SHARED_KEY, run_config_keys  # common.config imports this module
+
+    said: dict[str, dict[str, list[str]]] = {}
+    for name, cls in registry.items():
+        keys = run_config_keys(cls.params_type)
+        for f in dataclasses.fields(cls.params_type):
+            spec = spec_of(f)
+            if f.metadata.get(SHARED_KEY) and spec is not None and spec.help:
+                said.setdefault(keys[f.name], {}).setdefault(spec.help, []).append(name)
+    return {
+        key: "".join(f"; {', '.join(names)}: {text}" for text, names in texts.items()) for key, texts in said.items()
+    }
+
+
 def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[tuple[Key, ...], tuple[str, ...]]:
     """Every key and every group: the keys declared here, then each strategy's own.
 
@@ -372,10 +391,11 @@ def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[t
                 f"Got {bare} without a declaration instead."
             )
     read_by = readers(registry)
+    meanings = shared_meanings(registry)
     run = tuple(
         dataclasses.replace(key, default=default_strategy, choices=tuple(sorted(registry)))
         if key.name == "strategy"
-        else dataclasses.replace(key, read_by=read_by.get(key.name, ()))
+        else dataclasses.replace(key, read_by=read_by.get(key.name, ()), help=key.help + meanings.get(key.name, ""))
         for key in RUN_KEYS
     )
     own = strategy_keys(registry)

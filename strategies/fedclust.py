@@ -54,7 +54,7 @@ class FedClustParams:
     num_clusters: int = shared(0)
     linkage: str = shared("average")
     cluster_epochs: int = param(1, "epochs of training for the signal when cluster-steps is 0", low=1)
-    cluster_steps: int = shared(100, low=0)
+    cluster_steps: int = shared(100, low=0, help="0: fedclust-cluster-epochs epochs")
 
     def __post_init__(self) -> None:
         check_params(self, "FedClust")

@@ -39,7 +39,7 @@ class FeSEMParams:
 
     key_prefix: ClassVar[str] = "fesem"
     num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(8, low=2)
+    max_clusters: int = shared(8, low=2, help="K when num-clusters is 0")
     init: str = param(
         "clients",
         "the K initial centres: clients (modified) = k-means++ on the first round's trained models, seeded; "
@@ -81,22 +81,20 @@ class FeSEM(ClusteredStrategy):
 
     name = "fesem"
     params_type = FeSEMParams
+    state_fields: ClassVar[frozenset[str]] = frozenset({"seeded"})
     transient = ClusteredStrategy.transient | {"_centres", "_nearest"}
 
     def __init__(self, training=None, params=None) -> None:
         super().__init__(training, params)
         self._centres: tuple[int, np.ndarray] | None = None  # (round, the round's centres, flat), a cache
         self._nearest: dict[int, int] = {}  # this round's E-step, by partition id
-
-    @property
-    def seeded(self) -> bool:
-        """Whether the K centres exist (with ``fesem-init`` "clients", after the first round)."""
-        return len(self.models) == self.params.k
+        self.seeded = False  # whether the K centres exist (with fesem-init clients: after round 1's replies)
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         """With ``fesem-init`` random K seeded centres and a random assignment; with clients one model first."""
         if self.params.init == "clients":
             self.set_clusters([initial], dict.fromkeys(self.clients, 0))
+            self.seeded = self.params.k == 1
             return
         arrays = {name: a.numpy() for name, a in initial.items()}
         models = [initial.copy()] + [
@@ -104,6 +102,7 @@ class FeSEM(ClusteredStrategy):
             for _ in range(self.params.k - 1)
         ]
         self.set_clusters(models, kmodels.random_partition(sorted(self.clients), self.params.k, self.rng))
+        self.seeded = True
 
     def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:
         """E-step: the centre nearest the client's trained model (L2); ``ReplyFault`` on a malformed reply."""
@@ -146,3 +145,4 @@ class FeSEM(ClusteredStrategy):
         assignment = {p: int(label) for p, label in zip(pids, found.labels, strict=True)}
         assignment.update(kmodels.random_partition(others, self.params.k, self.rng) if others else {})
         self.set_clusters(models, assignment)
+        self.seeded = True

@@ -57,7 +57,7 @@ class FLHCParams:
     )
     flhc_metric: str = param("euclidean", "distance between client updates", choices=METRICS)
     linkage: str = shared("average")
-    cluster_steps: int = shared(100, low=0)
+    cluster_steps: int = shared(100, low=0, help="0: local-epochs epochs")
 
     def __post_init__(self) -> None:
         check_params(self, "FLHC")

@@ -34,7 +34,7 @@ class IFCAParams:
 
     key_prefix: ClassVar[str] = "ifca"
     num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(8, low=2)
+    max_clusters: int = shared(8, low=2, help="K when num-clusters is 0")
 
     def __post_init__(self) -> None:
         check_params(self, OWNER)

@@ -184,7 +184,7 @@ def test_a_new_strategy_adds_its_group_keys_and_readers_from_its_declaration_alo
     class NewParams:
         key_prefix = "new"
         rate: float = param(0.5, "a rate, in (0, 1]", low=0.0, high=1.0, closed=(False, True))
-        num_clusters: int = shared(0, low=0)
+        num_clusters: int = shared(0, low=0, help="its K")
 
         def __post_init__(self):
             check_params(self, "New")
@@ -195,6 +195,9 @@ def test_a_new_strategy_adds_its_group_keys_and_readers_from_its_declaration_alo
     assert groups[-1] == "new" and found["new-rate"].default == 0.5 and found["new-rate"].read_by == ("new",)
     assert found["num-clusters"].read_by[-1] == "new" and found["strategy"].default == "new"
     assert "new" in found["strategy"].choices
+    assert found["num-clusters"].help == SCHEMA["num-clusters"].help + "; new: its K"
+    meanings = "; cfl-gp: upper end of the K search; ifca, fesem: K when num-clusters is 0"
+    assert SCHEMA["max-clusters"].help.endswith(meanings)
     with pytest.raises(ValueError, match=r"The 'new-rate' parameter of New must be a float in the range \(0.0, 1.0\]"):
         params_from_run_config(NewParams, {"new-rate": 0.0})
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from . import keys, schema
 from .metrics import final_stretch
+from .params import SPEC, Spec
 from .validation import check_bool, check_choice, check_float, check_int, check_str
 
 OWNER = "the run config"
@@ -29,12 +30,17 @@ def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
 SHARED_KEY = "umbel-shared-key"
 
 
-def shared(default: T) -> T:
+def shared(default: T, *, low: float | None = None, high: float | None = None, help: str = "") -> T:
     """A strategy parameter whose run-config key several strategies read: the key has no prefix.
 
-    Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``.
+    Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``, whose
+    help is declared once in ``common.schema``; ``help`` is what the key means to this strategy,
+    added to that help under the strategy's name (``common.schema.build``). With ``low`` or ``high``
+    the strategy's own range is checked by ``common.params.check_params``; without, the dataclass
+    checks the value itself.
     """
-    return field(default=default, metadata={SHARED_KEY: True})
+    spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
+    return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
 
 
 def run_config_keys(cls: type[Any]) -> dict[str, str]:

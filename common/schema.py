@@ -1,19 +1,25 @@
 """Every run-config key once: its default, its help line, its group and its type.
 
 The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
-installed wheel has them too). ``pyproject.toml``'s ``[tool.flwr.app.config]`` holds the same
-defaults for plain ``flwr run``; ``tests/test_run_config_schema.py`` fails when the two disagree.
-A key read by one strategy only is named ``<strategy>-<parameter>``; ``RENAMED`` maps the keys'
-former names to their names now, so that an old name fails naming the new one.
+installed wheel has them too). The keys every run reads are declared here; a strategy's own
+keys are declared on its parameters dataclass (``common.params.param``) and generated into
+``KEYS`` from the registry (``strategies.REGISTRY``), the group of each named after its
+strategy. ``pyproject.toml``'s ``[tool.flwr.app.config]`` and docs/parameters.md are written
+from ``KEYS`` by ``python -m common.derived``; ``tests/test_run_config_schema.py`` fails when
+they differ. A key read by one strategy only is named ``<strategy>-<parameter>``; ``RENAMED``
+maps the keys' former names to their names now, so that an old name fails naming the new one.
 Values are checked here for their type only; ranges and cross-key rules are checked where the
 values are used (``common.config``, ``common.scenarios``, each strategy's parameters).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
+
+from .params import spec_of
 
 Scalar = bool | int | float | str
 
@@ -22,23 +28,8 @@ TRAINING = "training"
 OUTPUT = "output"
 FAULTS = "faults"
 SHARED = "clustering (shared by several strategies)"
-GROUPS: tuple[str, ...] = (
-    DATA,
-    TRAINING,
-    OUTPUT,
-    FAULTS,
-    SHARED,
-    "cflgt",
-    "fedclust",
-    "pacfl",
-    "flhc",
-    "flag",
-    "flic",
-    "cfl-sattler",
-    "cfl-gp",
-    "fedprox",
-)
-_STRATEGY_GROUPS = GROUPS[5:]
+RUN_GROUPS: tuple[str, ...] = (DATA, TRAINING, OUTPUT, FAULTS, SHARED)
+"""The groups of the keys declared here; each strategy with keys of its own adds its group after them."""
 OWNER = "the run config"
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -97,36 +88,18 @@ def _k(
     group: str,
     help: str,
     choices: tuple[str, ...] = (),
-    read_by: tuple[str, ...] | None = None,
 ) -> Key:
-    """A key; one read by a single strategy is in that strategy's group."""
-    if read_by is None:
-        read_by = (group,) if group in _STRATEGY_GROUPS else ()
-    return Key(name, default, group, help, choices, read_by)
+    """A key every run reads; a shared key's readers are found in the registry (``build``)."""
+    return Key(name, default, group, help, choices)
 
 
-KEYS: tuple[Key, ...] = (
+RUN_KEYS: tuple[Key, ...] = (
     # data and scenario
     _k(
         "strategy",
-        "cflgt",
+        "",  # the registry's DEFAULT_STRATEGY, and its names as the choices (``build``)
         DATA,
         "the clustering algorithm (see the groups below and README, Strategies)",
-        (
-            "cfl-gp",
-            "cfl-sattler",
-            "cflgt",
-            "fedavg",
-            "fedclust",
-            "fedmedian",
-            "fedprox",
-            "flag",
-            "flhc",
-            "flic",
-            "ifca",
-            "local",
-            "pacfl",
-        ),
     ),
     _k(
         "dataset",
@@ -316,7 +289,6 @@ KEYS: tuple[Key, ...] = (
         0,
         SHARED,
         "cut into / keep this many clusters; 0 = not given (each strategy's own rule)",
-        read_by=("fedclust", "pacfl", "flhc", "cfl-gp", "ifca", "flag"),
     ),
     _k(
         "linkage",
@@ -324,163 +296,139 @@ KEYS: tuple[Key, ...] = (
         SHARED,
         "hierarchical clustering's linkage (ward needs raw features)",
         ("average", "complete", "single", "weighted"),
-        ("fedclust", "pacfl", "flhc", "flag"),
     ),
     _k(
         "cluster-steps",
         100,
         SHARED,
-        "mini-batches of local training for the clustering signal; 0: epochs "
-        "(fedclust-cluster-epochs for fedclust, local-epochs for flhc)",
-        read_by=("fedclust", "flhc"),
+        "mini-batches of local training for the clustering signal; 0: epochs",
     ),
     _k(
         "max-clusters",
         8,
         SHARED,
-        "cfl-gp: upper end of the K search; ifca: K when num-clusters is 0",
-        read_by=("cfl-gp", "ifca"),
+        "the most clusters a strategy keeps or searches",
     ),
     _k(
         "sketch-dim",
         0,
         SHARED,
         "keep a seeded k-dim projection of each update; 0 = full updates",
-        read_by=("flic", "cfl-sattler"),
     ),
-    # one group per strategy, each key named <strategy>-<parameter>
-    _k(
-        "cflgt-pretrain-rounds",
-        0,
-        "cflgt",
-        "FedAvg rounds before clustering, counted in rounds; 0 = automatic: a quarter of rounds "
-        "(the paper's 25 of 100), at least 1",
-    ),
-    _k("cflgt-damping", 0.5, "cflgt", "affinity propagation's damping, in [0.5, 1)"),
-    _k(
-        "cflgt-preference",
-        "median",
-        "cflgt",
-        "affinity propagation's preference: median of the similarities, or a number (larger: more clusters)",
-    ),
-    _k(
-        "cflgt-ap-sample",
-        200,
-        "cflgt",
-        "affinity propagation runs on a seeded sample of this many trajectories, the other clients join their "
-        "nearest exemplar; 0 = every client (the paper's rule; more clusters as clients grow)",
-    ),
-    _k("fedclust-cluster-epochs", 1, "fedclust", "epochs of training for the signal when cluster-steps is 0"),
-    _k(
-        "fedclust-lambda",
-        0.0,
-        "fedclust",
-        "0 with num-clusters 0: automatic cut (silhouette; modified); > 0: the paper's fixed cut height lambda, "
-        "a Euclidean distance between final layers (the former default 1.0)",
-    ),
-    _k("pacfl-vectors", 3, "pacfl", "p: left singular vectors per class each client sends"),
-    _k(
-        "pacfl-threshold",
-        0.0,
-        "pacfl",
-        "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height in degrees "
-        "(former default 30)",
-    ),
-    _k(
-        "pacfl-measure",
-        "mean",
-        "pacfl",
-        "the subspace distance (smallest = PACFL Eq. 3)",
-        ("smallest", "sum", "mean", "reference", "reference-signed"),
-    ),
-    _k(
-        "flhc-warmup-rounds",
-        0,
-        "flhc",
-        "FedAvg rounds before clustering; 0 = automatic: a tenth of rounds, at least 1",
-    ),
-    _k(
-        "flhc-threshold",
-        0.0,
-        "flhc",
-        "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height (former default 1.0)",
-    ),
-    _k(
-        "flhc-metric",
-        "euclidean",
-        "flhc",
-        "distance between client updates",
-        ("euclidean", "cosine", "cityblock", "sqeuclidean"),
-    ),
-    _k("flag-beta", 0.5, "flag", "weight of the data angles against the gradient angles, in [0, 1]"),
-    _k("flag-delta", 0.5, "flag", "weight of the class counts in the data angles, in [0, 1]"),
-    _k("flag-alpha", 0.0, "flag", "HC cut threshold; 0 = sweep it and take the elbow of validation accuracy"),
-    _k("flag-sweep-step", 0.1, "flag", "step of the flag-alpha sweep"),
-    _k("flag-sweep-clients", 30, "flag", "clients that score each swept clustering"),
-    _k("flag-sweep-rounds", 5, "flag", "rounds of clustered FL that score each swept clustering"),
-    _k("flag-gradient-epochs", 20, "flag", "local epochs of the gradient signal"),
-    _k("flag-uniform-weights", False, "flag", "true: no class counts, uniform weights"),
-    _k(
-        "flag-vectors",
-        3,
-        "flag",
-        "principal vectors per class each client sends; 0 = the paper's about 1% "
-        "of the class's samples (3 is modified)",
-    ),
-    _k(
-        "flag-sweep-model",
-        "",
-        "flag",
-        "the model the alpha sweep's clients train: empty = the run's model (modified), or a built-in "
-        "such as linear (the paper trains an unnamed lightweight model with fewer layers)",
-    ),
-    _k(
-        "flic-cluster-round",
-        0,
-        "flic",
-        "the clustering round; 0: once the training loss plateaus (flic-stable-tol), at the latest rounds // 2 + 1",
-    ),
-    _k("flic-resolution", 0.0, "flic", "Louvain's resolution; 0 = the best silhouette over 0.5..2.0"),
-    _k(
-        "flic-stable-tol",
-        0.1,
-        "flic",
-        "plateau: the last 3 rounds lowered the mean training loss by less than "
-        "flic-stable-tol times the first 3 rounds did; > 0",
-    ),
-    _k("cfl-sattler-eps1", 0.5, "cfl-sattler", "split a cluster when ||mean update|| < eps1 x RMS ||update||"),
-    _k("cfl-sattler-eps2", 0.0, "cfl-sattler", "and its largest update norm exceeds eps2; 0 = off"),
-    _k(
-        "cfl-sattler-eps-absolute",
-        False,
-        "cfl-sattler",
-        "true: the paper's criterion, eps1 bounds the mean update's norm "
-        "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm",
-    ),
-    _k("cfl-sattler-split-after", 20, "cfl-sattler", "no split before this round"),
-    _k("cfl-gp-cluster-period", 2, "cfl-gp", "a profile update every P rounds"),
-    _k("cfl-gp-cluster-until", 0, "cfl-gp", "no profile update from this round on; 0 = no limit"),
-    _k("cfl-gp-stable-updates", 5, "cfl-gp", "stop re-clustering after this many unchanged updates; 0 = never"),
-    _k(
-        "cfl-gp-profile-protocol",
-        "model-gap",
-        "cfl-gp",
-        "model-gap (Alg. 4) or gradient (Alg. 1)",
-        ("model-gap", "gradient"),
-    ),
-    _k("cfl-gp-profile-fraction", 1.0, "cfl-gp", "share of the clients asked for their profile per update"),
-    _k(
-        "cfl-gp-compression-ratio",
-        0.0,
-        "cfl-gp",
-        "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
-        "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)",
-    ),
-    _k("cfl-gp-estimate-after", 2, "cfl-gp", "profile updates before K is estimated (num-clusters 0)"),
-    _k("fedprox-mu", 0.01, "fedprox", "FedProx's mu: weight of the proximal term; >= 0"),
 )
 
-SCHEMA: dict[str, Key] = {key.name: key for key in KEYS}
+
+class _Registered(Protocol):
+    name: str
+    params_type: type
+
+
+def strategy_keys(registry: Mapping[str, _Registered]) -> tuple[Key, ...]:
+    """The keys each strategy of ``registry`` declares on its parameters (``common.params.param``).
+
+    Group and reader of each is the strategy's name; fields declared ``shared`` are left to the
+    shared keys declared here.
+    """
+    from .config import SHARED_KEY, run_config_keys  # common.config imports this module
+
+    out = []
+    for name, cls in registry.items():
+        keys = run_config_keys(cls.params_type)
+        for f in dataclasses.fields(cls.params_type):
+            spec = spec_of(f)
+            if f.init and not f.metadata.get(SHARED_KEY) and spec is not None:
+                out.append(Key(keys[f.name], cast(Scalar, f.default), name, spec.help, spec.choices, (name,)))
+    return tuple(out)
+
+
+def readers(registry: Mapping[str, _Registered]) -> dict[str, tuple[str, ...]]:
+    """Each key the strategies of ``registry`` read, and the strategies that read it, in registry order."""
+    from .config import run_config_keys  # common.config imports this module
+
+    found: dict[str, list[str]] = {}
+    for name, cls in registry.items():
+        for key in run_config_keys(cls.params_type).values():
+            found.setdefault(key, []).append(name)
+    return {key: tuple(names) for key, names in found.items()}
+
+
+def shared_meanings(registry: Mapping[str, _Registered]) -> dict[str, str]:
+    """For each shared key, what it means to the strategies that say (``shared(..., help=...)``).
+
+    ``"; cfl-gp: upper end of the K search; ifca, fesem: K when num-clusters is 0"``: strategies
+    that give one meaning are named together, in registry order.
+    """
+    from .config import SHARED_KEY, run_config_keys  # common.config imports this module
+
+    said: dict[str, dict[str, list[str]]] = {}
+    for name, cls in registry.items():
+        keys = run_config_keys(cls.params_type)
+        for f in dataclasses.fields(cls.params_type):
+            spec = spec_of(f)
+            if f.metadata.get(SHARED_KEY) and spec is not None and spec.help:
+                said.setdefault(keys[f.name], {}).setdefault(spec.help, []).append(name)
+    return {
+        key: "".join(f"; {', '.join(names)}: {text}" for text, names in texts.items()) for key, texts in said.items()
+    }
+
+
+def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[tuple[Key, ...], tuple[str, ...]]:
+    """Every key and every group: the keys declared here, then each strategy's own.
+
+    The ``strategy`` key gets ``default_strategy`` as its default and the registry's names as
+    its choices; a shared key gets the strategies that read it as its ``read_by``.
+
+    Raises
+    ------
+    ValueError
+        If a strategy field has no declaration (``param``) or a key is declared twice.
+    """
+    for name, cls in registry.items():
+        bare = [f.name for f in dataclasses.fields(cls.params_type) if f.init and spec_of(f) is None]
+        if bare:
+            raise ValueError(
+                f"The parameters of strategy {name!r} must each be declared with common.params.param. "
+                f"Got {bare} without a declaration instead."
+            )
+    read_by = readers(registry)
+    meanings = shared_meanings(registry)
+    run = tuple(
+        dataclasses.replace(key, default=default_strategy, choices=tuple(sorted(registry)))
+        if key.name == "strategy"
+        else dataclasses.replace(key, read_by=read_by.get(key.name, ()), help=key.help + meanings.get(key.name, ""))
+        for key in RUN_KEYS
+    )
+    own = strategy_keys(registry)
+    names = [key.name for key in run + own]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"Each run-config key must be declared once. Got {twice} more than once instead.")
+    groups = RUN_GROUPS + tuple(dict.fromkeys(key.group for key in own))
+    return run + own, groups
+
+
+KEYS: tuple[Key, ...]
+"""Every run-config key, in ``GROUPS`` order (built from the registry when first read)."""
+SCHEMA: dict[str, Key]
+"""``KEYS`` by name."""
+GROUPS: tuple[str, ...]
+"""``RUN_GROUPS``, then the group of each strategy with keys of its own, in registry order."""
+
+
+def __getattr__(name: str) -> Any:
+    """``KEYS``, ``SCHEMA`` and ``GROUPS``, built once from ``strategies.REGISTRY`` when first read.
+
+    Built lazily because the strategies import this module (through ``common.config``) and
+    need Flower; the client and the data code read only ``RENAMED`` and never build it.
+    """
+    if name not in ("KEYS", "SCHEMA", "GROUPS"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from strategies import DEFAULT_STRATEGY, REGISTRY
+
+    keys, groups = build(REGISTRY, DEFAULT_STRATEGY)
+    globals().update(KEYS=keys, SCHEMA={key.name: key for key in keys}, GROUPS=groups)
+    return globals()[name]
+
 
 RENAMED: dict[str, str] = {
     "pretrain-rounds": "cflgt-pretrain-rounds",
@@ -535,7 +483,7 @@ def check_renamed(config: Iterable[str]) -> None:
 
 def defaults() -> dict[str, Scalar]:
     """Every key's default, in schema order."""
-    return {key.name: key.default for key in KEYS}
+    return {key.name: key.default for key in __getattr__("KEYS")}
 
 
 def disagreements(config: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -544,12 +492,13 @@ def disagreements(config: Mapping[str, Any]) -> dict[str, list[str]]:
     Returns the keys the schema lacks (``no-schema-entry``), the keys the table lacks
     (``not-in-config``) and the keys whose default or type differs (``different-default``).
     """
+    schema: dict[str, Key] = __getattr__("SCHEMA")
     return {
-        "no-schema-entry": [k for k in config if k not in SCHEMA],
-        "not-in-config": [k for k in SCHEMA if k not in config],
+        "no-schema-entry": [k for k in config if k not in schema],
+        "not-in-config": [k for k in schema if k not in config],
         "different-default": [
-            f"{k}: schema {SCHEMA[k].default!r}, config {v!r}"
+            f"{k}: schema {schema[k].default!r}, config {v!r}"
             for k, v in config.items()
-            if k in SCHEMA and (type(v) is not type(SCHEMA[k].default) or v != SCHEMA[k].default)
+            if k in schema and (type(v) is not type(schema[k].default) or v != schema[k].default)
         ],
     }

@@ -29,7 +29,7 @@ from common.scenarios import Partition, ScenarioConfig, build_partition
 from common.sources import DATA_PATH, FolderSource, folder_spec, run_info
 from common.training import check_device_name
 from common.validation import check_str
-from strategies import ClusteredStrategy, get_strategy
+from strategies import CFLGT, PACFL, ClusteredStrategy, FedAvg, FedClust, get_strategy
 from strategies.flag import FLAG
 from strategies.replies import metric_ranges
 from strategies.roster import read_roster
@@ -38,10 +38,13 @@ from .client_data import bad_client_folders
 
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
-    "cflgt": "strategy 'cflgt' (class forces on the head's input)",
-    "fedclust": "strategy 'fedclust' (the head's weights are its signal)",
-    "flag": "strategy 'flag' (the number of classes, from the head)",
-    "pacfl": "strategy 'pacfl' (the number of classes, from the head)",
+    cls.name: f"strategy '{cls.name}' ({why})"
+    for cls, why in (
+        (CFLGT, "class forces on the head's input"),
+        (FedClust, "the head's weights are its signal"),
+        (FLAG, "the number of classes, from the head"),
+        (PACFL, "the number of classes, from the head"),
+    )
 }
 
 
@@ -68,7 +71,7 @@ class Experiment:
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
         """Validate every key; raises ``ValueError`` on the first bad one."""
-        strategy_cls = get_strategy(run_config_value(rc, "strategy", "fedavg"))
+        strategy_cls = get_strategy(run_config_value(rc, "strategy", FedAvg.name))
         scenario = ScenarioConfig.from_run_config(rc)
         info = run_info(rc)
         model = check_str(run_config_value(rc, "model", "dnn"), "model", "the run config")

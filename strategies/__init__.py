@@ -1,7 +1,10 @@
-"""umbel's strategies, by name.
+"""umbel's strategies, by name: the one registration of each.
 
-``REGISTRY`` maps each run-config ``strategy`` value to its class; ``get_strategy`` fails
-on unknown names with the list of known ones.
+``REGISTRY`` maps each run-config ``strategy`` value to its class (its ``name``); a strategy is
+registered by one line in the tuple below. From it come the run-config keys of each strategy's
+parameters (``common.schema``; their order is this tuple's), the ``strategy`` key's choices, the
+``umbel run`` flags, pyproject's ``[tool.flwr.app.config]`` and docs/parameters.md
+(``python -m common.derived``). ``get_strategy`` fails on unknown names with the list of known ones.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from .fedavg import FedAvg
 from .fedclust import FedClust
 from .fedmedian import FedMedian
 from .fedprox import FedProx
+from .fesem import FeSEM
 from .flag import FLAG
 from .flhc import FLHC
 from .flic import FLIC
@@ -28,19 +32,22 @@ REGISTRY: dict[str, type[ClusteredStrategy]] = {
     for cls in (
         FedAvg,
         Local,
-        FedProx,
+        CFLGT,
         FedClust,
         PACFL,
         FLHC,
-        CFLGT,
+        FLAG,
         FLIC,
-        FedMedian,
         CFLSattler,
         CFLGP,
+        FedProx,
+        FedMedian,
         IFCA,
-        FLAG,
+        FeSEM,
     )
 }
+DEFAULT_STRATEGY = CFLGT.name
+"""The run-config ``strategy`` key's default (the main job: README, "Fresh machine")."""
 
 
 def get_strategy(name: str) -> type[ClusteredStrategy]:
@@ -54,21 +61,10 @@ def get_strategy(name: str) -> type[ClusteredStrategy]:
     return REGISTRY[check_choice(name, "strategy", "the run config", REGISTRY)]
 
 
-__all__ = [
-    "CFLGP",
-    "CFLGT",
-    "FLAG",
-    "FLHC",
-    "FLIC",
-    "IFCA",
-    "PACFL",
+__all__ = [  # noqa: PLE0604  # the registered classes by their names, derived from REGISTRY
+    "DEFAULT_STRATEGY",
     "REGISTRY",
-    "CFLSattler",
     "ClusteredStrategy",
-    "FedAvg",
-    "FedClust",
-    "FedMedian",
-    "FedProx",
-    "Local",
     "get_strategy",
+    *(cls.__name__ for cls in REGISTRY.values()),
 ]

@@ -30,9 +30,10 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
+from common.params import check_params, param
 from common.config import TrainingParams, run_config_key, shared
 from common.signals.profile import PROTOCOLS, GradientProfile
-from common.validation import check_choice, check_float, check_int
+from common.validation import check_float
 
 from .base import ClusteredStrategy
 from .flat import float_size
@@ -45,35 +46,27 @@ class CFLGPParams:
     """CFL-GP's run-config keys, ``cfl-gp-*`` (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
 
     key_prefix: ClassVar[str] = "cfl-gp"
-    num_clusters: int = shared(0)
-    max_clusters: int = shared(8)
-    cluster_period: int = 2
-    cluster_until: int = 0
-    stable_updates: int = 5
-    profile_protocol: str = "model-gap"
-    profile_fraction: float = 1.0
-    compression_ratio: float = 0.0
-    estimate_after: int = 2
+    num_clusters: int = shared(0, low=0)
+    max_clusters: int = shared(8, low=2, help="upper end of the K search")
+    cluster_period: int = param(2, "a profile update every P rounds", low=1, paper="2")
+    cluster_until: int = param(0, "no profile update from this round on; 0 = no limit", low=0)
+    stable_updates: int = param(5, "stop re-clustering after this many unchanged updates; 0 = never", low=0)
+    profile_protocol: str = param("model-gap", "model-gap (Alg. 4) or gradient (Alg. 1)", choices=PROTOCOLS)
+    profile_fraction: float = param(
+        1.0, "share of the clients asked for their profile per update", low=0.0, high=1.0, closed=(False, True)
+    )
+    compression_ratio: float = param(
+        0.0,
+        "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
+        "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)",
+        checked=False,
+        paper="App. E",
+    )
+    estimate_after: int = param(2, "profile updates before K is estimated (num-clusters 0)", low=1)
 
     def __post_init__(self) -> None:
         key = partial(run_config_key, CFLGPParams)
-        for name, low in (
-            ("num_clusters", 0),
-            ("max_clusters", 2),
-            ("cluster_period", 1),
-            ("cluster_until", 0),
-            ("stable_updates", 0),
-            ("estimate_after", 1),
-        ):
-            object.__setattr__(self, name, check_int(getattr(self, name), key(name), OWNER, low=low))
-        object.__setattr__(
-            self, "profile_protocol", check_choice(self.profile_protocol, key("profile_protocol"), OWNER, PROTOCOLS)
-        )
-        object.__setattr__(
-            self,
-            "profile_fraction",
-            check_float(self.profile_fraction, key("profile_fraction"), OWNER, low=0.0, high=1.0, closed=(False, True)),
-        )
+        check_params(self, OWNER)
         if self.compression_ratio != 0:  # 0: automatic (compression.automatic_ratio)
             object.__setattr__(
                 self, "compression_ratio", check_float(self.compression_ratio, key("compression_ratio"), OWNER, low=1.0)

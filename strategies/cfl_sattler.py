@@ -24,7 +24,6 @@ back to partition ids (the reference code's pitfall; tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -35,10 +34,10 @@ from flwr.common import log
 from common import keys
 from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
 from common.clustering.similarity import UpdateSimilarity
+from common.params import check_params, param
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
-from common.config import run_config_key, shared
-from common.validation import check_bool, check_float, check_int
+from common.config import shared
 
 from .base import ClusteredStrategy
 from .flat import add_flat, float_size, mean_rows
@@ -57,19 +56,21 @@ class CFLSattlerParams:
     """
 
     key_prefix: ClassVar[str] = "cfl-sattler"
-    eps1: float = 0.5
-    eps2: float = 0.0
-    split_after: int = 20
-    sketch_dim: int = shared(0)
-    eps_absolute: bool = False
+    eps1: float = param(
+        0.5, "split a cluster when ||mean update|| < eps1 x RMS ||update||", low=0.0, closed=(False, True)
+    )
+    eps2: float = param(0.0, "and its largest update norm exceeds eps2; 0 = off", low=0.0)
+    split_after: int = param(20, "no split before this round", low=0)
+    sketch_dim: int = shared(0, low=0)
+    eps_absolute: bool = param(
+        False,
+        "true: the paper's criterion, eps1 bounds the mean update's norm "
+        "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm",
+        paper="true: eps1 bounds the mean update's norm",
+    )
 
     def __post_init__(self) -> None:
-        owner, key = "CFLSattler", partial(run_config_key, CFLSattlerParams)
-        object.__setattr__(self, "eps1", check_float(self.eps1, key("eps1"), owner, low=0.0, closed=(False, True)))
-        object.__setattr__(self, "eps2", check_float(self.eps2, key("eps2"), owner, low=0.0))
-        object.__setattr__(self, "split_after", check_int(self.split_after, key("split_after"), owner, low=0))
-        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, key("sketch_dim"), owner, low=0))
-        object.__setattr__(self, "eps_absolute", check_bool(self.eps_absolute, key("eps_absolute"), owner))
+        check_params(self, "CFLSattler")
 
 
 class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand

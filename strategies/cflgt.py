@@ -32,10 +32,11 @@ from common.clustering.trajectories import (
     nearest_exemplar,
     trajectories_from_forces,
 )
+from common.params import check_params, param
 from common.config import TrainingParams, run_config_key
 from common.metrics import cluster_sizes
 from common.signals.forces import ClassForces
-from common.validation import check_float, check_int
+from common.validation import check_float
 
 from .base import ClusteredStrategy
 
@@ -53,20 +54,30 @@ class CFLGTParams:
     """
 
     key_prefix: ClassVar[str] = "cflgt"
-    pretrain_rounds: int = 0
-    damping: float = 0.5
-    preference: float | str = MEDIAN
-    ap_sample: int = AP_MAX_POINTS
+    pretrain_rounds: int = param(
+        0,
+        "FedAvg rounds before clustering, counted in rounds; 0 = automatic: a quarter of rounds "
+        "(the paper's 25 of 100), at least 1",
+        low=0,
+        paper="25 of 100 rounds",
+    )
+    damping: float = param(0.5, "affinity propagation's damping, in [0.5, 1)", low=0.5, high=1.0, closed=(True, False))
+    preference: float | str = param(
+        MEDIAN,
+        "affinity propagation's preference: median of the similarities, or a number (larger: more clusters)",
+        checked=False,
+    )
+    ap_sample: int = param(
+        AP_MAX_POINTS,
+        "affinity propagation runs on a seeded sample of this many trajectories, the other clients join their "
+        "nearest exemplar; 0 = every client (the paper's rule; more clusters as clients grow)",
+        low=0,
+        paper="every client (200 is modified)",
+    )
 
     def __post_init__(self) -> None:
         owner, key = "CFLGT", partial(run_config_key, CFLGTParams)
-        object.__setattr__(self, "ap_sample", check_int(self.ap_sample, key("ap_sample"), owner, low=0))
-        object.__setattr__(
-            self, "pretrain_rounds", check_int(self.pretrain_rounds, key("pretrain_rounds"), owner, low=0)
-        )
-        object.__setattr__(
-            self, "damping", check_float(self.damping, key("damping"), owner, low=0.5, high=1.0, closed=(True, False))
-        )
+        check_params(self, owner)
         pref = self.preference
         if isinstance(pref, str) and pref != MEDIAN:
             try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from logging import INFO
 from typing import Any, ClassVar
 
@@ -30,8 +29,8 @@ from common import keys
 from common.clustering.hierarchical import centroids, nearest
 from common.clustering.oneshot import OneShotClusters, fedclust_clusters
 from common.signals.final_layer import FinalLayer
-from common.config import run_config_key, shared
-from common.validation import check_float, check_int
+from common.params import check_params, param
+from common.config import shared
 
 from .oneshot import OneShotStrategy, check_cut
 
@@ -45,20 +44,21 @@ class FedClustParams:
     """
 
     key_prefix: ClassVar[str] = "fedclust"
-    fedclust_lambda: float = 0.0
+    fedclust_lambda: float = param(
+        0.0,
+        "0 with num-clusters 0: automatic cut (silhouette; modified); > 0: the paper's fixed cut height lambda, "
+        "a Euclidean distance between final layers (the former default 1.0)",
+        low=0.0,
+        paper="a fixed lambda (Alg. 1)",
+    )
     num_clusters: int = shared(0)
     linkage: str = shared("average")
-    cluster_epochs: int = 1
-    cluster_steps: int = shared(100)
+    cluster_epochs: int = param(1, "epochs of training for the signal when cluster-steps is 0", low=1)
+    cluster_steps: int = shared(100, low=0, help="0: fedclust-cluster-epochs epochs")
 
     def __post_init__(self) -> None:
-        owner, key = "FedClust", partial(run_config_key, FedClustParams)
-        object.__setattr__(
-            self, "fedclust_lambda", check_float(self.fedclust_lambda, key("fedclust_lambda"), owner, low=0.0)
-        )
-        object.__setattr__(self, "cluster_epochs", check_int(self.cluster_epochs, key("cluster_epochs"), owner, low=1))
-        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, key("cluster_steps"), owner, low=0))
-        check_cut(self, owner)
+        check_params(self, "FedClust")
+        check_cut(self, "FedClust")
 
 
 class FedClust(OneShotStrategy):

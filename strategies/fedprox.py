@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from common import keys
-from common.config import run_config_key
-from common.validation import check_float
+from common.params import check_params, param
 
 from .base import ClusteredStrategy
 
@@ -21,10 +20,10 @@ class FedProxParams:
     """``mu`` >= 0 (0 gives FedAvg), key ``fedprox-mu``."""
 
     key_prefix: ClassVar[str] = "fedprox"
-    mu: float = 0.01
+    mu: float = param(0.01, "FedProx's mu: weight of the proximal term; >= 0", low=0.0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mu", check_float(self.mu, run_config_key(FedProxParams, "mu"), "FedProx", low=0.0))
+        check_params(self, "FedProx")
 
 
 class FedProx(ClusteredStrategy):

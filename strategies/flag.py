@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -38,8 +37,8 @@ from common.models import MODELS, build_model, check_model
 from common.signals.flag import SWEEP_MODEL, HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
-from common.config import run_config_key, shared
-from common.validation import check_bool, check_choice, check_float, check_int
+from common.params import check_params, param
+from common.config import shared
 
 from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut
@@ -58,34 +57,36 @@ class FLAGParams:
     """
 
     key_prefix: ClassVar[str] = "flag"
-    beta: float = 0.5
-    delta: float = 0.5
-    alpha: float = 0.0
-    sweep_step: float = 0.1
-    sweep_clients: int = 30
-    sweep_rounds: int = 5
-    gradient_epochs: int = 20
-    uniform_weights: bool = False
-    flag_vectors: int = 3
-    flag_sweep_model: str = ""
+    beta: float = param(0.5, "weight of the data angles against the gradient angles, in [0, 1]", low=0.0, high=1.0)
+    delta: float = param(0.5, "weight of the class counts in the data angles, in [0, 1]", low=0.0, high=1.0)
+    alpha: float = param(
+        0.0, "HC cut threshold; 0 = sweep it and take the elbow of validation accuracy", low=0.0, high=1.0
+    )
+    sweep_step: float = param(0.1, "step of the flag-alpha sweep", low=0.0, high=1.0, closed=(False, True))
+    sweep_clients: int = param(30, "clients that score each swept clustering", low=1)
+    sweep_rounds: int = param(5, "rounds of clustered FL that score each swept clustering", low=1)
+    gradient_epochs: int = param(20, "local epochs of the gradient signal", low=1)
+    uniform_weights: bool = param(False, "true: no class counts, uniform weights")
+    flag_vectors: int = param(
+        3,
+        "principal vectors per class each client sends; 0 = the paper's about 1% "
+        "of the class's samples (3 is modified)",
+        low=0,
+        paper="about 1% of the class's samples",
+    )
+    flag_sweep_model: str = param(
+        "",
+        "the model the alpha sweep's clients train: empty = the run's model (modified), or a built-in "
+        "such as linear (the paper trains an unnamed lightweight model with fewer layers)",
+        choices=("", *MODELS),
+        paper="an unnamed lightweight model with fewer layers",
+    )
     num_clusters: int = shared(0)
     linkage: str = shared("average")
 
     def __post_init__(self) -> None:
-        owner, put = "FLAG", lambda name, value: object.__setattr__(self, name, value)
-        key = partial(run_config_key, FLAGParams)
-        for name in ("beta", "delta", "alpha"):
-            put(name, check_float(getattr(self, name), key(name), owner, low=0.0, high=1.0))
-        put(
-            "sweep_step",
-            check_float(self.sweep_step, key("sweep_step"), owner, low=0.0, high=1.0, closed=(False, True)),
-        )
-        for name in ("sweep_clients", "sweep_rounds", "gradient_epochs"):
-            put(name, check_int(getattr(self, name), key(name), owner, low=1))
-        put("flag_vectors", check_int(self.flag_vectors, key("flag_vectors"), owner, low=0))
-        put("uniform_weights", check_bool(self.uniform_weights, key("uniform_weights"), owner))
-        check_choice(self.flag_sweep_model, key("flag_sweep_model"), owner, ("", *MODELS))
-        check_cut(self, owner)
+        check_params(self, "FLAG")
+        check_cut(self, "FLAG")
 
 
 class FLAG(OneShotStrategy):

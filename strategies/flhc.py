@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from logging import INFO
 from typing import Any, ClassVar
 
@@ -28,8 +27,8 @@ from common import keys
 from common.clustering.hierarchical import METRICS
 from common.clustering.oneshot import OneShotClusters, flhc_clusters
 from common.signals.update import ModelUpdate
-from common.config import run_config_key, shared
-from common.validation import check_choice, check_float, check_int
+from common.params import check_params, param
+from common.config import shared
 
 from .flat import float_size
 from .oneshot import OneShotStrategy, check_cut
@@ -46,22 +45,23 @@ class FLHCParams:
     """
 
     key_prefix: ClassVar[str] = "flhc"
-    warmup_rounds: int = 0
+    warmup_rounds: int = param(
+        0, "FedAvg rounds before clustering; 0 = automatic: a tenth of rounds, at least 1", low=0
+    )
     num_clusters: int = shared(0)
-    flhc_threshold: float = 0.0
-    flhc_metric: str = "euclidean"
+    flhc_threshold: float = param(
+        0.0,
+        "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height (former default 1.0)",
+        low=0.0,
+        paper="a fixed cut height",
+    )
+    flhc_metric: str = param("euclidean", "distance between client updates", choices=METRICS)
     linkage: str = shared("average")
-    cluster_steps: int = shared(100)
+    cluster_steps: int = shared(100, low=0, help="0: local-epochs epochs")
 
     def __post_init__(self) -> None:
-        owner, key = "FLHC", partial(run_config_key, FLHCParams)
-        object.__setattr__(self, "cluster_steps", check_int(self.cluster_steps, key("cluster_steps"), owner, low=0))
-        object.__setattr__(self, "warmup_rounds", check_int(self.warmup_rounds, key("warmup_rounds"), owner, low=0))
-        object.__setattr__(
-            self, "flhc_threshold", check_float(self.flhc_threshold, key("flhc_threshold"), owner, low=0.0)
-        )
-        object.__setattr__(self, "flhc_metric", check_choice(self.flhc_metric, key("flhc_metric"), owner, METRICS))
-        check_cut(self, owner)
+        check_params(self, "FLHC")
+        check_cut(self, "FLHC")
 
 
 def automatic_warmup_rounds(rounds: int) -> int:

@@ -31,7 +31,6 @@ attacker, whose data is clean, from a loyal client. After clustering, ``S`` is f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -42,10 +41,10 @@ from flwr.common import log
 from common import keys
 from common.clustering.flic import flic_clusters, join_by_modularity, loss_plateau
 from common.clustering.similarity import UpdateSimilarity
+from common.params import check_params, param
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
-from common.config import run_config_key, shared
-from common.validation import check_float, check_int
+from common.config import shared
 
 from .base import ClusteredStrategy
 from .flat import float_size
@@ -62,19 +61,24 @@ class FLICParams:
     """
 
     key_prefix: ClassVar[str] = "flic"
-    cluster_round: int = 0
-    resolution: float = 0.0
-    sketch_dim: int = shared(0)
-    stable_tol: float = 0.1
+    cluster_round: int = param(
+        0,
+        "the clustering round; 0: once the training loss plateaus (flic-stable-tol), at the latest rounds // 2 + 1",
+        low=0,
+        paper="a round given by hand",
+    )
+    resolution: float = param(0.0, "Louvain's resolution; 0 = the best silhouette over 0.5..2.0", low=0.0)
+    sketch_dim: int = shared(0, low=0)
+    stable_tol: float = param(
+        0.1,
+        "plateau: the last 3 rounds lowered the mean training loss by less than "
+        "flic-stable-tol times the first 3 rounds did; > 0",
+        low=0.0,
+        closed=(False, True),
+    )
 
     def __post_init__(self) -> None:
-        owner, key = "FLIC", partial(run_config_key, FLICParams)
-        object.__setattr__(self, "cluster_round", check_int(self.cluster_round, key("cluster_round"), owner, low=0))
-        object.__setattr__(self, "resolution", check_float(self.resolution, key("resolution"), owner, low=0.0))
-        object.__setattr__(self, "sketch_dim", check_int(self.sketch_dim, key("sketch_dim"), owner, low=0))
-        object.__setattr__(
-            self, "stable_tol", check_float(self.stable_tol, key("stable_tol"), owner, low=0.0, closed=(False, True))
-        )
+        check_params(self, "FLIC")
 
 
 class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  # distances computed on demand

@@ -19,8 +19,8 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from common import keys
 from common.clustering import kmodels
+from common.params import check_params
 from common.config import TrainingParams, shared
-from common.validation import check_int
 
 from .base import ClusteredStrategy
 from .replies import ReplyFault, TrainUpdate
@@ -33,12 +33,11 @@ class IFCAParams:
     """``num-clusters`` K (0: ``max-clusters``); both keys shared, IFCA has none of its own."""
 
     key_prefix: ClassVar[str] = "ifca"
-    num_clusters: int = shared(0)
-    max_clusters: int = shared(8)
+    num_clusters: int = shared(0, low=0)
+    max_clusters: int = shared(8, low=2, help="K when num-clusters is 0")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "num_clusters", check_int(self.num_clusters, "num-clusters", OWNER, low=0))
-        object.__setattr__(self, "max_clusters", check_int(self.max_clusters, "max-clusters", OWNER, low=2))
+        check_params(self, OWNER)
 
     @property
     def k(self) -> int:

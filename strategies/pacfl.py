@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 from logging import INFO, WARNING
 
@@ -37,8 +36,8 @@ from common.clustering import subspaces
 from common.clustering.oneshot import OneShotClusters, pacfl_clusters
 from common.clustering.subspaces import MEASURES, subspace_angle
 from common.signals.subspaces import ClassSubspaces
-from common.config import run_config_key, shared
-from common.validation import check_choice, check_float, check_int
+from common.params import check_params, param
+from common.config import shared
 
 from .oneshot import OneShotStrategy, check_cut
 
@@ -51,22 +50,23 @@ class PACFLParams:
     """
 
     key_prefix: ClassVar[str] = "pacfl"
-    pacfl_threshold: float = 0.0
-    pacfl_vectors: int = 3
-    pacfl_measure: str = "mean"
+    pacfl_threshold: float = param(
+        0.0,
+        "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height in degrees "
+        "(former default 30)",
+        low=0.0,
+        paper="a fixed threshold in degrees",
+    )
+    pacfl_vectors: int = param(3, "p: left singular vectors per class each client sends", low=1)
+    pacfl_measure: str = param(
+        "mean", "the subspace distance (smallest = PACFL Eq. 3)", choices=MEASURES, paper="smallest (Eq. 3)"
+    )
     num_clusters: int = shared(0)
     linkage: str = shared("average")
 
     def __post_init__(self) -> None:
-        owner, key = "PACFL", partial(run_config_key, PACFLParams)
-        object.__setattr__(
-            self, "pacfl_threshold", check_float(self.pacfl_threshold, key("pacfl_threshold"), owner, low=0.0)
-        )
-        object.__setattr__(self, "pacfl_vectors", check_int(self.pacfl_vectors, key("pacfl_vectors"), owner, low=1))
-        object.__setattr__(
-            self, "pacfl_measure", check_choice(self.pacfl_measure, key("pacfl_measure"), owner, MEASURES)
-        )
-        check_cut(self, owner)
+        check_params(self, "PACFL")
+        check_cut(self, "PACFL")
 
 
 class PACFL(OneShotStrategy):

@@ -138,3 +138,94 @@ def test_booleans_parse_strictly(text, value):
 def test_a_bad_value_is_an_error_naming_the_key(key, text):
     with pytest.raises(ValueError, match=f"The '{key}' parameter of the run config must be .* Got '{text}' instead"):
         SCHEMA[key].parse(text)
+
+
+def test_pyproject_and_the_parameters_page_are_what_the_registry_writes():
+    """Run ``python -m common.derived`` when this fails (it names each stale file)."""
+    from common.derived import stale
+
+    assert stale() == []
+
+
+def test_the_pyproject_table_is_rewritten_in_place_and_reads_back_as_the_defaults():
+    from common.derived import pyproject_table, with_table
+
+    table = pyproject_table(KEYS, GROUPS)
+    text = "[a]\nx = 1\n\n[tool.flwr.app.config]\nold = 1\n\n# about b\n[b]\ny = 2\n"
+    rewritten = with_table(text, table)
+    parsed = tomllib.loads(rewritten)
+    assert parsed["a"] == {"x": 1} and parsed["b"] == {"y": 2} and "# about b\n[b]" in rewritten
+    assert parsed["tool"]["flwr"]["app"]["config"] == defaults()
+    assert with_table(rewritten, table) == rewritten
+    with pytest.raises(ValueError, match=r"The 'pyproject' parameter of with_table must hold \[tool.flwr.app.config\]"):
+        with_table("[a]\n", table)
+
+
+def test_the_parameters_page_has_each_declared_key_with_its_range():
+    from common.derived import parameters_page
+
+    page = parameters_page(dict(REGISTRY), KEYS)
+    assert "| `cflgt-damping` | `0.5` | a float in the range [0.5, 1.0) |" in page
+    assert "| `fesem-init` | `'clients'` | one of {'clients', 'random'} |" in page
+    assert all(f"## {name} (" in page for name in REGISTRY)
+
+
+class _Registered:
+    def __init__(self, name, params_type):
+        self.name, self.params_type = name, params_type
+
+
+def test_a_new_strategy_adds_its_group_keys_and_readers_from_its_declaration_alone():
+    from common.config import shared
+    from common.params import check_params, param
+    from common.schema import build
+
+    @dataclasses.dataclass(frozen=True)
+    class NewParams:
+        key_prefix = "new"
+        rate: float = param(0.5, "a rate, in (0, 1]", low=0.0, high=1.0, closed=(False, True))
+        num_clusters: int = shared(0, low=0, help="its K")
+
+        def __post_init__(self):
+            check_params(self, "New")
+
+    registry = {**REGISTRY, "new": _Registered("new", NewParams)}
+    keys, groups = build(registry, "new")
+    found = {k.name: k for k in keys}
+    assert groups[-1] == "new" and found["new-rate"].default == 0.5 and found["new-rate"].read_by == ("new",)
+    assert found["num-clusters"].read_by[-1] == "new" and found["strategy"].default == "new"
+    assert "new" in found["strategy"].choices
+    assert found["num-clusters"].help == SCHEMA["num-clusters"].help + "; new: its K"
+    meanings = "; cfl-gp: upper end of the K search; ifca, fesem: K when num-clusters is 0"
+    assert SCHEMA["max-clusters"].help.endswith(meanings)
+    with pytest.raises(ValueError, match=r"The 'new-rate' parameter of New must be a float in the range \(0.0, 1.0\]"):
+        params_from_run_config(NewParams, {"new-rate": 0.0})
+
+
+def test_an_undeclared_parameter_or_a_key_declared_twice_is_refused():
+    from common.params import param
+    from common.schema import build
+
+    @dataclasses.dataclass(frozen=True)
+    class Bare:
+        key_prefix = "bare"
+        rate: float = 0.5
+
+    with pytest.raises(ValueError, match=r"The parameters of strategy 'bare' must each be declared .* Got \['rate'\]"):
+        build({"bare": _Registered("bare", Bare)}, "bare")
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        key_prefix = ""  # no prefix: the field's key is its bare name
+        seed: int = param(0, "clashes with the run's seed")
+
+    with pytest.raises(ValueError, match=r"Each run-config key must be declared once. Got \['seed'\] more than once"):
+        build({"seed": _Registered("seed", Clash)}, "seed")
+
+
+def test_every_strategy_group_is_a_registered_name_and_the_generic_keys_are_declared_once():
+    from common.schema import RUN_GROUPS, RUN_KEYS
+
+    assert set(GROUPS[len(RUN_GROUPS) :]) <= set(REGISTRY)
+    assert [k.name for k in KEYS[: len(RUN_KEYS)]] == [k.name for k in RUN_KEYS]
+    assert SCHEMA["strategy"].default in REGISTRY

@@ -1,0 +1,126 @@
+"""FeSEM on the in-process grid (6 digits clients in 2 true groups) and its parameters."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import Message
+
+from client.app import app as client_app
+from common import keys
+from common.config import TrainingParams
+from server.experiment import Experiment
+from strategies import REGISTRY, FeSEM
+from strategies.fesem import FeSEMParams, flat, from_flat
+from tests.helpers import small_run_config
+from tests.helpers.inprocess import InProcessGrid
+
+FAST = {"local-epochs": 2, "eval-every": 100, "fraction": 1.0}
+
+
+def _run(rounds: int, grid_kwargs=None, **overrides):
+    rc = small_run_config(strategy="fesem", rounds=rounds, **{**FAST, **overrides})
+    exp = Experiment.from_run_config(rc)
+    grid = InProcessGrid(client_app, rc, rc["num-clients"], **(grid_kwargs or {}))
+    strategy = exp.build_strategy()
+    assert isinstance(strategy, FeSEM)
+    strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    return strategy, grid, rc
+
+
+def _models(strategy: FeSEM) -> np.ndarray:
+    return np.stack([flat({n: a.numpy() for n, a in m.items()}) for m in strategy.models])
+
+
+@pytest.mark.slow
+def test_fesem_finds_the_planted_groups_and_each_centre_is_its_members_mean():
+    strategy, _, _ = _run(3, **{"num-clusters": 2, "eval-every": 1})
+    assert [r.ari for r in strategy.history] == [1.0, 1.0, 1.0]
+    assert len(strategy.models) == 2 and strategy.num_clusters == 2
+
+
+@pytest.mark.slow
+def test_each_reply_joins_the_l2_nearest_centre_not_the_one_it_was_sent():
+    """After round 1 (everyone trained the one model, cluster 0) a reply equal to centre j joins j."""
+    replies: dict[int, Message] = {}
+
+    def keep(pid):
+        def fault(reply: Message, server_round: int) -> Message:
+            if reply.metadata.message_type == "train" and reply.has_content():
+                replies[pid] = reply
+            return reply
+
+        return fault
+
+    strategy, _, _ = _run(1, grid_kwargs={"faults": {p: keep(p) for p in range(6)}}, **{"num-clusters": 2})
+    assert strategy.seeded and len(strategy.models) == 2
+    content = replies[0].content
+    for j in (1, 0):
+        content[keys.ARRAYS] = strategy.models[j].copy()
+        assert strategy.reply_cluster(2, 0, content) == j
+    near_1 = _models(strategy)[1] * 0.9 + _models(strategy)[0] * 0.1
+    content[keys.ARRAYS] = from_flat(strategy.models[0], near_1)
+    assert strategy.reply_cluster(3, 0, content) == 1
+
+
+def test_from_flat_round_trips_a_model_in_its_dtypes():
+    rc = small_run_config(strategy="fesem")
+    model = Experiment.from_run_config(rc).initial_model()
+    vector = flat({n: a.numpy() for n, a in model.items()})
+    back = from_flat(model, vector + 1.0)
+    for name, arr in model.items():
+        assert back[name].numpy().dtype == arr.numpy().dtype
+        if np.issubdtype(arr.numpy().dtype, np.floating):
+            assert np.allclose(back[name].numpy(), arr.numpy() + 1.0)
+
+
+def _corrupt(reply: Message, server_round: int) -> Message:
+    if reply.metadata.message_type == "train" and server_round == 2:
+        arrays = reply.content[keys.ARRAYS]
+        name = next(iter(arrays))
+        bad = arrays[name].numpy().copy()
+        bad.flat[0] = np.nan
+        from flwr.app import Array
+
+        arrays[name] = Array(bad)
+    return reply
+
+
+@pytest.mark.slow
+def test_a_malformed_reply_is_rejected_for_that_client_only_and_moves_no_centre(caplog):
+    with caplog.at_level(logging.WARNING):
+        strategy, _, _ = _run(2, grid_kwargs={"faults": {0: _corrupt}}, **{"num-clusters": 2})
+    assert "client 0 reply rejected" in caplog.text
+    assert strategy.history[1].rejected == 1
+    assert np.isfinite(_models(strategy)).all()
+
+
+def test_the_random_init_keeps_k_distinct_seeded_centres():
+    rc = small_run_config(strategy="fesem", **{"num-clusters": 0, "max-clusters": 3, "fesem-init": "random"})
+    exp = Experiment.from_run_config(rc)
+    a, b = exp.build_strategy(), exp.build_strategy()
+    for s in (a, b):
+        s.clients = dict.fromkeys(range(6))  # type: ignore[misc]
+        s.init_clusters(exp.initial_model())
+    assert isinstance(a, FeSEM) and len(a.models) == 3 and a.seeded
+    assert not np.array_equal(_models(a)[0], _models(a)[1])
+    assert np.array_equal(_models(a), _models(b)) and a.assignment == b.assignment
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("num-clusters", -1, r"The 'num-clusters' parameter of FeSEM must be an int >= 0. Got -1 instead"),
+        ("max-clusters", 1, r"The 'max-clusters' parameter of FeSEM must be an int >= 2. Got 1 instead"),
+        ("fesem-init", "kmeans", r"The 'fesem-init' parameter of FeSEM must be one of \{'clients', 'random'\}"),
+    ],
+)
+def test_bad_parameters_are_refused_naming_the_key(key, value, match):
+    with pytest.raises(ValueError, match=match):
+        REGISTRY["fesem"].from_run_config(TrainingParams(), {key: value})
+
+
+def test_k_is_num_clusters_or_max_clusters():
+    assert FeSEMParams().k == 8 and FeSEMParams(num_clusters=3).k == 3

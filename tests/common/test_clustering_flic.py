@@ -109,3 +109,17 @@ def test_join_by_modularity_ignores_the_diagonal():
         noisy = s.copy()
         np.fill_diagonal(noisy, rng.uniform(0, 100, 4))
         assert join_by_modularity(links, noisy, labels)[0] == 0
+
+
+def test_loss_plateau_takes_a_one_round_window_and_refuses_bad_settings_by_name():
+    # window 1 compares single rounds: a fall of 0.1 after one of 1.0 is a plateau at tol 0.5, a steady fall is not
+    assert loss_plateau([3.0, 2.0, 1.9, 1.9], 1, 0.5)
+    assert not loss_plateau([3.0, 2.0, 1.0, 0.0], 1, 0.5)
+    with pytest.raises(
+        ValueError, match=r"The 'window' parameter of loss_plateau must be an int >= 1\. Got 0 instead\."
+    ):
+        loss_plateau([1.0, 1.0], 0, 0.1)
+    with pytest.raises(
+        ValueError, match=r"The 'tol' parameter of loss_plateau must be a float > 0\.0\. Got 0\.0 instead\."
+    ):
+        loss_plateau([1.0, 1.0], 1, 0.0)

@@ -123,3 +123,9 @@ def test_loss_plateau_takes_a_one_round_window_and_refuses_bad_settings_by_name(
         ValueError, match=r"The 'tol' parameter of loss_plateau must be a float > 0\.0\. Got 0\.0 instead\."
     ):
         loss_plateau([1.0, 1.0], 1, 0.0)
+
+
+def test_loss_plateau_needs_the_recent_fall_strictly_below_tol_and_holds_when_the_early_one_is_zero():
+    assert not loss_plateau([3.0, 2.0, 1.5, 1.0], 1, 0.5)  # recent fall 0.5 == 0.5 * early fall 1.0
+    assert loss_plateau([3.0, 2.0, 1.5, 1.01], 1, 0.5)
+    assert loss_plateau([1.0, 1.0, 1.0, 0.5], 1, 0.5)  # no early fall: true whatever comes after

@@ -8,7 +8,7 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import pdist, squareform
 from sklearn.metrics import adjusted_rand_score
 
-from common.clustering import oneshot, subspaces
+from common.clustering import oneshot, similarity, subspaces
 from common.clustering.hierarchical import cut_tree, pairwise_distances
 from common.clustering.oneshot import Cut, cut_distances, fedclust_clusters, flhc_clusters, pacfl_clusters
 from strategies import FLHC, PACFL, FedClust
@@ -126,3 +126,18 @@ def test_each_linkage_reaches_the_cut_by_count_threshold_and_automatic_cut():
 def test_the_strategies_cut_with_their_linkage(params, linkage):
     strategy = {FedClustParams: FedClust, PACFLParams: PACFL, FLHCParams: FLHC}[params](params=params(linkage=linkage))
     assert strategy.hc_cut.linkage == linkage
+
+
+def test_flhc_sketches_large_updates_with_its_seed_but_never_for_cityblock(monkeypatch):
+    monkeypatch.setattr(similarity, "AUTO_SKETCH_BYTES", 0)  # every update set counts as large
+    x = list(np.random.default_rng(0).normal(size=(6, similarity.AUTO_SKETCH_DIM + 64)))
+    cut = Cut(threshold=0.0, num_clusters=2)
+    sketched = similarity.sketch_rows(x, 0)
+    assert sketched.shape == (6, similarity.AUTO_SKETCH_DIM)
+    # the defaults are the euclidean metric and seed 0
+    np.testing.assert_array_equal(flhc_clusters(x, cut).distances, pairwise_distances(sketched, "euclidean"))
+    reseeded = pairwise_distances(similarity.sketch_rows(x, 1), "euclidean")
+    np.testing.assert_array_equal(flhc_clusters(x, cut, "euclidean", seed=1).distances, reseeded)
+    assert not np.allclose(reseeded, pairwise_distances(sketched, "euclidean"))
+    exact_l1 = squareform(pdist(np.stack(x), "cityblock"))
+    np.testing.assert_allclose(flhc_clusters(x, cut, "cityblock", seed=0).distances, exact_l1, rtol=1e-9)

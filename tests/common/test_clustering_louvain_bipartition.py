@@ -181,3 +181,9 @@ def test_sattler_bipartition_cuts_the_seeded_sketch_of_the_given_dimension():
     assert sattler_bipartition(pids, updates, sketch_dim=64) == sattler_bipartition(pids, sketched)
     assert sattler_bipartition(pids, updates, sketch_dim=64, chunk=3) == sattler_bipartition(pids, sketched)
     assert sattler_bipartition(pids, updates) != sattler_bipartition(pids, sketched)
+
+
+def test_separation_reads_an_integer_cosine_matrix_as_floats():
+    # cosines of +-1 updates come out exact; the diagonal masked with inf needs a float copy
+    c = np.array([[1, 1, -1, -1], [1, 1, -1, -1], [-1, -1, 1, 1], [-1, -1, 1, 1]])
+    assert separation(c, np.array([0, 1]), np.array([2, 3])) == (-1.0, 1.0)

@@ -219,6 +219,18 @@ MUTATIONS = [
         ],
     ),
     (
+        "flic newcomers penalised by every newcomer's links",
+        "common/clustering/flic.py",
+        "np.outer(links.sum(axis=1), sigma)",
+        "np.outer(links.sum(axis=None), sigma)",
+        [
+            (
+                "tests/common/test_clustering_flic.py::"
+                "test_join_by_modularity_places_each_newcomer_as_if_alone_and_only_in_a_community"
+            )
+        ],
+    ),
+    (
         "cluster order not stable",
         "common/clustering/ordering.py",
         'np.argsort(labels, kind="stable")',

@@ -1,5 +1,7 @@
 """Louvain on FLIC's similarity graph; Sattler's bi-partition and its index mapping."""
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
@@ -187,3 +189,14 @@ def test_separation_reads_an_integer_cosine_matrix_as_floats():
     # cosines of +-1 updates come out exact; the diagonal masked with inf needs a float copy
     c = np.array([[1, 1, -1, -1], [1, 1, -1, -1], [-1, -1, 1, 1], [-1, -1, 1, 1]])
     assert separation(c, np.array([0, 1]), np.array([2, 3])) == (-1.0, 1.0)
+
+
+@pytest.mark.parametrize("cosine", [np.ones((2, 3)), np.ones(4), np.ones((1, 1))])
+def test_bipartition_refuses_a_matrix_that_is_not_square_of_two_or_more(cosine):
+    shape = re.escape(str(cosine.shape))
+    with pytest.raises(
+        ValueError,
+        match=r"^The 'cosine' parameter of bipartition must be a"
+        rf" square \(n, n\) array with n >= 2\. Got shape {shape}",
+    ):
+        bipartition(cosine)

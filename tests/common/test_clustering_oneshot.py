@@ -141,3 +141,24 @@ def test_flhc_sketches_large_updates_with_its_seed_but_never_for_cityblock(monke
     assert not np.allclose(reseeded, pairwise_distances(sketched, "euclidean"))
     exact_l1 = squareform(pdist(np.stack(x), "cityblock"))
     np.testing.assert_allclose(flhc_clusters(x, cut, "cityblock", seed=0).distances, exact_l1, rtol=1e-9)
+
+
+def test_pacfl_above_the_sample_size_keeps_the_silhouette_of_the_samples_automatic_cut(monkeypatch):
+    rng = np.random.default_rng(3)
+    dirs = np.linalg.qr(rng.standard_normal((20, 4)))[0]
+    bases = [
+        np.linalg.qr(dirs[:, 2 * (i % 2) : 2 * (i % 2) + 2] + 0.01 * rng.standard_normal((20, 2)))[0] for i in range(10)
+    ]
+    monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 6)
+    monkeypatch.setattr(oneshot, "SAMPLE_SIZE", 6)
+    seen: list[float | None] = []
+
+    def recorded(distances, cut):
+        labels, silhouette = cut_distances(distances, cut)
+        seen.append(silhouette)
+        return labels, silhouette
+
+    monkeypatch.setattr(oneshot, "cut_distances", recorded)
+    sampled = pacfl_clusters(bases, Cut(threshold=0.0), "mean", np.random.default_rng(0))
+    assert sampled.distances is None and len(seen) == 1
+    assert sampled.silhouette is not None and sampled.silhouette == seen[-1]

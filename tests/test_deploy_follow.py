@@ -14,7 +14,7 @@ import pytest
 
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
-from server.deploy_follow import EXIT_COMPLETED, EXIT_FAILED, follow, outcome, parse_run_id, parse_status
+from server.deploy.follow import EXIT_COMPLETED, EXIT_FAILED, follow, outcome, parse_run_id, parse_status
 from tests.helpers.processes import kill_trees, wait_for_port
 
 NODES = 2

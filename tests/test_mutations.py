@@ -181,6 +181,67 @@ MUTATIONS = [
             "tests/common/test_trajectories.py::test_affinity_propagation_retries_with_heavier_damping_when_it_does_not_converge"
         ],
     ),
+    # survivors of the mutmut run (docs/mutation.md)
+    (
+        "fl+hc sketches cityblock distances",
+        "common/clustering/oneshot.py",
+        'sketch_rows(updates, seed, exact=metric == "cityblock")',
+        'sketch_rows(updates, seed, exact=metric != "cityblock")',
+        [
+            (
+                "tests/common/test_clustering_oneshot.py::"
+                "test_flhc_sketches_large_updates_with_its_seed_but_never_for_cityblock"
+            )
+        ],
+    ),
+    (
+        "sattler ignores the sketch dimension",
+        "common/clustering/bipartition.py",
+        "rows = sketch_rows(updates, seed, sketch_dim=sketch_dim, chunk=chunk)",
+        "rows = sketch_rows(updates, seed, chunk=chunk)",
+        [
+            (
+                "tests/common/test_clustering_louvain_bipartition.py::"
+                "test_sattler_bipartition_cuts_the_seeded_sketch_of_the_given_dimension"
+            )
+        ],
+    ),
+    (
+        "flic plateau when the recent fall equals tol of the early one",
+        "common/clustering/flic.py",
+        "return bool(recent < tol * early) if early > 0 else True",
+        "return bool(recent <= tol * early) if early > 0 else True",
+        [
+            (
+                "tests/common/test_clustering_flic.py::"
+                "test_loss_plateau_needs_the_recent_fall_strictly_below_tol_and_holds_when_the_early_one_is_zero"
+            )
+        ],
+    ),
+    (
+        "flic newcomers penalised by every newcomer's links",
+        "common/clustering/flic.py",
+        "np.outer(links.sum(axis=1), sigma)",
+        "np.outer(links.sum(axis=None), sigma)",
+        [
+            (
+                "tests/common/test_clustering_flic.py::"
+                "test_join_by_modularity_places_each_newcomer_as_if_alone_and_only_in_a_community"
+            )
+        ],
+    ),
+    (
+        "cluster order not stable",
+        "common/clustering/ordering.py",
+        'np.argsort(labels, kind="stable")',
+        "np.argsort(labels)",
+        [
+            (
+                "tests/common/test_clustering_ordering.py::"
+                "test_order_by_cluster_keeps_client_order_inside_a_cluster_beyond_a_short_array"
+            )
+        ],
+    ),
 ]
 
 COPIED = ("client", "common", "server", "strategies", "tests", "benchmarks", "pyproject.toml")

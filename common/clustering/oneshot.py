@@ -88,7 +88,7 @@ def pacfl_clusters(bases: Sequence[np.ndarray], cut: Cut, measure: str, rng: np.
 
     Above ``SAMPLE_SIZE`` clients, the tree of a sample drawn with ``rng`` is cut and every other
     client joins the sample cluster at the smallest mean angle (``sampled_clusters``); then there
-    is no distance matrix and the automatic cut's silhouette is not kept.
+    is no distance matrix, and an automatic cut's silhouette is the sample's.
     """
     if len(bases) <= SAMPLE_SIZE:
         distances = pairwise_subspace_angles(bases, measure)

@@ -124,6 +124,16 @@ def test_elbow_is_not_pushed_to_the_end_by_noise_on_the_plateau() -> None:
 
 
 @pytest.mark.parametrize(
+    ("num_clusters", "accuracy", "name"),
+    [([1, None, 3], [0.5, 0.6, 0.7], "'num_clusters'"), ([1, 2, 3], [0.5, None, 0.7], "'accuracy'")],
+)
+def test_elbow_refuses_a_missing_value_naming_the_sequence(num_clusters, accuracy, name) -> None:
+    # None reads as NaN (not a TypeError from an object array) and is refused as not finite
+    with pytest.raises(ValueError, match=rf"The {name} parameter of elbow must be .* Got shape \(3,\) instead\."):
+        elbow(num_clusters, accuracy)
+
+
+@pytest.mark.parametrize(
     ("call", "name"),
     [
         (lambda: proximity(V_WEIGHTED, G, beta=1.5), "'beta'"),

@@ -109,3 +109,44 @@ def test_join_by_modularity_ignores_the_diagonal():
         noisy = s.copy()
         np.fill_diagonal(noisy, rng.uniform(0, 100, 4))
         assert join_by_modularity(links, noisy, labels)[0] == 0
+
+
+def test_loss_plateau_takes_a_one_round_window_and_refuses_bad_settings_by_name():
+    # window 1 compares single rounds: a fall of 0.1 after one of 1.0 is a plateau at tol 0.5, a steady fall is not
+    assert loss_plateau([3.0, 2.0, 1.9, 1.9], 1, 0.5)
+    assert not loss_plateau([3.0, 2.0, 1.0, 0.0], 1, 0.5)
+    with pytest.raises(
+        ValueError, match=r"The 'window' parameter of loss_plateau must be an int >= 1\. Got 0 instead\."
+    ):
+        loss_plateau([1.0, 1.0], 0, 0.1)
+    with pytest.raises(
+        ValueError, match=r"The 'tol' parameter of loss_plateau must be a float > 0\.0\. Got 0\.0 instead\."
+    ):
+        loss_plateau([1.0, 1.0], 1, 0.0)
+
+
+def test_loss_plateau_needs_the_recent_fall_strictly_below_tol_and_holds_when_the_early_one_is_zero():
+    assert not loss_plateau([3.0, 2.0, 1.5, 1.0], 1, 0.5)  # recent fall 0.5 == 0.5 * early fall 1.0
+    assert loss_plateau([3.0, 2.0, 1.5, 1.01], 1, 0.5)
+    assert loss_plateau([1.0, 1.0, 1.0, 0.5], 1, 0.5)  # no early fall: true whatever comes after
+
+
+def test_join_by_modularity_places_each_newcomer_as_if_alone_and_only_in_a_community():
+    s = np.full((5, 5), 1.0)
+    labels = np.array([0, 0, 0, 0, 1])
+    newcomer = np.array([1.0, 1.0, 1.0, 1.0, 1.5])
+    # at resolution 0.1 it joins the big community; a second newcomer with ten times its links changes nothing
+    alone = join_by_modularity(newcomer[None], s, labels, resolution=0.1)
+    together = join_by_modularity(np.array([newcomer, 10 * newcomer]), s, labels, resolution=0.1)
+    assert alone.dtype == together.dtype == np.int64
+    np.testing.assert_array_equal(together, [0, 0])
+    np.testing.assert_array_equal(alone, [0])
+    # modularity gain is scale-free: similarities a thousand times smaller place it alike
+    for scale in (1.0, 1e-3):
+        assert join_by_modularity(scale * newcomer[None], scale * s, labels, resolution=1.0)[0] == 1
+    # every gain negative (a high resolution): still the best existing community, never an empty one
+    assert join_by_modularity(newcomer[None], s, labels, resolution=10.0)[0] == 1
+    # a single clustered node is enough
+    np.testing.assert_array_equal(join_by_modularity(np.array([[0.5]]), np.zeros((1, 1)), np.array([0])), [0])
+    with pytest.raises(ValueError, match=r"^The 'links' parameter of join_by_modularity must have shape \(m, n\)"):
+        join_by_modularity(newcomer[None, :4], s, labels)

@@ -1,5 +1,7 @@
 """Louvain on FLIC's similarity graph; Sattler's bi-partition and its index mapping."""
 
+import re
+
 import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
@@ -7,12 +9,14 @@ from sklearn.metrics import adjusted_rand_score
 from common.clustering.bipartition import (
     bipartition,
     mean_update_ratio,
+    sattler_bipartition,
     separation,
     should_split,
     split_cluster,
     update_norms,
 )
 from common.clustering.louvain import louvain_labels, similarity_graph
+from common.clustering.similarity import sketch_rows
 
 
 def _two_blocks(rng, n=12):
@@ -168,3 +172,31 @@ def test_update_norms_of_float32_updates_are_float64_sums_without_a_float64_copy
     )
     assert ratio == pytest.approx(mean_update_ratio(u64), rel=1e-12)
     assert peak < u.nbytes / 4
+
+
+def test_sattler_bipartition_cuts_the_seeded_sketch_of_the_given_dimension():
+    rng = np.random.default_rng(1)
+    updates = list(np.r_[rng.normal(1.0, 1.0, (4, 300)), rng.normal(-1.0, 1.0, (4, 300))])
+    pids = list(range(10, 18))
+    sketched = list(sketch_rows(updates, 0, sketch_dim=64))
+    # seed 0 is the default; sketch_dim reaches the sketch: the same split and cosines as on the sketched rows
+    assert sattler_bipartition(pids, updates, sketch_dim=64) == sattler_bipartition(pids, sketched)
+    assert sattler_bipartition(pids, updates, sketch_dim=64, chunk=3) == sattler_bipartition(pids, sketched)
+    assert sattler_bipartition(pids, updates) != sattler_bipartition(pids, sketched)
+
+
+def test_separation_reads_an_integer_cosine_matrix_as_floats():
+    # cosines of +-1 updates come out exact; the diagonal masked with inf needs a float copy
+    c = np.array([[1, 1, -1, -1], [1, 1, -1, -1], [-1, -1, 1, 1], [-1, -1, 1, 1]])
+    assert separation(c, np.array([0, 1]), np.array([2, 3])) == (-1.0, 1.0)
+
+
+@pytest.mark.parametrize("cosine", [np.ones((2, 3)), np.ones(4), np.ones((1, 1))])
+def test_bipartition_refuses_a_matrix_that_is_not_square_of_two_or_more(cosine):
+    shape = re.escape(str(cosine.shape))
+    with pytest.raises(
+        ValueError,
+        match=r"^The 'cosine' parameter of bipartition must be a"
+        rf" square \(n, n\) array with n >= 2\. Got shape {shape}",
+    ):
+        bipartition(cosine)

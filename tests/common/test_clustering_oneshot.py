@@ -8,7 +8,7 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import pdist, squareform
 from sklearn.metrics import adjusted_rand_score
 
-from common.clustering import oneshot, subspaces
+from common.clustering import oneshot, similarity, subspaces
 from common.clustering.hierarchical import cut_tree, pairwise_distances
 from common.clustering.oneshot import Cut, cut_distances, fedclust_clusters, flhc_clusters, pacfl_clusters
 from strategies import FLHC, PACFL, FedClust
@@ -126,3 +126,39 @@ def test_each_linkage_reaches_the_cut_by_count_threshold_and_automatic_cut():
 def test_the_strategies_cut_with_their_linkage(params, linkage):
     strategy = {FedClustParams: FedClust, PACFLParams: PACFL, FLHCParams: FLHC}[params](params=params(linkage=linkage))
     assert strategy.hc_cut.linkage == linkage
+
+
+def test_flhc_sketches_large_updates_with_its_seed_but_never_for_cityblock(monkeypatch):
+    monkeypatch.setattr(similarity, "AUTO_SKETCH_BYTES", 0)  # every update set counts as large
+    x = list(np.random.default_rng(0).normal(size=(6, similarity.AUTO_SKETCH_DIM + 64)))
+    cut = Cut(threshold=0.0, num_clusters=2)
+    sketched = similarity.sketch_rows(x, 0)
+    assert sketched.shape == (6, similarity.AUTO_SKETCH_DIM)
+    # the defaults are the euclidean metric and seed 0
+    np.testing.assert_array_equal(flhc_clusters(x, cut).distances, pairwise_distances(sketched, "euclidean"))
+    reseeded = pairwise_distances(similarity.sketch_rows(x, 1), "euclidean")
+    np.testing.assert_array_equal(flhc_clusters(x, cut, "euclidean", seed=1).distances, reseeded)
+    assert not np.allclose(reseeded, pairwise_distances(sketched, "euclidean"))
+    exact_l1 = squareform(pdist(np.stack(x), "cityblock"))
+    np.testing.assert_allclose(flhc_clusters(x, cut, "cityblock", seed=0).distances, exact_l1, rtol=1e-9)
+
+
+def test_pacfl_above_the_sample_size_keeps_the_silhouette_of_the_samples_automatic_cut(monkeypatch):
+    rng = np.random.default_rng(3)
+    dirs = np.linalg.qr(rng.standard_normal((20, 4)))[0]
+    bases = [
+        np.linalg.qr(dirs[:, 2 * (i % 2) : 2 * (i % 2) + 2] + 0.01 * rng.standard_normal((20, 2)))[0] for i in range(10)
+    ]
+    monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 6)
+    monkeypatch.setattr(oneshot, "SAMPLE_SIZE", 6)
+    seen: list[float | None] = []
+
+    def recorded(distances, cut):
+        labels, silhouette = cut_distances(distances, cut)
+        seen.append(silhouette)
+        return labels, silhouette
+
+    monkeypatch.setattr(oneshot, "cut_distances", recorded)
+    sampled = pacfl_clusters(bases, Cut(threshold=0.0), "mean", np.random.default_rng(0))
+    assert sampled.distances is None and len(seen) == 1
+    assert sampled.silhouette is not None and sampled.silhouette == seen[-1]

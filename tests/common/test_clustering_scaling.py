@@ -155,7 +155,16 @@ def test_knn_edges_are_the_symmetrised_nearest_neighbours():
     np.fill_diagonal(s, -np.inf)
     wanted = {(min(a, b), max(a, b)) for a in range(12) for b in np.argsort(-s[a])[:2].tolist()}
     assert set(zip(i.tolist(), j.tolist(), strict=True)) == wanted
-    assert louvain.knn_edges(np.zeros((1, 1)), 3)[0].size == 0
+    for a, b in zip(louvain.knn_edges(s, 2), (i, j), strict=True):  # the block size only batches the rows
+        np.testing.assert_array_equal(a, b)
+    # integer similarities (distinct, so no tie decides): the diagonal is masked in a float copy
+    counts = np.zeros((12, 12), dtype=np.int64)
+    counts[np.triu_indices(12, 1)] = rng.permutation(66) + 1
+    counts += counts.T
+    for a, b in zip(louvain.knn_edges(counts, 2), louvain.knn_edges(counts.astype(float), 2), strict=True):
+        np.testing.assert_array_equal(a, b)
+    heads, tails = louvain.knn_edges(np.zeros((1, 1)), 3)  # one node: no edge
+    assert heads.size == tails.size == 0 and heads.dtype == tails.dtype == np.int64
 
 
 def test_sampled_affinity_propagation_equals_plain_ap_below_the_limit_and_places_the_rest():

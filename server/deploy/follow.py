@@ -22,7 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+from .shared import EXIT_USAGE, deploy_env, executable
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 3
 COMPLETED = "finished:completed"
 FINISHED = "finished"
 
@@ -187,3 +189,10 @@ def run_command(args: argparse.Namespace, env: Mapping[str, str], executable: st
     else:
         run_id = args.run_id
     return follow(run_id, args.connection, flwr, poll=args.poll, timeout=args.timeout, log_lines=args.log_lines)
+
+
+def _follow(args: argparse.Namespace) -> int:
+    return run_command(args, deploy_env(args.flwr_home), executable("flwr"))
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": _follow, "wait": _follow}

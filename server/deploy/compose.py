@@ -1,0 +1,196 @@
+"""``umbel deploy compose``: Docker compose files for one SuperLink and N SuperNodes."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from common.validation import check_int
+
+from .shared import CONTROL_PORT, DEPLOY_DIR, FLEET_PORT, MAX_RETRIES, MAX_WAIT_TIME, SUPERNODE_PORT
+
+CUDA_TORCH_INDEX = "https://download.pytorch.org/whl/cu126"
+
+
+def compose_config(
+    nodes: int, *, fleet_port: int = FLEET_PORT, max_retries: int = MAX_RETRIES, max_wait_time: float = MAX_WAIT_TIME
+) -> dict:
+    """A Docker compose project: one SuperLink and ``nodes`` SuperNodes, TLS + node authentication.
+
+    SuperNode ``i`` holds partition ``i`` of ``nodes`` and mounts only ``ca.crt``, its own key
+    ``secrets/keys/supernode-<i>`` and the data folder; the SuperLink mounts its certificate
+    and key and the public keys (to register them from inside its container). Only the Fleet
+    port is published; the Control API listens on the SuperLink container's loopback.
+
+    Raises
+    ------
+    ValueError
+        If ``nodes`` < 1.
+    """
+    check_int(nodes, "nodes", "compose_config", low=1)
+    link = {
+        "build": {
+            "context": "..",
+            "dockerfile": "deploy/Dockerfile",
+            "args": {"UID": "${UMBEL_UID:-10001}", "GID": "${UMBEL_GID:-10001}"},
+        },
+        "image": "umbel:latest",
+        "command": [
+            "umbel",
+            "deploy",
+            "superlink",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(fleet_port),
+            "--control-port",
+            str(CONTROL_PORT),
+            "--certs",
+            "/secrets",
+            "--database",
+            "/state/superlink.db",
+        ],
+        "ports": [f"{fleet_port}:{fleet_port}"],
+        "volumes": [
+            *(f"./secrets/certs/{f}:/secrets/{f}:ro" for f in ("ca.crt", "server.pem", "server.key")),
+            *(f"./secrets/keys/supernode-{i}.pub:/keys/supernode-{i}.pub:ro" for i in range(nodes)),
+            "superlink-state:/state",
+            "../results:/results",
+        ],
+        "healthcheck": _healthcheck(f"https://127.0.0.1:{CONTROL_PORT}/health"),
+        "restart": "unless-stopped",
+    }
+    services: dict[str, dict] = {"superlink": link}
+    for i in range(nodes):
+        services[f"supernode-{i}"] = {
+            "image": "umbel:latest",
+            "depends_on": {"superlink": {"condition": "service_healthy"}},
+            "restart": "on-failure:5",
+            "command": [
+                "umbel",
+                "deploy",
+                "supernode",
+                "--superlink",
+                f"superlink:{fleet_port}",
+                "--root-certificates",
+                "/secrets/ca.crt",
+                "--key",
+                "/secrets/key",
+                "--partition-id",
+                str(i),
+                "--num-partitions",
+                str(nodes),
+                "--data-dir",
+                "/data",
+                "--port",
+                str(SUPERNODE_PORT),
+                "--max-retries",
+                str(max_retries),
+                "--max-wait-time",
+                f"{max_wait_time:g}",
+            ],
+            "volumes": [
+                "./secrets/certs/ca.crt:/secrets/ca.crt:ro",
+                f"./secrets/keys/supernode-{i}:/secrets/key:ro",
+                "${UMBEL_DATA:-../data}:/data:ro",
+            ],
+            "healthcheck": _healthcheck(f"http://127.0.0.1:{SUPERNODE_PORT}/health"),
+        }
+    return {"name": "umbel", "services": services, "volumes": {"superlink-state": {}}}
+
+
+def gpu_override(nodes: int, gpus: int = 1) -> dict:
+    """Compose override: CUDA torch in the image, SuperNode ``i`` on GPU ``i % gpus`` (one GPU: all share it).
+
+    Inside each container the granted GPU is ``cuda:0``, which the ClientApp picks (device "auto").
+    """
+    check_int(nodes, "nodes", "gpu_override", low=1)
+    check_int(gpus, "gpus", "gpu_override", low=1)
+    services: dict[str, dict] = {"superlink": {"build": {"args": {"TORCH_INDEX": CUDA_TORCH_INDEX}}}}
+    for i in range(nodes):
+        services[f"supernode-{i}"] = {
+            "deploy": {
+                "resources": {
+                    "reservations": {
+                        "devices": [{"driver": "nvidia", "device_ids": [str(i % gpus)], "capabilities": ["gpu"]}]
+                    }
+                }
+            }
+        }
+    return {"services": services}
+
+
+def write_compose(folder: Path, nodes: int, *, gpus: int = 1, fleet_port: int = FLEET_PORT) -> list[Path]:
+    """Write ``compose.yaml`` (``compose_config``) and ``compose.gpu.yaml`` (``gpu_override``) into ``folder``."""
+    import yaml  # pyyaml comes with flwr
+
+    command = f"umbel deploy compose --nodes {nodes} --gpus {gpus}" + (
+        f" --port {fleet_port}" if fleet_port != FLEET_PORT else ""
+    )
+    texts = {
+        "compose.yaml": (
+            (
+                f"# Generated by `{command}`: change that command, not this file.\n"
+                f"# 1 SuperLink (Fleet API on the published port {fleet_port}; Control API inside its "
+                f"container only)\n# and {nodes} SuperNodes, TLS + SuperNode authentication. Steps: "
+                "docs/deployment.md, 'Docker'.\n"
+            ),
+            compose_config(nodes, fleet_port=fleet_port),
+        ),
+        "compose.gpu.yaml": (
+            (
+                f"# Generated by `{command}`. Add `-f deploy/compose.gpu.yaml` to every docker compose\n"
+                f"# command: CUDA torch, SuperNode i on GPU i mod {gpus} (NVIDIA Container Toolkit).\n"
+            ),
+            gpu_override(nodes, gpus),
+        ),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, (header, config) in texts.items():
+        paths.append(folder / name)
+        paths[-1].write_text(header + yaml.safe_dump(config, sort_keys=False, width=120))
+    return paths
+
+
+def _healthcheck(url: str) -> dict:
+    probe = (
+        (
+            "import ssl,sys,urllib.request as u; "
+            f"sys.exit(u.urlopen('{url}', timeout=5, context=ssl.create_default_context(cafile='/secrets/ca.crt'))"
+            ".status != 200)"
+        )
+        if url.startswith("https")
+        else (f"import sys,urllib.request as u; sys.exit(u.urlopen('{url}', timeout=5).status != 200)")
+    )
+    return {
+        "test": ["CMD", "python", "-c", probe],
+        "interval": "15s",
+        "timeout": "6s",
+        "retries": 3,
+        "start_period": "60s",
+    }
+
+
+def add_parsers(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter]) -> None:
+    """Add ``compose`` to ``umbel deploy``'s subcommands."""
+    p = sub.add_parser(
+        "compose", help="write Docker compose files for one SuperLink and N SuperNodes", formatter_class=fmt
+    )
+    p.add_argument("--nodes", type=int, required=True, help="number of SuperNodes (partitions 0..N-1)")
+    p.add_argument(
+        "--gpus", type=int, default=1, help="GPUs on the Docker host for compose.gpu.yaml: SuperNode i gets GPU i mod N"
+    )
+    p.add_argument("--port", type=int, default=FLEET_PORT, help="the published Fleet port")
+    p.add_argument("--out", type=Path, default=DEPLOY_DIR, help="folder for compose.yaml and compose.gpu.yaml")
+
+
+def _compose(args: argparse.Namespace) -> int:
+    for path in write_compose(args.out, args.nodes, gpus=args.gpus, fleet_port=args.port):
+        print(path)
+    print(f"1 SuperLink and {args.nodes} SuperNodes; next steps in docs/deployment.md ('Docker').")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"compose": _compose}

@@ -162,7 +162,7 @@ class Deployment:
         config = self.config(run_name, **overrides)
         config_file = self.root / f"{run_name}.toml"
         config_file.write_text(to_toml(config))
-        flwr = deploy._executable("flwr")
+        flwr = deploy.executable("flwr")
         with self.log(run_name).open("w") as log:
             proc = subprocess.Popen(
                 [flwr, "run", str(PROJECT_ROOT), "dep", "--stream", "--run-config", str(config_file)],
@@ -348,7 +348,7 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(ins
 
 def _flwr(dep: Deployment, *args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [deploy._executable("flwr"), *map(str, args)],
+        [deploy.executable("flwr"), *map(str, args)],
         env=deploy.deploy_env(dep.cli_home),
         capture_output=True,
         text=True,

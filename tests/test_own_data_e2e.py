@@ -165,7 +165,7 @@ class Deployment:
             proc = self.spawn(
                 f"run-{name}",
                 [
-                    deploy._executable("flwr"),
+                    deploy.executable("flwr"),
                     "run",
                     str(PROJECT_ROOT),
                     "dep",

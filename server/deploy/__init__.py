@@ -40,9 +40,6 @@ from .supernode import (
     wait_for_superlink,
 )
 
-# the name tests/test_deployment.py calls it by
-_executable = executable
-
 __all__ = [
     "CERT_FILES",
     "CONTROL_PORT",

@@ -2,11 +2,12 @@
 
 The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
 installed wheel has them too). The keys every run reads are declared here; a strategy's own
-keys are declared on its parameters dataclass (``common.params.param``) and generated into
-``KEYS`` from the registry (``strategies.REGISTRY``), the group of each named after its
-strategy. ``pyproject.toml``'s ``[tool.flwr.app.config]`` and docs/parameters.md are written
-from ``KEYS`` by ``python -m common.derived``; ``tests/test_run_config_schema.py`` fails when
-they differ. A key read by one strategy only is named ``<strategy>-<parameter>``; ``RENAMED``
+keys are declared on its parameters dataclass (``common.params.param``); ``build`` makes the
+whole ``KEYS`` from a registry (``strategies.schema`` does, from ``strategies.REGISTRY``), the
+group of each named after its strategy. ``pyproject.toml``'s ``[tool.flwr.app.config]`` and
+docs/parameters.md are written from ``KEYS`` by ``python -m server.derived``;
+``tests/test_run_config_schema.py`` fails when they differ. A key read by one strategy only is
+named ``<strategy>-<parameter>``; ``RENAMED``
 maps the keys' former names to their names now, so that an old name fails naming the new one.
 Values are checked here for their type only; ranges and cross-key rules are checked where the
 values are used (``common.config``, ``common.scenarios``, each strategy's parameters).
@@ -17,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from .params import spec_of
 
@@ -407,29 +408,6 @@ def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[t
     return run + own, groups
 
 
-KEYS: tuple[Key, ...]
-"""Every run-config key, in ``GROUPS`` order (built from the registry when first read)."""
-SCHEMA: dict[str, Key]
-"""``KEYS`` by name."""
-GROUPS: tuple[str, ...]
-"""``RUN_GROUPS``, then the group of each strategy with keys of its own, in registry order."""
-
-
-def __getattr__(name: str) -> Any:
-    """``KEYS``, ``SCHEMA`` and ``GROUPS``, built once from ``strategies.REGISTRY`` when first read.
-
-    Built lazily because the strategies import this module (through ``common.config``) and
-    need Flower; the client and the data code read only ``RENAMED`` and never build it.
-    """
-    if name not in ("KEYS", "SCHEMA", "GROUPS"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from strategies import DEFAULT_STRATEGY, REGISTRY
-
-    keys, groups = build(REGISTRY, DEFAULT_STRATEGY)
-    globals().update(KEYS=keys, SCHEMA={key.name: key for key in keys}, GROUPS=groups)
-    return globals()[name]
-
-
 RENAMED: dict[str, str] = {
     "pretrain-rounds": "cflgt-pretrain-rounds",
     "damping": "cflgt-damping",
@@ -479,26 +457,3 @@ def check_renamed(config: Iterable[str]) -> None:
     for key in config:
         if key in RENAMED:
             raise ValueError(renamed_message(key))
-
-
-def defaults() -> dict[str, Scalar]:
-    """Every key's default, in schema order."""
-    return {key.name: key.default for key in __getattr__("KEYS")}
-
-
-def disagreements(config: Mapping[str, Any]) -> dict[str, list[str]]:
-    """How a run-config table (e.g. pyproject's) differs from the schema.
-
-    Returns the keys the schema lacks (``no-schema-entry``), the keys the table lacks
-    (``not-in-config``) and the keys whose default or type differs (``different-default``).
-    """
-    schema: dict[str, Key] = __getattr__("SCHEMA")
-    return {
-        "no-schema-entry": [k for k in config if k not in schema],
-        "not-in-config": [k for k in schema if k not in config],
-        "different-default": [
-            f"{k}: schema {schema[k].default!r}, config {v!r}"
-            for k, v in config.items()
-            if k in schema and (type(v) is not type(schema[k].default) or v != schema[k].default)
-        ],
-    }

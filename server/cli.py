@@ -28,6 +28,7 @@ import psutil
 import tomli_w
 
 from common import schema
+from strategies import schema as keys_schema
 
 from . import deploy, models_cli
 from .linkindex import write_launcher
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="hf: datasets save_to_disk (as flwr-datasets create writes)",
     )
     for name in SCENARIO_FLAGS:
-        key = schema.SCHEMA[name]
+        key = keys_schema.SCHEMA[name]
         export.add_argument(
             f"--{name}",
             type=_parser_for(key),
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return export_federation(args)
     if args.command in models_cli.COMMANDS:
         return models_cli.run(args)
-    config = {key: getattr(args, key.replace("-", "_")) for key in schema.SCHEMA}
+    config = {key: getattr(args, key.replace("-", "_")) for key in keys_schema.SCHEMA}
     try:
         folder, num_clients = prepare(config)
     except (ValueError, FileNotFoundError) as err:
@@ -145,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:
     """One ``--KEY`` per run-config key of ``common.schema``, in its group, typed and explained."""
-    groups = {name: parser.add_argument_group(name) for name in schema.GROUPS}
-    for key in schema.KEYS:
+    groups = {name: parser.add_argument_group(name) for name in keys_schema.GROUPS}
+    for key in keys_schema.KEYS:
         text = key.help
         if key.choices:
             text += f"; one of {', '.join(key.choices)}"
@@ -381,7 +382,7 @@ def flower_app(flwr_home: Path) -> Path:
                         "app": {
                             "publisher": "umbel",
                             "components": {"serverapp": "server.app:app", "clientapp": "client.app:app"},
-                            "config": schema.defaults(),
+                            "config": keys_schema.defaults(),
                         }
                     }
                 },

@@ -4,7 +4,7 @@
 registered by one line in the tuple below. From it come the run-config keys of each strategy's
 parameters (``common.schema``; their order is this tuple's), the ``strategy`` key's choices, the
 ``umbel run`` flags, pyproject's ``[tool.flwr.app.config]`` and docs/parameters.md
-(``python -m common.derived``). ``get_strategy`` fails on unknown names with the list of known ones.
+(``python -m server.derived``). ``get_strategy`` fails on unknown names with the list of known ones.
 """
 
 from __future__ import annotations

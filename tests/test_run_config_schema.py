@@ -1,4 +1,5 @@
-"""One source for the run-config: common/schema.py against pyproject, the dataclasses and the registry."""
+"""One source for the run-config: the keys (common/schema.py, strategies/schema.py) against pyproject,
+the dataclasses and the registry."""
 
 import dataclasses
 import tomllib
@@ -10,8 +11,9 @@ from common.config import FaultParams, OutputParams, TrainingParams, params_from
 from common.data import DATASETS
 from common.models import MODELS
 from common.scenarios import SCENARIOS, ScenarioConfig
-from common.schema import GROUPS, KEYS, RENAMED, SCHEMA, check_renamed, defaults, disagreements
+from common.schema import RENAMED, check_renamed
 from strategies import REGISTRY
+from strategies.schema import GROUPS, KEYS, SCHEMA, defaults, disagreements
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,14 +143,14 @@ def test_a_bad_value_is_an_error_naming_the_key(key, text):
 
 
 def test_pyproject_and_the_parameters_page_are_what_the_registry_writes():
-    """Run ``python -m common.derived`` when this fails (it names each stale file)."""
-    from common.derived import stale
+    """Run ``python -m server.derived`` when this fails (it names each stale file)."""
+    from server.derived import stale
 
     assert stale() == []
 
 
 def test_the_pyproject_table_is_rewritten_in_place_and_reads_back_as_the_defaults():
-    from common.derived import pyproject_table, with_table
+    from server.derived import pyproject_table, with_table
 
     table = pyproject_table(KEYS, GROUPS)
     text = "[a]\nx = 1\n\n[tool.flwr.app.config]\nold = 1\n\n# about b\n[b]\ny = 2\n"
@@ -162,7 +164,7 @@ def test_the_pyproject_table_is_rewritten_in_place_and_reads_back_as_the_default
 
 
 def test_the_parameters_page_has_each_declared_key_with_its_range():
-    from common.derived import parameters_page
+    from server.derived import parameters_page
 
     page = parameters_page(dict(REGISTRY), KEYS)
     assert "| `cflgt-damping` | `0.5` | a float in the range [0.5, 1.0) |" in page

@@ -4,7 +4,7 @@ import tomllib
 
 import pytest
 
-from common import schema
+from strategies import schema
 from server import cli
 from strategies import REGISTRY
 from tests.helpers import SMALL_FEDERATION_ARGS

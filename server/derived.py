@@ -1,6 +1,6 @@
-"""The files written from the run-config keys (``common.schema.KEYS``), and the command that writes them.
+"""The files written from the run-config keys (``strategies.schema.KEYS``), and the command that writes them.
 
-``python -m common.derived`` rewrites ``pyproject.toml``'s ``[tool.flwr.app.config]`` table,
+``python -m server.derived`` rewrites ``pyproject.toml``'s ``[tool.flwr.app.config]`` table,
 docs/parameters.md and the parameter tables of docs/strategies/ (between ``<!-- parameters: NAME, ... -->``
 and ``<!-- /parameters -->``) from the keys; ``--check`` writes nothing and exits 1 naming each file that
 differs (``tests/test_run_config_schema.py`` runs the same comparison).
@@ -18,16 +18,18 @@ from pathlib import Path
 
 import tomli_w
 
-from . import schema
-from .config import run_config_keys
-from .params import spec_of
+from common.config import run_config_keys
+from common.params import spec_of
+from common.schema import Key
+from strategies import REGISTRY
+from strategies import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TABLE = "[tool.flwr.app.config]"
-COMMAND = "python -m common.derived"
+COMMAND = "python -m server.derived"
 
 
-def pyproject_table(keys: tuple[schema.Key, ...], groups: tuple[str, ...]) -> str:
+def pyproject_table(keys: tuple[Key, ...], groups: tuple[str, ...]) -> str:
     """The ``[tool.flwr.app.config]`` table: each group's keys under its name, each after its help."""
     lines = [
         CONFIG_TABLE,
@@ -69,7 +71,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def table(registry: Mapping[str, type], names: Iterable[str], keys: tuple[schema.Key, ...]) -> list[str]:
+def table(registry: Mapping[str, type], names: Iterable[str], keys: tuple[Key, ...]) -> list[str]:
     """The markdown table of the keys the strategies ``names`` read, each once, from their declarations.
 
     Columns: key, default, allowed values (the first reader's range), meaning, paper. Empty when
@@ -96,7 +98,7 @@ def table(registry: Mapping[str, type], names: Iterable[str], keys: tuple[schema
     return ["| key | default | allowed | meaning | paper |", "| --- | --- | --- | --- | --- |", *rows.values()]
 
 
-def parameters_page(registry: Mapping[str, type], keys: tuple[schema.Key, ...]) -> str:
+def parameters_page(registry: Mapping[str, type], keys: tuple[Key, ...]) -> str:
     """docs/parameters.md: one table per strategy, of the parameters it reads, from their declarations."""
     out = [
         "# Strategy parameters",
@@ -117,7 +119,7 @@ def parameters_page(registry: Mapping[str, type], keys: tuple[schema.Key, ...]) 
 MARKED = re.compile(r"(<!-- parameters: (?P<names>[a-z0-9, -]+) -->\n)(?P<body>.*?)(<!-- /parameters -->)", re.DOTALL)
 
 
-def with_tables(page: str, registry: Mapping[str, type], keys: tuple[schema.Key, ...]) -> str:
+def with_tables(page: str, registry: Mapping[str, type], keys: tuple[Key, ...]) -> str:
     """``page`` with each ``<!-- parameters: a, b -->`` ... ``<!-- /parameters -->`` block's table rewritten.
 
     Raises
@@ -141,8 +143,6 @@ def with_tables(page: str, registry: Mapping[str, type], keys: tuple[schema.Key,
 
 def derived_files() -> dict[Path, str]:
     """Each derived file's path and the text the registry gives it now."""
-    from strategies import REGISTRY  # needs Flower; common itself does not
-
     pyproject = ROOT / "pyproject.toml"
     files = {
         pyproject: with_table(pyproject.read_text(), pyproject_table(schema.KEYS, schema.GROUPS)),

@@ -21,6 +21,7 @@ from typing import Any
 
 from client.app import app as client_app
 from server.experiment import Experiment
+from strategies.state import capture
 from tests.helpers import small_run_config
 from tests.helpers.inprocess import InProcessGrid
 
@@ -42,7 +43,8 @@ def golden_run(name: str) -> dict[str, Any]:
         ``assignments``: per round, partition id (as a string) -> cluster; ``accuracies``: the
         last round's local test accuracy per partition id; ``losses``: the same clients' test loss
         (continuous, so it catches a change that moves no prediction); ``round_accuracy``: the mean
-        per round.
+        per round; ``checkpoint_fields``: the names a checkpoint stores (a checkpoint written before a
+        refactor loads after it only while these stay the same).
     """
     from tests.test_strategy_contract import FAST
 
@@ -57,6 +59,7 @@ def golden_run(name: str) -> dict[str, Any]:
         "accuracies": {str(p): acc for p, (acc, _) in sorted(strategy.last_eval.items())},
         "losses": {str(p): loss for p, (_, loss) in sorted(strategy.last_eval.items())},
         "round_accuracy": [r.accuracy for r in strategy.history],
+        "checkpoint_fields": sorted(capture(strategy)),
     }
 
 

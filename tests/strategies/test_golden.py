@@ -28,6 +28,7 @@ def test_replays_the_golden_run(name):
     assert got["accuracies"] == pytest.approx(expected["accuracies"], abs=1e-6)
     assert got["losses"] == pytest.approx(expected["losses"], abs=1e-6)
     assert got["round_accuracy"] == pytest.approx(expected["round_accuracy"], abs=1e-6)
+    assert got["checkpoint_fields"] == expected["checkpoint_fields"]  # older checkpoints still load
 
 
 def test_every_strategy_has_a_golden_run_with_a_clustering_to_compare():

@@ -32,6 +32,8 @@ from .outcome import identity_failures
 from .recorder import RoundStats
 
 if TYPE_CHECKING:
+    from flwr.app import ArrayRecord
+
     from .base import ClusteredStrategy
 
 
@@ -192,7 +194,7 @@ def assign_by_loss(strategy: ClusteredStrategy, pids: Sequence[int], server_roun
     return {pid: losses[pid].best() if pid in losses else fallback for pid in pids}
 
 
-def tested(assignment: Mapping[int, int], clients: Mapping[int, ClientInfo], *, tell: bool) -> list[int]:
+def with_test_data(assignment: Mapping[int, int], clients: Mapping[int, ClientInfo], *, tell: bool) -> list[int]:
     """The assigned clients whose identity reported test samples, sorted; with ``tell``, warn about the others.
 
     In a large federation the test split leaves some clients none: they are never asked to
@@ -230,3 +232,24 @@ def check_round_params(strategy: ClusteredStrategy, num_clients: int) -> None:
             f"The 'num-clusters' parameter of {name} must be at most the number "
             f"of clients ({num_clients}). Got {k!r} instead."
         )
+
+
+def join(strategy: ClusteredStrategy, grid: Grid, initial: ArrayRecord, expected: int) -> int:
+    """Identify the clients at start, then restore a pending checkpoint or start fresh; the first round to run.
+
+    Fresh: late clients are held out and ``init_clusters`` gives the others their clusters.
+    A strategy that already has clients and nothing to resume keeps them (round 1).
+    """
+    if strategy.checkpoints.pending is None and strategy.clients:
+        return 1
+    found, strategy.identity_seconds = discover(grid, expected, strategy.training, strategy.membership)
+    if strategy.checkpoints.pending is not None:
+        strategy._lost = set()
+        return strategy.checkpoints.resume_onto(strategy, found)
+    training = strategy.training
+    strategy.clients, strategy.waiting = hold_out_late(
+        found, training.late_clients, strategy.rng, training.admission_round
+    )
+    strategy.initial = initial
+    strategy.init_clusters(initial)
+    return 1

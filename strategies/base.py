@@ -1,45 +1,37 @@
-"""``ClusteredStrategy``: one model per cluster, a client -> cluster assignment, the round loop and its hooks.
+"""``ClusteredStrategy``: K cluster models, a client -> cluster assignment, the round loop and its hooks.
 
-The mechanics around the loop are collaborators (docs/DESIGN.md): the messenger sends and collects
-(``strategies.messenger``), the reply guard checks replies (``strategies.guard``), the roster says
-who takes part (``strategies.admission``), the recorder writes the round's record
-(``strategies.recorder``) and the run state is saved and restored by ``strategies.state``. An
-algorithm overrides only the hooks below. Empty clusters are kept on purpose: a cluster without
-members (or without replies this round) keeps its model and shows as size 0.
+Its collaborators (docs/DESIGN.md): the messenger, the reply guard, the roster (``admission``), the
+round's phases, the recorder and the run state (``state``). A cluster without members or replies keeps
+its model and shows as size 0.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from functools import partial
-from logging import INFO
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
-from flwr.common import log
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from common import keys
-from common.aggregation import coordinate_median, weighted_average
 from common.config import TrainingParams, params_from_run_config
-from common.learning import ChanceLossCheck, observe_train_loss
-from common.metrics import cluster_sizes, mean_std
+from common.learning import ChanceLossCheck
 
-from . import admission, guard
+from . import admission, phases
 from .delivery import Delivery, deliver_models
 from .federation import ClientInfo, Membership, packed
 from .messenger import Messenger, timeouts
 from .outcome import stop_if_all_rejected
 from .record import RoundRecord
-from .recorder import AssignmentDiff, RoundStats, Scored, assignment_history, record_round
+from .recorder import AssignmentDiff, RoundStats, Scored, assignment_history, clustering_time, log_start, record_round
 from .replies import S, TrainUpdate, metric_ranges
-from .state import restore, save_state
+from .state import Checkpoints
 
 
 @dataclass(frozen=True)
@@ -51,24 +43,16 @@ T = TypeVar("T")
 
 
 class ClusteredStrategy(Strategy):
-    """Base of every umbel strategy (FedAvg is K = 1, Local is K = N).
-
-    ``models`` (the K cluster models), ``assignment`` (partition id -> cluster), ``clients`` and
-    ``waiting`` (late clients, by partition id), ``initial``, ``history`` (one ``RoundRecord`` a
-    round) and ``last_eval`` (partition id -> (accuracy, loss)) are its state; ``distance_matrix``
-    and ``distance_pids`` the client distances of the last clustering (None: none), drawn as
-    ``distances.png``. ``training`` holds rounds, sampling, local training, timeouts and seed;
-    ``params`` the strategy's own parameters (``params_type``).
-    """
+    """Base of every umbel strategy (FedAvg is K = 1, Local is K = N); its state is declared in ``__init__``."""
 
     name: ClassVar[str] = "clustered"
     params_type: ClassVar[type] = NoParams
     round_params: ClassVar[dict[str, int]] = {}  # parameters naming a round, with how many rounds must follow it
-    distance_matrix: np.ndarray | None = None
-    distance_pids: Sequence[int] = ()
+    distance_matrix: np.ndarray | None = None  # the last clustering's client distances (``distances.png``)
+    distance_pids: Sequence[int] = ()  # the partition ids of its rows
     # Per-run wiring and settings, never saved; ``state_fields``: what a checkpoint saves (``strategies.state``).
     transient: ClassVar[frozenset[str]] = frozenset(
-        "messenger on_round training params checkpoint_path checkpoint_every _resume metric_ranges membership "
+        "messenger on_round training params checkpoints metric_ranges membership "
         "_lost identity_seconds deliver delivery".split()
     )
     state_fields: ClassVar[frozenset[str]] = frozenset(
@@ -105,9 +89,7 @@ class ClusteredStrategy(Strategy):
         self._lost: set[int] = set()
         self.metric_ranges = metric_ranges()  # each reply metric's allowed range (regression: R^2 <= 1)
         self.on_round: Callable[[ClusteredStrategy, RoundRecord], None] | None = None
-        self.checkpoint_path: Path | None = None
-        self.checkpoint_every = 0
-        self._resume: dict[str, Any] | None = None
+        self.checkpoints = Checkpoints()
         self.identity_seconds = 0.0  # waiting for the nodes and their identities at start-up
         self.deliver = True  # send every client its cluster's final model after the last round
         self.delivery: Delivery | None = None
@@ -121,7 +103,6 @@ class ClusteredStrategy(Strategy):
         """Raise ``ValueError`` if the parameters contradict ``rounds`` or ``num_clients`` clients."""
         admission.check_round_params(self, num_clients)
 
-    # ----------------------------------------------------------------- algorithm hooks
     def init_clusters(self, initial: ArrayRecord) -> None:
         """Start state once the clients are known; default: everyone in one cluster."""
         self.set_clusters([initial], dict.fromkeys(self.clients, 0))
@@ -143,12 +124,7 @@ class ClusteredStrategy(Strategy):
 
     def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:
         """A cluster's new model: FedAvg's mean weighted by (capped) ``num-examples``, or the median."""
-        reference = updates[0].sent
-        if self.training.aggregation == "median":
-            merged = coordinate_median([u.arrays for u in updates], reference)
-        else:
-            merged = weighted_average([u.arrays for u in updates], [u.num_examples for u in updates], reference)
-        return ArrayRecord({name: Array(arr) for name, arr in merged.items()})
+        return phases.merge(updates, self.training.aggregation)
 
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
         """See the round's checked updates by partition id, after aggregation (``update.delta()``)."""
@@ -169,7 +145,6 @@ class ClusteredStrategy(Strategy):
         """Strategy-specific facts for ``summary.json`` (key -> JSON value); none by default."""
         return {}
 
-    # ----------------------------------------------------------------- what the hooks call
     def set_clusters(self, models: list[ArrayRecord], assignment: Mapping[int, int]) -> None:
         """Replace the cluster models and the assignment together; ``ValueError`` on one outside ``models``."""
         bad = {pid: k for pid, k in assignment.items() if not 0 <= k < len(models)}
@@ -216,31 +191,12 @@ class ClusteredStrategy(Strategy):
         config: Mapping[str, Any] | None = None,
         **expected: Any,
     ) -> dict[int, S]:
-        """Ask ``pids`` for a signal with ``query.<action>``; the signals ``from_arrays(**expected)`` accepts.
+        """Ask ``pids`` for a signal with ``query.<action>``; the checked signals (``phases.query_signal``)."""
+        return phases.query_signal(self, action, pids, server_round, from_arrays, models, config, **expected)
 
-        ``models`` travel as ``arrays`` (one) or ``arrays-0..K-1`` with ``num-models``; ``config``
-        is added to the round and training parameters. A malformed signal rejects that client only.
-        """
-        records = (
-            {keys.ARRAYS: models[0]} if len(models) == 1 else {keys.model_record(k): m for k, m in enumerate(models)}
-        )
-        cfg = {**self._base_config(server_round), **(dict(config or {}))}
-        if len(models) > 1:
-            cfg[keys.NUM_MODELS] = len(models)
-        contents = {pid: RecordDict({**records, keys.CONFIG: ConfigRecord(cfg)}) for pid in pids}
-        exchange = self.messenger.query(self._nodes(), keys.query_type(action), contents, server_round)
-        return guard.signals(
-            exchange, from_arrays, partial(self.messenger.reject, server_round=server_round), **expected
-        )
-
-    @contextmanager
-    def clustering_timer(self) -> Iterator[None]:
+    def clustering_timer(self) -> AbstractContextManager[None]:
         """Count the enclosed server-side clustering work in ``clustering-seconds``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.messenger.stats.clustering_seconds += time.perf_counter() - start
+        return clustering_time(self.messenger.stats)
 
     def require(self, value: T | None, name: str, hook: str) -> T:
         """``value``; ``RuntimeError`` naming the attribute ``name`` and the ``hook`` that sets it if None."""
@@ -262,88 +218,40 @@ class ClusteredStrategy(Strategy):
         """Client ``pid``'s true group, for scoring only (-1: unknown)."""
         return self.truth.get(pid, -1) if self.truth is not None else self.clients[pid].true_group
 
-    # ----------------------------------------------------------------- Flower's strategy interface
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One train message per sampled client, each with its own cluster's model."""
-        outbox, self._sent_cluster = self.messenger.outbox(self._nodes(), MessageType.TRAIN, server_round), {}
-        for pid in self.sample(server_round):
-            k = self.assignment[pid]
-            cfg = {**dict(config), **self._base_config(server_round), keys.CLUSTER_ID: k}
-            cfg.update(self.client_config(server_round, pid))
-            outbox.add(pid, RecordDict({**self.train_records(server_round, pid, k), keys.CONFIG: ConfigRecord(cfg)}))
-            self._sent_cluster[pid] = k
-        return self.messenger.expect(outbox)
+        return phases.train_messages(self, server_round, config)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Check each reply, then aggregate inside each cluster (``aggregate_cluster``)."""
-        exchange = self.messenger.collect(replies, server_round)
-        reject = partial(self.messenger.reject, server_round=server_round)
-        cluster_of = partial(self.reply_cluster, server_round)
-        updates, clusters = guard.train_updates(exchange, cluster_of, self.models, self.clients, reject)
-        self._sent_cluster.update(clusters)
-        sizes = [c.num_train for c in self.clients.values()]
-        updates, capped = guard.cap_weights(updates, sizes, self.training.weight_cap, server_round)
-        self.messenger.stats.capped += capped
-        members: dict[int, list[TrainUpdate]] = {}
-        for pid, update in updates.items():
-            members.setdefault(self._sent_cluster[pid], []).append(update)
-        for k, cluster_updates in sorted(members.items()):
-            self.models[k], self.last_trained[k] = self.aggregate_cluster(k, cluster_updates), server_round
-        self.messenger.stats.train_replies = len(updates)
-        self.after_train(server_round, updates)
-        metrics: dict[str, int | float | list[int] | list[float]] = {
-            "replies": len(updates),
-            "failures": len(exchange.failures),
-        }
-        if updates:
-            loss = metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
-            self.learning = observe_train_loss(
-                self.learning, self.training, self.initial_model, self.head_key, server_round, loss
-            )
-        return packed(self.models), MetricRecord(metrics)
+        metrics = phases.apply_train(self, server_round, replies)
+        return packed(self.models), metrics
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One evaluate message per assigned client holding test data, with its own cluster's model."""
-        outbox = self.messenger.outbox(self._nodes(), MessageType.EVALUATE, server_round)
-        tested = admission.tested(self.assignment, self.clients, tell=not self._told_untested)
-        self._told_untested = self._told_untested or len(tested) < len(self.assignment)
-        for pid in tested:
-            cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: self.assignment[pid]}
-            model = self.models[self.assignment[pid]]
-            outbox.add(pid, RecordDict({keys.ARRAYS: model, keys.CONFIG: ConfigRecord(cfg)}))
-        return self.messenger.expect(outbox)
+        return phases.evaluate_messages(self, server_round, config)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Mean and std of the clients' local test accuracy (each with its cluster's model)."""
-        exchange = self.messenger.collect(replies, server_round)
-        reject = partial(self.messenger.reject, server_round=server_round)
-        self.last_eval = guard.evaluations(exchange, self.clients, self.metric_ranges, reject)
-        if not self.last_eval:
-            return None
-        acc_mean, acc_std = mean_std([a for a, _ in self.last_eval.values()])
-        loss_mean, _ = mean_std([loss for _, loss in self.last_eval.values()])
-        return MetricRecord({keys.ACCURACY: acc_mean, "accuracy-std": acc_std, keys.LOSS: loss_mean})
+        return phases.apply_evaluate(self, server_round, replies)
 
     def summary(self) -> None:
-        """Log the strategy, its parameters and the cluster state."""
-        sizes = cluster_sizes(self.assignment, len(self.models)) if self.models else []
-        name, n, k = type(self).__name__, len(self.clients), len(self.models)
-        log(INFO, "%s: %s, %d clients, %d cluster models, sizes %s", name, self.params, n, k, sizes)
+        """Log the strategy, its parameters and the cluster state (Flower's ``Strategy.summary``)."""
+        log_start(self)
 
-    # ----------------------------------------------------------------- the run
     def checkpoint_to(self, path: Path, every: int) -> None:
         """Save the whole state to ``path`` every ``every`` rounds and after the last one."""
-        self.checkpoint_path, self.checkpoint_every = Path(path), every
+        self.checkpoints.path, self.checkpoints.every = Path(path), every
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         """Continue from a ``load_checkpoint`` payload when ``start`` runs (after re-identifying clients)."""
-        self._resume = checkpoint
+        self.checkpoints.pending = checkpoint
 
     def start(
         self,
@@ -362,16 +270,7 @@ class ClusteredStrategy(Strategy):
         wait = timeout if timeout is not None else self.training.round_timeout
         self.training = replace(self.training, rounds=rounds, round_timeout=wait)
         self.messenger.grid, self.messenger.wait = grid, timeouts(self.training)
-        first_round, result = 1, Result()
-        if self._resume is not None or not self.clients:
-            found, self.identity_seconds = admission.discover(grid, expected_clients, self.training, self.membership)
-            if self._resume is not None:
-                first_round = self._restore(self._resume, found)
-            else:
-                late, seed, at = self.training.late_clients, self.rng, self.training.admission_round
-                self.clients, self.waiting = admission.hold_out_late(found, late, seed, at)
-                self.initial = initial_arrays
-                self.init_clusters(initial_arrays)
+        first_round, result = admission.join(self, grid, initial_arrays, expected_clients), Result()
         self.summary()
         for rnd in range(first_round, self.training.rounds + 1):
             stats = self.messenger.stats = RoundStats(start=time.perf_counter())
@@ -391,27 +290,10 @@ class ClusteredStrategy(Strategy):
                 if eval_metrics is not None:
                     result.evaluate_metrics_clientapp[rnd] = eval_metrics
                 usable[MessageType.EVALUATE] = len(self.last_eval)
-            server_metrics = evaluate_fn(rnd, packed(self.models)) if evaluate_fn is not None else None
-            if server_metrics is not None:
+            if evaluate_fn is not None and (server_metrics := evaluate_fn(rnd, packed(self.models))) is not None:
                 result.evaluate_metrics_serverapp[rnd] = server_metrics
             record_round(self, rnd, eval_metrics, stats)
-            limit, last = self.training.max_rejected_rounds, self.training.rounds
-            stop_if_all_rejected(usable, stats.asked, self._rejected_rounds, self._accepted_phases, rnd, last, limit)
-            every = self.checkpoint_every
-            if self.checkpoint_path is not None and every and (rnd % every == 0 or rnd == last):
-                save_state(self, rnd, self.checkpoint_path)
+            stop_if_all_rejected(usable, stats.asked, self._rejected_rounds, self._accepted_phases, rnd, self.training)
+            self.checkpoints.save_if_due(self, rnd, self.training.rounds)
         self.delivery = deliver_models(self, self.training.rounds) if self.deliver else None
         return result
-
-    def _base_config(self, server_round: int) -> dict[str, Any]:
-        return {keys.SERVER_ROUND: server_round, **self.training.local_config()}
-
-    def _restore(self, checkpoint: dict[str, Any], found: dict[int, ClientInfo]) -> int:
-        """Load a checkpoint's state onto this strategy; the first round still to run."""
-        restore(self, checkpoint, found)
-        self._lost, self._resume = set(), None
-        log(INFO, "Resuming %s after round %d with %d clients", type(self).name, checkpoint["round"], len(self.clients))
-        return int(checkpoint["round"]) + 1
-
-    def _nodes(self) -> dict[int, int]:
-        return {pid: info.node_id for pid, info in self.clients.items()}

@@ -12,12 +12,15 @@ The assignment is kept as a list of changes (``_assignment_diffs``), rebuilt int
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from logging import INFO
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import MetricRecord
+from flwr.common import log
 
 from common import keys
 from common.metrics import cluster_sizes, clustering_scores
@@ -52,6 +55,23 @@ class RoundStats:
         self.failures += len(exchange.failures)
         self.down += exchange.down
         self.up += exchange.up
+
+
+@contextmanager
+def clustering_time(stats: RoundStats) -> Iterator[None]:
+    """Add the enclosed block's seconds to ``stats.clustering_seconds`` (server-side clustering work)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stats.clustering_seconds += time.perf_counter() - start
+
+
+def log_start(strategy: Any) -> None:
+    """Log the strategy, its parameters and the cluster state at the start of the run."""
+    sizes = cluster_sizes(strategy.assignment, len(strategy.models)) if strategy.models else []
+    name, n, k = type(strategy).__name__, len(strategy.clients), len(strategy.models)
+    log(INFO, "%s: %s, %d clients, %d cluster models, sizes %s", name, strategy.params, n, k, sizes)
 
 
 class Recorded(Protocol):

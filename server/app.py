@@ -29,7 +29,7 @@ from .tracking import open_loggers
 
 RESOURCES_FILE = "resources.json"
 # Strategy attributes that are not per-client state (the connection, callbacks, settings).
-NOT_STATE = frozenset({"grid", "on_round", "training", "params", "rng", "checkpoint_path", "_resume"})
+NOT_STATE = frozenset({"messenger", "on_round", "training", "params", "rng", "checkpoints"})
 
 app = ServerApp()
 

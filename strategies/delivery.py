@@ -52,7 +52,7 @@ class Delivery:
 def deliver_models(strategy: ClusteredStrategy, server_round: int) -> Delivery:
     """Send every client with a cluster its cluster's model and note who wrote it."""
     started = time.perf_counter()
-    grid = strategy._require_grid()
+    grid = strategy.messenger.require_grid()
     nodes = {pid: info.node_id for pid, info in strategy.clients.items()}
     outbox = Outbox(nodes, keys.query_type(keys.MODEL_ACTION), "final-model", strategy.training.round_timeout)
     for pid, k in sorted(strategy.assignment.items()):

@@ -8,6 +8,10 @@ sent messages and none of the replies was usable, whatever the reason.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from common.config import TrainingParams
+
 from .federation import REJECTED, TIMED_OUT, Exchange
 
 
@@ -78,3 +82,36 @@ def stop_reason(phase: str, server_round: int, streak: int, limit: int, exchange
         f"(max-rejected-rounds {limit}), so nothing learns. This round's {sent(exchange)} {phase} "
         f"messages: {counts or 'no reply'}.{first} docs/protocol.md lists what a client must answer."
     )
+
+
+def stop_if_all_rejected(
+    usable: Mapping[str, int],
+    asked: Mapping[str, Exchange],
+    rejected_rounds: dict[str, int],
+    accepted_phases: set[str],
+    server_round: int,
+    training: TrainingParams,
+) -> None:
+    """Raise once no reply of a phase was usable in ``max-rejected-rounds`` rounds in a row.
+
+    Per phase (``usable``: the usable replies of each phase this round sent, train and
+    evaluate), over the rounds that sent that phase's messages (``asked``): a round counts
+    whether its replies were rejected, failed or timed out, and the last round stops a run that
+    never accepted a reply of that phase. ``rejected_rounds`` (the streaks) and
+    ``accepted_phases`` are updated in place; ``max-rejected-rounds`` 0 never stops.
+
+    Raises
+    ------
+    RuntimeError
+        With ``stop_reason``'s message.
+    """
+    limit = training.max_rejected_rounds
+    for phase, accepted in usable.items():
+        if accepted:
+            rejected_rounds[phase] = 0
+            accepted_phases.add(phase)
+        elif sent(asked.get(phase)):
+            streak = rejected_rounds[phase] = rejected_rounds.get(phase, 0) + 1
+            never = phase not in accepted_phases and server_round == training.rounds
+            if limit and (streak >= limit or never):
+                raise RuntimeError(stop_reason(phase, server_round, streak, limit, asked.get(phase)))

@@ -21,10 +21,12 @@ import dataclasses
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
+from logging import INFO
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
+from flwr.common import log
 
 from common.clustering.similarity import CountSketch, GaussianSketch
 from common.modelstore import StoreError, read_bundle, write_bundle
@@ -277,3 +279,33 @@ def restore(strategy: Any, checkpoint: Mapping[str, Any], found: dict[int, Clien
     state["history"] = [r if isinstance(r, RoundRecord) else RoundRecord.from_dict(r) for r in state["history"]]
     for name, value in state.items():
         setattr(strategy, name, value)
+
+
+class Checkpoints:
+    """When a run saves its state (``checkpoint_to``), and the checkpoint it resumes from (``resume``)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.every = 0
+        self.pending: dict[str, Any] | None = None  # a ``load_checkpoint`` payload not restored yet
+
+    def save_if_due(self, strategy: Any, server_round: int, last_round: int) -> None:
+        """Save ``strategy``'s state after every ``every``-th round and after the last one."""
+        if self.path is not None and self.every and (server_round % self.every == 0 or server_round == last_round):
+            save_state(strategy, server_round, self.path)
+
+    def resume_onto(self, strategy: Any, found: dict[int, ClientInfo]) -> int:
+        """Restore the pending checkpoint onto ``strategy`` with this run's clients; the first round still to run."""
+        checkpoint = self.pending
+        if checkpoint is None:
+            raise RuntimeError("No checkpoint to resume from: call resume() first.")
+        restore(strategy, checkpoint, found)
+        self.pending = None
+        log(
+            INFO,
+            "Resuming %s after round %d with %d clients",
+            type(strategy).name,
+            checkpoint["round"],
+            len(strategy.clients),
+        )
+        return int(checkpoint["round"]) + 1

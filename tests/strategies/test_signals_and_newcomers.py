@@ -40,7 +40,7 @@ def _start(strategy_cls, grid_kwargs=None, **overrides):
 
 def test_losses_query_returns_train_losses_of_every_model_and_counts_bytes():
     strategy, grid = _start(TwoModels, rounds=1)
-    down_before, signal_before = strategy._stats.down.model, strategy._stats.up.signal
+    down_before, signal_before = strategy.messenger.stats.down.model, strategy.messenger.stats.up.signal
     losses = strategy.query_signal(
         keys.LOSSES_ACTION, [0, 3], 1, ModelLosses.from_arrays, models=strategy.models, num_models=2
     )
@@ -50,8 +50,8 @@ def test_losses_query_returns_train_losses_of_every_model_and_counts_bytes():
     assert len(queries) == 2 and queries[0].content[keys.CONFIG][keys.NUM_MODELS] == 2
     assert set(queries[0].content.array_records) == {"arrays-0", "arrays-1"}
     model_bytes = sum(a.numpy().nbytes for a in strategy.models[0].values())
-    assert strategy._stats.down.model - down_before == 2 * 2 * model_bytes  # 2 clients x 2 models
-    assert strategy._stats.up.signal - signal_before == 2 * 2 * 4  # 2 clients x 2 float32 losses
+    assert strategy.messenger.stats.down.model - down_before == 2 * 2 * model_bytes  # 2 clients x 2 models
+    assert strategy.messenger.stats.up.signal - signal_before == 2 * 2 * 4  # 2 clients x 2 float32 losses
 
 
 def _bad_losses(reply: Message, server_round: int) -> Message:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import keys, schema
 from .metrics import final_stretch
-from .params import SPEC, Spec
+from .params import run_config_keys
 from .validation import check_bool, check_choice, check_float, check_int, check_str
 
 OWNER = "the run config"
@@ -25,48 +25,6 @@ AGGREGATIONS = ("mean", "median")
 def run_config_value(rc: Mapping[str, Any], key: str, default: Any) -> Any:
     """``rc[key]`` or ``default``; run-config values arrive as TOML scalars."""
     return rc[key] if key in rc else default
-
-
-SHARED_KEY = "umbel-shared-key"
-
-
-def shared(default: T, *, low: float | None = None, high: float | None = None, help: str = "") -> T:
-    """A strategy parameter whose run-config key several strategies read: the key has no prefix.
-
-    Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``, whose
-    help is declared once in ``common.schema``; ``help`` is what the key means to this strategy,
-    added to that help under the strategy's name (``common.schema.build``). With ``low`` or ``high``
-    the strategy's own range is checked by ``common.params.check_params``; without, the dataclass
-    checks the value itself.
-    """
-    spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
-    return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
-
-
-def run_config_keys(cls: type[Any]) -> dict[str, str]:
-    """Each field of the parameter dataclass ``cls`` and its run-config key, in field order.
-
-    The key is the field's name with ``-`` for ``_``, after ``cls.key_prefix`` (a strategy's
-    name) when the class has one, unless the field is ``shared`` or its name already starts with
-    the prefix: ``local_epochs`` -> ``local-epochs``; in ``CFLGTParams``, ``damping`` ->
-    ``cflgt-damping``; in ``FedClustParams``, ``fedclust_lambda`` -> ``fedclust-lambda`` and the
-    shared ``num_clusters`` -> ``num-clusters``.
-    """
-    prefix = getattr(cls, "key_prefix", "")
-    keys = {}
-    for f in fields(cls):
-        if not f.init:
-            continue
-        key = f.name.replace("_", "-")
-        if prefix and not f.metadata.get(SHARED_KEY) and not key.startswith(f"{prefix}-"):
-            key = f"{prefix}-{key}"
-        keys[f.name] = key
-    return keys
-
-
-def run_config_key(cls: type[Any], name: str) -> str:
-    """The run-config key of the field ``name`` of ``cls`` (``run_config_keys``), for messages."""
-    return run_config_keys(cls)[name]
 
 
 def params_from_run_config(cls: type[T], rc: Mapping[str, Any]) -> T:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any
 
-from common.config import TrainingParams, run_config_key
+from common.config import TrainingParams
+from common.params import run_config_key
 
 CHANCE_ROUNDS = 5
 """Rounds with training whose losses are compared with chance level (fewer when the run is shorter)."""

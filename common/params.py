@@ -7,7 +7,7 @@ validation (``check_params``, scikit-learn's wording, naming the run-config key)
 run-config key's entry in ``common.schema``, the ``umbel run`` flag and its help, the
 ``[tool.flwr.app.config]`` lines of ``pyproject.toml`` and the parameter tables in ``docs/``.
 
-A field declared with ``common.config.shared`` reads a key several strategies share; that key
+A field declared with ``shared`` (below) reads a key several strategies share; that key
 is declared once in ``common.schema`` and ``shared`` may add the strategy's own range.
 """
 
@@ -109,8 +109,6 @@ def check_params(params: Any, owner: str) -> None:
     ValueError
         For the first field out of its declaration, naming its run-config key and ``owner``.
     """
-    from .config import run_config_keys  # common.config imports this module
-
     keys = run_config_keys(type(params))
     for f in fields(params):
         spec = spec_of(f)
@@ -118,3 +116,45 @@ def check_params(params: Any, owner: str) -> None:
             continue
         value = check_value(getattr(params, f.name), spec, f.default, keys[f.name], owner)
         object.__setattr__(params, f.name, value)
+
+
+SHARED_KEY = "umbel-shared-key"
+
+
+def shared(default: T, *, low: float | None = None, high: float | None = None, help: str = "") -> T:
+    """A strategy parameter whose run-config key several strategies read: the key has no prefix.
+
+    Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``, whose
+    help is declared once in ``common.schema``; ``help`` is what the key means to this strategy,
+    added to that help under the strategy's name (``common.schema.build``). With ``low`` or ``high``
+    the strategy's own range is checked by ``common.params.check_params``; without, the dataclass
+    checks the value itself.
+    """
+    spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
+    return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
+
+
+def run_config_keys(cls: type[Any]) -> dict[str, str]:
+    """Each field of the parameter dataclass ``cls`` and its run-config key, in field order.
+
+    The key is the field's name with ``-`` for ``_``, after ``cls.key_prefix`` (a strategy's
+    name) when the class has one, unless the field is ``shared`` or its name already starts with
+    the prefix: ``local_epochs`` -> ``local-epochs``; in ``CFLGTParams``, ``damping`` ->
+    ``cflgt-damping``; in ``FedClustParams``, ``fedclust_lambda`` -> ``fedclust-lambda`` and the
+    shared ``num_clusters`` -> ``num-clusters``.
+    """
+    prefix = getattr(cls, "key_prefix", "")
+    keys = {}
+    for f in fields(cls):
+        if not f.init:
+            continue
+        key = f.name.replace("_", "-")
+        if prefix and not f.metadata.get(SHARED_KEY) and not key.startswith(f"{prefix}-"):
+            key = f"{prefix}-{key}"
+        keys[f.name] = key
+    return keys
+
+
+def run_config_key(cls: type[Any], name: str) -> str:
+    """The run-config key of the field ``name`` of ``cls`` (``run_config_keys``), for messages."""
+    return run_config_keys(cls)[name]

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from .params import spec_of
+from .params import SHARED_KEY, run_config_keys, spec_of
 
 Scalar = bool | int | float | str
 
@@ -330,8 +330,6 @@ def strategy_keys(registry: Mapping[str, _Registered]) -> tuple[Key, ...]:
     Group and reader of each is the strategy's name; fields declared ``shared`` are left to the
     shared keys declared here.
     """
-    from .config import SHARED_KEY, run_config_keys  # common.config imports this module
-
     out = []
     for name, cls in registry.items():
         keys = run_config_keys(cls.params_type)
@@ -344,8 +342,6 @@ def strategy_keys(registry: Mapping[str, _Registered]) -> tuple[Key, ...]:
 
 def readers(registry: Mapping[str, _Registered]) -> dict[str, tuple[str, ...]]:
     """Each key the strategies of ``registry`` read, and the strategies that read it, in registry order."""
-    from .config import run_config_keys  # common.config imports this module
-
     found: dict[str, list[str]] = {}
     for name, cls in registry.items():
         for key in run_config_keys(cls.params_type).values():
@@ -359,8 +355,6 @@ def shared_meanings(registry: Mapping[str, _Registered]) -> dict[str, str]:
     ``"; cfl-gp: upper end of the K search; ifca, fesem: K when num-clusters is 0"``: strategies
     that give one meaning are named together, in registry order.
     """
-    from .config import SHARED_KEY, run_config_keys  # common.config imports this module
-
     said: dict[str, dict[str, list[str]]] = {}
     for name, cls in registry.items():
         keys = run_config_keys(cls.params_type)

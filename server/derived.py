@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tomli_w
 
-from common.config import run_config_keys
+from common.params import run_config_keys
 from common.params import spec_of
 from common.schema import Key
 from strategies import REGISTRY

@@ -23,7 +23,8 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from common import keys
-from common.config import TrainingParams, run_config_key
+from common.config import TrainingParams
+from common.params import run_config_key
 from common.metrics import cluster_sizes
 from common.signals.losses import ModelLosses
 

@@ -31,7 +31,8 @@ from scipy.spatial.distance import cdist
 from common import keys
 from common.clustering import compression, kmodels, spectral
 from common.params import check_params, param
-from common.config import TrainingParams, run_config_key, shared
+from common.config import TrainingParams
+from common.params import run_config_key, shared
 from common.signals.profile import PROTOCOLS, GradientProfile
 from common.validation import check_float
 

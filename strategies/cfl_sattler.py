@@ -37,7 +37,7 @@ from common.clustering.similarity import UpdateSimilarity
 from common.params import check_params, param
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
-from common.config import shared
+from common.params import shared
 
 from .base import ClusteredStrategy
 from .flat import add_flat, float_size, mean_rows

@@ -33,7 +33,8 @@ from common.clustering.trajectories import (
     trajectories_from_forces,
 )
 from common.params import check_params, param
-from common.config import TrainingParams, run_config_key
+from common.config import TrainingParams
+from common.params import run_config_key
 from common.metrics import cluster_sizes
 from common.signals.forces import ClassForces
 from common.validation import check_float

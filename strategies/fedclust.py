@@ -30,7 +30,7 @@ from common.clustering.hierarchical import centroids, nearest
 from common.clustering.oneshot import OneShotClusters, fedclust_clusters
 from common.signals.final_layer import FinalLayer
 from common.params import check_params, param
-from common.config import shared
+from common.params import shared
 
 from .oneshot import OneShotStrategy, check_cut
 

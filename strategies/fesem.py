@@ -23,7 +23,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 
 from common.clustering import kmodels
 from common.clustering.fesem import fesem_clusters, nearest_centres
-from common.config import shared
+from common.params import shared
 from common.params import check_params, param
 
 from .base import ClusteredStrategy

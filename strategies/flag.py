@@ -38,7 +38,7 @@ from common.signals.flag import SWEEP_MODEL, HoldoutResult
 from common.signals.subspaces import ClassSubspaces
 from common.signals.update import ModelUpdate
 from common.params import check_params, param
-from common.config import shared
+from common.params import shared
 
 from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut

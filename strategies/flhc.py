@@ -28,7 +28,7 @@ from common.clustering.hierarchical import METRICS
 from common.clustering.oneshot import OneShotClusters, flhc_clusters
 from common.signals.update import ModelUpdate
 from common.params import check_params, param
-from common.config import shared
+from common.params import shared
 
 from .flat import float_size
 from .oneshot import OneShotStrategy, check_cut

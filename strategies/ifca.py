@@ -20,7 +20,8 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from common import keys
 from common.clustering import kmodels
 from common.params import check_params
-from common.config import TrainingParams, shared
+from common.config import TrainingParams
+from common.params import shared
 
 from .base import ClusteredStrategy
 from .replies import ReplyFault, TrainUpdate

@@ -37,7 +37,7 @@ from common.clustering.oneshot import OneShotClusters, pacfl_clusters
 from common.clustering.subspaces import MEASURES, subspace_angle
 from common.signals.subspaces import ClassSubspaces
 from common.params import check_params, param
-from common.config import shared
+from common.params import shared
 
 from .oneshot import OneShotStrategy, check_cut
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import FaultParams, OutputParams, TrainingParams, params_from_run_config, run_config_keys
+from common.config import FaultParams, OutputParams, TrainingParams, params_from_run_config
+from common.params import run_config_keys
 from common.data import DATASETS
 from common.models import MODELS
 from common.scenarios import SCENARIOS, ScenarioConfig

@@ -20,7 +20,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from client.app import app as client_app
 from client.task import _task
 from common import keys
-from common.config import TrainingParams, run_config_keys
+from common.config import TrainingParams
+from common.params import run_config_keys
 from common.export import export_partition
 from common.models import Classifier
 from common.scenarios import ScenarioConfig, build_partition

@@ -76,13 +76,8 @@ def measure(num_clients: int, work: Path) -> list[object]:
     ]
 
 
-def main() -> None:
-    """Measure each federation size and write the record."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = [measure(n, Path(tmp)) for n in args.clients]
+def write(rows: list[list[object]], load: str) -> None:
+    """Write the record of the sizes measured so far (a long run leaves its finished rows)."""
     table = Table(
         title=(
             f"Delivering the models (FedClust K = 2, cluster-steps {CLUSTER_STEPS}, {DATASET} label groups, "
@@ -101,12 +96,22 @@ def main() -> None:
         rows=rows,
         notes="MB: array payload sent and received (training) or sent (delivery), and bytes on disk (models/).",
     )
-    record = Record(
-        name="delivery", section="After training", command=current_command(), tables=[table], load=load_average()
-    )
-    print(write_record(record))
-    for row in rows:
-        print(row)
+    record = Record(name="delivery", section="After training", command=current_command(), tables=[table], load=load)
+    print(write_record(record), rows[-1], flush=True)
+
+
+def main() -> None:
+    """Measure each federation size and write the record after each."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
+    args = parser.parse_args()
+    rows: list[list[object]] = []
+    loads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.clients:
+            loads.append(load_average())
+            rows.append(measure(n, Path(tmp)))
+            write(rows, " / ".join(loads))
 
 
 if __name__ == "__main__":

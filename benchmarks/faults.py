@@ -96,6 +96,7 @@ def run_once(args: argparse.Namespace, faulty: bool) -> dict[str, Any]:
             "cluster-steps": args.cluster_steps,
             "fail-fraction": args.fail if faulty else 0.0,
             "round-timeout": IN_PROCESS_TIMEOUT,
+            "save-models": False,  # the final-model round is delivery.py's subject, not this one's
         },
     )
     faults = {pid: fault(args.seed, pid, args.late, args.malformed) for pid in range(args.clients)} if faulty else {}

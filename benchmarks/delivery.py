@@ -1,11 +1,12 @@
 """What delivering the models costs: writing ``models/``, the final-model round, one training round, ``umbel assign``.
 
-Runs FedClust (K = 2) on the digits label-groups scenario with the real ClientApp in this
-process (``tests.helpers.inprocess.InProcessGrid``: no Ray, no network, so the message times
-are the ClientApp's and the server's work, not transport) and writes the record
+Runs FedClust (K = 2) on the Fashion-MNIST label-groups scenario (digits cannot feed 1,000
+clients) with the real ClientApp in this process (``tests.helpers.inprocess.InProcessGrid``: no
+Ray, no network, so the message times are the ClientApp's and the server's work, not transport),
+every size with the same samples per client, and writes the record
 ``docs/results/data/delivery.json``::
 
-    python -m benchmarks.delivery --clients 100
+    python -m benchmarks.delivery --clients 100 1000
 """
 
 from __future__ import annotations
@@ -25,13 +26,28 @@ from tests.helpers import small_run_config
 from tests.helpers.inprocess import InProcessGrid
 
 
+DATASET = "fashion-mnist"
+SAMPLES_PER_LABEL = 5  # 1,000 clients of 2 groups sharing a label take 5 of its 6,000 train samples each
+# In-process clients answer one after another, so a round's last message would outlive a real
+# round-timeout (and be refused as expired) on a busy machine: the rounds here are not timed out.
+IN_PROCESS_TIMEOUT = 86_400.0
+CLUSTER_STEPS = 10  # FedClust's signal steps (default 100): the signal is not what is measured here
+
+
 def measure(num_clients: int, work: Path) -> list[object]:
     """One row: clients, training-round s, delivery s and MB, models/ write s and MB, assign s."""
     rc = small_run_config(
         strategy="fedclust",
         rounds=2,
         fraction=1.0,
-        **{"num-clients": num_clients, "samples-per-label": max(1, 140 // num_clients), "num-clusters": 2},
+        dataset=DATASET,
+        **{
+            "num-clients": num_clients,
+            "samples-per-label": SAMPLES_PER_LABEL,
+            "num-clusters": 2,
+            "round-timeout": IN_PROCESS_TIMEOUT,
+            "cluster-steps": CLUSTER_STEPS,
+        },
     )
     exp = Experiment.from_run_config(rc)
     strategy = exp.build_strategy()
@@ -60,15 +76,13 @@ def measure(num_clients: int, work: Path) -> list[object]:
     ]
 
 
-def main() -> None:
-    """Measure each federation size and write the record."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clients", type=int, nargs="+", default=[100])  # digits holds ~150 samples a label
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = [measure(n, Path(tmp)) for n in args.clients]
+def write(rows: list[list[object]], load: str) -> None:
+    """Write the record of the sizes measured so far (a long run leaves its finished rows)."""
     table = Table(
-        title="Delivering the models (FedClust K = 2, digits, dnn; in-process ClientApp)",
+        title=(
+            f"Delivering the models (FedClust K = 2, cluster-steps {CLUSTER_STEPS}, {DATASET} label groups, "
+            f"{SAMPLES_PER_LABEL} samples a label, dnn; in-process ClientApp)"
+        ),
         columns=[
             "clients",
             "training round s",
@@ -82,12 +96,22 @@ def main() -> None:
         rows=rows,
         notes="MB: array payload sent and received (training) or sent (delivery), and bytes on disk (models/).",
     )
-    record = Record(
-        name="delivery", section="After training", command=current_command(), tables=[table], load=load_average()
-    )
-    print(write_record(record))
-    for row in rows:
-        print(row)
+    record = Record(name="delivery", section="After training", command=current_command(), tables=[table], load=load)
+    print(write_record(record), rows[-1], flush=True)
+
+
+def main() -> None:
+    """Measure each federation size and write the record after each."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
+    args = parser.parse_args()
+    rows: list[list[object]] = []
+    loads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.clients:
+            loads.append(load_average())
+            rows.append(measure(n, Path(tmp)))
+            write(rows, " / ".join(loads))
 
 
 if __name__ == "__main__":

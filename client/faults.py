@@ -22,6 +22,7 @@ from common import keys
 from common.config import FaultParams, run_config_value
 from common.records import read_int
 
+from .deadline import deadline_of, handling
 from .task import SERVER_CONFIG
 
 
@@ -34,15 +35,17 @@ class ExpiredMessage(RuntimeError):
 
 
 def skip_expired(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-    """Refuse an instruction the server has stopped waiting for (its TTL ran out in a queue).
+    """Refuse an instruction the server has stopped waiting for (its TTL ran out in a queue),
+    and stop local training at its deadline (``client.deadline``).
 
     Flower's simulation queues messages for busy workers without checking their TTL, so a
     round that timed out would otherwise keep the workers busy into the next rounds.
     """
-    overdue = time.time() - (msg.metadata.created_at + msg.metadata.ttl)
+    overdue = time.time() - deadline_of(msg)
     if overdue > 0:
         raise ExpiredMessage(f"{msg.metadata.message_type} message expired {overdue:.1f} s before it was handled")
-    return call_next(msg, context)
+    with handling(msg):
+        return call_next(msg, context)
 
 
 @lru_cache(maxsize=4)
@@ -70,7 +73,7 @@ def inject_faults(msg: Message, context: Context, call_next: Callable[[Message, 
     if fail < params.fail_fraction:
         raise InjectedFault(f"injected fault: client {pid} fails round {server_round}")
     if slow < params.slow_fraction:
-        left = msg.metadata.created_at + msg.metadata.ttl - time.time()
+        left = deadline_of(msg) - time.time()
         if params.slow_delay < left:
             time.sleep(params.slow_delay)
         else:  # its reply would come after the server stopped waiting: hold the worker no longer than that

@@ -27,6 +27,8 @@ from common.training import check_device_name, get_device
 from common.training import train as train_model
 from common.validation import check_int
 
+from .deadline import current_deadline
+
 SERVER_CONFIG = f"the {keys.CONFIG!r} record the server sent"  # where a bad config value came from
 
 
@@ -91,6 +93,7 @@ def train_local(
         task=task.info.task,
         seed=task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG)),
         device=task.device,
+        deadline=current_deadline(),
     )
     return model, float(loss)
 

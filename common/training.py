@@ -9,7 +9,9 @@ their ``state_dict`` directly.
 
 from __future__ import annotations
 
+import math
 import re
+import time
 
 import numpy as np
 import torch
@@ -19,6 +21,10 @@ from common.data import TASKS
 from common.validation import check_choice, check_float, check_int
 
 DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+class DeadlineExceeded(TimeoutError):
+    """Training stopped at its deadline: whoever asked for it has stopped waiting."""
 
 
 def check_device_name(value: object, owner: str) -> str:
@@ -78,6 +84,7 @@ def train(
     task: str = "classification",
     seed: int = 0,
     device: torch.device | None = None,
+    deadline: float | None = None,
 ) -> float:
     """Train ``model`` in place with mini-batch SGD and return the last epoch's mean loss.
 
@@ -108,6 +115,9 @@ def train(
         Seeds the shuffling: equal seeds and start weights give equal trained weights.
     device : torch.device, optional
         Where to compute; the CPU when omitted. ``model`` is back on the CPU afterwards.
+    deadline : float, optional
+        A ``time.time()`` after which no step starts: whoever asked for the training has
+        stopped waiting for it. None: no limit.
 
     Returns
     -------
@@ -120,6 +130,8 @@ def train(
     ValueError
         Naming the parameter for out-of-range hyperparameters, ``'x'`` for empty or mismatched
         data and ``'task'`` for an unknown task.
+    DeadlineExceeded
+        When ``deadline`` passes before the last step; ``model`` holds the steps made so far.
     """
     owner = "train"
     epochs = check_int(epochs, "epochs", owner, low=1)
@@ -144,10 +156,19 @@ def train(
 
     model.train()
     epoch_loss = 0.0
+    steps = 0
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator).to(device)
         total = torch.zeros((), device=device)
         for begin in range(0, n, batch_size):
+            if deadline is not None and time.time() > deadline:
+                model.train(was_training)
+                model.to("cpu")
+                raise DeadlineExceeded(
+                    f"training stopped after {steps} of {epochs * math.ceil(n / batch_size)} steps: "
+                    f"its deadline passed {time.time() - deadline:.1f} s ago"
+                )
+            steps += 1
             idx = order[begin : begin + batch_size]
             loss = loss_fn(_outputs(model, xs[idx], task), ys[idx])
             objective = loss

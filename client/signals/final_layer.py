@@ -18,6 +18,7 @@ from common.records import read_float, read_int
 from common.signals.final_layer import FinalLayer
 from common.training import train
 
+from ..deadline import current_deadline
 from ..task import SERVER_CONFIG, ClientTask, train_local
 from .messages import models_in
 
@@ -44,6 +45,7 @@ def train_steps(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object]
         task=task.info.task,
         seed=seed,
         device=task.device,
+        deadline=current_deadline(),
     )
     return model
 

@@ -244,6 +244,20 @@ def _ifca(n, sizes, shapes, meter, rng, k: int = 8):
     return labels, truth
 
 
+def _fesem(n, sizes, shapes, meter, rng):
+    from common.clustering.fesem import nearest_centres, update_centres
+
+    m = max(1, math.ceil(FRACTION * n))
+    truth = planted(m, GROUPS, rng)
+    centres = rng.standard_normal((GROUPS, sizes.params), dtype=np.float32)
+    points = centres[truth] + 0.1 * rng.standard_normal((m, sizes.params), dtype=np.float32)
+    weights = rng.integers(100, 1000, size=m)
+    with meter.measure(exclude=points.nbytes):
+        labels = nearest_centres(points, centres)  # one round's replies, each to its nearest centre
+        update_centres(points, labels, weights, centres)
+    return labels, truth
+
+
 def _cflgt(n, sizes, shapes, meter, rng):
     from common.clustering.trajectories import cluster_trajectories
 
@@ -434,6 +448,14 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _ifca(n, s, sh, m, r),
             note="per-cluster weighted_average, K = 8",
+        ),
+        Variant(
+            "fesem",
+            "fesem",
+            lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
+            lambda n, s: math.ceil(FRACTION * n) * s.params * F32,
+            lambda n, s, sh, m, r: _fesem(n, s, sh, m, r),
+            note=f"nearest of K = {GROUPS} centres (L2) and the weighted-mean update, one round's replies",
         ),
         Variant(
             "cflgt",

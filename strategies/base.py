@@ -1,6 +1,6 @@
 """``ClusteredStrategy``: K cluster models, a client -> cluster assignment, the round loop and its hooks.
 
-Its collaborators (docs/DESIGN.md): the messenger, the reply guard, the roster (``admission``), the
+Its collaborators (docs/architecture.md): the messenger, the reply guard, the roster (``admission``), the
 round's phases, the recorder and the run state (``state``). A cluster without members or replies keeps
 its model and shows as size 0.
 """

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from common.scenarios import AUTO_SAMPLES_PER_LABEL, ScenarioConfig, build_partition
-from common.schema import defaults
+from strategies.schema import defaults
 from server.experiment import Experiment
 from strategies import REGISTRY
 from strategies.cflgt import CFLGT, CFLGTParams, automatic_pretrain_rounds

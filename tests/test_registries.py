@@ -10,19 +10,23 @@ import pytest
 from client.signals import QUERIES
 from common import keys
 from server.figures import FIGURES
+import strategies.admission
+import strategies.base
 from strategies import REGISTRY
 
 
 def _sent_actions(cls: type) -> set[str]:
     """The actions of every ``query_signal(...)`` call in the modules that define ``cls`` and its bases."""
     actions: set[str] = set()
-    for klass in cls.__mro__:
-        module = inspect.getmodule(klass)
-        if module is None or not module.__name__.startswith("strategies."):
-            continue
+    modules = {m for m in map(inspect.getmodule, cls.__mro__) if m is not None and m.__name__.startswith("strategies.")}
+    if strategies.base in modules:  # the base's collaborators send queries for it (the loss query)
+        modules.add(strategies.admission)
+    for module in sorted(modules, key=lambda m: m.__name__):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "query_signal"):
                 continue
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == "phases":
+                continue  # the base's own query_signal, handing its caller's action to strategies.phases
             action = node.args[0] if node.args else None
             if isinstance(action, ast.Attribute) and isinstance(action.value, ast.Name) and action.value.id == "keys":
                 actions.add(getattr(keys, action.attr))

@@ -179,7 +179,7 @@ class _Registered:
 
 
 def test_a_new_strategy_adds_its_group_keys_and_readers_from_its_declaration_alone():
-    from common.config import shared
+    from common.params import shared
     from common.params import check_params, param
     from common.schema import build
 

@@ -87,7 +87,7 @@ def test_the_main_jobs_training_settings_do_not_warn(tmp_path, caplog):
     """`umbel run` defaults (CFLGT, Fashion-MNIST label groups, lr 0.001, momentum 0.9, 5 epochs of 32),
     on 10 of its 100 clients for its first 5 rounds (all FedAvg pre-training, as in the main job)."""
     pytest.importorskip("torchvision")
-    from common.schema import defaults
+    from strategies.schema import defaults
 
     main = defaults()
     rc = {

@@ -123,10 +123,11 @@ def discover(
     return clients, time.perf_counter() - started
 
 
-def refresh_membership(roster: Roster, grid: Grid, stats: RoundStats, server_round: int, timeout: float) -> None:
+def refresh_membership(roster: Roster, grid: Grid, stats: RoundStats, server_round: int, timeout: float) -> set[int]:
     """Identify nodes never seen (restarted, late); note the clients lost and rejoined in ``stats``.
 
     A node never seen that claims a new partition id waits in ``roster.waiting`` for admission.
+    Returns the node ids of the known clients whose nodes are offline now.
     """
     live = live_nodes(grid)
     found: dict[int, ClientInfo] = {}
@@ -162,6 +163,7 @@ def refresh_membership(roster: Roster, grid: Grid, stats: RoundStats, server_rou
         )
     if newcomers:
         log(INFO, "round %d: clients never seen before arrived: %s", server_round, newcomers)
+    return {info.node_id for info in {**roster.waiting, **roster.clients}.values() if info.node_id not in live}
 
 
 def assign_by_loss(strategy: ClusteredStrategy, pids: Sequence[int], server_round: int) -> dict[int, int]:

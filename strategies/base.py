@@ -271,10 +271,11 @@ class ClusteredStrategy(Strategy):
         self.training = replace(self.training, rounds=rounds, round_timeout=wait)
         self.messenger.grid, self.messenger.wait = grid, timeouts(self.training)
         first_round, result = admission.join(self, grid, initial_arrays, expected_clients), Result()
+        wait_train = self.messenger.timeout(MessageType.TRAIN)
         self.summary()
         for rnd in range(first_round, self.training.rounds + 1):
             stats = self.messenger.stats = RoundStats(start=time.perf_counter())
-            admission.refresh_membership(self, grid, stats, rnd, self.messenger.timeout(MessageType.TRAIN))
+            self.messenger.offline = admission.refresh_membership(self, grid, stats, rnd, wait_train)
             if self.waiting and rnd >= self.training.admission_round:
                 admission.admit_waiting(self, rnd)
             self.before_round(rnd)

@@ -54,7 +54,8 @@ def deliver_models(strategy: ClusteredStrategy, server_round: int) -> Delivery:
     started = time.perf_counter()
     grid = strategy.messenger.require_grid()
     nodes = {pid: info.node_id for pid, info in strategy.clients.items()}
-    outbox = Outbox(nodes, keys.query_type(keys.MODEL_ACTION), "final-model", strategy.training.round_timeout)
+    timeout, offline = strategy.training.round_timeout, strategy.messenger.offline
+    outbox = Outbox(nodes, keys.query_type(keys.MODEL_ACTION), "final-model", timeout, offline)
     for pid, k in sorted(strategy.assignment.items()):
         if pid in nodes:
             cfg = ConfigRecord({keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: k})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
@@ -78,6 +78,8 @@ REJECTED = "rejected: "
 """How ``Exchange.failures`` begins for a reply that arrived but failed the server's checks."""
 TIMED_OUT = "no reply within"
 """How ``Exchange.failures`` begins for a message that got no reply in time."""
+OFFLINE = "not sent: node"
+"""How ``Exchange.failures`` begins for a client whose node was offline at the start of the round."""
 
 
 @dataclass
@@ -107,10 +109,22 @@ class Outbox:
     ttl : float, optional
         Seconds each message lives (Flower's default when omitted): give the reply timeout, so
         that a message nobody answered in time is dropped instead of queueing for a busy client.
+    offline : collection of int, optional
+        Node ids known to be offline: nothing is sent to them (a reply could only time out, holding
+        the whole phase for its timeout); their keys fail at once.
     """
 
-    def __init__(self, nodes: Mapping[int, int], message_type: str, group_id: str, ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[int, int],
+        message_type: str,
+        group_id: str,
+        ttl: float | None = None,
+        offline: Collection[int] = (),
+    ) -> None:
         self.nodes = nodes
+        self.offline = offline
+        self.skipped: dict[int, str] = {}
         self.message_type = message_type
         self.group_id = group_id
         self.ttl = ttl
@@ -121,7 +135,10 @@ class Outbox:
         self.created = time.monotonic()
 
     def add(self, key: int, content: RecordDict) -> None:
-        """Queue ``content`` for ``key``'s node."""
+        """Queue ``content`` for ``key``'s node (or note it unsent when the node is offline)."""
+        if self.nodes[key] in self.offline:
+            self.skipped[key] = f"{OFFLINE} {self.nodes[key]} was offline at the start of the round"
+            return
         self.messages.append(
             Message(
                 content,
@@ -141,7 +158,7 @@ class Outbox:
         """
         by_id = {m.metadata.message_id: k for m, k in zip(self.messages, self._key_of, strict=True)}
         dst = {m.metadata.message_id: m.metadata.dst_node_id for m in self.messages}
-        out = Exchange(phase=self.message_type, down=self.down)
+        out = Exchange(phase=self.message_type, down=self.down, failures=dict(self.skipped))
         for reply in replies:
             mid, src = reply.metadata.reply_to_message_id, reply.metadata.src_node_id
             key = by_id.get(mid)
@@ -174,7 +191,7 @@ def send(grid: Grid, outbox: Outbox, timeout: float, progress: str = "") -> Exch
     ``PROGRESS_SECONDS`` while waiting.
     """
     if not outbox.messages:
-        return Exchange(phase=outbox.message_type)
+        return Exchange(phase=outbox.message_type, failures=dict(outbox.skipped))
     if not progress:
         return outbox.collect(grid.send_and_receive(outbox.messages, timeout=timeout), timeout)
     pending = set(grid.push_messages(outbox.messages))

@@ -44,6 +44,7 @@ class Messenger:
         self.grid: Grid | None = None
         self.wait = dict(wait)
         self.stats = RoundStats()
+        self.offline: set[int] = set()  # node ids offline at the round's start: sent nothing this round
         self._pending: Outbox | None = None
 
     def timeout(self, message_type: str) -> float:
@@ -58,7 +59,7 @@ class Messenger:
 
     def outbox(self, nodes: Mapping[int, int], message_type: str, server_round: int) -> Outbox:
         """An empty outbox for one phase of ``server_round`` (messages live as long as the phase waits)."""
-        return Outbox(nodes, message_type, f"{message_type}-{server_round}", self.timeout(message_type))
+        return Outbox(nodes, message_type, f"{message_type}-{server_round}", self.timeout(message_type), self.offline)
 
     def expect(self, outbox: Outbox) -> list[Message]:
         """Remember ``outbox`` as the phase whose replies ``collect`` receives next; its messages."""

@@ -233,3 +233,26 @@ def test_superlink_errors_from_node_1_still_count_as_the_clients_failure():
     err.metadata.__dict__["_src_node_id"] = 1
     exchange = outbox.collect([err], timeout=5)
     assert exchange.failures == {0: "error code 5: Node Unavailable"} and not exchange.refused
+
+
+def test_nothing_is_sent_to_a_node_that_is_offline_when_the_round_starts(caplog):
+    """A message to an offline node could only time out, holding every healthy client's phase for the
+    whole timeout: the round asks the node nothing and counts its client as failed at once."""
+    grids = []
+
+    def make(rc):
+        grids.append(ChangingGrid(client_app, rc, rc["num-clients"]))
+        return grids[0]
+
+    def on_round(strategy, record):
+        if record.round == 1:
+            grids[0].offline.add(grids[0].node_of[2])
+
+    with caplog.at_level(logging.INFO):
+        strategy, grid = _start(make, rounds=2, on_round=on_round)
+    dead = grid.node_of[2]
+    configs = [(m, m.content.config_records.get("config")) for m in grid.sent]
+    round_2 = [m for m, cfg in configs if cfg is not None and cfg.get("server-round") == 2]
+    assert round_2 and all(m.metadata.dst_node_id != dead for m in round_2)
+    assert f"client 2 failed: not sent: node {dead} was offline at the start of the round" in caplog.text
+    assert [r.train_replies for r in strategy.history] == [6, 5]

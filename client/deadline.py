@@ -28,9 +28,10 @@ def deadline_of(msg: Message) -> float:
 @contextmanager
 def handling(msg: Message) -> Iterator[float]:
     """Make ``msg``'s deadline the current one while its handler runs."""
-    token = _DEADLINE.set(deadline_of(msg))
+    deadline = deadline_of(msg)
+    token = _DEADLINE.set(deadline)
     try:
-        yield deadline_of(msg)
+        yield deadline
     finally:
         _DEADLINE.reset(token)
 

@@ -145,7 +145,9 @@ def refresh_membership(roster: Roster, grid: Grid, stats: RoundStats, server_rou
         else:
             roster.waiting[pid] = info
             newcomers.append(pid)
-    lost = {pid for pid, info in {**roster.waiting, **roster.clients}.items() if info.node_id not in live}
+    known = {**roster.waiting, **roster.clients}
+    offline = {pid: info.node_id for pid, info in known.items() if info.node_id not in live}
+    lost = set(offline)
     stats.lost = sorted(lost - roster._lost)
     stats.rejoined = sorted(
         ((roster._lost - lost) | set(found) | set(roster.membership.restarted(live))) - set(newcomers)
@@ -163,7 +165,7 @@ def refresh_membership(roster: Roster, grid: Grid, stats: RoundStats, server_rou
         )
     if newcomers:
         log(INFO, "round %d: clients never seen before arrived: %s", server_round, newcomers)
-    return {info.node_id for info in {**roster.waiting, **roster.clients}.values() if info.node_id not in live}
+    return set(offline.values())
 
 
 def assign_by_loss(strategy: ClusteredStrategy, pids: Sequence[int], server_round: int) -> dict[int, int]:

@@ -1,7 +1,12 @@
+import re
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from common.config import TrainingParams, params_from_run_config
-from strategies import REGISTRY, FedProx, get_strategy
+import strategies
+from strategies import REGISTRY, ClusteredStrategy, FedAvg, FedProx, Local, get_strategy, registry
 from strategies.fedprox import FedProxParams
 
 
@@ -9,6 +14,34 @@ def test_registry_names_match_classes():
     assert {"fedavg", "local", "fedprox"} <= set(REGISTRY)
     for name, cls in REGISTRY.items():
         assert cls.name == name and get_strategy(name) is cls
+
+
+def test_the_registry_is_every_strategy_class_the_package_imports_in_import_order():
+    source = Path(strategies.__file__).read_text()
+    imported = re.findall(r"^from \.\w+ import (\w+) as \1$", source, flags=re.M)
+    assert [cls.__name__ for cls in REGISTRY.values()] == imported  # one line each, nothing else lists them
+    assert list(REGISTRY)[:2] == [FedAvg.name, Local.name]
+
+
+def test_registry_skips_what_is_not_a_strategy_and_keeps_the_namespace_order():
+    class Second(FedAvg):
+        name = "second"
+
+    namespace = {"np": np, "ClusteredStrategy": ClusteredStrategy, "Second": Second, "FedAvg": FedAvg, "n": 3}
+    assert list(registry(namespace).items()) == [("second", Second), (FedAvg.name, FedAvg)]
+
+
+def test_registry_refuses_an_inherited_or_repeated_name():
+    class Unnamed(FedAvg):
+        pass
+
+    class Twin(Local):
+        name = Local.name
+
+    with pytest.raises(TypeError, match=r"The strategy Unnamed must declare its own 'name'\. Got 'fedavg' inherited"):
+        registry({"Unnamed": Unnamed})
+    with pytest.raises(ValueError, match=r"The 'name' of Twin must be unique\. Got 'local', Local's, instead"):
+        registry({"Local": Local, "Twin": Twin})
 
 
 def test_unknown_strategy_lists_the_known_ones():

@@ -24,6 +24,11 @@ SPEC = "umbel-param"
 
 
 @dataclass(frozen=True)
+class NoParams:
+    """Parameters of a strategy that has none of its own."""
+
+
+@dataclass(frozen=True)
 class Spec:
     """What one parameter allows, and why.
 

@@ -2,7 +2,8 @@
 
 ``python -m server.derived`` rewrites ``pyproject.toml``'s ``[tool.flwr.app.config]`` table,
 docs/parameters.md and the parameter tables of docs/strategies/ (between ``<!-- parameters: NAME, ... -->``
-and ``<!-- /parameters -->``) from the keys; ``--check`` writes nothing and exits 1 naming each file that
+and ``<!-- /parameters -->``) from the keys, and the ClientApp's query table (``client/signals/queries.py``)
+from the strategies' declared ``queries``; ``--check`` writes nothing and exits 1 naming each file that
 differs (``tests/test_run_config_schema.py`` runs the same comparison).
 """
 
@@ -18,11 +19,13 @@ from pathlib import Path
 
 import tomli_w
 
+from common import keys as protocol
 from common.params import run_config_keys
 from common.params import spec_of
 from common.schema import Key
 from strategies import REGISTRY
 from strategies import schema
+from strategies.queries import client_table
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TABLE = "[tool.flwr.app.config]"
@@ -141,12 +144,60 @@ def with_tables(page: str, registry: Mapping[str, type], keys: tuple[Key, ...]) 
     return MARKED.sub(fill, page)
 
 
+HANDLERS = "client.signals"
+
+
+def queries_module(table: Mapping[str, str]) -> str:
+    """``client/signals/queries.py``: ``QUERIES``, action -> handler, for ``table`` (``client_table``'s).
+
+    Raises
+    ------
+    ValueError
+        If a handler is not a ``"client.signals.<module>:<function>"`` name.
+    """
+    constants = {v: k for k, v in vars(protocol).items() if k.endswith("_ACTION") and isinstance(v, str)}
+    modules, rows = set(), []
+    for action, handler in table.items():
+        module, _, function = handler.partition(":")
+        package, _, name = module.rpartition(".")
+        if package != HANDLERS or not name or not function.isidentifier():
+            raise ValueError(
+                f"The handler of query '{action}' must be a '{HANDLERS}.<module>:<function>' name. "
+                f"Got {handler!r} instead."
+            )
+        modules.add(name)
+        key = f"keys.{constants[action]}" if action in constants else repr(action)
+        rows.append(f"    {key}: {name}.{function},")
+    return "\n".join(
+        [
+            '"""The signal queries the ClientApp answers, by action: every registered strategy\'s ``queries``.',
+            "",
+            f"Written by ``{COMMAND}`` from the strategies (``strategies.queries.client_table``):",
+            "declare a signal in the ``queries`` of the strategy that asks for it, not here.",
+            '"""',
+            "",
+            "from __future__ import annotations",
+            "",
+            "from common import keys",
+            "",
+            f"from . import {', '.join(sorted(modules))}",
+            "from .messages import Handler",
+            "",
+            "QUERIES: dict[str, Handler] = {",
+            *rows,
+            "}",
+            "",
+        ]
+    )
+
+
 def derived_files() -> dict[Path, str]:
     """Each derived file's path and the text the registry gives it now."""
     pyproject = ROOT / "pyproject.toml"
     files = {
         pyproject: with_table(pyproject.read_text(), pyproject_table(schema.KEYS, schema.GROUPS)),
         ROOT / "docs" / "parameters.md": parameters_page(REGISTRY, schema.KEYS),
+        ROOT / "client" / "signals" / "queries.py": queries_module(client_table(REGISTRY.values())),
     }
     for page in sorted((ROOT / "docs" / "strategies").glob("*.md")):
         files[page] = with_tables(page.read_text(), REGISTRY, schema.KEYS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -22,6 +22,8 @@ from flwr.serverapp.strategy import Result, Strategy
 from common import keys
 from common.config import TrainingParams, params_from_run_config
 from common.learning import ChanceLossCheck
+from common.params import NoParams
+from common.signals import Queried, losses
 
 from . import admission, phases
 from .delivery import Delivery, deliver_models
@@ -32,11 +34,6 @@ from .record import RoundRecord
 from .recorder import AssignmentDiff, RoundStats, Scored, assignment_history, clustering_time, log_start, record_round
 from .replies import S, TrainUpdate, metric_ranges
 from .state import Checkpoints
-
-
-@dataclass(frozen=True)
-class NoParams:
-    """Parameters of a strategy that has none of its own."""
 
 
 T = TypeVar("T")
@@ -60,6 +57,7 @@ class ClusteredStrategy(Strategy):
         "last_eval _told_untested _sent_cluster _rejected_rounds _accepted_phases _scored distance_matrix "
         "distance_pids last_trained learning".split()
     )
+    queries: ClassVar[tuple[type[Queried], ...]] = (losses.ModelLosses,)  # signals it asks for: strategies.queries
     placement_rule: ClassVar[str | None] = None  # how ``admit`` places a newcomer; None: lowest train loss
 
     def __init__(self, training: TrainingParams | None = None, params: Any = None) -> None:

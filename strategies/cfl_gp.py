@@ -90,6 +90,7 @@ class CFLGP(ClusteredStrategy):
     """
 
     name = "cfl-gp"
+    queries = (GradientProfile,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
         {
             "blocks",

@@ -89,6 +89,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     """
 
     name = "cfl-sattler"
+    queries = (ModelUpdate,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
         {"_candidates", "_retry", "attempts", "norms", "similarity", "splits"}
     )

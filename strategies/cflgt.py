@@ -119,6 +119,7 @@ class CFLGT(ClusteredStrategy):
     """
 
     name = "cflgt"
+    queries = (ClassForces,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
         {"diagnostics", "exemplars", "pending", "reference", "trajectories"}
     )

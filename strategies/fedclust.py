@@ -71,6 +71,7 @@ class FedClust(OneShotStrategy):
     """
 
     name = "fedclust"
+    queries = (FinalLayer,)
     state_fields: ClassVar[frozenset[str]] = frozenset({"centroids", "newcomers"})
     placement_rule = (
         "FedClust Alg. 2: the final layer after training the initial model (query.head), the nearest cluster centroid"

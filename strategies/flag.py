@@ -105,6 +105,7 @@ class FLAG(OneShotStrategy):
     """
 
     name = "flag"
+    queries = (ClassSubspaces, ModelUpdate, HoldoutResult)
     state_fields: ClassVar[frozenset[str]] = frozenset(
         {"_pending", "chosen_alpha", "data_matrix", "gradient_matrix", "sweep", "sweep_initial"}
     )

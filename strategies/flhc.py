@@ -73,6 +73,7 @@ class FLHC(OneShotStrategy):
     """FedAvg warm-up, then one HC of all clients' updates from the global model."""
 
     name = "flhc"
+    queries = (ModelUpdate,)
     keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLHCParams
     round_params: ClassVar[dict[str, int]] = {"warmup_rounds": 1}

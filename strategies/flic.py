@@ -101,6 +101,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     """
 
     name = "flic"
+    queries = (ModelUpdate,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
         {
             "_labels",

@@ -73,6 +73,7 @@ class PACFL(OneShotStrategy):
     """One-shot HC on principal angles between the clients' class subspaces."""
 
     name = "pacfl"
+    queries = (ClassSubspaces,)
     placement_rule = (
         "PACFL: the client's class subspaces (query.subspaces), "
         "the cluster at the smallest mean principal angle to its members"

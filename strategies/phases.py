@@ -22,7 +22,7 @@ from common.aggregation import coordinate_median, weighted_average
 from common.learning import observe_train_loss
 from common.metrics import mean_std
 
-from . import admission, guard
+from . import admission, guard, queries
 from .replies import S, TrainUpdate
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ def query_signal(
     ``models`` travel as ``arrays`` (one) or ``arrays-0..K-1`` with ``num-models`` (several);
     ``config`` is added to ``base_config``. A malformed signal rejects that client only.
     """
+    queries.check_declared(type(strategy), action)
     records = {keys.ARRAYS: models[0]} if len(models) == 1 else {keys.model_record(k): m for k, m in enumerate(models)}
     cfg = {**base_config(strategy, server_round), **(dict(config or {}))}
     if len(models) > 1:

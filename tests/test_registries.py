@@ -1,8 +1,9 @@
-"""The explicit registries agree: every query a strategy sends has a client handler, every figure a strategy."""
+"""The registries agree: every query a strategy sends is declared and answered, every figure has a strategy."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 
 import pytest
@@ -12,7 +13,8 @@ from common import keys
 from server.figures import FIGURES
 import strategies.admission
 import strategies.base
-from strategies import REGISTRY
+from strategies import REGISTRY, FedAvg
+from strategies.queries import check_declared, client_table
 
 
 def _sent_actions(cls: type) -> set[str]:
@@ -38,9 +40,60 @@ def _sent_actions(cls: type) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_every_query_a_strategy_sends_has_a_client_handler(name):
-    missing = _sent_actions(REGISTRY[name]) - set(QUERIES)
-    assert not missing, f"{name} sends query actions no client handler answers: {sorted(missing)}"
+def test_every_query_a_strategy_sends_is_declared_and_the_client_answers_it(name):
+    declared = client_table((REGISTRY[name],))
+    undeclared = _sent_actions(REGISTRY[name]) - set(declared)
+    assert not undeclared, f"{name} sends queries it does not declare in its queries: {sorted(undeclared)}"
+    unanswered = set(declared) - set(QUERIES)
+    assert not unanswered, f"{name} declares queries the ClientApp does not answer: {sorted(unanswered)}"
+
+
+def test_the_client_table_is_the_declared_handlers_themselves():
+    for action, handler in client_table(REGISTRY.values()).items():
+        module, _, function = handler.partition(":")
+        assert QUERIES[action] is getattr(importlib.import_module(module), function)
+    assert client_table((REGISTRY["flag"],)) == {
+        keys.LOSSES_ACTION: "client.signals.losses:model_losses",  # the base's, inherited
+        keys.HOLDOUT_ACTION: "client.signals.flag:holdout",
+        keys.SUBSPACES_ACTION: "client.signals.subspaces:subspaces",
+        keys.UPDATE_ACTION: "client.signals.update:model_update",
+    }
+
+
+class _Echo:
+    action = keys.UPDATE_ACTION
+    handler = "client.signals.echo:echo"
+
+
+def test_one_action_with_two_handlers_is_refused():
+    class Echoing(FedAvg):
+        name = "echoing"
+        queries = (_Echo,)
+
+    assert client_table((Echoing,))[keys.UPDATE_ACTION] == _Echo.handler
+    with pytest.raises(ValueError, match=r"The query 'update' of Echoing must have one client handler\. Got "):
+        client_table((REGISTRY["flhc"], Echoing))
+
+
+def test_a_strategy_that_sends_an_undeclared_query_fails_before_sending():
+    class Talkative(FedAvg):
+        name = "talkative"
+
+    check_declared(Talkative, keys.LOSSES_ACTION)  # the base's query, inherited
+    strategy = Talkative()
+    with pytest.raises(RuntimeError, match=r"Talkative sends query\.update but does not declare it"):
+        strategy.query_signal(keys.UPDATE_ACTION, [0], 1, lambda arrays: arrays)
+    assert strategy.messenger.stats.asked == {}  # nothing went out
+
+
+def test_the_generated_table_names_each_handler_by_module_and_refuses_one_outside_the_client():
+    from server.derived import queries_module
+
+    text = queries_module({keys.UPDATE_ACTION: "client.signals.echo:echo", "new": "client.signals.new:answer"})
+    assert "from . import echo, new\n" in text
+    assert "    keys.UPDATE_ACTION: echo.echo,\n    'new': new.answer,\n" in text
+    with pytest.raises(ValueError, match=r"The handler of query 'x' must be a 'client.signals.<module>:<function>'"):
+        queries_module({"x": "server.app:main"})
 
 
 def test_the_query_scan_sees_the_strategies_queries():

@@ -5,16 +5,27 @@ travels in the reply's ``signal`` ArrayRecord) and ``from_arrays(arrays, **expec
 which checks names, shapes, dtypes and finiteness and raises ``SignalError`` on anything
 else. The server turns a ``SignalError`` into a rejected reply for that client only.
 
-Conventions for a new signal: one module here per signal family, the query action it
-answers (if it travels as ``query.<action>``) in ``common.keys``, the client-side
-computation in ``client/signals/``, and a test of the round trip and of each rejection.
+Conventions for a new signal: one module here per signal family; a signal that travels as
+``query.<action>`` says its ``action`` (a ``common.keys`` constant) and its ``handler``, the
+client function that computes it (``"client.signals.<module>:<function>"``, a name, so that
+this package stays free of the client's code): it is then a ``Queried`` signal, which a strategy
+lists in its ``queries`` and the ClientApp answers. Add a test of the round trip and of each
+rejection.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar, Protocol
 
 import numpy as np
+
+
+class Queried(Protocol):
+    """A signal the server asks for with ``query.<action>``, and the client function that answers it."""
+
+    action: ClassVar[str]
+    handler: ClassVar[str]  # "client.signals.<module>:<function>"
 
 
 class SignalError(ValueError):

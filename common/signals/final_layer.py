@@ -28,6 +28,7 @@ class FinalLayer:
     """
 
     action: ClassVar[str] = keys.FINAL_LAYER_ACTION
+    handler: ClassVar[str] = "client.signals.final_layer:final_layer"
     weight: np.ndarray
     bias: np.ndarray
 

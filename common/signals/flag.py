@@ -35,6 +35,7 @@ class HoldoutResult:
     """
 
     action: ClassVar[str] = keys.HOLDOUT_ACTION
+    handler: ClassVar[str] = "client.signals.flag:holdout"
     delta: np.ndarray
     accuracy: float
     num_fit: int

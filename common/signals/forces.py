@@ -31,6 +31,7 @@ class ClassForces:
     """
 
     action: ClassVar[str] = keys.FORCES_ACTION
+    handler: ClassVar[str] = "client.signals.forces:forces"
     pull: np.ndarray
     push: np.ndarray
 

@@ -28,6 +28,7 @@ class ModelLosses:
     """
 
     action: ClassVar[str] = keys.LOSSES_ACTION
+    handler: ClassVar[str] = "client.signals.losses:model_losses"
     losses: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:

@@ -29,6 +29,7 @@ class GradientProfile:
     """
 
     action: ClassVar[str] = keys.PROFILE_ACTION
+    handler: ClassVar[str] = "client.signals.profile:gradient_profile"
     vector: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:

@@ -41,6 +41,7 @@ class ClassSubspaces:
     """
 
     action: ClassVar[str] = keys.SUBSPACES_ACTION
+    handler: ClassVar[str] = "client.signals.subspaces:subspaces"
     classes: np.ndarray
     bases: tuple[np.ndarray, ...]
     counts: np.ndarray | None = None

@@ -26,6 +26,7 @@ class ModelUpdate:
     """
 
     action: ClassVar[str] = keys.UPDATE_ACTION
+    handler: ClassVar[str] = "client.signals.update:model_update"
     delta: np.ndarray
 
     def to_arrays(self) -> dict[str, np.ndarray]:

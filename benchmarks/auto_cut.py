@@ -44,6 +44,7 @@ from client.signals.update import model_update
 from client.task import train_local
 from common.clustering.similarity import sketch_rows
 from common.signals.update import ModelUpdate
+from strategies import FLHC, FedClust, PACFL
 
 SCENARIOS = {
     "label-groups-1": {"scenario": "label-groups", "groups": 5, "labels-per-group": 2},
@@ -54,7 +55,7 @@ SCENARIOS = {
     "label-groups-3": {"scenario": "label-groups", "groups": 20, "labels-per-group": 3},
 }
 QUICK = ("label-groups-1", "label-skew-20", "rotation-4", "label-swap-5")
-TUNED = {"fedclust": 0.36, "pacfl": 30.0, "flhc": 1.0}  # the quick preset's FedClust lambda; the defaults
+TUNED = {FedClust.name: 0.36, PACFL.name: 30.0, FLHC.name: 1.0}  # the quick preset's FedClust lambda; the defaults
 
 
 def signals(rc: dict, cluster_steps: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
@@ -130,9 +131,9 @@ def measure(name: str, num_clients: int, seed: int, cluster_steps: int, save: Pa
     rc.update({"num-clients": num_clients, "fraction": 0.2, "local-epochs": 1, "seed": seed, **SCENARIOS[name]})
     layers, bases, truth = signals(rc, cluster_steps)
     matrices = {
-        "fedclust": pairwise_distances(layers),
-        "pacfl": pairwise_subspace_angles(bases, "mean"),
-        "flhc": pairwise_distances(flhc_updates(rc)),
+        FedClust.name: pairwise_distances(layers),
+        PACFL.name: pairwise_subspace_angles(bases, "mean"),
+        FLHC.name: pairwise_distances(flhc_updates(rc)),
     }
     if save is not None:
         save.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,21 @@ from matplotlib.figure import Figure
 from benchmarks.records import load_average
 from benchmarks.report import ACCURACY, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
+from strategies import (
+    CFLGP,
+    CFLGT,
+    CFLSattler,
+    FLAG,
+    FLHC,
+    FLIC,
+    FedAvg,
+    FedClust,
+    FedMedian,
+    FedProx,
+    IFCA,
+    Local,
+    PACFL,
+)
 
 
 @dataclass(frozen=True)
@@ -96,14 +111,14 @@ class Preset:
 
 
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "fedclust-paper": ("fedclust", ("--fedclust-lambda", "1.0")),
-    "pacfl-eq3": ("pacfl", ("--pacfl-measure", "smallest", "--pacfl-threshold", "30")),
+    "fedclust-paper": (FedClust.name, ("--fedclust-lambda", "1.0")),
+    "pacfl-eq3": (PACFL.name, ("--pacfl-measure", "smallest", "--pacfl-threshold", "30")),
     "pacfl-reference": (
-        "pacfl",
+        PACFL.name,
         ("--pacfl-measure", "reference-signed", "--linkage", "weighted", "--pacfl-threshold", "30"),
     ),
     "cfl-sattler-paper": (
-        "cfl-sattler",
+        CFLSattler.name,
         ("--cfl-sattler-eps-absolute", "true", "--cfl-sattler-eps1", "0.4", "--cfl-sattler-eps2", "1.6"),
     ),
 }
@@ -111,22 +126,22 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
 cut at a fixed threshold but publish no value for these data: 1.0 and 30 degrees are umbel's former defaults."""
 
 MODIFIED: dict[str, str] = {
-    "fedclust": "automatic cut by silhouette (paper: a fixed lambda; see fedclust-paper)",
-    "pacfl": "mean principal angle, automatic cut (paper Eq. 3: the smallest angle at a fixed threshold; "
+    FedClust.name: "automatic cut by silhouette (paper: a fixed lambda; see fedclust-paper)",
+    PACFL.name: "mean principal angle, automatic cut (paper Eq. 3: the smallest angle at a fixed threshold; "
     "see pacfl-eq3, pacfl-reference)",
-    "cfl-sattler": "eps1 relative to the RMS update norm, eps2 off (paper: absolute; see cfl-sattler-paper)",
-    "flic": "automatic clustering round at a training-loss plateau (paper: a round given by hand)",
-    "flag": "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
+    CFLSattler.name: "eps1 relative to the RMS update norm, eps2 off (paper: absolute; see cfl-sattler-paper)",
+    FLIC.name: "automatic clustering round at a training-loss plateau (paper: a round given by hand)",
+    FLAG.name: "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
     "in the sweep (paper: a lightweight one)",
 }
 """Defaults that are not the paper's, labelled "(modified)" in the tables."""
 
 
-SEED_ALGORITHMS = ("cflgt", "fedclust", "flag", "flic", "cfl-gp")
+SEED_ALGORITHMS = (CFLGT.name, FedClust.name, FLAG.name, FLIC.name, CFLGP.name)
 
 QUICK = Preset(
     name="quick",
-    strategies=("fedavg", "local", "ifca", *SEED_ALGORITHMS),
+    strategies=(FedAvg.name, Local.name, IFCA.name, *SEED_ALGORITHMS),
     scenarios=(
         Scenario("label-groups-1", ("--scenario", "label-groups", "--groups", "5", "--labels-per-group", "2"), 5),
         Scenario("label-skew-20", ("--scenario", "label-skew", "--label-fraction", "0.2"), 5),
@@ -136,11 +151,11 @@ QUICK = Preset(
     seeds=(0, 1),
     common=("--num-clients", "100", "--fraction", "0.2", "--rounds", "30", "--local-epochs", "1", "--eval-every", "5"),
     strategy_args={
-        "cflgt": ("--cflgt-pretrain-rounds", "8"),
-        "flag": ("--flag-gradient-epochs", "5", "--flag-sweep-rounds", "3"),
-        "fedclust": ("--cluster-steps", "30", "--fedclust-lambda", "0.36"),
+        CFLGT.name: ("--cflgt-pretrain-rounds", "8"),
+        FLAG.name: ("--flag-gradient-epochs", "5", "--flag-sweep-rounds", "3"),
+        FedClust.name: ("--cluster-steps", "30", "--fedclust-lambda", "0.36"),
     },
-    given_k={"ifca": "--max-clusters"},
+    given_k={IFCA.name: "--max-clusters"},
 )
 
 
@@ -162,23 +177,23 @@ _PAPER_FLIC = ("--dataset", "mnist", "--samples-per-client", "600", *_training(0
 _PAPER_CFLGP = _training(1.0, 100, 1, 32, 0.01, 0.0, "dnn")
 # CFLGT's own paper trains 100 rounds after its 25 FedAvg pre-training rounds (Sec. V-A) in its
 # scenarios; elsewhere it runs the scenario's rounds with the automatic pre-training
-_CFLGT_SCHEDULE = {"cflgt": ("--rounds", "125", "--cflgt-pretrain-rounds", "25")}
+_CFLGT_SCHEDULE = {CFLGT.name: ("--rounds", "125", "--cflgt-pretrain-rounds", "25")}
 
 PAPER = Preset(
     name="paper",
     strategies=(
-        "fedavg",
-        "local",
-        "fedprox",
-        "ifca",
-        "cfl-sattler",
+        FedAvg.name,
+        Local.name,
+        FedProx.name,
+        IFCA.name,
+        CFLSattler.name,
         "cfl-sattler-paper",
-        "pacfl",
+        PACFL.name,
         "pacfl-eq3",
         "pacfl-reference",
         "fedclust-paper",
-        "flhc",
-        "fedmedian",
+        FLHC.name,
+        FedMedian.name,
         *SEED_ALGORITHMS,
     ),
     scenarios=(
@@ -214,8 +229,8 @@ PAPER = Preset(
     seeds=(0, 1, 2),
     common=("--eval-every", "5"),
     # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
-    strategy_args={"flic": ("--flic-cluster-round", "200"), "flhc": ("--flhc-warmup-rounds", "10")},
-    given_k={"ifca": "--max-clusters", "flhc": "--num-clusters"},
+    strategy_args={FLIC.name: ("--flic-cluster-round", "200"), FLHC.name: ("--flhc-warmup-rounds", "10")},
+    given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters"},
 )
 
 PRESETS = {p.name: p for p in (QUICK, PAPER)}
@@ -307,7 +322,7 @@ def summarise(results: Sequence[CellResult]) -> list[dict[str, Any]]:
         by_cell.setdefault((r.strategy, r.scenario), []).append(r)
     fedavg_round = {}
     for (strategy, scenario), cell in by_cell.items():
-        if strategy == "fedavg":
+        if strategy == FedAvg.name:
             fedavg_round[scenario] = _mean([s for r in cell for s in r.train_round_seconds])
     rows = []
     for (strategy, scenario), cell in by_cell.items():

@@ -24,6 +24,7 @@ from server.experiment import Experiment
 from server.models import MODELS_DIR, assign, save_models
 from tests.helpers import small_run_config
 from tests.helpers.inprocess import InProcessGrid
+from strategies import FedClust
 
 
 DATASET = "fashion-mnist"
@@ -37,7 +38,7 @@ CLUSTER_STEPS = 10  # FedClust's signal steps (default 100): the signal is not w
 def measure(num_clients: int, work: Path) -> list[object]:
     """One row: clients, training-round s, delivery s and MB, models/ write s and MB, assign s."""
     rc = small_run_config(
-        strategy="fedclust",
+        strategy=FedClust.name,
         rounds=2,
         fraction=1.0,
         dataset=DATASET,

@@ -44,6 +44,7 @@ from server.experiment import Experiment
 from tests.helpers import small_run_config
 from tests.helpers.hostile import corrupt_record
 from tests.helpers.inprocess import InProcessGrid
+from strategies import FedClust
 
 DATASET = "fashion-mnist"
 # FedClust's signal: 10 local steps, not its default 100, so that 1,000 clients x 2 runs finish
@@ -126,7 +127,7 @@ def _fmt(value: float | None, spec: str) -> str:
 def main() -> None:
     """Run the clean and the faulty run, each in its own process, and write the record."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--strategy", default="fedclust")
+    parser.add_argument("--strategy", default=FedClust.name)
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--fraction", type=float, default=0.02)

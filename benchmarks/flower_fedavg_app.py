@@ -27,6 +27,7 @@ from flwr.serverapp.strategy import FedAvg, Result
 
 from server.clock import ROUND_TIMES_FILE, RoundClock, final_train_loss
 from server.experiment import Experiment
+from strategies import FedAvg as UmbelFedAvg
 
 COMPONENT = "benchmarks.flower_fedavg_app:app"
 LOOP = "flower"
@@ -80,9 +81,9 @@ def run_flower_fedavg(grid: Grid, experiment: Experiment, clock: RoundClock) -> 
 def main(grid: Grid, context: Context) -> None:
     """Validate the run-config, train with Flower's FedAvg, write the summary and the round times."""
     experiment = Experiment.from_run_config(context.run_config)
-    if experiment.strategy != "fedavg":
+    if experiment.strategy != UmbelFedAvg.name:
         raise ValueError(
-            "The 'strategy' parameter of the Flower FedAvg reference app must be 'fedavg'. "
+            f"The 'strategy' parameter of the Flower FedAvg reference app must be {UmbelFedAvg.name!r}. "
             f"Got {experiment.strategy!r} instead."
         )
     folder = experiment.results_path()

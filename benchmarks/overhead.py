@@ -33,6 +33,7 @@ from benchmarks.flower_fedavg_app import flower_fedavg_tree
 from benchmarks.records import Table, load_average
 from benchmarks.report import OVERHEAD, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
+from strategies import FedAvg
 
 LOOPS = ("umbel", "flower")
 RESOLUTION = 0.02  # the ratio's 95% interval should be within +-2%
@@ -82,7 +83,7 @@ def run_pair(index: int, common: Sequence[str], folder: Path, flower_root: Path)
     roots = {"umbel": ROOT, "flower": flower_root}
     times: dict[str, Any] = {}
     for loop in order:
-        run = read_run(run_cli(["--strategy", "fedavg", *common], f"{loop}-{index}", folder, app_root=roots[loop]))
+        run = read_run(run_cli(["--strategy", FedAvg.name, *common], f"{loop}-{index}", folder, app_root=roots[loop]))
         times[loop] = training_round_seconds(run)
         times[f"{loop}-train-loss"] = run["round-times"]["final-train-loss"]
     return times

@@ -42,9 +42,9 @@ from common import keys
 from common.config import TrainingParams
 from common.models import build_model
 from server.results import RunRecorder
-from strategies import ClusteredStrategy, get_strategy
+from strategies import CFLGT, ClusteredStrategy, FedAvg as UmbelFedAvg, IFCA, get_strategy
 
-LOOPS = ("flower", "umbel", "cflgt", "ifca")
+LOOPS = ("flower", "umbel", CFLGT.name, IFCA.name)
 GROUPS = 5
 
 
@@ -188,11 +188,11 @@ def run_loop(loop: str, num_clients: int, training: TrainingParams, folder: Path
             evaluate_fn=clock,
         )
         return clock.rounds(training)
-    name = "fedavg" if loop == "umbel" else loop
-    params: dict[str, Any] = {"ifca": {"num_clusters": GROUPS}, "cflgt": {"pretrain_rounds": 0}}.get(loop, {})
+    name = UmbelFedAvg.name if loop == "umbel" else loop
+    params: dict[str, Any] = {IFCA.name: {"num_clusters": GROUPS}, CFLGT.name: {"pretrain_rounds": 0}}.get(loop, {})
     strategy_cls = get_strategy(name)
     strategy = strategy_cls(training, strategy_cls.params_type(**params))
-    if loop == "cflgt":
+    if loop == CFLGT.name:
         strategy = clustered(strategy)
     recorder = RunRecorder(folder / loop, {})
     strategy.on_round = recorder.on_round

@@ -34,6 +34,7 @@ from typing import Any
 
 from benchmarks.records import load_average
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
+from strategies import CFLGP, CFLGT, FLAG, FLIC, PACFL, CFLSattler, FedClust
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,9 +97,9 @@ def _measure(rc: dict[str, Any], partition: int, repeats: int) -> dict[str, Any]
 
     fedclust, pacfl, cflgp = FedClustParams(), PACFLParams(), CFLGPParams()
     signals: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
-        ("cflgt", "forces", lambda: forces(task, content())),
+        (CFLGT.name, "forces", lambda: forces(task, content())),
         (
-            "fedclust",
+            FedClust.name,
             "final-layer",
             lambda: final_layer(
                 task,
@@ -106,16 +107,16 @@ def _measure(rc: dict[str, Any], partition: int, repeats: int) -> dict[str, Any]
             ),
         ),
         (
-            "pacfl, flag",
+            f"{PACFL.name}, {FLAG.name}",
             f"subspaces (p = {pacfl.pacfl_vectors}, with counts)",
             lambda: subspaces(task, content(**{keys.SUBSPACE_VECTORS: pacfl.pacfl_vectors, keys.WITH_COUNTS: True})),
         ),
-        ("flic, cfl-sattler, fl+hc", "update", lambda: model_update(task, content())),
+        (f"{FLIC.name}, {CFLSattler.name}, fl+hc", "update", lambda: model_update(task, content())),
     ]
     for ratio in COMPRESSIONS:
         signals.append(
             (
-                "cfl-gp",
+                CFLGP.name,
                 f"profile (model gap), compression {ratio:g}",
                 lambda r=ratio: gradient_profile(
                     task,

@@ -223,7 +223,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "mean",
         TRAINING,
         "cluster aggregation: mean (weighted by num-examples) or median "
-        "(coordinate-wise, every reply counts once); fedmedian always takes the median",
+        "(coordinate-wise, every reply counts once); FedMedian always takes the median",
         ("mean", "median"),
     ),
     _k(

@@ -27,6 +27,7 @@ from common.scenarios import ClientData, ScenarioConfig, build_partition, client
 from common.validation import check_int, check_str
 
 DATA_PATH = "data-path"
+OWN_DATA = "local"  # the dataset name of a run on the clients' own folders (``DatasetInfo.name``)
 PARTITION_FOLDER = "partition_{}"
 _OWNER = "the run config"
 
@@ -87,7 +88,7 @@ class FolderSource:
     def info(self) -> DatasetInfo:
         """The run config's classes and input shape (regression when it gives no classes)."""
         task = "classification" if self.spec.num_classes else "regression"
-        return DatasetInfo("local", task, self.spec.num_classes, self.spec.input_shape)
+        return DatasetInfo(OWN_DATA, task, self.spec.num_classes, self.spec.input_shape)
 
     def path(self, partition_id: int) -> Path:
         """The folder client ``partition_id`` reads."""
@@ -144,7 +145,7 @@ def run_info(rc: Mapping[str, Any]) -> DatasetInfo:
     if not num_classes and not shape:
         return base
     classes = num_classes or base.num_classes
-    return DatasetInfo("local", "classification" if classes else "regression", classes, shape or base.input_shape)
+    return DatasetInfo(OWN_DATA, "classification" if classes else "regression", classes, shape or base.input_shape)
 
 
 def folder_spec(rc: Mapping[str, Any]) -> FolderSpec:

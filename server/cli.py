@@ -35,6 +35,7 @@ from .linkindex import write_launcher
 from .outcome import run_failure
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONNECTION = "local"  # the simulation connection umbel writes into $FLWR_HOME/config.toml
 SCENARIO_FLAGS = (
     "scenario",
     "dataset",
@@ -294,7 +295,7 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
         flwr,
         "run",
         str(app),
-        "local",
+        CONNECTION,
         "--stream",
         "--run-config",
         str(config_file),
@@ -346,7 +347,7 @@ def is_flower_noise(line: str) -> bool:
 def write_flower_config(flwr_home: Path) -> None:
     """``$FLWR_HOME/config.toml`` with a ``local`` simulation connection (Flower 1.42's form)."""
     (flwr_home / "config.toml").write_text(
-        tomli_w.dumps({"superlink": {"default": "local", "local": {"address": ":local:"}}})
+        tomli_w.dumps({"superlink": {"default": CONNECTION, CONNECTION: {"address": ":local:"}}})
     )
 
 

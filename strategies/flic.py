@@ -47,6 +47,7 @@ from common.signals.update import ModelUpdate
 from common.params import shared
 
 from .base import ClusteredStrategy
+from .fedavg import FedAvg
 from .flat import float_size
 from .replies import TrainUpdate
 from .updates import StoredUpdates
@@ -140,7 +141,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     def phase(self, server_round: int) -> str:
         """``fedavg`` until the clustering round, ``cluster`` in it, ``train`` after."""
         if self.clustered_at is None or server_round < self.clustered_at:
-            return "fedavg"
+            return FedAvg.name
         return "cluster" if server_round == self.clustered_at else "train"
 
     def before_round(self, server_round: int) -> None:

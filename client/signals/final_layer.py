@@ -59,7 +59,7 @@ def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     else:
         train_local(task, models_in(content)[0], cfg, epochs=read_int(cfg, keys.CLUSTER_EPOCHS, SERVER_CONFIG))
     # The task's one reused module was trained: its head is the one found once.
-    head = task.head("strategy 'fedclust' (final-layer weights)").module
+    head = task.head(f"{keys.query_type(keys.FINAL_LAYER_ACTION)} (final-layer weights)").module
     # Copies: the module is reused by the next message, and numpy views would follow it.
     weight = head.weight.detach().cpu().numpy().copy()
     bias = np.zeros(len(weight), weight.dtype) if head.bias is None else head.bias.detach().cpu().numpy().copy()

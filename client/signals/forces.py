@@ -14,6 +14,7 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
+from common import keys
 from common.models import find_head
 from common.signals.forces import ClassForces
 
@@ -121,6 +122,6 @@ def forces(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
         task.data.y_train,
         task.info.num_classes,
         device=task.device,
-        head=task.head("strategy 'cflgt' (class forces)").module,
+        head=task.head(f"{keys.query_type(keys.FORCES_ACTION)} (class forces)").module,
     )
     return ClassForces(pull, push).to_arrays()

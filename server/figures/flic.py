@@ -55,7 +55,7 @@ def flic_figures(strategy: FLIC, folder: Path) -> list[Path]:
                 "accuracy": float(np.mean(accs)) if accs else None,
             }
         )
-    report = folder / "flic.json"
+    report = folder / f"{FLIC.name}.json"
     report.write_text(
         json.dumps(
             {

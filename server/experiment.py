@@ -26,7 +26,7 @@ from common.data import DatasetInfo, DataUnavailableError
 from common.local_data import FolderSpec, read_truth
 from common.models import build_model, check_model, find_head
 from common.scenarios import Partition, ScenarioConfig, build_partition
-from common.sources import DATA_PATH, FolderSource, folder_spec, run_info
+from common.sources import DATA_PATH, OWN_DATA, FolderSource, folder_spec, run_info
 from common.training import check_device_name
 from common.validation import check_str
 from strategies import CFLGT, PACFL, ClusteredStrategy, FedAvg, FedClust, get_strategy
@@ -35,6 +35,7 @@ from strategies.replies import metric_ranges
 from strategies.roster import read_roster
 
 from .client_data import bad_client_folders
+from .provenance import run_label
 
 # Strategies that read the model's classifier head, and what for (named in the error of a model without one).
 HEAD_USERS = {
@@ -150,7 +151,7 @@ class Experiment:
         the run declares its own classes and input shape without a ``data-path``: the clients'
         own folders are on their machines).
         """
-        if not self.data_path and self.info is not None and self.info.name == "local":
+        if not self.data_path and self.info is not None and self.info.name == OWN_DATA:
             return False
         try:
             self.partition()
@@ -162,8 +163,6 @@ class Experiment:
         """``<strategy>-<data>-s<seed>-<timestamp>``; ``<data>`` is ``<scenario>-<dataset>``, or for own
         data ``<folder>-<format>`` (``data-path``) or ``own-data`` (node-config folders).
         """
-        from .provenance import run_label
-
         stamp = time.strftime("%Y%m%d-%H%M%S")
         return f"{self.strategy}-{run_label(self)}-s{self.scenario.seed}-{stamp}"
 

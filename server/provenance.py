@@ -9,14 +9,38 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from common.local_data import detect_format
-
-if TYPE_CHECKING:
-    from .experiment import Experiment
+from common.data import DatasetInfo
+from common.local_data import FolderSpec, detect_format
+from common.scenarios import ScenarioConfig
+from common.sources import OWN_DATA
 
 OWN_NODE_DATA = "own-data"
+
+
+class Experiment(Protocol):
+    """What provenance reads of a run's experiment (``server.experiment.Experiment``, which imports this)."""
+
+    @property
+    def scenario(self) -> ScenarioConfig:
+        """The scenario (its name and data set)."""
+
+    @property
+    def info(self) -> DatasetInfo | None:
+        """The data set's facts (``OWN_DATA`` for node-config folders)."""
+
+    @property
+    def data_path(self) -> str:
+        """The folder of client folders, or empty."""
+
+    @property
+    def spec(self) -> FolderSpec | None:
+        """The client folders' format, with ``data-path``."""
+
+    @property
+    def truth_path(self) -> str:
+        """The truth file, or empty."""
 
 
 def data_format(experiment: Experiment) -> str:
@@ -47,7 +71,7 @@ def describe_data(experiment: Experiment) -> dict[str, Any]:
             "format": data_format(experiment),
             "truth-path": truth,
         }
-    if experiment.info is not None and experiment.info.name == "local":
+    if experiment.info is not None and experiment.info.name == OWN_DATA:
         return {"source": "node-config data-path", "path": None, "format": None, "truth-path": truth}
     s = experiment.scenario
     return {"source": "scenario", "scenario": s.scenario, "dataset": s.dataset, "truth-path": truth}

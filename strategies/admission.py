@@ -30,12 +30,11 @@ from common.signals.losses import ModelLosses
 
 from .federation import ClientInfo, Membership, discover_clients, identify, live_nodes
 from .outcome import identity_failures
+from .protocols import Core
 from .recorder import RoundStats
 
 if TYPE_CHECKING:
     from flwr.app import ArrayRecord
-
-    from .base import ClusteredStrategy
 
 
 class Roster(Protocol):
@@ -168,7 +167,7 @@ def refresh_membership(roster: Roster, grid: Grid, stats: RoundStats, server_rou
     return set(offline.values())
 
 
-def assign_by_loss(strategy: ClusteredStrategy, pids: Sequence[int], server_round: int) -> dict[int, int]:
+def assign_by_loss(strategy: Core, pids: Sequence[int], server_round: int) -> dict[int, int]:
     """Each client's cluster by the lowest loss of the cluster models on its TRAIN split.
 
     One cluster needs no query. Clients that fail or send a malformed reply go to the
@@ -217,7 +216,7 @@ def with_test_data(assignment: Mapping[int, int], clients: Mapping[int, ClientIn
     return sorted(set(assignment) - set(untested))
 
 
-def check_round_params(strategy: ClusteredStrategy, num_clients: int) -> None:
+def check_round_params(strategy: Core, num_clients: int) -> None:
     """Raise ``ValueError`` if ``strategy``'s parameters contradict its ``rounds`` or ``num_clients`` clients.
 
     A parameter naming a round (``round_params``) must leave the rounds it needs after it;
@@ -239,7 +238,7 @@ def check_round_params(strategy: ClusteredStrategy, num_clients: int) -> None:
         )
 
 
-def join(strategy: ClusteredStrategy, grid: Grid, initial: ArrayRecord, expected: int) -> int:
+def join(strategy: Core, grid: Grid, initial: ArrayRecord, expected: int) -> int:
     """Identify the clients at start, then restore a pending checkpoint or start fresh; the first round to run.
 
     Fresh: late clients are held out and ``init_clusters`` gives the others their clusters.

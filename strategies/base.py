@@ -116,8 +116,8 @@ class ClusteredStrategy(Strategy):
         """The model records of one client's train message (default: its cluster's model)."""
         return {keys.ARRAYS: self.models[cluster]}
 
-    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:
-        """The cluster a train reply belongs to (default: the one sent); ``ReplyFault`` if impossible."""
+    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict, update: TrainUpdate) -> int:
+        """The cluster a checked train reply belongs to (default: the one sent); ``ReplyFault`` if impossible."""
         return self._sent_cluster[partition_id]
 
     def aggregate_cluster(self, cluster: int, updates: list[TrainUpdate]) -> ArrayRecord:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flwr.app import ConfigRecord, RecordDict
 from flwr.common import log
@@ -20,9 +20,7 @@ from flwr.common import log
 from common import keys
 
 from .federation import Outbox, send
-
-if TYPE_CHECKING:
-    from .base import ClusteredStrategy
+from .protocols import Core
 
 
 @dataclass
@@ -49,7 +47,7 @@ class Delivery:
         }
 
 
-def deliver_models(strategy: ClusteredStrategy, server_round: int) -> Delivery:
+def deliver_models(strategy: Core, server_round: int) -> Delivery:
     """Send every client with a cluster its cluster's model and note who wrote it."""
     started = time.perf_counter()
     grid = strategy.messenger.require_grid()

@@ -27,7 +27,8 @@ from common.params import shared
 from common.params import check_params, param
 
 from .base import ClusteredStrategy
-from .replies import TrainUpdate, decode_train_reply
+from .flat import flat, from_flat
+from .replies import TrainUpdate
 
 OWNER = "FeSEM"
 INITS = ("clients", "random")
@@ -55,25 +56,6 @@ class FeSEMParams:
     def k(self) -> int:
         """The number of centres FeSEM keeps."""
         return self.num_clusters or self.max_clusters
-
-
-def flat(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """The floating arrays of a model, raveled in record order (``strategies.flat``'s order), float64."""
-    parts = [a.astype(np.float64).ravel() for a in arrays.values() if np.issubdtype(a.dtype, np.floating)]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def from_flat(template: ArrayRecord, vector: np.ndarray) -> ArrayRecord:
-    """``template`` with its floating arrays read from ``vector`` (record order), each in its dtype."""
-    out, start = {}, 0
-    for name, arr in template.items():
-        a = arr.numpy()
-        if np.issubdtype(a.dtype, np.floating):
-            out[name] = Array(vector[start : start + a.size].reshape(a.shape).astype(a.dtype))
-            start += a.size
-        else:
-            out[name] = Array(a.copy())
-    return ArrayRecord(out)
 
 
 class FeSEM(ClusteredStrategy):
@@ -104,12 +86,11 @@ class FeSEM(ClusteredStrategy):
         self.set_clusters(models, kmodels.random_partition(sorted(self.clients), self.params.k, self.rng))
         self.seeded = True
 
-    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:
-        """E-step: the centre nearest the client's trained model (L2); ``ReplyFault`` on a malformed reply."""
-        sent = super().reply_cluster(server_round, partition_id, content)
+    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict, update: TrainUpdate) -> int:
+        """E-step: the centre nearest the client's trained model (L2), from its checked ``update``."""
+        sent = super().reply_cluster(server_round, partition_id, content, update)
         if not self.seeded or len(self.models) == 1:
             return sent
-        update = decode_train_reply(content, self.models[sent], self.clients[partition_id].num_train)
         if self._centres is None or self._centres[0] != server_round:
             centres = [flat({n: a.numpy() for n, a in model.items()}) for model in self.models]
             self._centres = (server_round, np.stack(centres))

@@ -6,6 +6,8 @@ array of the record, raveled, one after the other; integer arrays (counters) are
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
@@ -15,19 +17,34 @@ def float_size(record: ArrayRecord) -> int:
     return sum(int(np.prod(a.shape)) for a in record.values() if np.issubdtype(a.numpy().dtype, np.floating))
 
 
+def flat(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The floating arrays of a model (name -> array, record order), raveled one after the other, float64."""
+    parts = [a.astype(np.float64).ravel() for a in arrays.values() if np.issubdtype(a.dtype, np.floating)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
 def add_flat(record: ArrayRecord, delta: np.ndarray) -> ArrayRecord:
     """``record + delta`` with ``delta`` of shape (``float_size(record)``,) laid over its floating
     arrays in record order, each result in its array's dtype; other arrays are copied.
     """
-    if len(delta) != float_size(record):
-        raise ValueError(
-            f"The 'delta' parameter of add_flat must have {float_size(record)} entries. Got {len(delta)} instead."
-        )
+    return _laid_over(record, delta, "'delta' parameter of add_flat", np.add)
+
+
+def from_flat(template: ArrayRecord, vector: np.ndarray) -> ArrayRecord:
+    """``template`` with its floating arrays read from ``vector`` (record order, ``flat``'s), each in its dtype."""
+    return _laid_over(template, vector, "'vector' parameter of from_flat", lambda _, part: part)
+
+
+def _laid_over(
+    record: ArrayRecord, vector: np.ndarray, what: str, combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+) -> ArrayRecord:
+    if len(vector) != float_size(record):
+        raise ValueError(f"The {what} must have {float_size(record)} entries. Got {len(vector)} instead.")
     out, start = {}, 0
     for name, arr in record.items():
         a = arr.numpy()
         if np.issubdtype(a.dtype, np.floating):
-            out[name] = Array((a + delta[start : start + a.size].reshape(a.shape)).astype(a.dtype))
+            out[name] = Array(combine(a, vector[start : start + a.size].reshape(a.shape)).astype(a.dtype))
             start += a.size
         else:
             out[name] = Array(a.copy())

@@ -25,27 +25,36 @@ Reject = Callable[[Exchange, int, str], None]
 
 def train_updates(
     exchange: Exchange,
-    cluster_of: Callable[[int, RecordDict], int],
+    cluster_of: Callable[[int, RecordDict, TrainUpdate], int],
     models: list[ArrayRecord],
+    sent_to: Mapping[int, int],
     clients: Mapping[int, ClientInfo],
     reject: Reject,
 ) -> tuple[dict[int, TrainUpdate], dict[int, int]]:
     """The checked train replies and the cluster each belongs to, by partition id.
 
-    ``cluster_of(pid, content)`` names the cluster of a reply (a ``ReplyFault`` rejects it).
+    Each reply is decoded once, against the model of the cluster it was sent (``sent_to``; every cluster
+    model has the same arrays); ``cluster_of(pid, content, update)`` then names its cluster (a
+    ``ReplyFault`` rejects it), whose model becomes the update's ``sent``.
     """
     updates: dict[int, TrainUpdate] = {}
     clusters: dict[int, int] = {}
     sent: dict[int, dict[str, np.ndarray]] = {}
+
+    def arrays_of(k: int) -> dict[str, np.ndarray]:
+        if k not in sent:
+            sent[k] = {name: arr.numpy() for name, arr in models[k].items()}
+        return sent[k]
+
     for pid in sorted(exchange.replies):
+        content, first = exchange.replies[pid], sent_to[pid]
         try:
-            k = cluster_of(pid, exchange.replies[pid])
-            if k not in sent:
-                sent[k] = {name: arr.numpy() for name, arr in models[k].items()}
-            updates[pid] = decode_train_reply(exchange.replies[pid], models[k], clients[pid].num_train, sent[k])
+            update = decode_train_reply(content, models[first], clients[pid].num_train, arrays_of(first))
+            k = cluster_of(pid, content, update)
         except ReplyFault as fault:
             reject(exchange, pid, str(fault))
             continue
+        updates[pid] = update if k == first else replace(update, sent=arrays_of(k))
         clusters[pid] = k
     return updates, clusters
 

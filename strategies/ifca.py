@@ -75,7 +75,7 @@ class IFCA(ClusteredStrategy):
         """``num-models``: how many models the message carries."""
         return {keys.NUM_MODELS: len(self.models)}
 
-    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict) -> int:
+    def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict, update: TrainUpdate) -> int:
         """The model the client chose (metric ``cluster-id``), which must be in ``[0, K)``."""
         metrics = content.metric_records.get(keys.METRICS)
         if not isinstance(metrics, MetricRecord) or keys.CLUSTER_ID not in metrics:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -23,18 +23,16 @@ from common.learning import observe_train_loss
 from common.metrics import mean_std
 
 from . import admission, guard, queries
+from .protocols import Core
 from .replies import S, TrainUpdate
 
-if TYPE_CHECKING:
-    from .base import ClusteredStrategy
 
-
-def nodes(strategy: ClusteredStrategy) -> dict[int, int]:
+def nodes(strategy: Core) -> dict[int, int]:
     """Node id of each client, by partition id."""
     return {pid: info.node_id for pid, info in strategy.clients.items()}
 
 
-def base_config(strategy: ClusteredStrategy, server_round: int) -> dict[str, Any]:
+def base_config(strategy: Core, server_round: int) -> dict[str, Any]:
     """What every message's config holds: the round and the local training parameters."""
     return {keys.SERVER_ROUND: server_round, **strategy.training.local_config()}
 
@@ -50,7 +48,7 @@ def merge(updates: list[TrainUpdate], aggregation: str) -> ArrayRecord:
     return ArrayRecord({name: Array(arr) for name, arr in merged.items()})
 
 
-def train_messages(strategy: ClusteredStrategy, server_round: int, config: ConfigRecord) -> list[Message]:
+def train_messages(strategy: Core, server_round: int, config: ConfigRecord) -> list[Message]:
     """One train message per sampled client, each with its own cluster's model (``_sent_cluster`` notes which)."""
     outbox = strategy.messenger.outbox(nodes(strategy), MessageType.TRAIN, server_round)
     strategy._sent_cluster = {}
@@ -64,13 +62,15 @@ def train_messages(strategy: ClusteredStrategy, server_round: int, config: Confi
     return strategy.messenger.expect(outbox)
 
 
-def apply_train(strategy: ClusteredStrategy, server_round: int, replies: Iterable[Message]) -> MetricRecord:
+def apply_train(strategy: Core, server_round: int, replies: Iterable[Message]) -> MetricRecord:
     """Check the train replies, aggregate each cluster that got some, call ``after_train``; the round's metrics."""
     messenger = strategy.messenger
     exchange = messenger.collect(replies, server_round)
     reject = partial(messenger.reject, server_round=server_round)
     cluster_of = partial(strategy.reply_cluster, server_round)
-    updates, clusters = guard.train_updates(exchange, cluster_of, strategy.models, strategy.clients, reject)
+    updates, clusters = guard.train_updates(
+        exchange, cluster_of, strategy.models, strategy._sent_cluster, strategy.clients, reject
+    )
     strategy._sent_cluster.update(clusters)
     sizes = [c.num_train for c in strategy.clients.values()]
     updates, capped = guard.cap_weights(updates, sizes, strategy.training.weight_cap, server_round)
@@ -95,7 +95,7 @@ def apply_train(strategy: ClusteredStrategy, server_round: int, replies: Iterabl
     return MetricRecord(metrics)
 
 
-def evaluate_messages(strategy: ClusteredStrategy, server_round: int, config: ConfigRecord) -> list[Message]:
+def evaluate_messages(strategy: Core, server_round: int, config: ConfigRecord) -> list[Message]:
     """One evaluate message per assigned client that holds test data, with its own cluster's model."""
     outbox = strategy.messenger.outbox(nodes(strategy), MessageType.EVALUATE, server_round)
     tested = admission.with_test_data(strategy.assignment, strategy.clients, tell=not strategy._told_untested)
@@ -107,7 +107,7 @@ def evaluate_messages(strategy: ClusteredStrategy, server_round: int, config: Co
     return strategy.messenger.expect(outbox)
 
 
-def apply_evaluate(strategy: ClusteredStrategy, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+def apply_evaluate(strategy: Core, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
     """Check the evaluate replies into ``last_eval``; mean and std of accuracy, mean loss (None: no reply)."""
     exchange = strategy.messenger.collect(replies, server_round)
     reject = partial(strategy.messenger.reject, server_round=server_round)
@@ -120,7 +120,7 @@ def apply_evaluate(strategy: ClusteredStrategy, server_round: int, replies: Iter
 
 
 def query_signal(
-    strategy: ClusteredStrategy,
+    strategy: Core,
     action: str,
     pids: Iterable[int],
     server_round: int,

@@ -156,14 +156,39 @@ def test_train_updates_decode_against_each_replys_own_cluster_and_reject_only_th
     rejected: list[int] = []
     updates, clusters = train_updates(
         exchange,
-        lambda pid, content: {0: 0, 1: 0, 2: 1}[pid],
+        lambda pid, content, update: {0: 0, 1: 0, 2: 1}[pid],
         models,
+        dict.fromkeys(range(3), 0),
         {p: _info(p) for p in range(3)},
         lambda ex, pid, fault: rejected.append(pid),
     )
     assert rejected == [1] and sorted(updates) == [0, 2] and clusters == {0: 0, 2: 1}
     np.testing.assert_array_equal(updates[0].delta(), np.full(4, 0.5, dtype=np.float32))  # from cluster 0's model
     np.testing.assert_array_equal(updates[2].delta(), np.full(4, 2.0, dtype=np.float32))  # from cluster 1's model
+
+
+def test_train_updates_decode_each_reply_once_and_hand_it_to_the_cluster_hook(monkeypatch):
+    import strategies.guard as guard_module
+
+    decoded: list[int] = []
+    real = guard_module.decode_train_reply
+    monkeypatch.setattr(guard_module, "decode_train_reply", lambda *a, **kw: decoded.append(1) or real(*a, **kw))
+    seen: dict[int, np.ndarray] = {}
+
+    def nearest(pid: int, content: RecordDict, update: TrainUpdate) -> int:
+        seen[pid] = update.arrays["w"]
+        return int(update.arrays["w"].mean() > 0.5)  # a FeSEM-like E-step on the decoded model
+
+    models = [_model(0.0), _model(1.0)]
+    exchange = Exchange(MessageType.TRAIN, replies={0: _train_reply(_model(0.2), 10), 1: _train_reply(_model(0.9), 10)})
+    updates, clusters = train_updates(
+        exchange, nearest, models, {0: 1, 1: 0}, {p: _info(p) for p in range(2)}, lambda *a: None
+    )
+    assert len(decoded) == 2 and clusters == {0: 0, 1: 1}
+    np.testing.assert_array_equal(seen[0], np.full((2, 2), 0.2, dtype=np.float32))
+    # the update's reference is the cluster it joined, not the one it was sent
+    np.testing.assert_allclose(updates[0].delta(), np.full(4, 0.2, dtype=np.float32))
+    np.testing.assert_allclose(updates[1].delta(), np.full(4, -0.1, dtype=np.float32), rtol=1e-6)
 
 
 def _update(num_examples: int) -> TrainUpdate:

@@ -13,7 +13,9 @@ from common import keys
 from common.config import TrainingParams
 from server.experiment import Experiment
 from strategies import REGISTRY, FeSEM
-from strategies.fesem import FeSEMParams, flat, from_flat
+from strategies.fesem import FeSEMParams
+from strategies.flat import flat, from_flat
+from strategies.replies import decode_train_reply
 from tests.helpers import small_run_config
 from tests.helpers.inprocess import InProcessGrid
 
@@ -59,10 +61,14 @@ def test_each_reply_joins_the_l2_nearest_centre_not_the_one_it_was_sent():
     content = replies[0].content
     for j in (1, 0):
         content[keys.ARRAYS] = strategy.models[j].copy()
-        assert strategy.reply_cluster(2, 0, content) == j
+        assert strategy.reply_cluster(2, 0, content, _decoded(strategy, content)) == j
     near_1 = _models(strategy)[1] * 0.9 + _models(strategy)[0] * 0.1
     content[keys.ARRAYS] = from_flat(strategy.models[0], near_1)
-    assert strategy.reply_cluster(3, 0, content) == 1
+    assert strategy.reply_cluster(3, 0, content, _decoded(strategy, content)) == 1
+
+
+def _decoded(strategy, content):
+    return decode_train_reply(content, strategy.models[0], strategy.clients[0].num_train)
 
 
 def test_from_flat_round_trips_a_model_in_its_dtypes():
@@ -74,6 +80,8 @@ def test_from_flat_round_trips_a_model_in_its_dtypes():
         assert back[name].numpy().dtype == arr.numpy().dtype
         if np.issubdtype(arr.numpy().dtype, np.floating):
             assert np.allclose(back[name].numpy(), arr.numpy() + 1.0)
+    with pytest.raises(ValueError, match=rf"The 'vector' parameter of from_flat must have {len(vector)} entries\. Got"):
+        from_flat(model, vector[:-1])
 
 
 def _corrupt(reply: Message, server_round: int) -> Message:

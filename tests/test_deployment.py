@@ -4,10 +4,13 @@ Two module-scoped deployments (insecure; TLS + SuperNode authentication) are sta
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
 children, in the fixture teardown, whatever the outcome. Every message a SuperNode receives starts
 a ClientApp process (about 7 CPU seconds: Python, Flower and torch), so the runs are few and short
-(digits, 4 clients, 2-4 rounds): the insecure deployment's one run, in which a SuperNode restarts and
-a second node claims a held client id; the secure deployment's kill -9 and resume drill, whose runs
-also carry the roster drill (a registered impostor) and the model delivery, and whose straight
-reference runs in process. The other deployment tests only connect (seconds each).
+(digits, 4 clients, 2-4 rounds):
+- the insecure deployment's one run, in which a SuperNode restarts and a second node claims a held
+  client id, and which ``umbel deploy wait`` then follows to its exit code (beside a run that fails
+  at start-up, submitted with ``umbel deploy run``);
+- the secure deployment's kill -9 and resume drill, whose runs also carry the roster drill (a
+  registered impostor) and the model delivery, and whose straight reference runs in process.
+The other deployment tests only connect (seconds each).
 The fast tests at the end check the command builders, the probe and its diagnoses, the
 Fleet-only filter, the key and certificate material and the compose files without starting
 Flower.
@@ -43,6 +46,7 @@ from client.task import task_from_context
 from common.modelstore import read_bundle
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
+from server.deploy.follow import EXIT_COMPLETED, EXIT_FAILED
 from server.app import main as server_app_main
 from server.models import load_models
 from server.superlink import FleetOnly, fleet_paths
@@ -344,6 +348,34 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(ins
     assert summary["coverage"]["final-accuracy"] == f"over {NUM_NODES} of {NUM_NODES} clients"
     _check_delivery(dep, folder)
     assert f"http://127.0.0.1:{dep.port}" in dep.log("superlink").read_text()
+    _check_follow(dep, int(out.split("Successfully started run ")[1].split()[0]))
+
+
+def _check_follow(dep: Deployment, finished: int) -> None:
+    """``umbel deploy wait`` on the finished run exits 0; ``umbel deploy run`` of a run that fails at
+    start-up (a missing ``resume-from`` file) exits 1 with the run's own log saying why; an unknown run 2."""
+
+    def umbel_deploy(*args) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "server.cli", "deploy", *map(str, args), "--flwr-home", dep.cli_home],
+            cwd=PROJECT_ROOT,
+            env=deploy.deploy_env(dep.cli_home),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+
+    done = umbel_deploy("wait", finished, "dep")
+    assert done.returncode == EXIT_COMPLETED, done.stdout + done.stderr
+    assert "finished:completed" in done.stdout and "finished and trained" in done.stdout
+    missing = umbel_deploy("wait", finished + 12345, "dep")
+    assert missing.returncode == 2 and "error" in missing.stderr, missing.stdout + missing.stderr
+    bad = dep.root / "bad.toml"
+    bad.write_text(to_toml(dep.config("bad", **{"resume-from": "/nope.npz"})))
+    failed = umbel_deploy("run", "dep", "--app", PROJECT_ROOT, "--poll", 2, "--timeout", 600, "--run-config", bad)
+    assert failed.returncode == EXIT_FAILED, failed.stdout + failed.stderr
+    assert "ended finished:failed; its last" in failed.stderr and "/nope.npz" in failed.stderr, failed.stderr
 
 
 def _flwr(dep: Deployment, *args) -> subprocess.CompletedProcess:
@@ -795,6 +827,8 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
     lines = _metrics(folder)
     assert lines[-1]["train-replies"] == NUM_NODES and lines[-1]["eval-clients"] == NUM_NODES, lines
     assert "resuming from" in dep.log("ckpt-resumed").read_text()
+    # round 1 comes from the checkpoint, timings and all: a resume that ran round 1 again would differ
+    assert lines[0]["round-seconds"] == _metrics(dep.root / "results" / "ckpt-killed")[0]["round-seconds"]
     assert checkpoint.read_bytes() == saved  # the resumed run wrote its own folder, not the old one
     straight, resumed = load_models(straight_folder), load_models(folder)
     assert resumed.assignment == straight.assignment and resumed.models.keys() == straight.models.keys()

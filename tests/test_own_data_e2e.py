@@ -2,7 +2,7 @@
 
 ``umbel export`` writes a 3-group digits federation. A SuperLink (TLS, SuperNode
 authentication) and one SuperNode per partition run on 127.0.0.1, each node given only its
-own folder through its node config ``data-path``; a sixth node's folder is empty and must fail
+own folder through its node config ``data-path``; a fifth node's folder is empty and must fail
 alone. FedClust trains ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
 is scored against the exported truth file. Then ``umbel run --data-path`` rehearses the same
 federation in simulation and must find the same clusters. One strategy shows that each node reads
@@ -27,8 +27,8 @@ from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
 from tests.helpers.processes import kill_trees, wait_for_port
 
-NUM_CLIENTS = 5  # good partitions; partition NUM_CLIENTS is the node with an empty folder
-SEED = 3  # 5 digits clients in 3 true groups (2, 2, 1)
+NUM_CLIENTS = 4  # good partitions; partition NUM_CLIENTS is the node with an empty folder
+SEED = 3  # 4 digits clients in 3 true groups (2, 1, 1)
 RUN_TIMEOUT = 900
 COMMON = {
     "model": "tests.helpers.user_models:small_cnn",

@@ -164,3 +164,23 @@ def test_the_launcher_imports_the_umbel_that_wrote_it_from_any_folder(tmp_path):
         check=False,
     )
     assert done.returncode == 0 and "--runtime-api-address" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_simulation_path_finds_the_launcher_and_flowers_own_scripts_before_a_shim(tmp_path):
+    """A version manager's shim (pyenv's) put first on ``PATH`` re-runs Flower with its interpreter's
+    folder first, hiding the launcher: ``flwr`` must resolve to Flower's own script, not the shim."""
+    import shutil
+
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for name in ("flwr", "flower-superlink", linkindex.SIMULATION_COMMAND):
+        shim = shims / name
+        shim.write_text("#!/bin/sh\nexit 3\n")
+        shim.chmod(0o755)
+    launcher = linkindex.write_launcher(tmp_path / "bin")
+    path = linkindex.simulation_path(launcher.parent, os.pathsep.join([str(shims), os.environ.get("PATH", "")]))
+    scripts = linkindex.flower_scripts()
+    assert scripts is not None and (scripts / "flwr").is_file()
+    assert shutil.which(linkindex.SIMULATION_COMMAND, path=path) == str(launcher)
+    assert shutil.which("flwr", path=path) == str(scripts / "flwr")
+    assert shutil.which("flower-superlink", path=path) == str(scripts / "flower-superlink")

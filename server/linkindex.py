@@ -8,7 +8,12 @@ N^2 message checks a poll: at 10,000 clients, about half of the simulation proce
 ``IndexedInMemoryLinkState`` keeps, per destination node, the ids of its undelivered
 instructions in arrival order, and ``get_message_ins`` checks only those: the same messages in
 the same order, each delivered once, expired ones (TTL) deleted when their node asks, deleted
-ones gone. Everything else is Flower's own class. It is installed in the ``flwr-simulation``
+ones gone. ``get_message_res`` (the ServerApp's pull, every 0.1-0.2 s with every message still
+awaiting a reply) runs Flower's checks only on the messages for which it can return something: those
+with a reply, and those unknown, of another run, expired or addressed to an offline node (Flower's
+error replies); the rest would return nothing. The simulation's nodes share one federation (Flower's
+``NoOpFederationManager``), so Flower's federation check never drops a message there. Everything
+else is Flower's own class. It is installed in the ``flwr-simulation``
 process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` as
 ``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
@@ -48,6 +53,8 @@ def indexed_state_class() -> type:
     """``IndexedInMemoryLinkState``, built on the installed Flower's ``InMemoryLinkState``."""
     from flwr.app import Message
     from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+    from flwr.supercore.constant import NodeStatus
+    from flwr.supercore.date import now
 
     class IndexedInMemoryLinkState(InMemoryLinkState):
         """Flower's in-memory LinkState with each node's undelivered instructions indexed by node."""
@@ -69,25 +76,47 @@ def indexed_state_class() -> type:
         def get_message_ins(self, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Message]:
             if limit is not None and limit < 1:
                 raise AssertionError("`limit` must be >= 1")
+            pending = self.pending_by_node.get(node_id)
+            if not pending:  # most polls: the simulation asks every node every 0.1 s
+                return []
             found: list[Message] = []
             with self.lock:
-                pending = self.pending_by_node.get(node_id)
-                for message_id in list(pending or ()):
+                for message_id in list(pending):
                     self._check_stored_messages({message_id})
                     message = self.message_ins_store.get(message_id)
                     if message is None or message.metadata.delivered_at != "":
-                        pending.pop(message_id, None)  # type: ignore[union-attr]
+                        pending.pop(message_id, None)
                         continue
                     if run_id is not None and message.metadata.run_id != run_id:
                         continue
                     found.append(message)
                     if limit and len(found) == limit:
                         break
-                delivered_at = _now_iso()
-                for message in found:
-                    message.metadata.delivered_at = delivered_at
-                    pending.pop(message.metadata.message_id, None)  # type: ignore[union-attr]
+                if found:
+                    delivered_at = now().isoformat()
+                    for message in found:
+                        message.metadata.delivered_at = delivered_at
+                        pending.pop(message.metadata.message_id, None)
             return found
+
+        def get_message_res(self, message_ids: set[str], run_id: int) -> list[Message]:
+            with self.lock:
+                current = now().timestamp()
+                due = {message_id for message_id in message_ids if self._answerable(message_id, run_id, current)}
+                return super().get_message_res(due, run_id) if due else []
+
+        def _answerable(self, message_id: str, run_id: int, current: float) -> bool:
+            """Whether Flower's ``get_message_res`` returns (or raises) anything for ``message_id``."""
+            if message_id in self.message_ins_id_to_message_res_id:
+                return True
+            message = self.message_ins_store.get(message_id)
+            if message is None:
+                return True
+            meta = message.metadata
+            if meta.run_id != run_id or meta.created_at + meta.ttl <= current:
+                return True
+            node = self.nodes.get(meta.dst_node_id)
+            return node is None or node.status == NodeStatus.UNREGISTERED or node.online_until < current
 
         def delete_messages(self, message_ins_ids: set[str]) -> None:
             with self.lock:
@@ -98,12 +127,6 @@ def indexed_state_class() -> type:
                 super().delete_messages(message_ins_ids)
 
     return IndexedInMemoryLinkState
-
-
-def _now_iso() -> str:
-    from flwr.supercore.date import now
-
-    return now().isoformat()
 
 
 def install() -> bool:

@@ -184,3 +184,52 @@ def test_the_simulation_path_finds_the_launcher_and_flowers_own_scripts_before_a
     assert shutil.which(linkindex.SIMULATION_COMMAND, path=path) == str(launcher)
     assert shutil.which("flwr", path=path) == str(scripts / "flwr")
     assert shutil.which("flower-superlink", path=path) == str(scripts / "flower-superlink")
+
+
+def _reply(state, message_id):
+    ins = state.message_ins_store[message_id]
+    reply = Message(RecordDict(), reply_to=ins)
+    reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return reply
+
+
+def _answers(messages):
+    return sorted(
+        (m.metadata.reply_to_message_id, m.error.code if m.has_error() else None, m.metadata.src_node_id > 0)
+        for m in messages
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_servers_pull_returns_what_flowers_own_returns(seed):
+    # Replies, expired messages, unknown ids and an offline node, pulled together as the
+    # ServerApp does: the same replies and error replies, each once.
+    rng = np.random.default_rng(seed)
+    states = [_state(InMemoryLinkState, 5), _state(INDEXED, 5)]
+    ids = [uuid.UUID(int=int(rng.integers(2**62))).hex for _ in range(60)]
+    for state, nodes, runs in states:
+        for k, message_id in enumerate(ids):
+            state.store_message_ins(_message(message_id, runs[0], nodes[k % 5]))
+    replied = set(rng.choice(ids, 25, replace=False).tolist())
+    expired = set(rng.choice(sorted(set(ids) - replied), 8, replace=False).tolist())
+    for state, nodes, _ in states:
+        for node in nodes:
+            state.get_message_ins(node, None)
+        for message_id in sorted(replied):
+            assert state.store_message_res(_reply(state, message_id)) is not None
+        for message_id in expired:
+            state.message_ins_store[message_id].metadata.__dict__["_created_at"] -= 10_000.0
+        state.nodes[nodes[4]].online_until = now().timestamp() - 1.0
+    asked = {*ids, "never-stored"}
+    (flower, _, f_runs), (indexed, _, i_runs) = states
+    first = indexed.get_message_res(set(asked), i_runs[0])
+    assert _answers(first) == _answers(flower.get_message_res(set(asked), f_runs[0]))
+    offline = {m for k, m in enumerate(ids) if k % 5 == 4}
+    answered = {m.metadata.reply_to_message_id for m in first}
+    assert replied | expired | offline | {"never-stored"} == answered
+    assert sum(not m.has_error() for m in first) == len(replied - offline)  # an offline node's reply is an error
+    again = indexed.get_message_res(set(asked), i_runs[0])
+    assert _answers(again) == _answers(flower.get_message_res(set(asked), f_runs[0]))
+    assert not any(not m.has_error() for m in again), "a reply was delivered twice"
+    with pytest.raises(ValueError, match="invalid IDs"):
+        indexed.get_message_res(set(ids), i_runs[1])

@@ -42,3 +42,30 @@ def test_table_gives_round_time_against_fedavg_and_bytes_per_client(tmp_path):
     table = federation_scale.markdown({"fedavg": fedavg, "cflgt": other, "flag": {"error": "exit code 1"}}, 100)
     assert "| cflgt | yes | 0.900 | 5 | 900 |" in table and "| 1.50 | 40 |" in table
     assert "| flag | no: exit code 1 |" in table
+
+
+def test_round_seconds_by_kind_separate_clustering_and_evaluation_rounds(tmp_path):
+    folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0, "5": 9.0}, evaluated=4)
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    records[3]["phase"] = "cluster"
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    row = federation_scale.read_outcome(folder)
+    assert row["round-seconds-by-kind"] == {"train": 2.0, "train + evaluate": 50.0, "cluster": 9.0}
+    assert "| train 2.0; train + evaluate 50.0; cluster 9.0 |" in federation_scale.markdown({"cflgt": row}, 100)
+
+
+def test_peak_memory_follows_the_named_runs_process_tree_and_no_other():
+    import subprocess
+    import sys
+
+    hold = "import time; x = bytearray(60 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(4)"
+    mine = subprocess.Popen([sys.executable, "-c", hold, "--run-name", "mine-100", "--x"])
+    other = subprocess.Popen([sys.executable, "-c", hold, "--run-name", "mine-1000", "--x"])
+    try:
+        with federation_scale.PeakMemory("mine-100", interval=0.3) as memory:
+            mine.wait(timeout=30)
+    finally:
+        other.kill()
+    summary = memory.summary()
+    assert list(summary) == ["other"] and summary["other"]["processes"] == 1
+    assert 60 < summary["other"]["peak-rss-mb"] < 200

@@ -63,14 +63,19 @@ def indexed_state_class() -> type:
             super().__init__(*args, **kwargs)
             # node id -> ids of its undelivered instruction messages (a dict: an ordered set)
             self.pending_by_node: dict[int, dict[str, None]] = {}
+            # message id -> (expiry timestamp, run id, destination node), read once when stored
+            self.facts: dict[str, tuple[float, int, int]] = {}
 
         def store_message_ins(self, message: Message) -> str | None:
             with self.lock:
                 message_id = super().store_message_ins(message)
                 if message_id is not None:
                     stored = self.message_ins_store.get(message_id)
-                    if stored is not None and stored.metadata.delivered_at == "":
-                        self.pending_by_node.setdefault(stored.metadata.dst_node_id, {})[message_id] = None
+                    if stored is not None:
+                        meta = stored.metadata
+                        self.facts[message_id] = (meta.created_at + meta.ttl, meta.run_id, meta.dst_node_id)
+                        if meta.delivered_at == "":
+                            self.pending_by_node.setdefault(meta.dst_node_id, {})[message_id] = None
                 return message_id
 
         def get_message_ins(self, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Message]:
@@ -102,28 +107,34 @@ def indexed_state_class() -> type:
         def get_message_res(self, message_ids: set[str], run_id: int) -> list[Message]:
             with self.lock:
                 current = now().timestamp()
-                due = {message_id for message_id in message_ids if self._answerable(message_id, run_id, current)}
+                online: dict[int, bool] = {}
+                due = {m for m in message_ids if self._answerable(m, run_id, current, online)}
                 return super().get_message_res(due, run_id) if due else []
 
-        def _answerable(self, message_id: str, run_id: int, current: float) -> bool:
-            """Whether Flower's ``get_message_res`` returns (or raises) anything for ``message_id``."""
-            if message_id in self.message_ins_id_to_message_res_id:
+        def _answerable(self, message_id: str, run_id: int, current: float, online: dict[int, bool]) -> bool:
+            """Whether Flower's ``get_message_res`` returns (or raises) anything for ``message_id``.
+
+            ``online`` caches, for this call, whether each destination node is online.
+            """
+            facts = self.facts.get(message_id)
+            if facts is None or message_id in self.message_ins_id_to_message_res_id:
                 return True
-            message = self.message_ins_store.get(message_id)
-            if message is None:
+            expiry, run, dst = facts
+            if run != run_id or expiry <= current:
                 return True
-            meta = message.metadata
-            if meta.run_id != run_id or meta.created_at + meta.ttl <= current:
-                return True
-            node = self.nodes.get(meta.dst_node_id)
-            return node is None or node.status == NodeStatus.UNREGISTERED or node.online_until < current
+            if dst not in online:
+                node = self.nodes.get(dst)
+                online[dst] = not (
+                    node is None or node.status == NodeStatus.UNREGISTERED or node.online_until < current
+                )
+            return not online[dst]
 
         def delete_messages(self, message_ins_ids: set[str]) -> None:
             with self.lock:
                 for message_id in message_ins_ids:
-                    message = self.message_ins_store.get(message_id)
-                    if message is not None:
-                        self.pending_by_node.get(message.metadata.dst_node_id, {}).pop(message_id, None)
+                    facts = self.facts.pop(message_id, None)
+                    if facts is not None:
+                        self.pending_by_node.get(facts[2], {}).pop(message_id, None)
                 super().delete_messages(message_ins_ids)
 
     return IndexedInMemoryLinkState

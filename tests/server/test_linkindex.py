@@ -6,6 +6,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 from logging import WARNING
 from pathlib import Path
@@ -207,19 +208,19 @@ def test_the_servers_pull_returns_what_flowers_own_returns(seed):
     rng = np.random.default_rng(seed)
     states = [_state(InMemoryLinkState, 5), _state(INDEXED, 5)]
     ids = [uuid.UUID(int=int(rng.integers(2**62))).hex for _ in range(60)]
-    for state, nodes, runs in states:
-        for k, message_id in enumerate(ids):
-            state.store_message_ins(_message(message_id, runs[0], nodes[k % 5]))
     replied = set(rng.choice(ids, 25, replace=False).tolist())
     expired = set(rng.choice(sorted(set(ids) - replied), 8, replace=False).tolist())
+    for state, nodes, runs in states:
+        for k, message_id in enumerate(ids):
+            ttl = 0.3 if message_id in expired else 3600.0
+            state.store_message_ins(_message(message_id, runs[0], nodes[k % 5], ttl=ttl))
     for state, nodes, _ in states:
         for node in nodes:
             state.get_message_ins(node, None)
         for message_id in sorted(replied):
             assert state.store_message_res(_reply(state, message_id)) is not None
-        for message_id in expired:
-            state.message_ins_store[message_id].metadata.__dict__["_created_at"] -= 10_000.0
         state.nodes[nodes[4]].online_until = now().timestamp() - 1.0
+    time.sleep(0.4)  # the short-lived messages expire unanswered
     asked = {*ids, "never-stored"}
     (flower, _, f_runs), (indexed, _, i_runs) = states
     first = indexed.get_message_res(set(asked), i_runs[0])

@@ -167,6 +167,36 @@ def install() -> bool:
     return True
 
 
+def umbel_client_app() -> Any:
+    """The ClientApp of umbel, imported in the process that runs it (a Ray actor imports it once)."""
+    from client.app import app
+
+    return app
+
+
+def install_client_loader() -> bool:
+    """Hand Flower's Ray backend :func:`umbel_client_app` as the ClientApp loader, when the run's app is umbel's.
+
+    Flower's loader is a closure holding the ClientApp, which Ray's cloudpickle pickles by value for
+    every message (walking the loaded modules each time); a module-level function is pickled by its
+    name. Only for the Flower versions in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``;
+    any other app keeps Flower's loader.
+    """
+    if os.environ.get(DISABLE_ENV, "").lower() == "flower" or not is_supported(flower_version()):
+        return False
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+
+    flowers_build = RayBackend.build
+
+    def build(self: Any, app_fn: Any) -> None:
+        flowers_build(self, app_fn)
+        if app_fn() is umbel_client_app():
+            self.app_fn = umbel_client_app
+
+    RayBackend.build = build  # type: ignore[method-assign]
+    return True
+
+
 def flower_scripts() -> Path | None:
     """The folder of the installed Flower's own console scripts (``flwr``, ``flower-superlink``), or None.
 
@@ -211,10 +241,11 @@ def write_launcher(folder: Path) -> Path:
 
 
 def main() -> None:
-    """``flwr-simulation`` with the indexed LinkState installed (same arguments as Flower's)."""
+    """``flwr-simulation`` with the indexed LinkState and umbel's ClientApp loader installed (Flower's arguments)."""
     from flwr.simulation.app import flwr_simulation
 
     install()
+    install_client_loader()
     sys.argv[0] = SIMULATION_COMMAND  # Flower's exit handling recognises the simulation by argv[0]
     flwr_simulation()
 

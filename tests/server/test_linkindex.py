@@ -234,3 +234,27 @@ def test_the_servers_pull_returns_what_flowers_own_returns(seed):
     assert not any(not m.has_error() for m in again), "a reply was delivered twice"
     with pytest.raises(ValueError, match="invalid IDs"):
         indexed.get_message_res(set(ids), i_runs[1])
+
+
+def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_only(monkeypatch):
+    from flwr.server.superlink.fleet.vce.backend import raybackend
+    from ray import cloudpickle
+
+    from client.app import app as umbel_app
+
+    monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(raybackend.RayBackend, "build", lambda self, app_fn: setattr(self, "app_fn", app_fn))
+    assert linkindex.install_client_loader() is True
+    backend = object.__new__(raybackend.RayBackend)
+
+    def flowers_closure():
+        return umbel_app
+
+    backend.build(flowers_closure)
+    assert backend.app_fn is linkindex.umbel_client_app and backend.app_fn() is umbel_app
+    assert len(cloudpickle.dumps(backend.app_fn)) < 200 < len(cloudpickle.dumps(flowers_closure))
+    other = object()
+    backend.build(lambda: other)
+    assert backend.app_fn() is other, "another ClientApp keeps Flower's loader"
+    monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
+    assert linkindex.install_client_loader() is False

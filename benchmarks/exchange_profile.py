@@ -107,16 +107,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = {args.name: profile(args.clients, folder, args.name, [a for a in extra if a != "--"])}
         loads.append(f"{before} -> {load_average()}")
     rows = []
+    first: tuple[float, float, float] | None = None
     for name, run in runs.items():
         got, total = shares(run.with_name(run.name + ".raw"))
         figures = outcome(run)
         resources = json.loads((run / "resources.json").read_text())
+        first = first or (figures["identity"], figures["round"], resources["cpu-seconds"])
         rows.append(
             [
                 name,
                 round(figures["identity"], 1),
                 round(figures["round"], 1),
                 round(resources["cpu-seconds"]),
+                " / ".join(
+                    f"{now / then:.2f}"
+                    for now, then in zip(
+                        (figures["identity"], figures["round"], resources["cpu-seconds"]), first, strict=True
+                    )
+                ),
                 round(total / RATE),
                 *(round(100 * got.get(kind, 0.0), 1) for _, kind in (*KINDS, ("", OTHER))),
             ]
@@ -129,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "identity s",
             "round s (10 train, all evaluate)",
             "server process CPU s",
+            "identity / round / CPU, against the first run",
             "busy thread-seconds sampled",
             *(f"% {kind}" for _, kind in (*KINDS, ("", OTHER))),
         ],

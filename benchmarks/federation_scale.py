@@ -198,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALGORITHMS)}")
     parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument(
+        "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
+    )
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
     add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
@@ -247,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
         print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
+    for item in args.not_run:
+        name, _, reason = item.partition("=")
+        rows[name] = {"error": f"not run: {reason}"}
     (folder / "federation-scale.md").write_text(markdown(rows, args.clients))
     print(markdown(rows, args.clients))
     if args.record:

@@ -25,7 +25,7 @@ def _fake_run(folder: Path, round_seconds: dict[str, float], evaluated: int) -> 
     return folder
 
 
-def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_state_sums_its_parts(tmp_path):
+def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_each_kind_of_round_has_its_time(tmp_path):
     folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0, "5": 9.0}, evaluated=4)
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     records[3]["phase"] = "cluster"
@@ -34,6 +34,8 @@ def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_state_su
     assert row["mean-train-round-seconds"] == pytest.approx(2.0)
     assert row["mean-round-seconds"] == pytest.approx(15.75)
     assert row["state-bytes"] == 4000 and row["final-ari"] == 0.9 and row["clusters"] == 5
+    assert row["round-seconds-by-kind"] == {"train": 2.0, "train + evaluate": 50.0, "cluster": 9.0}
+    assert "| train 2.0; train + evaluate 50.0; cluster 9.0 |" in federation_scale.markdown({"cflgt": row}, 100)
 
 
 def test_table_gives_round_time_against_fedavg_and_bytes_per_client(tmp_path):
@@ -42,16 +44,6 @@ def test_table_gives_round_time_against_fedavg_and_bytes_per_client(tmp_path):
     table = federation_scale.markdown({"fedavg": fedavg, "cflgt": other, "flag": {"error": "exit code 1"}}, 100)
     assert "| cflgt | yes | 0.900 | 5 | 900 |" in table and "| 1.50 | 40 |" in table
     assert "| flag | no: exit code 1 |" in table
-
-
-def test_round_seconds_by_kind_separate_clustering_and_evaluation_rounds(tmp_path):
-    folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0, "5": 9.0}, evaluated=4)
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    records[3]["phase"] = "cluster"
-    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    row = federation_scale.read_outcome(folder)
-    assert row["round-seconds-by-kind"] == {"train": 2.0, "train + evaluate": 50.0, "cluster": 9.0}
-    assert "| train 2.0; train + evaluate 50.0; cluster 9.0 |" in federation_scale.markdown({"cflgt": row}, 100)
 
 
 def test_peak_memory_follows_the_named_runs_process_tree_and_no_other():

@@ -197,6 +197,38 @@ def install_client_loader() -> bool:
     return True
 
 
+def install_config_cache() -> bool:
+    """Make Flower's ``get_project_config`` parse an app's ``pyproject.toml`` once per version of the file.
+
+    Flower's simulation registers every simulated node's context by reading and validating the
+    app's ``pyproject.toml`` again (100,000 parses for 100,000 nodes before any message moves);
+    each call now gets a deep copy of the first parse of the file as it is (path and modification
+    time), and a missing or invalid file still raises Flower's error. Only for the Flower versions
+    in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``.
+    """
+    if os.environ.get(DISABLE_ENV, "").lower() == "flower" or not is_supported(flower_version()):
+        return False
+    import copy
+
+    from flwr.common import config
+
+    flowers = config.get_project_config
+    parsed: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def get_project_config(project_dir: str | Path) -> dict[str, Any]:
+        try:
+            toml = (Path(project_dir) / "pyproject.toml").resolve()
+            key = (str(toml), toml.stat().st_mtime_ns)
+        except OSError:
+            return flowers(project_dir)
+        if key not in parsed:
+            parsed[key] = flowers(project_dir)
+        return copy.deepcopy(parsed[key])
+
+    config.get_project_config = get_project_config
+    return True
+
+
 def flower_scripts() -> Path | None:
     """The folder of the installed Flower's own console scripts (``flwr``, ``flower-superlink``), or None.
 
@@ -241,11 +273,12 @@ def write_launcher(folder: Path) -> Path:
 
 
 def main() -> None:
-    """``flwr-simulation`` with the indexed LinkState and umbel's ClientApp loader installed (Flower's arguments)."""
+    """``flwr-simulation`` with the indexed LinkState, the ClientApp loader and the config cache installed."""
     from flwr.simulation.app import flwr_simulation
 
     install()
     install_client_loader()
+    install_config_cache()
     sys.argv[0] = SIMULATION_COMMAND  # Flower's exit handling recognises the simulation by argv[0]
     flwr_simulation()
 

@@ -258,3 +258,28 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     assert backend.app_fn() is other, "another ClientApp keeps Flower's loader"
     monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
     assert linkindex.install_client_loader() is False
+
+
+def test_flowers_project_config_is_parsed_once_per_version_of_the_file(monkeypatch, tmp_path):
+    from flwr.common import config
+
+    monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
+    calls = []
+    real = config.get_project_config
+    monkeypatch.setattr(config, "get_project_config", lambda d: calls.append(d) or real(d))
+    assert linkindex.install_config_cache() is True
+    app = Path(__file__).resolve().parents[2]
+    first = config.get_project_config(app)
+    first["tool"]["flwr"]["app"]["config"]["rounds"] = -1  # a caller's change stays its own
+    again = config.get_fused_config_from_dir(app, {"seed": 3})
+    assert len(calls) == 1 and again["rounds"] == real(app)["tool"]["flwr"]["app"]["config"]["rounds"]
+    assert again["seed"] == 3
+    copy = tmp_path / "app"
+    copy.mkdir()
+    (copy / "pyproject.toml").write_text((app / "pyproject.toml").read_text())
+    config.get_project_config(copy)
+    os.utime(copy / "pyproject.toml", ns=(1, 1))
+    config.get_project_config(copy)
+    assert len(calls) == 3, "a changed file is parsed again"
+    with pytest.raises(FileNotFoundError, match="Cannot find pyproject.toml"):
+        config.get_project_config(tmp_path / "nowhere")

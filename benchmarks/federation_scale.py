@@ -198,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALGORITHMS)}")
     parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument("--notes", default="", help="with --record: what the table's reader must know")
     parser.add_argument(
         "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
     )
@@ -259,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         title = f"{args.clients:,} simulated clients end to end" + (
             f", {STRESS_TEST} (a scaling stress test)" if label else ""
         )
-        tables = tables_from_markdown(title, markdown(rows, args.clients))
+        notes = f"Every run: `{' '.join(common)}`. {args.notes}"
+        tables = tables_from_markdown(title, markdown(rows, args.clients) + "\n" + notes + "\n")
         print(f"wrote {save_tables(f'federation-scale-{args.clients}{label}', LARGE, tables, load_before)}")
     return 0
 

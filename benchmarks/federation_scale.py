@@ -48,6 +48,7 @@ PROCESS_KINDS: tuple[tuple[str, str], ...] = (
     ("ray::ClientAppActor", "Ray actor (ClientApp)"),
     ("flwr-simulation", "simulation (ServerApp, LinkState, Ray driver)"),
     ("flower-superlink", "SuperLink"),
+    ("flower-superexec", "SuperExec"),
     ("server.cli", "umbel run"),
     ("flwr run", "flwr run"),
     ("ray::", "Ray's own (raylet, GCS, agents)"),

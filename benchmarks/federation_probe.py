@@ -75,7 +75,7 @@ def probe(clients: int, limit: float, max_mb: float, folder: Path, name: str) ->
 
 
 def summary(samples: Path, log: Path) -> dict[str, Any]:
-    """When the simulation and Ray started, the last identity progress and the memory at the end."""
+    """When the simulation and Ray started, the last identity progress, and the memory at its peak."""
     rows = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
     sim = next((r["s"] for r in rows if SIMULATION in r), None)
     ray = next((r["s"] for r in rows if RAY in r), None)
@@ -83,13 +83,13 @@ def summary(samples: Path, log: Path) -> dict[str, Any]:
     first = next(((n, s) for n, _, s in progress if n > 0), None)
     last = progress[-1] if progress else (0, 0, 0)
     rate = (last[0] - first[0]) / (last[2] - first[1]) if first and last[2] > first[1] else None
-    end = rows[-1] if rows else {}
+    end = max(rows, key=lambda r: r["total-mb"]) if rows else {}
     return {
         "sim": sim,
         "ray": ray,
         "identified": f"{last[0]:,} of {last[1]:,} after {last[2]} s" if progress else "",
         "rate": None if rate is None else round(rate),
-        "seconds": end.get("s"),
+        "seconds": rows[-1]["s"] if rows else None,
         "total-mb": end.get("total-mb"),
         "sim-mb": end.get(SIMULATION),
         "actor-mb": end.get("Ray actor (ClientApp)"),
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loads = [args.load] if args.load else []
     if args.from_runs:
         runs = {k: Path(v) for k, _, v in (item.partition("=") for item in args.from_runs.split(";"))}
-        ends = dict.fromkeys(runs, "stopped by hand: see the notes")
+        ends = dict.fromkeys(runs, "see the notes")
     else:
         before = load_average()
         run = folder / f"{args.name}-{args.clients}"
@@ -134,9 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "clients identified (identity phase s)",
             "clients identified a second",
             "stopped at s",
-            "all its processes MB",
-            "simulation process MB",
-            "one Ray actor MB",
+            "all its processes MB, at their peak",
+            "simulation process MB, then",
+            "one Ray actor MB, then",
             "end",
         ],
         rows,

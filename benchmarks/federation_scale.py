@@ -2,7 +2,10 @@
 
 Each algorithm runs once on a grouped Fashion-MNIST scenario (label-groups, 5 groups) with a
 few per cent of the clients sampled per round, with its round-dependent keys set so that it
-clusters within the rounds. Reads each run's ``summary.json`` (final ARI, clusters),
+clusters within the rounds, and K and thresholds left at their defaults. ``--sample-draw
+with-replacement`` gives each of 10,000+ clients enough data (a scaling stress test; the runs and
+the record are named so). While a run goes, the RSS of each of its processes is sampled
+(``process-memory.json``). Reads each run's ``summary.json`` (final ARI, clusters),
 ``resources.json`` (the server process's peak RSS and CPU seconds, the start-up identity
 phase, the bytes of the strategy's state) and ``round-times.json``, and writes
 ``federation-scale.md`` and ``.json`` to ``<results-dir>/federation-scale/``.
@@ -10,7 +13,7 @@ phase, the bytes of the strategy's state) and ``round-times.json``, and writes
 Example::
 
     nice -n 10 python -m benchmarks.federation_scale --clients 1000 --rounds 10
-    python -m benchmarks.federation_scale --clients 10000 --only fedavg,cflgt --samples-per-label 1
+    python -m benchmarks.federation_scale --clients 10000 --only cflgt --sample-draw with-replacement
 """
 
 from __future__ import annotations
@@ -18,24 +21,99 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from benchmarks.records import load_average
 from benchmarks.report import LARGE, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, run_cli
+from common.scenarios import SAMPLE_DRAWS, STRESS_TEST
 
-# Each algorithm's own keys, so that it clusters within 10 rounds (FedAvg first: the reference).
+# Each algorithm's own round keys, so that it clusters within a few rounds (FedAvg first: the
+# reference); never K or a threshold: each finds the groups with its defaults.
 ALGORITHMS: dict[str, list[str]] = {
     "fedavg": [],
     "cflgt": ["--cflgt-pretrain-rounds", "3"],
-    "fedclust": ["--num-clusters", "5"],
-    "flag": ["--num-clusters", "5", "--flag-gradient-epochs", "2"],
+    "fedclust": [],
+    "flag": ["--flag-gradient-epochs", "2"],
     "flic": ["--flic-cluster-round", "3"],
-    "cfl-gp": ["--cfl-gp-cluster-period", "3", "--num-clusters", "5"],
+    "cfl-gp": ["--cfl-gp-cluster-period", "3"],
 }
+PROCESS_KINDS: tuple[tuple[str, str], ...] = (
+    ("ray::ClientAppActor", "Ray actor (ClientApp)"),
+    ("flwr-simulation", "simulation (ServerApp, LinkState, Ray driver)"),
+    ("flower-superlink", "SuperLink"),
+    ("flower-superexec", "SuperExec"),
+    ("server.cli", "umbel run"),
+    ("flwr run", "flwr run"),
+    ("ray::", "Ray's own (raylet, GCS, agents)"),
+    ("/ray/", "Ray's own (raylet, GCS, agents)"),
+)
+"""Substring of a process's command line -> the kind its peak memory is reported under (first match)."""
+MB = "peak-rss-mb"
+SUPERLINK_SLOW = "Failed to start local SuperLink"
+"""Flower's words when its local SuperLink is not up within its fixed 15 s."""
+
+
+class PeakMemory:
+    """Samples, every ``interval`` s, the RSS of every process under the ``umbel run`` named ``run_name``."""
+
+    def __init__(self, run_name: str, interval: float = 2.0) -> None:
+        self.run_name, self.interval = run_name, interval
+        self.peak_mb: dict[str, float] = {}
+        self.count: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        marker = f"--run-name {self.run_name} "
+        while not self._stop.wait(self.interval):
+            roots = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or ()) + " "]
+            for root in roots[:1]:
+                try:
+                    tree = [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    continue
+                seen: dict[str, int] = {}
+                for proc in tree:
+                    try:
+                        line, rss = " ".join(proc.cmdline()), proc.memory_info().rss / 2**20
+                    except psutil.Error:
+                        continue
+                    kind = next((k for key, k in PROCESS_KINDS if key in line), "other")
+                    seen[kind] = seen.get(kind, 0) + 1
+                    self.peak_mb[kind] = max(self.peak_mb.get(kind, 0.0), rss)
+                for kind, n in seen.items():
+                    self.count[kind] = max(self.count.get(kind, 0), n)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per kind of process: the largest single process's peak RSS (MB) and how many ran at once."""
+        return {k: {MB: round(v, 1), "processes": self.count[k]} for k, v in sorted(self.peak_mb.items())}
+
+
+def run_with_retries(args: list[str], name: str, folder: Path, tries: int = 3) -> Path:
+    """``run_cli``, tried again when Flower's local SuperLink did not start in its fixed 15 s (a loaded box)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return run_cli(args, name, folder)
+        except RuntimeError as err:
+            if SUPERLINK_SLOW not in str(err) or attempt == tries:
+                raise
+            print(f"{name}: {SUPERLINK_SLOW} (try {attempt} of {tries}); again", flush=True)
+    raise AssertionError("unreachable")
 
 
 def read_outcome(folder: Path) -> dict[str, Any]:
@@ -50,7 +128,13 @@ def read_outcome(folder: Path) -> dict[str, Any]:
     plain = {m["round"] for m in metrics if m.get("phase", "train") == "train" and not m["eval-clients"]}
     train_only = [float(s) for r, s in times.items() if int(r) in plain]
     state = resources.get("state-bytes", {})
+    kinds: dict[str, list[float]] = {}
+    for m in metrics:
+        if str(m["round"]) in times:
+            kind = str(m.get("phase", "train")) + (" + evaluate" if m["eval-clients"] else "")
+            kinds.setdefault(kind, []).append(float(times[str(m["round"])]))
     return {
+        "round-seconds-by-kind": {k: round(statistics.fmean(v), 1) for k, v in kinds.items()},
         "final-ari": metrics[-1]["ari"] if metrics else None,
         "clusters": metrics[-1]["num-clusters"] if metrics else None,
         "final-accuracy": summary.get("final-accuracy"),
@@ -63,6 +147,7 @@ def read_outcome(folder: Path) -> dict[str, Any]:
         "mean-round-seconds": statistics.fmean(float(s) for s in times.values()) if times else None,
         "mean-train-round-seconds": statistics.fmean(train_only) if train_only else None,
         "wall-seconds": summary.get("wall-seconds"),
+        "processes": json.loads(memory.read_text()) if (memory := folder / "process-memory.json").exists() else {},
     }
 
 
@@ -71,12 +156,13 @@ def markdown(rows: dict[str, dict[str, Any]], clients: int) -> str:
     ref = rows.get("fedavg", {}).get("mean-train-round-seconds")
     header = (
         f"| algorithm ({clients:,} clients) | completes | final ARI | clusters | server peak RSS MB | server CPU s "
-        "| identity phase s | wall s | mean round s | training round s | / FedAvg | state bytes / client |"
+        "| identity phase s | wall s | mean round s | training round s | / FedAvg | state bytes / client "
+        "| round s by kind | peak RSS MB by process |"
     )
-    lines = [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for name, row in rows.items():
         if "error" in row:
-            lines.append(f"| {name} | no: {row['error']} |" + " |" * 10)
+            lines.append(f"| {name} | no: {row['error']} |" + " |" * 12)
             continue
         train = row["mean-train-round-seconds"]
         ratio = f"{train / ref:.2f}" if train and ref else ""
@@ -89,7 +175,9 @@ def markdown(rows: dict[str, dict[str, Any]], clients: int) -> str:
             f"| {row['server-cpu-seconds']:.0f} | {fmt(row['identity-seconds'], '.0f')} "
             f"| {fmt(row['wall-seconds'], '.0f')} "
             f"| {fmt(row['mean-round-seconds'], '.2f')} | {fmt(train, '.2f')} | {ratio} "
-            f"| {row['state-bytes'] / clients:,.0f} |"
+            f"| {row['state-bytes'] / clients:,.0f} "
+            f"| {'; '.join(f'{k} {v}' for k, v in row.get('round-seconds-by-kind', {}).items())} "
+            f"| {'; '.join(f'{k} {v[MB]:.0f}' for k, v in row.get('processes', {}).items())} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -103,8 +191,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fraction", type=float, default=0.03)
     parser.add_argument("--samples-per-label", type=int, default=10)
+    parser.add_argument(
+        "--sample-draw",
+        default="disjoint",
+        choices=SAMPLE_DRAWS,
+        help=f"label-groups' sample draw; {STRESS_TEST}: the scaling stress test (named so in the runs)",
+    )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALGORITHMS)}")
     parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument("--notes", default="", help="with --record: what the table's reader must know")
+    parser.add_argument(
+        "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
+    )
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
     add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
@@ -131,29 +229,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         str(args.rounds),
         "--local-epochs",
         "1",
+        "--sample-draw",
+        args.sample_draw,
         *extra,
     ]
+    label = f"-{STRESS_TEST}" if args.sample_draw == STRESS_TEST else ""
     results_dir = Path(args.results_dir)
     folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / "federation-scale"
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         started = time.monotonic()
         try:
-            run = folder / f"{name}-{args.clients}"
+            run = folder / f"{name}-{args.clients}{label}"
+            memory = PeakMemory(run.name)
             if not args.report_only:
-                run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
+                with memory:
+                    run = run_with_retries(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
+                (run / "process-memory.json").write_text(json.dumps(memory.summary(), indent=2) + "\n")
             rows[name] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:
             rows[name] = {"error": str(err).splitlines()[0][:200]}
         rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
         print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
+    for item in args.not_run:
+        name, _, reason = item.partition("=")
+        rows[name] = {"error": f"not run: {reason}"}
     (folder / "federation-scale.md").write_text(markdown(rows, args.clients))
     print(markdown(rows, args.clients))
     if args.record:
-        title = f"{args.clients:,} simulated clients end to end"
-        tables = tables_from_markdown(title, markdown(rows, args.clients))
-        print(f"wrote {save_tables(f'federation-scale-{args.clients}', LARGE, tables, load_before)}")
+        title = f"{args.clients:,} simulated clients end to end" + (
+            f", {STRESS_TEST} (a scaling stress test)" if label else ""
+        )
+        notes = f"Every run: `{' '.join(common)}`. {args.notes}"
+        tables = tables_from_markdown(title, markdown(rows, args.clients) + "\n" + notes + "\n")
+        print(f"wrote {save_tables(f'federation-scale-{args.clients}{label}', LARGE, tables, load_before)}")
     return 0
 
 

@@ -66,6 +66,12 @@ _LOG = logging.getLogger("flwr")  # Flower's console logger, by its name: common
 GROUP_DRAWS = ("fill", "paper")
 """label-groups' ``group-draw``: ``paper`` is CFLGT's independent draw per client (groups may stay
 empty); ``fill`` (modified, the default) moves clients of the largest groups into the empty ones."""
+SAMPLE_DRAWS = ("disjoint", "with-replacement")
+"""label-groups' ``sample-draw``: ``disjoint`` (the default) never gives a sample to two clients;
+``with-replacement`` is a scaling stress test, not a benchmark of accuracy: each client draws its
+samples with replacement from its group's own pool, so that 10,000+ clients each have enough data."""
+STRESS_TEST = "with-replacement"
+"""The ``sample-draw`` that marks a run as a scaling stress test (in its name and summary)."""
 
 
 def _half_up(x: np.ndarray | float) -> np.ndarray:
@@ -98,6 +104,7 @@ class ScenarioConfig:
     regression_phi: float = 20.0
     test_fraction: float = 0.2
     group_draw: str = "fill"
+    sample_draw: str = "disjoint"
 
     def __post_init__(self) -> None:
         scenario = check_choice(self.scenario, "scenario", "ScenarioConfig", SCENARIOS)
@@ -145,6 +152,12 @@ class ScenarioConfig:
             )
         put("groups", check_int(self.groups, "groups", owner, low=1, high=self._max_groups(n)))
         put("group_draw", check_choice(self.group_draw, "group-draw", owner, GROUP_DRAWS))
+        put("sample_draw", check_choice(self.sample_draw, "sample-draw", owner, SAMPLE_DRAWS))
+        if self.sample_draw != SAMPLE_DRAWS[0] and scenario != "label-groups":
+            raise ValueError(
+                f"The 'sample-draw' parameter of {owner} must be {SAMPLE_DRAWS[0]!r} "
+                f"({self.sample_draw!r} exists for scenario 'label-groups' only). Got {self.sample_draw!r} instead."
+            )
         put("samples_per_label", check_int(self.samples_per_label, "samples-per-label", owner, low=0))
         put("samples_per_client", check_int(self.samples_per_client, "samples-per-client", owner, low=1))
         for name in ("dirichlet_alpha", "quantity_alpha"):
@@ -296,6 +309,9 @@ def _build(cfg: ScenarioConfig, data_dir: str) -> Partition:
         else:
             groups = rng.permutation(np.arange(cfg.num_clients) % num_groups)
         return _assemble(cfg, dataset, train, test, groups, num_groups)
+    if cfg.sample_draw == STRESS_TEST:
+        train, test, groups = label_groups_with_replacement(cfg, y, dataset.y_test, classes, rng)
+        return _assemble(cfg, dataset, train, test, groups, int(groups.max()) + 1)
     builder = {
         "label-groups": label_groups,
         "label-skew": label_skew,
@@ -346,10 +362,7 @@ def label_groups(
     has fewer than that for each of its holders: the most every holder of every label can
     take. Returns per-client train indices, groups of shape (N,) and G.
     """
-    combos = list(itertools.combinations(range(classes), cfg.labels_per_group))
-    label_sets = [combos[i] for i in rng.choice(len(combos), cfg.groups, replace=False)]
-    groups = populated_groups(rng.integers(cfg.groups, size=cfg.num_clients), cfg.groups, cfg.group_draw, rng)
-    label_sets, groups = _drop_empty(label_sets, groups)
+    label_sets, groups = _label_group_draw(cfg, classes, rng)
     pools = [rng.permutation(np.flatnonzero(y == c)) for c in range(classes)]
     holders = [[i for i, g in enumerate(groups) if c in label_sets[g]] for c in range(classes)]
     n = cfg.samples_per_label or automatic_samples_per_label(cfg, pools, holders)
@@ -366,6 +379,60 @@ def label_groups(
         for k, i in enumerate(holders[c]):
             train[i].append(pools[c][k * n : (k + 1) * n])
     return [np.concatenate(parts) for parts in train], groups, len(label_sets)
+
+
+def _label_group_draw(
+    cfg: ScenarioConfig, classes: int, rng: np.random.Generator
+) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """label-groups' populated groups' label sets and each client's group, shape (N,)."""
+    combos = list(itertools.combinations(range(classes), cfg.labels_per_group))
+    label_sets = [combos[i] for i in rng.choice(len(combos), cfg.groups, replace=False)]
+    groups = populated_groups(rng.integers(cfg.groups, size=cfg.num_clients), cfg.groups, cfg.group_draw, rng)
+    return _drop_empty(label_sets, groups)
+
+
+def label_groups_with_replacement(
+    cfg: ScenarioConfig, y: np.ndarray, y_test: np.ndarray, classes: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """label-groups with ``sample-draw with-replacement``: a scaling stress test, not the paper's split.
+
+    The groups and their label sets are drawn as in :func:`label_groups`. Each label's train
+    samples (and test samples) are split into disjoint shares, one per group that holds the label,
+    and each client draws ``samples_per_label`` train indices of each of its labels (0: 50) and
+    ``round(test_fraction * samples_per_label)`` (>= 1) test indices, with replacement, from its
+    group's shares. Clients of a group may share samples; two groups never do.
+
+    Returns
+    -------
+    train, test : lists of N int64 arrays
+        Indices into the train and the test set.
+    groups : ndarray of shape (N,), int64
+    """
+    label_sets, groups = _label_group_draw(cfg, classes, rng)
+    per_label = cfg.samples_per_label or AUTO_SAMPLES_PER_LABEL
+    sizes = {"train": per_label, "test": max(1, int(_half_up(cfg.test_fraction * per_label)))}
+    drawn: dict[str, list[list[np.ndarray]]] = {}
+    for split, labels in (("train", y), ("test", y_test)):
+        parts: list[list[np.ndarray]] = [[] for _ in range(cfg.num_clients)]
+        for c in range(classes):
+            holding = [g for g, labels_of in enumerate(label_sets) if c in labels_of]
+            if not holding:
+                continue
+            pool = rng.permutation(np.flatnonzero(labels == c))
+            if len(pool) < len(holding):
+                raise ValueError(
+                    f"The 'groups' parameter of scenario 'label-groups' asks for more groups holding "
+                    f"label {c} ({len(holding)}) than {cfg.dataset} has {split} samples of it "
+                    f"({len(pool)}). Got {cfg.groups} instead."
+                )
+            for g, share in zip(holding, np.array_split(pool, len(holding)), strict=True):
+                members = np.flatnonzero(groups == g)
+                picks = share[rng.integers(len(share), size=(len(members), sizes[split]))]
+                for i, row in zip(members.tolist(), picks, strict=True):
+                    parts[i].append(row)
+        drawn[split] = parts
+    train, test = ([np.concatenate(p).astype(np.int64) for p in drawn[s]] for s in ("train", "test"))
+    return train, test, groups
 
 
 def populated_groups(groups: np.ndarray, num_groups: int, draw: str, rng: np.random.Generator) -> np.ndarray:

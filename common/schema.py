@@ -200,6 +200,15 @@ RUN_KEYS: tuple[Key, ...] = (
         "CFLGT's independent draw per client, which can leave groups empty",
         ("fill", "paper"),
     ),
+    _k(
+        "sample-draw",
+        "disjoint",
+        DATA,
+        "label-groups: disjoint gives every sample to at most one client; with-replacement, a scaling stress "
+        "test (not a benchmark of accuracy, and so labelled in the run's name and summary), lets each client "
+        "draw samples-per-label (0: 50) samples of each label with replacement from its group's own pool",
+        ("disjoint", "with-replacement"),
+    ),
     # training
     _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
     _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),

@@ -31,7 +31,7 @@ from common import schema
 from strategies import schema as keys_schema
 
 from . import deploy, models_cli
-from .linkindex import write_launcher
+from .linkindex import simulation_path, write_launcher
 from .outcome import run_failure
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -289,7 +289,7 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     config_file.write_text(to_toml(config))
     env = simulation_env(flwr_home, free_port())
     stop_superlinks(flwr_home)
-    flwr = shutil.which("flwr") or str(Path(sys.executable).with_name("flwr"))
+    flwr = shutil.which("flwr", path=env["PATH"]) or str(Path(sys.executable).with_name("flwr"))
     app = flower_app(flwr_home)
     cmd = [
         flwr,
@@ -436,7 +436,7 @@ def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
     launcher = write_launcher(flwr_home / "bin")
     return {
         **os.environ,
-        "PATH": os.pathsep.join([str(launcher.parent), os.environ.get("PATH", "")]),
+        "PATH": simulation_path(launcher.parent, os.environ.get("PATH", "")),
         "FLWR_HOME": str(flwr_home),
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

@@ -8,7 +8,12 @@ N^2 message checks a poll: at 10,000 clients, about half of the simulation proce
 ``IndexedInMemoryLinkState`` keeps, per destination node, the ids of its undelivered
 instructions in arrival order, and ``get_message_ins`` checks only those: the same messages in
 the same order, each delivered once, expired ones (TTL) deleted when their node asks, deleted
-ones gone. Everything else is Flower's own class. It is installed in the ``flwr-simulation``
+ones gone. ``get_message_res`` (the ServerApp's pull, every 0.1-0.2 s with every message still
+awaiting a reply) runs Flower's checks only on the messages for which it can return something: those
+with a reply, and those unknown, of another run, expired or addressed to an offline node (Flower's
+error replies); the rest would return nothing. The simulation's nodes share one federation (Flower's
+``NoOpFederationManager``), so Flower's federation check never drops a message there. Everything
+else is Flower's own class. It is installed in the ``flwr-simulation``
 process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` as
 ``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
@@ -48,6 +53,8 @@ def indexed_state_class() -> type:
     """``IndexedInMemoryLinkState``, built on the installed Flower's ``InMemoryLinkState``."""
     from flwr.app import Message
     from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+    from flwr.supercore.constant import NodeStatus
+    from flwr.supercore.date import now
 
     class IndexedInMemoryLinkState(InMemoryLinkState):
         """Flower's in-memory LinkState with each node's undelivered instructions indexed by node."""
@@ -56,54 +63,81 @@ def indexed_state_class() -> type:
             super().__init__(*args, **kwargs)
             # node id -> ids of its undelivered instruction messages (a dict: an ordered set)
             self.pending_by_node: dict[int, dict[str, None]] = {}
+            # message id -> (expiry timestamp, run id, destination node), read once when stored
+            self.facts: dict[str, tuple[float, int, int]] = {}
 
         def store_message_ins(self, message: Message) -> str | None:
             with self.lock:
                 message_id = super().store_message_ins(message)
                 if message_id is not None:
                     stored = self.message_ins_store.get(message_id)
-                    if stored is not None and stored.metadata.delivered_at == "":
-                        self.pending_by_node.setdefault(stored.metadata.dst_node_id, {})[message_id] = None
+                    if stored is not None:
+                        meta = stored.metadata
+                        self.facts[message_id] = (meta.created_at + meta.ttl, meta.run_id, meta.dst_node_id)
+                        if meta.delivered_at == "":
+                            self.pending_by_node.setdefault(meta.dst_node_id, {})[message_id] = None
                 return message_id
 
         def get_message_ins(self, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Message]:
             if limit is not None and limit < 1:
                 raise AssertionError("`limit` must be >= 1")
+            pending = self.pending_by_node.get(node_id)
+            if not pending:  # most polls: the simulation asks every node every 0.1 s
+                return []
             found: list[Message] = []
             with self.lock:
-                pending = self.pending_by_node.get(node_id)
-                for message_id in list(pending or ()):
+                for message_id in list(pending):
                     self._check_stored_messages({message_id})
                     message = self.message_ins_store.get(message_id)
                     if message is None or message.metadata.delivered_at != "":
-                        pending.pop(message_id, None)  # type: ignore[union-attr]
+                        pending.pop(message_id, None)
                         continue
                     if run_id is not None and message.metadata.run_id != run_id:
                         continue
                     found.append(message)
                     if limit and len(found) == limit:
                         break
-                delivered_at = _now_iso()
-                for message in found:
-                    message.metadata.delivered_at = delivered_at
-                    pending.pop(message.metadata.message_id, None)  # type: ignore[union-attr]
+                if found:
+                    delivered_at = now().isoformat()
+                    for message in found:
+                        message.metadata.delivered_at = delivered_at
+                        pending.pop(message.metadata.message_id, None)
             return found
+
+        def get_message_res(self, message_ids: set[str], run_id: int) -> list[Message]:
+            with self.lock:
+                current = now().timestamp()
+                online: dict[int, bool] = {}
+                due = {m for m in message_ids if self._answerable(m, run_id, current, online)}
+                return super().get_message_res(due, run_id) if due else []
+
+        def _answerable(self, message_id: str, run_id: int, current: float, online: dict[int, bool]) -> bool:
+            """Whether Flower's ``get_message_res`` returns (or raises) anything for ``message_id``.
+
+            ``online`` caches, for this call, whether each destination node is online.
+            """
+            facts = self.facts.get(message_id)
+            if facts is None or message_id in self.message_ins_id_to_message_res_id:
+                return True
+            expiry, run, dst = facts
+            if run != run_id or expiry <= current:
+                return True
+            if dst not in online:
+                node = self.nodes.get(dst)
+                online[dst] = not (
+                    node is None or node.status == NodeStatus.UNREGISTERED or node.online_until < current
+                )
+            return not online[dst]
 
         def delete_messages(self, message_ins_ids: set[str]) -> None:
             with self.lock:
                 for message_id in message_ins_ids:
-                    message = self.message_ins_store.get(message_id)
-                    if message is not None:
-                        self.pending_by_node.get(message.metadata.dst_node_id, {}).pop(message_id, None)
+                    facts = self.facts.pop(message_id, None)
+                    if facts is not None:
+                        self.pending_by_node.get(facts[2], {}).pop(message_id, None)
                 super().delete_messages(message_ins_ids)
 
     return IndexedInMemoryLinkState
-
-
-def _now_iso() -> str:
-    from flwr.supercore.date import now
-
-    return now().isoformat()
 
 
 def install() -> bool:
@@ -133,6 +167,95 @@ def install() -> bool:
     return True
 
 
+def umbel_client_app() -> Any:
+    """The ClientApp of umbel, imported in the process that runs it (a Ray actor imports it once)."""
+    from client.app import app
+
+    return app
+
+
+def install_client_loader() -> bool:
+    """Hand Flower's Ray backend :func:`umbel_client_app` as the ClientApp loader, when the run's app is umbel's.
+
+    Flower's loader is a closure holding the ClientApp, which Ray's cloudpickle pickles by value for
+    every message (walking the loaded modules each time); a module-level function is pickled by its
+    name. Only for the Flower versions in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``;
+    any other app keeps Flower's loader.
+    """
+    if os.environ.get(DISABLE_ENV, "").lower() == "flower" or not is_supported(flower_version()):
+        return False
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+
+    flowers_build = RayBackend.build
+
+    def build(self: Any, app_fn: Any) -> None:
+        flowers_build(self, app_fn)
+        if app_fn() is umbel_client_app():
+            self.app_fn = umbel_client_app
+
+    RayBackend.build = build  # type: ignore[method-assign]
+    return True
+
+
+def install_config_cache() -> bool:
+    """Make Flower's ``get_project_config`` parse an app's ``pyproject.toml`` once per version of the file.
+
+    Flower's simulation registers every simulated node's context by reading and validating the
+    app's ``pyproject.toml`` again (100,000 parses for 100,000 nodes before any message moves);
+    each call now gets a deep copy of the first parse of the file as it is (path and modification
+    time), and a missing or invalid file still raises Flower's error. Only for the Flower versions
+    in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``.
+    """
+    if os.environ.get(DISABLE_ENV, "").lower() == "flower" or not is_supported(flower_version()):
+        return False
+    import copy
+
+    from flwr.common import config
+
+    flowers = config.get_project_config
+    parsed: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def get_project_config(project_dir: str | Path) -> dict[str, Any]:
+        try:
+            toml = (Path(project_dir) / "pyproject.toml").resolve()
+            key = (str(toml), toml.stat().st_mtime_ns)
+        except OSError:
+            return flowers(project_dir)
+        if key not in parsed:
+            parsed[key] = flowers(project_dir)
+        return copy.deepcopy(parsed[key])
+
+    config.get_project_config = get_project_config
+    return True
+
+
+def flower_scripts() -> Path | None:
+    """The folder of the installed Flower's own console scripts (``flwr``, ``flower-superlink``), or None.
+
+    Found from the ``flwr`` distribution's file list, not from ``PATH``: a version manager's shim
+    (pyenv's) found on ``PATH`` re-runs the command with its own interpreter's folder put first on
+    ``PATH``, which hides the launcher from the SuperExec.
+    """
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("flwr")
+    except PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == "flwr" and file.parent.name in ("bin", "Scripts"):
+            path = Path(str(dist.locate_file(file))).resolve()
+            if path.is_file():
+                return path.parent
+    return None
+
+
+def simulation_path(launcher_folder: Path, path: str) -> str:
+    """``PATH`` for ``flwr run``: the launcher's folder, then Flower's own scripts (no shim), then ``path``."""
+    scripts = flower_scripts()
+    return os.pathsep.join([str(launcher_folder), *([str(scripts)] if scripts else []), path])
+
+
 def write_launcher(folder: Path) -> Path:
     """Write an executable ``flwr-simulation`` into ``folder`` that runs this module's ``main``.
 
@@ -150,10 +273,12 @@ def write_launcher(folder: Path) -> Path:
 
 
 def main() -> None:
-    """``flwr-simulation`` with the indexed LinkState installed (same arguments as Flower's)."""
+    """``flwr-simulation`` with the indexed LinkState, the ClientApp loader and the config cache installed."""
     from flwr.simulation.app import flwr_simulation
 
     install()
+    install_client_loader()
+    install_config_cache()
     sys.argv[0] = SIMULATION_COMMAND  # Flower's exit handling recognises the simulation by argv[0]
     flwr_simulation()
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from common.data import DatasetInfo
 from common.local_data import FolderSpec, detect_format
-from common.scenarios import ScenarioConfig
+from common.scenarios import STRESS_TEST, ScenarioConfig
 from common.sources import OWN_DATA
 
 OWN_NODE_DATA = "own-data"
@@ -74,13 +74,17 @@ def describe_data(experiment: Experiment) -> dict[str, Any]:
     if experiment.info is not None and experiment.info.name == OWN_DATA:
         return {"source": "node-config data-path", "path": None, "format": None, "truth-path": truth}
     s = experiment.scenario
-    return {"source": "scenario", "scenario": s.scenario, "dataset": s.dataset, "truth-path": truth}
+    data = {"source": "scenario", "scenario": s.scenario, "dataset": s.dataset, "truth-path": truth}
+    if s.sample_draw == STRESS_TEST:
+        data["sample-draw"] = f"{STRESS_TEST}: a scaling stress test, not a benchmark of accuracy"
+    return data
 
 
 def data_text(data: dict[str, Any]) -> str:
     """One line for the log and figure titles: ``fashion-mnist (label-groups)``, ``own data: /x/fed (npz)``."""
     if data["source"] == "scenario":
-        return f"{data['dataset']} ({data['scenario']})"
+        stress = f", {STRESS_TEST} stress test" if "sample-draw" in data else ""
+        return f"{data['dataset']} ({data['scenario']}{stress})"
     if data["source"] == "data-path":
         return f"own data: {data['path']} ({data['format']})"
     return "own data: each node's node-config data-path"
@@ -90,7 +94,8 @@ def run_label(experiment: Experiment) -> str:
     """The data part of a default run name: ``label-groups-fashion-mnist``, ``fed-npz``, ``own-data``."""
     data = describe_data(experiment)
     if data["source"] == "scenario":
-        label = f"{data['scenario']}-{dataset_label(data['dataset'])}"
+        stress = f"-{STRESS_TEST}" if "sample-draw" in data else ""
+        label = f"{data['scenario']}{stress}-{dataset_label(data['dataset'])}"
     elif data["source"] == "data-path":
         label = f"{Path(data['path']).name}-{data['format']}"
     else:

@@ -25,7 +25,7 @@ def _fake_run(folder: Path, round_seconds: dict[str, float], evaluated: int) -> 
     return folder
 
 
-def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_state_sums_its_parts(tmp_path):
+def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_each_kind_of_round_has_its_time(tmp_path):
     folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 3.0, "4": 50.0, "5": 9.0}, evaluated=4)
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     records[3]["phase"] = "cluster"
@@ -34,6 +34,8 @@ def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_state_su
     assert row["mean-train-round-seconds"] == pytest.approx(2.0)
     assert row["mean-round-seconds"] == pytest.approx(15.75)
     assert row["state-bytes"] == 4000 and row["final-ari"] == 0.9 and row["clusters"] == 5
+    assert row["round-seconds-by-kind"] == {"train": 2.0, "train + evaluate": 50.0, "cluster": 9.0}
+    assert "| train 2.0; train + evaluate 50.0; cluster 9.0 |" in federation_scale.markdown({"cflgt": row}, 100)
 
 
 def test_table_gives_round_time_against_fedavg_and_bytes_per_client(tmp_path):
@@ -42,3 +44,37 @@ def test_table_gives_round_time_against_fedavg_and_bytes_per_client(tmp_path):
     table = federation_scale.markdown({"fedavg": fedavg, "cflgt": other, "flag": {"error": "exit code 1"}}, 100)
     assert "| cflgt | yes | 0.900 | 5 | 900 |" in table and "| 1.50 | 40 |" in table
     assert "| flag | no: exit code 1 |" in table
+
+
+def test_peak_memory_follows_the_named_runs_process_tree_and_no_other():
+    import subprocess
+    import sys
+
+    hold = "import time; x = bytearray(60 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(4)"
+    mine = subprocess.Popen([sys.executable, "-c", hold, "--run-name", "mine-100", "--x"])
+    other = subprocess.Popen([sys.executable, "-c", hold, "--run-name", "mine-1000", "--x"])
+    try:
+        with federation_scale.PeakMemory("mine-100", interval=0.3) as memory:
+            mine.wait(timeout=30)
+    finally:
+        other.kill()
+    summary = memory.summary()
+    assert list(summary) == ["other"] and summary["other"]["processes"] == 1
+    assert 60 < summary["other"]["peak-rss-mb"] < 200
+
+
+def test_a_superlink_slow_to_start_is_tried_again_and_any_other_failure_is_not(tmp_path, monkeypatch):
+    calls = []
+    slow = [True, True]
+
+    def fake(args, name, folder):
+        calls.append(name)
+        if slow and slow.pop():
+            raise RuntimeError(f"run failed:\n{federation_scale.SUPERLINK_SLOW} within 15s.")
+        return folder / name
+
+    monkeypatch.setattr(federation_scale, "run_cli", fake)
+    assert federation_scale.run_with_retries([], "r", tmp_path) == tmp_path / "r" and len(calls) == 3
+    monkeypatch.setattr(federation_scale, "run_cli", lambda *a: (_ for _ in ()).throw(RuntimeError("exit code 1")))
+    with pytest.raises(RuntimeError, match="exit code 1"):
+        federation_scale.run_with_retries([], "r", tmp_path)

@@ -6,6 +6,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 from logging import WARNING
 from pathlib import Path
@@ -164,3 +165,121 @@ def test_the_launcher_imports_the_umbel_that_wrote_it_from_any_folder(tmp_path):
         check=False,
     )
     assert done.returncode == 0 and "--runtime-api-address" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_simulation_path_finds_the_launcher_and_flowers_own_scripts_before_a_shim(tmp_path):
+    """A version manager's shim (pyenv's) put first on ``PATH`` re-runs Flower with its interpreter's
+    folder first, hiding the launcher: ``flwr`` must resolve to Flower's own script, not the shim."""
+    import shutil
+
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for name in ("flwr", "flower-superlink", linkindex.SIMULATION_COMMAND):
+        shim = shims / name
+        shim.write_text("#!/bin/sh\nexit 3\n")
+        shim.chmod(0o755)
+    launcher = linkindex.write_launcher(tmp_path / "bin")
+    path = linkindex.simulation_path(launcher.parent, os.pathsep.join([str(shims), os.environ.get("PATH", "")]))
+    scripts = linkindex.flower_scripts()
+    assert scripts is not None and (scripts / "flwr").is_file()
+    assert shutil.which(linkindex.SIMULATION_COMMAND, path=path) == str(launcher)
+    assert shutil.which("flwr", path=path) == str(scripts / "flwr")
+    assert shutil.which("flower-superlink", path=path) == str(scripts / "flower-superlink")
+
+
+def _reply(state, message_id):
+    ins = state.message_ins_store[message_id]
+    reply = Message(RecordDict(), reply_to=ins)
+    reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return reply
+
+
+def _answers(messages):
+    return sorted(
+        (m.metadata.reply_to_message_id, m.error.code if m.has_error() else None, m.metadata.src_node_id > 0)
+        for m in messages
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_servers_pull_returns_what_flowers_own_returns(seed):
+    # Replies, expired messages, unknown ids and an offline node, pulled together as the
+    # ServerApp does: the same replies and error replies, each once.
+    rng = np.random.default_rng(seed)
+    states = [_state(InMemoryLinkState, 5), _state(INDEXED, 5)]
+    ids = [uuid.UUID(int=int(rng.integers(2**62))).hex for _ in range(60)]
+    replied = set(rng.choice(ids, 25, replace=False).tolist())
+    expired = set(rng.choice(sorted(set(ids) - replied), 8, replace=False).tolist())
+    for state, nodes, runs in states:
+        for k, message_id in enumerate(ids):
+            ttl = 0.3 if message_id in expired else 3600.0
+            state.store_message_ins(_message(message_id, runs[0], nodes[k % 5], ttl=ttl))
+    for state, nodes, _ in states:
+        for node in nodes:
+            state.get_message_ins(node, None)
+        for message_id in sorted(replied):
+            assert state.store_message_res(_reply(state, message_id)) is not None
+        state.nodes[nodes[4]].online_until = now().timestamp() - 1.0
+    time.sleep(0.4)  # the short-lived messages expire unanswered
+    asked = {*ids, "never-stored"}
+    (flower, _, f_runs), (indexed, _, i_runs) = states
+    first = indexed.get_message_res(set(asked), i_runs[0])
+    assert _answers(first) == _answers(flower.get_message_res(set(asked), f_runs[0]))
+    offline = {m for k, m in enumerate(ids) if k % 5 == 4}
+    answered = {m.metadata.reply_to_message_id for m in first}
+    assert replied | expired | offline | {"never-stored"} == answered
+    assert sum(not m.has_error() for m in first) == len(replied - offline)  # an offline node's reply is an error
+    again = indexed.get_message_res(set(asked), i_runs[0])
+    assert _answers(again) == _answers(flower.get_message_res(set(asked), f_runs[0]))
+    assert not any(not m.has_error() for m in again), "a reply was delivered twice"
+    with pytest.raises(ValueError, match="invalid IDs"):
+        indexed.get_message_res(set(ids), i_runs[1])
+
+
+def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_only(monkeypatch):
+    from flwr.server.superlink.fleet.vce.backend import raybackend
+    from ray import cloudpickle
+
+    from client.app import app as umbel_app
+
+    monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(raybackend.RayBackend, "build", lambda self, app_fn: setattr(self, "app_fn", app_fn))
+    assert linkindex.install_client_loader() is True
+    backend = object.__new__(raybackend.RayBackend)
+
+    def flowers_closure():
+        return umbel_app
+
+    backend.build(flowers_closure)
+    assert backend.app_fn is linkindex.umbel_client_app and backend.app_fn() is umbel_app
+    assert len(cloudpickle.dumps(backend.app_fn)) < 200 < len(cloudpickle.dumps(flowers_closure))
+    other = object()
+    backend.build(lambda: other)
+    assert backend.app_fn() is other, "another ClientApp keeps Flower's loader"
+    monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
+    assert linkindex.install_client_loader() is False
+
+
+def test_flowers_project_config_is_parsed_once_per_version_of_the_file(monkeypatch, tmp_path):
+    from flwr.common import config
+
+    monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
+    calls = []
+    real = config.get_project_config
+    monkeypatch.setattr(config, "get_project_config", lambda d: calls.append(d) or real(d))
+    assert linkindex.install_config_cache() is True
+    app = Path(__file__).resolve().parents[2]
+    first = config.get_project_config(app)
+    first["tool"]["flwr"]["app"]["config"]["rounds"] = -1  # a caller's change stays its own
+    again = config.get_fused_config_from_dir(app, {"seed": 3})
+    assert len(calls) == 1 and again["rounds"] == real(app)["tool"]["flwr"]["app"]["config"]["rounds"]
+    assert again["seed"] == 3
+    copy = tmp_path / "app"
+    copy.mkdir()
+    (copy / "pyproject.toml").write_text((app / "pyproject.toml").read_text())
+    config.get_project_config(copy)
+    os.utime(copy / "pyproject.toml", ns=(1, 1))
+    config.get_project_config(copy)
+    assert len(calls) == 3, "a changed file is parsed again"
+    with pytest.raises(FileNotFoundError, match="Cannot find pyproject.toml"):
+        config.get_project_config(tmp_path / "nowhere")

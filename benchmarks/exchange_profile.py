@@ -1,0 +1,165 @@
+"""Where an exchange with every simulated client spends the simulation process's time (py-spy).
+
+One FedAvg run of ``--clients`` simulated clients (10 train a round, all evaluate, the start-up
+identity query to all, and the final models sent to all) with py-spy sampling its
+``flwr-simulation`` process (the ServerApp thread, the LinkState, Flower's simulation engine and
+Ray's driver) and every process under it. The samples are sorted into the kinds of work below
+by the first kind whose frame is on the stack; the table gives each kind's share of the
+process's busy samples, the identity phase and the round, for each run named on the command line.
+Written as the ``exchange-profile`` record (``benchmarks.records``).
+
+Example::
+
+    python -m benchmarks.exchange_profile --clients 10000 --name after
+    python -m benchmarks.exchange_profile --from-runs before=results/bench/exchange-profile/before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from benchmarks.exchange import outcome
+from benchmarks.records import Record, Table, current_command, load_average, write_record
+from benchmarks.report import LARGE
+from benchmarks.runs import ROOT, run_cli
+
+KINDS: tuple[tuple[str, str], ...] = (
+    ("get_message_res", "ServerApp's pulls (LinkState get_message_res)"),
+    ("add_messages_to_queue", "node polls (LinkState get_message_ins)"),
+    ("put_message_into_state", "replies stored (LinkState store_message_res)"),
+    ("fleet/vce/vce_api.py", "Flower's engine: Ray actor calls, (de)serialisation"),
+    ("server_th_with_start_checks", "umbel's server side (strategy, guard, records)"),
+)
+"""A frame's text on a sampled stack -> the kind of work (first match; the rest is 'other')."""
+OTHER = "other (start-up, Ray's driver threads, logging)"
+RATE = 20
+"""py-spy samples a second."""
+
+
+def shares(raw: Path) -> tuple[dict[str, float], int]:
+    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, and their count."""
+    counts: Counter[str] = Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        if len(frames) > 1 and frames[1].startswith("process "):
+            continue  # a child process (Ray's raylet, GCS, actors): reported apart
+        counts[next((kind for key, kind in KINDS if key in stack), OTHER)] += int(n)
+    total = sum(counts.values())
+    return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total
+
+
+def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path:
+    """Run FedAvg with ``clients`` clients under py-spy; the run's folder (``<name>.raw`` beside it)."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("py-spy is not installed: pip install py-spy")
+    raw = folder / f"{name}.raw"
+    home = ROOT / ".flwr" / name / "bin" / "flwr-simulation"
+
+    def attach() -> None:
+        while True:
+            for proc in psutil.process_iter(["cmdline"]):
+                if str(home) in " ".join(proc.info["cmdline"] or ()):
+                    cmd = [spy, "record", "-p", str(proc.pid), "--subprocesses", "--nonblocking"]
+                    subprocess.run([*cmd, "--rate", str(RATE), "--format", "raw", "-o", str(raw)], check=False)
+                    return
+            time.sleep(0.5)
+
+    threading.Thread(target=attach, daemon=True).start()
+    args = ["--strategy", "fedavg", "--num-clients", str(clients), "--scenario", "label-groups", "--groups", "5"]
+    args += ["--samples-per-label", "0", "--fraction", str(min(1.0, 10 / clients)), "--rounds", "1"]
+    args += ["--eval-every", "1", "--local-epochs", "1", "--identity-timeout", "3000", "--round-timeout", "3000"]
+    run = run_cli([*args, *extra], name, folder)
+    for _ in range(60):  # py-spy writes its file once the process is gone
+        if raw.exists():
+            break
+        time.sleep(1)
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Profile one run (or read runs already there) and write the record."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=10000)
+    parser.add_argument("--name", default="indexed", help="the run's name (a row of the table)")
+    parser.add_argument("--from-runs", default="", help="NAME=FOLDER,...: runs already profiled (FOLDER.raw beside)")
+    parser.add_argument("--load", default="", help="the load average while they ran, in words")
+    parser.add_argument("--results-dir", default="results/bench")
+    parser.add_argument("--notes", default="", help="what differs between the runs")
+    args, extra = parser.parse_known_args(argv)
+    folder = (ROOT / args.results_dir / "exchange-profile").resolve()
+    loads = [args.load] if args.load else []
+    if args.from_runs:
+        runs = {k: Path(v).resolve() for k, _, v in (item.partition("=") for item in args.from_runs.split(","))}
+    else:
+        before = load_average()
+        runs = {args.name: profile(args.clients, folder, args.name, [a for a in extra if a != "--"])}
+        loads.append(f"{before} -> {load_average()}")
+    rows = []
+    first: tuple[float, float, float] | None = None
+    for name, run in runs.items():
+        got, total = shares(run.with_name(run.name + ".raw"))
+        figures = outcome(run)
+        resources = json.loads((run / "resources.json").read_text())
+        first = first or (figures["identity"], figures["round"], resources["cpu-seconds"])
+        rows.append(
+            [
+                name,
+                round(figures["identity"], 1),
+                round(figures["round"], 1),
+                round(resources["cpu-seconds"]),
+                " / ".join(
+                    f"{now / then:.2f}"
+                    for now, then in zip(
+                        (figures["identity"], figures["round"], resources["cpu-seconds"]), first, strict=True
+                    )
+                ),
+                round(total / RATE),
+                *(round(100 * got.get(kind, 0.0), 1) for _, kind in (*KINDS, ("", OTHER))),
+            ]
+        )
+        print(rows[-1], flush=True)
+    table = Table(
+        "Where an exchange with every simulated client spends the simulation process's time",
+        [
+            "run",
+            "identity s",
+            "round s (10 train, all evaluate)",
+            "server process CPU s",
+            "identity / round / CPU, against the first run",
+            "busy thread-seconds sampled",
+            *(f"% {kind}" for _, kind in (*KINDS, ("", OTHER))),
+        ],
+        rows,
+        notes=(
+            f"FedAvg, {args.clients:,} clients, Fashion-MNIST label-groups, 1 round: the identity query, 10 clients "
+            "train, every client evaluates, the final models go to every client. py-spy (20 samples a second, "
+            "--nonblocking) on the flwr-simulation process; a share is that kind's part of the samples in which one "
+            "of its threads was busy. The Ray actors running the ClientApp are other processes, not counted. "
+            + args.notes
+        ),
+    )
+    record = Record(
+        name="exchange-profile",
+        section=LARGE,
+        command=current_command(),
+        tables=[table],
+        load="; ".join(loads),
+    )
+    print(write_record(record))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""benchmarks/exchange_profile.py: py-spy's samples sorted into kinds of work."""
+
+import pytest
+
+from benchmarks import exchange_profile
+
+
+def test_shares_take_the_first_kind_on_the_stack_and_leave_out_child_processes(tmp_path):
+    sim = 'process 7:"flwr-simulation"'
+    lines = [
+        f"{sim};Thread.run;server_th_with_start_checks;send;pull_messages;get_message_res 30",
+        f"{sim};Thread.run;server_th_with_start_checks;ClusteredStrategy.start 10",
+        f"{sim};add_messages_to_queue (flwr/server/superlink/fleet/vce/vce_api.py:177);get_message_ins 20",
+        f"{sim};worker (flwr/server/superlink/fleet/vce/vce_api.py:132);_actor_method_call 25",
+        f"{sim};put_message_into_state;store_message_res 5",
+        f"{sim};main;flwr_simulation 10",
+        f'{sim};process 9:"ray::ClientAppActor";run;get_message_res 1000',
+    ]
+    raw = tmp_path / "run.raw"
+    raw.write_text("\n".join(lines) + "\n")
+    got, total = exchange_profile.shares(raw)
+    assert total == 100
+    kinds = dict(exchange_profile.KINDS)
+    assert got[kinds["get_message_res"]] == pytest.approx(0.30)
+    assert got[kinds["server_th_with_start_checks"]] == pytest.approx(0.10)
+    assert got[kinds["add_messages_to_queue"]] == pytest.approx(0.20)
+    assert got[kinds["fleet/vce/vce_api.py"]] == pytest.approx(0.25)
+    assert got[kinds["put_message_into_state"]] == pytest.approx(0.05)
+    assert got[exchange_profile.OTHER] == pytest.approx(0.10)

@@ -26,6 +26,7 @@ from benchmarks.report import LARGE
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from benchmarks.runs import ROOT, run_cli
 from server.linkindex import DISABLE_ENV
+from strategies import FedAvg
 
 STATES = ("flower", "indexed")
 
@@ -34,7 +35,7 @@ def measure(clients: int, state: str, rounds: int, folder: Path, extra: Sequence
     """One FedAvg run of ``clients`` clients on LinkState ``state``; its ``outcome``."""
     args = [
         "--strategy",
-        "fedavg",
+        FedAvg.name,
         "--num-clients",
         str(clients),
         "--scenario",

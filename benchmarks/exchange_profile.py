@@ -32,6 +32,7 @@ from benchmarks.exchange import outcome
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from benchmarks.report import LARGE
 from benchmarks.runs import ROOT, run_cli
+from strategies import FedAvg
 
 KINDS: tuple[tuple[str, str], ...] = (
     ("get_message_res", "ServerApp's pulls (LinkState get_message_res)"),
@@ -77,7 +78,7 @@ def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path
             time.sleep(0.5)
 
     threading.Thread(target=attach, daemon=True).start()
-    args = ["--strategy", "fedavg", "--num-clients", str(clients), "--scenario", "label-groups", "--groups", "5"]
+    args = ["--strategy", FedAvg.name, "--num-clients", str(clients), "--scenario", "label-groups", "--groups", "5"]
     args += ["--samples-per-label", "0", "--fraction", str(min(1.0, 10 / clients)), "--rounds", "1"]
     args += ["--eval-every", "1", "--local-epochs", "1", "--identity-timeout", "3000", "--round-timeout", "3000"]
     run = run_cli([*args, *extra], name, folder)

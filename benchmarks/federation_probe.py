@@ -30,6 +30,7 @@ from benchmarks.federation_scale import PROCESS_KINDS
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from benchmarks.report import LARGE
 from benchmarks.runs import ROOT
+from strategies import FedAvg
 
 SIMULATION = "simulation (ServerApp, LinkState, Ray driver)"
 RAY = "Ray's own (raylet, GCS, agents)"
@@ -38,7 +39,7 @@ IDENTIFIED = re.compile(r"(\d+) of (\d+) clients identified \((\d+) s\)")
 
 def probe(clients: int, limit: float, max_mb: float, folder: Path, name: str) -> str:
     """Run and sample until done or a limit; write ``<name>.samples.jsonl``; say why it ended."""
-    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", "fedavg", "--num-clients", str(clients)]
+    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", FedAvg.name, "--num-clients", str(clients)]
     cmd += ["--scenario", "label-groups", "--groups", "5", "--samples-per-label", "0"]
     cmd += ["--sample-draw", "with-replacement", "--fraction", str(min(1.0, 10 / clients)), "--rounds", "1"]
     cmd += ["--eval-every", "1", "--local-epochs", "1", "--save-models", "false", "--identity-timeout", "20000"]

@@ -33,16 +33,17 @@ from benchmarks.records import load_average
 from benchmarks.report import LARGE, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, run_cli
 from common.scenarios import SAMPLE_DRAWS, STRESS_TEST
+from strategies import CFLGP, CFLGT, FLAG, FLIC, FedAvg, FedClust
 
 # Each algorithm's own round keys, so that it clusters within a few rounds (FedAvg first: the
 # reference); never K or a threshold: each finds the groups with its defaults.
 ALGORITHMS: dict[str, list[str]] = {
-    "fedavg": [],
-    "cflgt": ["--cflgt-pretrain-rounds", "3"],
-    "fedclust": [],
-    "flag": ["--flag-gradient-epochs", "2"],
-    "flic": ["--flic-cluster-round", "3"],
-    "cfl-gp": ["--cfl-gp-cluster-period", "3"],
+    FedAvg.name: [],
+    CFLGT.name: ["--cflgt-pretrain-rounds", "3"],
+    FedClust.name: [],
+    FLAG.name: ["--flag-gradient-epochs", "2"],
+    FLIC.name: ["--flic-cluster-round", "3"],
+    CFLGP.name: ["--cfl-gp-cluster-period", "3"],
 }
 PROCESS_KINDS: tuple[tuple[str, str], ...] = (
     ("ray::ClientAppActor", "Ray actor (ClientApp)"),
@@ -153,7 +154,7 @@ def read_outcome(folder: Path) -> dict[str, Any]:
 
 def markdown(rows: dict[str, dict[str, Any]], clients: int) -> str:
     """The results table; round times also as a multiple of FedAvg's."""
-    ref = rows.get("fedavg", {}).get("mean-train-round-seconds")
+    ref = rows.get(FedAvg.name, {}).get("mean-train-round-seconds")
     header = (
         f"| algorithm ({clients:,} clients) | completes | final ARI | clusters | server peak RSS MB | server CPU s "
         "| identity phase s | wall s | mean round s | training round s | / FedAvg | state bytes / client "

@@ -264,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=tuple(HALVES), default="held-out")
     parser.add_argument("--max-clients", type=int, default=1000, help="skip cells with more clients")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated: only cells of these scenarios"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--record", action="store_true", help="write docs/results/data/selection-<half>.json")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
@@ -312,7 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         return 0
-    cells = [c for c in grid(args.half) if c.clients <= args.max_clients]
+    scenarios = args.scenarios.split(",")
+    unknown = sorted(set(scenarios) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"The '--scenarios' parameter must name scenarios of {SCENARIOS}. Got {unknown} instead.")
+    cells = [c for c in grid(args.half) if c.clients <= args.max_clients and c.scenario in scenarios]
     if args.dry_run:
         print("\n".join(c.name for c in cells))
         return 0

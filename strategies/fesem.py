@@ -97,7 +97,7 @@ def automatic_labels(points: np.ndarray, max_clusters: int, seed: int) -> np.nda
         return labels
     start = np.zeros((int(labels.max()) + 1, points.shape[1]))
     centres = update_centres(points[sample], labels, np.ones(len(sample)), start)
-    return nearest_centres(points, centres)
+    return np.unique(nearest_centres(points, centres), return_inverse=True)[1]  # no cluster left empty
 
 
 def flat(arrays: dict[str, np.ndarray]) -> np.ndarray:

@@ -68,7 +68,7 @@ MEANT_FOR: dict[str, tuple[str, ...]] = {
     "fedclust": ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024, Sec. 4: label skew, Dirichlet
     "pacfl": ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew
     "flhc": ("label-groups", "label-skew-dirichlet"),  # Briggs et al. 2020: label-based non-IID partitions
-    "fesem": ("label-groups", "label-skew-dirichlet"),  # Long et al. 2023: label-skewed partitions
+    "fesem": ("label-groups", "label-skew-dirichlet"),  # paper not in shared/papers/: scored as the three above
 }
 """The label-based heterogeneity each paper evaluates. PACFL's data subspaces cannot see a label
 swap at all (the same inputs, other labels); rotation and label swap are measured for every

@@ -12,7 +12,10 @@ process without Flower (as ``benchmarks/auto_cut.py``: FedClust's final layer af
 ``cluster-steps`` mini-batches from the initial model, PACFL's class subspaces, FL+HC's update
 from the global model after its automatic warm-up of FedAvg rounds), then the strategy's own
 server-side step (``fedclust_clusters``, ``pacfl_clusters``, ``flhc_clusters``) with the
-default parameters. Only the clustering is scored (ARI against the planted groups), not the
+default parameters. FeSEM (``--algorithms fesem``): every client's model after training the
+initial model as in its round 1 (``train_local``), and its automatic K (``automatic_labels``);
+the E-steps after it are not run (a client's trained model stays nearest the centre it started
+from, so the seeding is FeSEM's clustering). Only the clustering is scored (ARI against the planted groups), not the
 accuracy after it. Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's
 CFL) are not in this grid: their full runs are too slow for it on a shared 2-core machine.
 ``--full-runs`` runs them (and the three above) as ordinary ``umbel run``s with their defaults
@@ -39,12 +42,18 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from benchmarks.auto_cut import flhc_updates, signals
+from flwr.app import ConfigRecord
+
+from benchmarks.auto_cut import _task, flhc_updates, signals
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from common.clustering.oneshot import Cut, fedclust_clusters, flhc_clusters, pacfl_clusters
-from common.config import params_from_run_config
+from client.task import train_local
+from common import keys
+from common.config import TrainingParams, params_from_run_config
 from server.cli import PROJECT_ROOT, load_defaults
+from server.experiment import Experiment
 from strategies.fedclust import FedClustParams
+from strategies.fesem import FeSEMParams, automatic_labels, flat
 from strategies.flhc import FLHCParams, automatic_warmup_rounds
 from strategies.pacfl import PACFLParams
 
@@ -54,11 +63,12 @@ HALVES: dict[str, dict[str, tuple[int, ...]]] = {
 }
 SCENARIOS = ("label-groups", "label-skew-dirichlet", "rotation", "label-swap")
 DATASETS = ("digits", "fashion-mnist", "tabular")
-ALGORITHMS = ("fedclust", "pacfl", "flhc")
+ALGORITHMS = ("fedclust", "pacfl", "flhc", "fesem")
 MEANT_FOR: dict[str, tuple[str, ...]] = {
     "fedclust": ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024, Sec. 4: label skew, Dirichlet
     "pacfl": ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew
     "flhc": ("label-groups", "label-skew-dirichlet"),  # Briggs et al. 2020: label-based non-IID partitions
+    "fesem": ("label-groups", "label-skew-dirichlet"),  # paper not in shared/papers/: scored as the three above
 }
 """The label-based heterogeneity each paper evaluates. PACFL's data subspaces cannot see a label
 swap at all (the same inputs, other labels); rotation and label swap are measured for every
@@ -182,44 +192,68 @@ def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[
     return rows
 
 
-def measure(cell: Cell) -> list[dict[str, Any]]:
-    """Each algorithm's K found and ARI on one cell, with its default parameters."""
+def fesem_models(rc: dict[str, Any]) -> np.ndarray:
+    """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
+    initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P)."""
+    training = TrainingParams.from_run_config(rc)
+    model = Experiment.from_run_config(rc).initial_model()
+    cfg = ConfigRecord({**training.local_config(), keys.SERVER_ROUND: 1})
+    rows = []
+    for pid in range(rc["num-clients"]):
+        trained, _ = train_local(_task(rc, pid), model, cfg)
+        rows.append(flat({name: t.detach().cpu().numpy() for name, t in trained.state_dict().items()}))
+    return np.stack(rows)
+
+
+def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str, Any]]:
+    """Each of ``algorithms``' K found and ARI on one cell, with its default parameters."""
     rc = cell.run_config()
     started = time.perf_counter()
-    fedclust = params_from_run_config(FedClustParams, rc)
-    layers, bases, truth = signals(rc, fedclust.cluster_steps)
-    pacfl = params_from_run_config(PACFLParams, rc)
-    flhc = params_from_run_config(FLHCParams, rc)
-    warm = flhc.warmup_rounds or automatic_warmup_rounds(int(rc["rounds"]))
-    updates = flhc_updates({**rc, "flhc-warmup-rounds": warm})
-    signal_seconds = time.perf_counter() - started
-    found = {
-        "fedclust": fedclust_clusters(layers, Cut(fedclust.fedclust_lambda, fedclust.num_clusters, fedclust.linkage)),
-        "pacfl": pacfl_clusters(
-            bases,
-            Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
-            pacfl.pacfl_measure,
-            np.random.default_rng(cell.seed),
-        ),
-        "flhc": flhc_clusters(
-            list(updates), Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage), flhc.flhc_metric, cell.seed
-        ),
-    }
+    labels: dict[str, np.ndarray] = {}
+    if set(algorithms) - {"fesem"}:
+        fedclust = params_from_run_config(FedClustParams, rc)
+        layers, bases, truth = signals(rc, fedclust.cluster_steps)
+        pacfl = params_from_run_config(PACFLParams, rc)
+        flhc = params_from_run_config(FLHCParams, rc)
+        warm = flhc.warmup_rounds or automatic_warmup_rounds(int(rc["rounds"]))
+        updates = flhc_updates({**rc, "flhc-warmup-rounds": warm})
+        found = {
+            "fedclust": fedclust_clusters(
+                layers, Cut(fedclust.fedclust_lambda, fedclust.num_clusters, fedclust.linkage)
+            ),
+            "pacfl": pacfl_clusters(
+                bases,
+                Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
+                pacfl.pacfl_measure,
+                np.random.default_rng(cell.seed),
+            ),
+            "flhc": flhc_clusters(
+                list(updates), Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage), flhc.flhc_metric, cell.seed
+            ),
+        }
+        labels.update({a: r.labels for a, r in found.items() if a in algorithms})
+    else:
+        truth = np.array([int(_task(rc, pid).data.group) for pid in range(cell.clients)])
+    if "fesem" in algorithms:
+        fesem = params_from_run_config(FeSEMParams, rc)
+        labels["fesem"] = automatic_labels(fesem_models(rc), fesem.max_clusters, cell.seed)
+    return _rows(cell, truth, labels, time.perf_counter() - started)
+
+
+def _rows(cell: Cell, truth: np.ndarray, found: dict[str, np.ndarray], seconds: float) -> list[dict[str, Any]]:
     k_true = len(set(truth.tolist()))
-    rows = []
-    for algorithm, result in found.items():
-        rows.append(
-            {
-                **{k: getattr(cell, k) for k in ("half", "dataset", "scenario", "groups", "clients", "seed")},
-                "true-groups": k_true,
-                "algorithm": algorithm,
-                "meant-for": cell.scenario in MEANT_FOR[algorithm],
-                "k-found": int(result.labels.max()) + 1,
-                "ari": round(float(adjusted_rand_score(truth, result.labels)), 3),
-                "signal-seconds": round(signal_seconds, 1),
-            }
-        )
-    return rows
+    return [
+        {
+            **{k: getattr(cell, k) for k in ("half", "dataset", "scenario", "groups", "clients", "seed")},
+            "true-groups": k_true,
+            "algorithm": algorithm,
+            "meant-for": cell.scenario in MEANT_FOR[algorithm],
+            "k-found": int(labels.max()) + 1,
+            "ari": round(float(adjusted_rand_score(truth, labels)), 3),
+            "signal-seconds": round(seconds, 1),
+        }
+        for algorithm, labels in found.items()
+    ]
 
 
 def tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
@@ -264,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=tuple(HALVES), default="held-out")
     parser.add_argument("--max-clients", type=int, default=1000, help="skip cells with more clients")
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated: only these algorithms")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated: only cells of these scenarios"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--record", action="store_true", help="write docs/results/data/selection-<half>.json")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
@@ -312,7 +350,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         return 0
-    cells = [c for c in grid(args.half) if c.clients <= args.max_clients]
+    scenarios = args.scenarios.split(",")
+    unknown = sorted(set(scenarios) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"The '--scenarios' parameter must name scenarios of {SCENARIOS}. Got {unknown} instead.")
+    unknown = sorted(set(args.algorithms.split(",")) - set(ALGORITHMS))
+    if unknown:
+        parser.error(f"The '--algorithms' parameter must name algorithms of {ALGORITHMS}. Got {unknown} instead.")
+    cells = [c for c in grid(args.half) if c.clients <= args.max_clients and c.scenario in scenarios]
     if args.dry_run:
         print("\n".join(c.name for c in cells))
         return 0
@@ -320,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loads = [load_average()]
     for cell in cells:
         try:
-            measured = measure(cell)
+            measured = measure(cell, args.algorithms.split(","))
         except ValueError as error:  # a federation the data cannot make: reported, not hidden
             print(json.dumps({"cell": cell.name, "error": str(error)}), flush=True)
             continue

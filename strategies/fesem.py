@@ -5,26 +5,34 @@ K centres in parameter space, one cluster model each. Every sampled client train
 model; the server then puts the client in the cluster of the centre nearest its trained model
 by L2 distance (E-step, ``reply_cluster``) and moves each centre to the mean of its members'
 trained models weighted by ``num-examples`` (M-step: the base's cluster aggregation). With
-``fesem-init`` "clients" (modified) the first round trains one shared model and the K centres
-are seeded from the clients' trained models by k-means++ with the run's generator, then refined
-(``common.clustering.fesem``); clients not sampled in that round get a seeded random cluster
-until they are. With "random" (the paper's random initialisation) the K centres are the
-initial model and K - 1 seeded redraws at its scale, with a seeded random assignment.
-``num-clusters`` 0 (not given) means ``max-clusters`` centres: FeSEM does not estimate K.
+``fesem-init`` "clients" (modified) every client trains the one initial model in round 1 (not
+the round's fraction: a seeding from 2 of 10 clients left the others in random clusters, which
+the L2 E-step keeps) and the centres are seeded from those trained models: with ``num-clusters``
+K by k-means++ with the run's generator, then refined (``common.clustering.fesem``); with
+``num-clusters`` 0 (not given) K is chosen by the automatic cut of the HC tree of those trained
+models (``automatic_labels``, the rule of FedClust, PACFL and FL+HC; at most ``max-clusters``),
+each centre its cluster's weighted mean. FeSEM itself does not estimate K: the paper's K is
+``--num-clusters K``. With "random" (the paper's random initialisation) the K centres
+(``num-clusters``, or ``max-clusters`` when 0) are the initial model and K - 1 seeded redraws at
+its scale, with a seeded random assignment.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from logging import INFO
 from typing import ClassVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.common import log
 
 from common.clustering import kmodels
-from common.clustering.fesem import fesem_clusters, nearest_centres
-from common.params import shared
-from common.params import check_params, param
+from common.clustering.fesem import fesem_clusters, nearest_centres, update_centres
+from common.clustering.hierarchical import auto_cut, pairwise_distances, undecided_reason
+from common.clustering.similarity import sketch_rows
+from common.clustering.subspaces import SAMPLE_SIZE
+from common.params import check_params, param, shared
 
 from .base import ClusteredStrategy
 from .flat import flat, from_flat
@@ -36,14 +44,18 @@ INITS = ("clients", "random")
 
 @dataclass(frozen=True)
 class FeSEMParams:
-    """``num-clusters`` K (0: ``max-clusters``), ``fesem-init`` in {clients, random}."""
+    """``num-clusters`` K (0: automatic with ``fesem-init clients``, ``max-clusters`` with random),
+    ``fesem-init`` in {clients, random}."""
 
     key_prefix: ClassVar[str] = "fesem"
     num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(8, low=2, help="K when num-clusters is 0")
+    max_clusters: int = shared(
+        8, low=2, help="with num-clusters 0: the most clusters the automatic K keeps (fesem-init random: K)"
+    )
     init: str = param(
         "clients",
-        "the K initial centres: clients (modified) = k-means++ on the first round's trained models, seeded; "
+        "the K initial centres: clients (modified) = every client trains in round 1, K from the automatic cut "
+        "of those models (num-clusters 0) or k-means++ on them, seeded; "
         "random = the initial model and K-1 seeded redraws (the paper's random initialisation)",
         choices=INITS,
         paper="random",
@@ -54,8 +66,36 @@ class FeSEMParams:
 
     @property
     def k(self) -> int:
-        """The number of centres FeSEM keeps."""
+        """The number of centres FeSEM keeps when K is not chosen automatically."""
         return self.num_clusters or self.max_clusters
+
+    @property
+    def automatic(self) -> bool:
+        """Whether K is chosen from the first round's trained models (``num-clusters`` 0, init clients)."""
+        return self.num_clusters == 0 and self.init == "clients"
+
+
+def automatic_labels(points: np.ndarray, max_clusters: int, seed: int) -> np.ndarray:
+    """Clusters of the clients' trained models by the automatic cut (``auto_cut``, average linkage) of
+    their Euclidean distances, at most ``max_clusters``; one cluster when no cut shows structure.
+
+    Above ``SAMPLE_SIZE`` points the cut is of a sample drawn with ``seed`` and every other point
+    joins the nearest sample cluster's mean; vectors too large to hold N x d are count-sketched
+    (``sketch_rows``), which keeps Euclidean distances approximately.
+    """
+    rng = np.random.default_rng(seed)
+    n = len(points)
+    sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, SAMPLE_SIZE, replace=False))
+    rows = sketch_rows(points[sample], seed)
+    distances = pairwise_distances(rows)
+    labels, _ = auto_cut(distances, max_clusters=max_clusters)
+    if labels.max() == 0:
+        log(INFO, "FeSEM: automatic K keeps one cluster: %s", undecided_reason(distances))
+    if n <= SAMPLE_SIZE:
+        return labels
+    start = np.zeros((int(labels.max()) + 1, points.shape[1]))
+    centres = update_centres(points[sample], labels, np.ones(len(sample)), start)
+    return np.unique(nearest_centres(points, centres), return_inverse=True)[1]  # no cluster left empty
 
 
 class FeSEM(ClusteredStrategy):
@@ -86,6 +126,13 @@ class FeSEM(ClusteredStrategy):
         self.set_clusters(models, kmodels.random_partition(sorted(self.clients), self.params.k, self.rng))
         self.seeded = True
 
+    def sample(self, server_round: int) -> list[int]:
+        """Every client while the centres are seeded from trained models (``fesem-init clients``,
+        modified: from all clients, not the round's fraction); then the base's seeded draw."""
+        if not self.seeded and self.params.init == "clients":
+            return sorted(pid for pid in self.clients if pid in self.assignment)
+        return super().sample(server_round)
+
     def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict, update: TrainUpdate) -> int:
         """E-step: the centre nearest the client's trained model (L2), from its checked ``update``."""
         sent = super().reply_cluster(server_round, partition_id, content, update)
@@ -105,25 +152,29 @@ class FeSEM(ClusteredStrategy):
             self._nearest = {}
             return
         pids = sorted(updates)
-        k = min(self.params.k, len(pids))
+        points = np.stack([flat(updates[p].arrays) for p in pids])
+        weights = np.array([updates[p].num_examples for p in pids], dtype=np.float64)
         with self.clustering_timer():
-            found = fesem_clusters(
-                np.stack([flat(updates[p].arrays) for p in pids]),
-                k,
-                self.rng,
-                np.array([updates[p].num_examples for p in pids], dtype=np.float64),
-            )
+            if self.params.automatic:
+                labels = automatic_labels(points, self.params.max_clusters, self.training.seed)
+                k = total = int(labels.max()) + 1
+                centres = update_centres(points, labels, weights, np.zeros((k, points.shape[1])))
+                log(INFO, "FeSEM: automatic K = %d from %d clients' trained models", k, len(pids))
+            else:
+                k, total = min(self.params.k, len(pids)), self.params.k
+                found = fesem_clusters(points, k, self.rng, weights)
+                labels, centres = found.labels, found.centres
         template = self.models[0]
         models = [
-            self.aggregate_cluster(j, [updates[p] for p, label in zip(pids, found.labels, strict=True) if label == j])
-            if (found.labels == j).any()
-            else from_flat(template, found.centres[j])
+            self.aggregate_cluster(j, [updates[p] for p, label in zip(pids, labels, strict=True) if label == j])
+            if (labels == j).any()
+            else from_flat(template, centres[j])
             for j in range(k)
         ]
         # Centres beyond the replies' number (fewer replies than K) start from the round's mean model.
-        models += [template.copy() for _ in range(self.params.k - k)]
+        models += [template.copy() for _ in range(total - k)]
         others = sorted(set(self.assignment) - set(pids))
-        assignment = {p: int(label) for p, label in zip(pids, found.labels, strict=True)}
-        assignment.update(kmodels.random_partition(others, self.params.k, self.rng) if others else {})
+        assignment = {p: int(label) for p, label in zip(pids, labels, strict=True)}
+        assignment.update(kmodels.random_partition(others, total, self.rng) if others else {})
         self.set_clusters(models, assignment)
         self.seeded = True

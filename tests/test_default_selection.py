@@ -55,7 +55,7 @@ def _run(**overrides):
     return strategy, adjusted_rand_score(truth, [strategy.assignment[p] for p in pids]), len(set(truth))
 
 
-ONE_SHOT_ROUNDS = {"fedclust": 1, "pacfl": 1, "flhc": 2}  # FL+HC: 1 automatic warm-up round of 2
+ONE_SHOT_ROUNDS = {"fedclust": 1, "pacfl": 1, "flhc": 2, "fesem": 1}  # FL+HC: 1 automatic warm-up round of 2
 
 
 @pytest.mark.slow
@@ -94,6 +94,16 @@ def test_defaults_that_cluster_while_training_find_the_planted_groups(strategy, 
     s, ari, groups = _run(strategy=strategy, rounds=DURING_TRAINING[strategy], **_federation(federation, tabular))
     assert groups == int(federation[-1])
     assert ari == 1.0 and s.num_clusters == groups
+
+
+@pytest.mark.slow
+def test_fesems_paper_init_keeps_its_random_clusters_where_the_default_finds_the_groups(tabular):
+    """The paper's random centres and assignment, even told K = 2: the L2 E-step keeps each client where it began."""
+    fed = _federation("digits-2", tabular)
+    paper, paper_ari, _ = _run(strategy="fesem", rounds=2, **fed, **{"fesem-init": "random", "num-clusters": 2})
+    new, new_ari, groups = _run(strategy="fesem", rounds=2, **fed)
+    assert paper_ari < 0.5
+    assert new.params.num_clusters == 0 and new.num_clusters == groups == 2 and new_ari == 1.0
 
 
 @pytest.mark.slow

@@ -132,3 +132,36 @@ def test_bad_parameters_are_refused_naming_the_key(key, value, match):
 
 def test_k_is_num_clusters_or_max_clusters():
     assert FeSEMParams().k == 8 and FeSEMParams(num_clusters=3).k == 3
+
+
+@pytest.mark.parametrize("groups", [2, 5])
+def test_automatic_labels_find_planted_blobs_and_a_sample_cut_joins_the_rest_to_the_nearest(groups, monkeypatch):
+    from sklearn.metrics import adjusted_rand_score
+
+    import strategies.fesem as fesem_module
+    from strategies.fesem import automatic_labels
+
+    rng = np.random.default_rng(groups)
+    truth = np.repeat(np.arange(groups), 8)
+    points = rng.normal(size=(groups, 50))[truth] * 5.0 + rng.normal(size=(len(truth), 50)) * 0.3
+    labels = automatic_labels(points, max_clusters=8, seed=0)
+    assert labels.max() + 1 == groups and adjusted_rand_score(truth, labels) == 1.0
+    monkeypatch.setattr(fesem_module, "SAMPLE_SIZE", 4 * groups)  # cut a sample; the others join by distance
+    cut_sizes = []
+    original = fesem_module.auto_cut
+
+    def spy(distances, **kwargs):
+        cut_sizes.append(len(distances))
+        return original(distances, **kwargs)
+
+    monkeypatch.setattr(fesem_module, "auto_cut", spy)
+    sampled = automatic_labels(points, max_clusters=8, seed=0)
+    assert cut_sizes == [4 * groups] and adjusted_rand_score(truth, sampled) == 1.0
+
+
+def test_automatic_labels_keep_one_cluster_on_alike_models_and_say_why(caplog):
+    from strategies.fesem import automatic_labels
+
+    with caplog.at_level(logging.INFO):
+        labels = automatic_labels(np.ones((6, 10)), max_clusters=8, seed=0)
+    assert (labels == 0).all() and "automatic K keeps one cluster: all clients' signals are alike" in caplog.text

@@ -1,7 +1,7 @@
 """What delivering the models costs: writing ``models/``, the final-model round, one training round, ``umbel assign``.
 
 Runs FedClust (K = 2) on the Fashion-MNIST label-groups scenario (digits cannot feed 1,000
-clients) with the real ClientApp in this process (``tests.helpers.inprocess.InProcessGrid``: no
+clients) with the real ClientApp in this process (``server.inprocess.InProcessGrid``: no
 Ray, no network, so the message times are the ClientApp's and the server's work, not transport),
 every size with the same samples per client, and writes the record
 ``docs/results/data/delivery.json``::
@@ -20,11 +20,22 @@ from benchmarks.records import Record, Table, current_command, load_average, wri
 from client.app import app as client_app
 from common.export import export_partition
 from common.scenarios import ScenarioConfig, build_partition
+from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 from server.models import MODELS_DIR, assign, save_models
-from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 from strategies import FedClust
+
+# Settings of the in-process benchmarks that are not run-config defaults (the former shared
+# ``small_run_config``): every figure they recorded was measured with these.
+IN_PROCESS_SETTINGS = {"seed": 1, "groups": 2, "eval-every": 1, "lr": 0.05, "local-epochs": 2}
+
+
+def in_process_config(**overrides: object) -> dict[str, object]:
+    """The project's run-config defaults with ``IN_PROCESS_SETTINGS`` and ``overrides``."""
+    rc = load_defaults(PROJECT_ROOT)
+    rc.update({**IN_PROCESS_SETTINGS, **overrides})
+    return rc
 
 
 DATASET = "fashion-mnist"
@@ -37,7 +48,7 @@ CLUSTER_STEPS = 10  # FedClust's signal steps (default 100): the signal is not w
 
 def measure(num_clients: int, work: Path) -> list[object]:
     """One row: clients, training-round s, delivery s and MB, models/ write s and MB, assign s."""
-    rc = small_run_config(
+    rc = in_process_config(
         strategy=FedClust.name,
         rounds=2,
         fraction=1.0,

@@ -12,7 +12,7 @@ every round from the run's seed:
 - ``--malformed``: the reply comes back broken (garbage array bytes in a model or a clustering
   signal, an accuracy of 7 in an evaluation), as ``tests/helpers/hostile.py`` breaks them.
 
-The ClientApp is umbel's own, run in this process (``tests.helpers.inprocess.InProcessGrid``:
+The ClientApp is umbel's own, run in this process (``server.inprocess.InProcessGrid``:
 real Flower messages, no Ray, no network), so a late reply costs no waiting here: the figures
 are what the faults do to the rounds, the clustering and the model, not to wall time. Each run
 is its own process, so ``peak RSS`` is that run's server with its in-process clients. Writes
@@ -34,16 +34,15 @@ from typing import Any
 import numpy as np
 from flwr.app import Message
 
-from benchmarks.delivery import IN_PROCESS_TIMEOUT
+from benchmarks.delivery import IN_PROCESS_SETTINGS, IN_PROCESS_TIMEOUT, in_process_config
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from benchmarks.report import LARGE
 from client.app import app as client_app
 from client.faults import fault_draws
 from common import keys
 from server.experiment import Experiment
-from tests.helpers import small_run_config
-from tests.helpers.hostile import corrupt_record
-from tests.helpers.inprocess import InProcessGrid
+from client.faults import corrupt_record
+from server.inprocess import InProcessGrid
 from strategies import FedClust
 
 DATASET = "fashion-mnist"
@@ -82,7 +81,7 @@ def fault(seed: int, pid: int, late: float, malformed: float):
 
 def run_once(args: argparse.Namespace, faulty: bool) -> dict[str, Any]:
     """One run in this process: its rounds, replies used per round, final accuracy and ARI, peak RSS."""
-    rc = small_run_config(
+    rc = in_process_config(
         strategy=args.strategy,
         dataset=DATASET,
         rounds=args.rounds,
@@ -177,7 +176,8 @@ def main() -> None:
     ]
     table = Table(
         title=(
-            f"Load and faults: {args.strategy} (its defaults, cluster-steps {args.cluster_steps}), "
+            f"Load and faults: {args.strategy} (its defaults but cluster-steps {args.cluster_steps}, "
+            f"lr {IN_PROCESS_SETTINGS['lr']:g}), "
             f"{args.clients:,} clients, {DATASET} label groups "
             f"({args.groups} groups, {args.samples_per_label} samples a label), {args.fraction:g} of them a round, "
             f"{args.rounds} rounds; faulty: {args.fail:.0%} failing, {args.late:.0%} late, "

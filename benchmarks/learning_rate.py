@@ -6,7 +6,7 @@ features, the ``dnn`` MLP; about 100 samples a client) and Fashion-MNIST (100 sa
 30 rounds of 1 local epoch with 20% of the clients a round (issue 29's case). Prints the final
 mean local test accuracy, the first 5 rounds' mean training loss and whether the not-learning
 warning fired. The runs go through the real ClientApp in this process (the tests' in-process
-grid, ``tests/helpers/inprocess.py``), not through a SuperLink.
+grid, ``server/inprocess.py``), not through a SuperLink.
 
 Example::
 
@@ -31,7 +31,7 @@ def run(strategy: str, lr: float, federation: dict[str, Any], seed: int) -> dict
     """One in-process run; its final accuracy, first losses and warning."""
     from client.app import app as client_app
     from server.experiment import Experiment
-    from tests.helpers.inprocess import InProcessGrid
+    from server.inprocess import InProcessGrid
 
     rc = load_defaults(PROJECT_ROOT)
     rc.update({"strategy": strategy, "seed": seed, "lr": lr, **SETTINGS, **federation})

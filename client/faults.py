@@ -11,12 +11,13 @@ default; for tests and fault drills only.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
-from flwr.app import Context, Message
+from flwr.app import Array, ArrayRecord, Context, Message
 
 from common import keys
 from common.config import FaultParams, run_config_value
@@ -83,3 +84,29 @@ def inject_faults(msg: Message, context: Context, call_next: Callable[[Message, 
                 "after its deadline"
             )
     return call_next(msg, context)
+
+
+def npy_bytes(values: np.ndarray) -> bytes:
+    """``values`` as ``.npy`` bytes (no pickle)."""
+    buffer = io.BytesIO()
+    np.save(buffer, values, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def relabelled(arr: Array, data: bytes) -> Array:
+    """``data`` under ``arr``'s own dtype and shape labels."""
+    return Array(dtype=arr.dtype, shape=tuple(arr.shape), stype=arr.stype, data=data)
+
+
+def corrupt_record(record: ArrayRecord, fault: str) -> None:
+    """Break the last array of ``record`` in place, as a malformed client would (fault drills and
+    tests): ``"garbage"`` bytes, an array of ``"other-shape"``, or ``"float64"`` data labelled as the
+    record's dtype."""
+    name = list(record.keys())[-1]
+    arr = record[name]
+    if fault == "garbage":
+        record[name] = relabelled(arr, b"\x93garbag")
+    elif fault == "other-shape":
+        record[name] = relabelled(arr, npy_bytes(np.zeros(3, dtype=arr.dtype)))
+    elif fault == "float64":
+        record[name] = relabelled(arr, npy_bytes(arr.numpy().astype(np.float64)))

@@ -24,7 +24,7 @@ from common.clustering.spectral import estimate_num_clusters, spectral_clusterin
 from common.clustering.trajectories import cluster_trajectories
 from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ from server.app import main as server_app_main
 from server.models import load_models
 from server.superlink import FleetOnly, fleet_paths
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 from tests.helpers.processes import kill_trees, wait_for_port
 
 # FedClust: the clustering round (query.head) is one more real round trip before training.

@@ -24,8 +24,9 @@ from strategies.replies import (
     decode_train_reply,
 )
 from tests.helpers import small_run_config
-from tests.helpers.hostile import INFLATED, hostile_app, npy_bytes, relabelled
-from tests.helpers.inprocess import InProcessGrid
+from client.faults import npy_bytes, relabelled
+from tests.helpers.hostile import INFLATED, hostile_app
+from server.inprocess import InProcessGrid
 
 HOSTILE = 2
 

@@ -13,7 +13,7 @@ from flwr.clientapp import ClientApp
 
 from server.experiment import Experiment
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 from tests.helpers.minimal_client import app as minimal_app
 from tests.helpers.minimal_client import build_app
 

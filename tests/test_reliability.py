@@ -17,7 +17,7 @@ from strategies.federation import Exchange
 from strategies.outcome import loss_causes, some_ids, stop_reason
 from strategies.replies import ReplyFault, decode_evaluate_reply, decode_train_reply, metric_ranges
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 CLIENTS = 6
 

@@ -19,7 +19,7 @@ from server.results import RunRecorder
 from strategies import FedAvg
 from strategies.state import FORMAT, load_checkpoint
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 SMALL = ["--dataset", "digits", "--num-clients", "6", "--groups", "2", "--samples-per-label", "20"]
 

@@ -29,7 +29,7 @@ from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 from strategies import REGISTRY
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 NAMES = sorted(REGISTRY)
 # Overrides that make each algorithm cluster inside a 3-round run on 6 clients.

@@ -14,7 +14,7 @@ from common.config import FaultParams
 from server.experiment import Experiment
 from strategies import FedAvg
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 def _run(rounds=4, **overrides):

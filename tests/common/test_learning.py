@@ -16,7 +16,7 @@ from common.learning import CHANCE_ROUNDS, CHANCE_TOLERANCE, ChanceLossCheck, ob
 from server.experiment import Experiment
 from server.results import RunRecorder
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 def _model(classes: int) -> ArrayRecord:

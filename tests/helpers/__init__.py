@@ -1,6 +1,6 @@
 """Helpers the tests share, imported as ``tests.helpers`` (pytest puts the repository root on the path).
 
-``small_run_config`` is here; ``inprocess`` (a Grid that runs ClientApps in this process),
+``small_run_config`` is here (``server.inprocess`` holds the Grid that runs ClientApps in this process);
 ``hostile`` (a ClientApp that corrupts replies), ``minimal_client`` (a ClientApp written without
 umbel) and ``user_models`` (models defined outside umbel, named ``tests.helpers.user_models:<factory>``)
 are its modules.

@@ -23,7 +23,7 @@ from client.app import app as client_app
 from server.experiment import Experiment
 from strategies.state import capture
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 GOLDEN_FILE = Path(__file__).resolve().parents[1] / "strategies" / "golden.json"
 NUM_CLIENTS = 6

@@ -12,42 +12,19 @@ breaks the reply of the named partitions. Faults (each a real Flower message on 
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message
+from flwr.app import Array, Context, Message
 from flwr.clientapp import ClientApp
 
 from client.app import app as umbel_app
+from client.faults import corrupt_record
 from client.signals import QUERIES
 from common import keys
 
 INFLATED = 10**9
 FAULTS = ("garbage", "other-shape", "float64", "inflated", "duplicate-id")
-
-
-def npy_bytes(values: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, values, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def relabelled(arr: Array, data: bytes) -> Array:
-    """``data`` under ``arr``'s own dtype and shape labels."""
-    return Array(dtype=arr.dtype, shape=tuple(arr.shape), stype=arr.stype, data=data)
-
-
-def corrupt_record(record: ArrayRecord, fault: str) -> None:
-    """Break the last array of ``record`` in place."""
-    name = list(record.keys())[-1]
-    arr = record[name]
-    if fault == "garbage":
-        record[name] = relabelled(arr, b"\x93garbag")
-    elif fault == "other-shape":
-        record[name] = relabelled(arr, npy_bytes(np.zeros(3, dtype=arr.dtype)))
-    elif fault == "float64":
-        record[name] = relabelled(arr, npy_bytes(arr.numpy().astype(np.float64)))
 
 
 def _corrupt(reply: Message, fault: str) -> Message:

@@ -20,7 +20,7 @@ from server.experiment import Experiment
 from server.models import MANIFEST, assign, load_models, save_models
 from server.results import RunRecorder
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 def _train(rc, folder, node_configs=None):

@@ -8,7 +8,7 @@ from server.experiment import Experiment
 from server.provenance import data_text, dataset_label, describe_data
 from server.results import RunRecorder
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from strategies.federation import ClientInfo
 from flwr.supercore.task_identity import TaskIdentity
 from tests.helpers import small_run_config
 from tests.helpers.doubles import ByTrueGroup
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 def _run(strategy_cls, rounds=2, grid_kwargs=None, **overrides):

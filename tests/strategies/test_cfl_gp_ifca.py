@@ -20,7 +20,7 @@ from server.experiment import Experiment
 from server.figures import FIGURES
 from strategies import CFLGP, IFCA
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 FAST = {"local-epochs": 1, "eval-every": 100}
 

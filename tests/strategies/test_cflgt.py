@@ -15,7 +15,7 @@ from server.figures.cflgt import trajectory_figures
 from strategies import CFLGT, get_strategy
 from strategies.cflgt import CFLGTParams
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 FORCES = keys.query_type(keys.FORCES_ACTION)
 

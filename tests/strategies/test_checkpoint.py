@@ -11,7 +11,7 @@ from strategies import REGISTRY
 from strategies.state import load_checkpoint, save_state
 from tests.helpers import small_run_config
 from tests.helpers.doubles import ByTrueGroup
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 TIMING = ("round-seconds", "clustering-seconds")
 

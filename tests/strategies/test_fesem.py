@@ -17,7 +17,7 @@ from strategies.fesem import FeSEMParams
 from strategies.flat import flat, from_flat
 from strategies.replies import decode_train_reply
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 FAST = {"local-epochs": 2, "eval-every": 100, "fraction": 1.0}
 

@@ -34,7 +34,7 @@ from strategies.flag import FLAGParams
 from strategies.pacfl import PACFLParams
 from strategies.replies import TrainUpdate
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 def _run(**overrides):

@@ -21,7 +21,7 @@ from strategies import FLAG
 from strategies.federation import ClientInfo
 from strategies.flag import FLAGParams
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 TRUTH = np.repeat([0, 1], 4)
 EYE = np.eye(6)

@@ -15,7 +15,7 @@ from strategies.cfl_sattler import CFLSattlerParams
 from strategies.flic import STABLE_PATIENCE, FLICParams
 from strategies.flat import add_flat, float_size
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 def _start(cls, params=None, spy=None, **overrides):

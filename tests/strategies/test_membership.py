@@ -14,7 +14,7 @@ from server.results import coverage
 from strategies import ClusteredStrategy
 from strategies.federation import Membership, Outbox
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 class ByTrueGroup(ClusteredStrategy):

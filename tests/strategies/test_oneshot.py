@@ -20,7 +20,7 @@ from strategies.federation import ClientInfo
 from strategies.flhc import FLHCParams
 from strategies.pacfl import PACFLParams
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 TRUTH = np.repeat([0, 1], 4)
 

@@ -14,7 +14,7 @@ from server.experiment import Experiment
 from strategies import FedAvg, Local
 from strategies.base import ClusteredStrategy
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 
 class TwoModels(ClusteredStrategy):

@@ -14,7 +14,7 @@ from server.experiment import Experiment
 from strategies import REGISTRY
 from strategies.state import load_checkpoint, save_state, undeclared
 from tests.helpers import small_run_config
-from tests.helpers.inprocess import InProcessGrid
+from server.inprocess import InProcessGrid
 
 # Settings that make every registered strategy reach its clustering within 4 rounds.
 REACH = {

@@ -1,4 +1,4 @@
-"""A Grid that runs the real ClientApp in this process, for fast strategy tests.
+"""A Grid that runs the real ClientApp in this process: for tests, benchmarks and debugging a strategy.
 
 It stands in for Flower's simulation grid: node ids, message ids and reply attribution
 work as in Flower (replies point back with ``reply_to_message_id``; errors come back as
@@ -67,9 +67,11 @@ class InProcessGrid:
         TaskIdentity.node_id = SERVER_NODE_ID
 
     def get_node_ids(self) -> list[int]:
+        """Every node's id (shuffled against the partition order)."""
         return list(self.pid_of)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        """Run each message's node's ClientApp now; the replies (an error reply where it raised)."""
         replies = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = f"m{next(self._ids)}"
@@ -95,10 +97,11 @@ class InProcessGrid:
             fault = self.faults.get(self.pid_of[node])
             if fault is not None:
                 config = msg.content.config_records.get("config")
-                server_round = int(config.get("server-round", 0)) if config is not None else 0
-                reply = fault(reply, server_round)
-                if reply is None:
+                server_round = config.get("server-round", 0) if config is not None else 0
+                faulted = fault(reply, server_round if isinstance(server_round, int) else 0)
+                if faulted is None:
                     continue
+                reply = faulted
             replies.append(reply)
         return replies[::-1] if self.reverse_replies else replies
 
@@ -109,6 +112,7 @@ class InProcessGrid:
         return [m.metadata.message_id for m in messages]
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        """The waiting replies to ``message_ids``, once each."""
         wanted = set(message_ids)
         pulled = [r for r in self._waiting if r.metadata.reply_to_message_id in wanted]
         self._waiting = [r for r in self._waiting if r.metadata.reply_to_message_id not in wanted]

@@ -69,14 +69,14 @@ def run(strategy: str, settings: dict[str, Any], fed: dict[str, Any], seed: int)
     }
 
 
-def summary_table(lines: Sequence[dict[str, Any]], feds: Sequence[str], seeds: Sequence[int]) -> Table:
+def summary_table(lines: Sequence[dict[str, Any]], feds: Sequence[str], seeds: Sequence[int], note: str = "") -> Table:
     """Mean final accuracy over seeds per setting and federation, the worst federation's, and the warnings."""
     by_setting: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
     for line in lines:
         key = (line["lr"], line["batch-size"], line["local-epochs"])
         by_setting.setdefault(key, {}).setdefault(line["data"], []).append(line)
     rows = []
-    for (lr, batch, epochs), per_fed in by_setting.items():
+    for (lr, batch, epochs), per_fed in sorted(by_setting.items(), key=lambda item: item[0][::-1]):
         means = [statistics.fmean(r["final-accuracy"] for r in per_fed[f]) for f in feds]
         warned = sum(r["not-learning"] for f in feds for r in per_fed[f])
         runs = len(seeds) * len(feds)
@@ -86,7 +86,7 @@ def summary_table(lines: Sequence[dict[str, Any]], feds: Sequence[str], seeds: S
         columns=["lr", "batch-size", "local-epochs", *feds, "worst", "not-learning warnings"],
         rows=rows,
         notes=f"FLIC, 15 clients in 5 groups, 30 rounds, 20% of the clients a round, momentum 0.9; "
-        f"seeds {', '.join(map(str, seeds))}.",
+        f"seeds {', '.join(map(str, seeds))}. {note}".strip(),
     )
 
 
@@ -101,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--lines", type=Path, default=None, help="summarise these printed lines instead of running")
     parser.add_argument("--dev-seeds", default="", help="with --lines: a second table, of these (development) seeds")
+    parser.add_argument("--note", default="", help="with --lines: how the lines were measured (the tables' notes)")
     add_record_flag(parser)
     args = parser.parse_args(argv)
     load_before = load_average()
@@ -111,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tables = []
         for group in (seeds, [int(v) for v in args.dev_seeds.split(",") if v]):
             if group:
-                tables.append(summary_table([r for r in read if r["seed"] in group and r["data"] in feds], feds, group))
+                kept = [r for r in read if r["seed"] in group and r["data"] in feds]
+                tables.append(summary_table(kept, feds, group, args.note))
         return _summarise(tables, args.record, load_before)
     grid = itertools.product(
         [float(v) for v in args.lrs.split(",")],

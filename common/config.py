@@ -53,7 +53,7 @@ class TrainingParams:
     fraction: float = 0.2
     local_epochs: int = 5
     batch_size: int = 32
-    lr: float = 0.001
+    lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 0.0
     eval_every: int = 5

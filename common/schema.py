@@ -214,7 +214,13 @@ RUN_KEYS: tuple[Key, ...] = (
     _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),
     _k("local-epochs", 5, TRAINING, "local SGD epochs per round; >= 1"),
     _k("batch-size", 32, TRAINING, "local SGD batch size; >= 1"),
-    _k("lr", 0.001, TRAINING, "local SGD learning rate; > 0"),
+    _k(
+        "lr",
+        0.01,
+        TRAINING,
+        "local SGD learning rate; > 0 (modified: CFLGT's paper trains at 0.001, the paper preset of "
+        "benchmarks.compare; 0.01 also trains small own data, docs/results/selection.md)",
+    ),
     _k("momentum", 0.9, TRAINING, "local SGD momentum, in [0, 1)"),
     _k("weight-decay", 0.0, TRAINING, "local SGD weight decay; >= 0"),
     _k("eval-every", 5, TRAINING, "evaluate every client every N rounds (and in the last round); >= 1"),

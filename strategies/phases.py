@@ -90,7 +90,14 @@ def apply_train(strategy: Core, server_round: int, replies: Iterable[Message]) -
     if updates:
         loss = metrics[keys.TRAIN_LOSS] = float(np.mean([u.loss for u in updates.values()]))
         strategy.learning = observe_train_loss(
-            strategy.learning, strategy.training, strategy.initial_model, strategy.head_key, server_round, loss
+            strategy.learning,
+            strategy.training,
+            strategy.initial_model,
+            strategy.head_key,
+            server_round,
+            loss,
+            len(updates),
+            len(strategy.clients),
         )
     return MetricRecord(metrics)
 

@@ -33,6 +33,7 @@ from benchmarks.records import Table, load_average
 from benchmarks.report import add_record_flag, save_tables
 from benchmarks.selection import tabular_npz
 from server.cli import PROJECT_ROOT, load_defaults
+from strategies import FLIC
 
 SETTINGS = {"rounds": 30, "fraction": 0.2, "eval-every": 30, "num-clients": 15, "groups": 5}
 FEDERATIONS = ("tabular", "fashion-mnist", "digits-rotation")
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="32")
     parser.add_argument("--local-epochs", default="1")
     parser.add_argument("--federations", default=",".join(FEDERATIONS))
-    parser.add_argument("--strategy", default="flic")
+    parser.add_argument("--strategy", default=FLIC.name)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--lines", type=Path, default=None, help="summarise these printed lines instead of running")
     parser.add_argument("--dev-seeds", default="", help="with --lines: a second table, of these (development) seeds")

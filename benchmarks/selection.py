@@ -52,6 +52,7 @@ from common import keys
 from common.config import TrainingParams, params_from_run_config
 from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
+from strategies import CFLGP, CFLGT, FLAG, FLHC, FLIC, PACFL, CFLSattler, FedClust, FeSEM
 from strategies.fedclust import FedClustParams
 from strategies.fesem import FeSEMParams, automatic_labels, flat
 from strategies.flhc import FLHCParams, automatic_warmup_rounds
@@ -63,18 +64,18 @@ HALVES: dict[str, dict[str, tuple[int, ...]]] = {
 }
 SCENARIOS = ("label-groups", "label-skew-dirichlet", "rotation", "label-swap")
 DATASETS = ("digits", "fashion-mnist", "tabular")
-ALGORITHMS = ("fedclust", "pacfl", "flhc", "fesem")
+ALGORITHMS = (FedClust.name, PACFL.name, FLHC.name, FeSEM.name)
 MEANT_FOR: dict[str, tuple[str, ...]] = {
-    "fedclust": ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024, Sec. 4: label skew, Dirichlet
-    "pacfl": ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew
-    "flhc": ("label-groups", "label-skew-dirichlet"),  # Briggs et al. 2020: label-based non-IID partitions
-    "fesem": ("label-groups", "label-skew-dirichlet"),  # paper not in shared/papers/: scored as the three above
+    FedClust.name: ("label-groups", "label-skew-dirichlet"),  # Islam et al. 2024, Sec. 4: label skew, Dirichlet
+    PACFL.name: ("label-groups", "label-skew-dirichlet"),  # Vahidian et al. 2023: label skew
+    FLHC.name: ("label-groups", "label-skew-dirichlet"),  # Briggs et al. 2020: label-based non-IID partitions
+    FeSEM.name: ("label-groups", "label-skew-dirichlet"),  # paper not in shared/papers/: scored as the three above
 }
 """The label-based heterogeneity each paper evaluates. PACFL's data subspaces cannot see a label
 swap at all (the same inputs, other labels); rotation and label swap are measured for every
 algorithm anyway, marked "no" in the summary."""
 TABULAR = Path("/tmp/umbel-selection/digits-tabular.npz")
-FULL_RUN_STRATEGIES = ("flic", "flag", "cfl-gp", "cfl-sattler", "cflgt")
+FULL_RUN_STRATEGIES = (FLIC.name, FLAG.name, CFLGP.name, CFLSattler.name, CFLGT.name)
 FULL_RUN_ROUNDS = 30
 
 
@@ -210,7 +211,7 @@ def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str
     rc = cell.run_config()
     started = time.perf_counter()
     labels: dict[str, np.ndarray] = {}
-    if set(algorithms) - {"fesem"}:
+    if set(algorithms) - {FeSEM.name}:
         fedclust = params_from_run_config(FedClustParams, rc)
         layers, bases, truth = signals(rc, fedclust.cluster_steps)
         pacfl = params_from_run_config(PACFLParams, rc)
@@ -218,25 +219,25 @@ def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str
         warm = flhc.warmup_rounds or automatic_warmup_rounds(int(rc["rounds"]))
         updates = flhc_updates({**rc, "flhc-warmup-rounds": warm})
         found = {
-            "fedclust": fedclust_clusters(
+            FedClust.name: fedclust_clusters(
                 layers, Cut(fedclust.fedclust_lambda, fedclust.num_clusters, fedclust.linkage)
             ),
-            "pacfl": pacfl_clusters(
+            PACFL.name: pacfl_clusters(
                 bases,
                 Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
                 pacfl.pacfl_measure,
                 np.random.default_rng(cell.seed),
             ),
-            "flhc": flhc_clusters(
+            FLHC.name: flhc_clusters(
                 list(updates), Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage), flhc.flhc_metric, cell.seed
             ),
         }
         labels.update({a: r.labels for a, r in found.items() if a in algorithms})
     else:
         truth = np.array([int(_task(rc, pid).data.group) for pid in range(cell.clients)])
-    if "fesem" in algorithms:
+    if FeSEM.name in algorithms:
         fesem = params_from_run_config(FeSEMParams, rc)
-        labels["fesem"] = automatic_labels(fesem_models(rc), fesem.max_clusters, cell.seed)
+        labels[FeSEM.name] = automatic_labels(fesem_models(rc), fesem.max_clusters, cell.seed)
     return _rows(cell, truth, labels, time.perf_counter() - started)
 
 

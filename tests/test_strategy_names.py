@@ -24,9 +24,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 """Strings that spell a strategy's name but mean something else, each written once: (file, name) -> what."""
 PENDING = {
-    "benchmarks/selection.py",
     "benchmarks/scaling.py",
-    "benchmarks/learning_rate.py",
 }
 """Benchmarks that other branches changed while this test was written; their names become ``Cls.name`` at merge."""
 

@@ -57,8 +57,6 @@ PROCESS_KINDS: tuple[tuple[str, str], ...] = (
 )
 """Substring of a process's command line -> the kind its peak memory is reported under (first match)."""
 MB = "peak-rss-mb"
-SUPERLINK_SLOW = "Failed to start local SuperLink"
-"""Flower's words when its local SuperLink is not up within its fixed 15 s."""
 
 
 class PeakMemory:
@@ -103,18 +101,6 @@ class PeakMemory:
     def summary(self) -> dict[str, dict[str, float]]:
         """Per kind of process: the largest single process's peak RSS (MB) and how many ran at once."""
         return {k: {MB: round(v, 1), "processes": self.count[k]} for k, v in sorted(self.peak_mb.items())}
-
-
-def run_with_retries(args: list[str], name: str, folder: Path, tries: int = 3) -> Path:
-    """``run_cli``, tried again when Flower's local SuperLink did not start in its fixed 15 s (a loaded box)."""
-    for attempt in range(1, tries + 1):
-        try:
-            return run_cli(args, name, folder)
-        except RuntimeError as err:
-            if SUPERLINK_SLOW not in str(err) or attempt == tries:
-                raise
-            print(f"{name}: {SUPERLINK_SLOW} (try {attempt} of {tries}); again", flush=True)
-    raise AssertionError("unreachable")
 
 
 def read_outcome(folder: Path) -> dict[str, Any]:
@@ -245,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             memory = PeakMemory(run.name)
             if not args.report_only:
                 with memory:
-                    run = run_with_retries(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
+                    run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
                 (run / "process-memory.json").write_text(json.dumps(memory.summary(), indent=2) + "\n")
             rows[name] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:

@@ -302,22 +302,47 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
         "--federation-config",
         federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus)),
     ]
-    from .terminal import for_terminal
-
     previous = signal.signal(signal.SIGTERM, _terminated)
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    )
     try:
-        for line in proc.stdout or ():
-            if not is_flower_noise(line):
-                sys.stdout.write(for_terminal(line))
-                sys.stdout.flush()
-        return proc.wait()
+        for attempt in range(1, SUPERLINK_TRIES + 1):
+            code, slow_start = _stream_flower(cmd, env, app, flwr_home)
+            if not (code and slow_start) or attempt == SUPERLINK_TRIES:
+                return code
+            print(
+                f"umbel run: Flower's local SuperLink did not start within its fixed time (a busy machine?); "
+                f"trying again ({attempt + 1} of {SUPERLINK_TRIES})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return code
     except KeyboardInterrupt:
         return 130
     except _Terminated:
         return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+SUPERLINK_SLOW = "Failed to start local SuperLink"
+"""Flower's words when its local SuperLink is not up within its fixed 15 s: nothing has run yet."""
+SUPERLINK_TRIES = 3
+
+
+def _stream_flower(cmd: list[str], env: Mapping[str, str], app: Path, flwr_home: Path) -> tuple[int, bool]:
+    """Run ``cmd`` showing its output but Flower's noise; its exit code and whether the SuperLink was slow."""
+    from .terminal import for_terminal
+
+    slow_start = False
+    proc = subprocess.Popen(
+        cmd, env=dict(env), cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    try:
+        for line in proc.stdout or ():
+            slow_start = slow_start or SUPERLINK_SLOW in line
+            if not is_flower_noise(line):
+                sys.stdout.write(for_terminal(line))
+                sys.stdout.flush()
+        return proc.wait(), slow_start
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -326,7 +351,6 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
             except subprocess.TimeoutExpired:
                 proc.kill()
         stop_superlinks(flwr_home)
-        signal.signal(signal.SIGTERM, previous)
 
 
 FLOWER_NOISE = (

@@ -61,20 +61,3 @@ def test_peak_memory_follows_the_named_runs_process_tree_and_no_other():
     summary = memory.summary()
     assert list(summary) == ["other"] and summary["other"]["processes"] == 1
     assert 60 < summary["other"]["peak-rss-mb"] < 200
-
-
-def test_a_superlink_slow_to_start_is_tried_again_and_any_other_failure_is_not(tmp_path, monkeypatch):
-    calls = []
-    slow = [True, True]
-
-    def fake(args, name, folder):
-        calls.append(name)
-        if slow and slow.pop():
-            raise RuntimeError(f"run failed:\n{federation_scale.SUPERLINK_SLOW} within 15s.")
-        return folder / name
-
-    monkeypatch.setattr(federation_scale, "run_cli", fake)
-    assert federation_scale.run_with_retries([], "r", tmp_path) == tmp_path / "r" and len(calls) == 3
-    monkeypatch.setattr(federation_scale, "run_cli", lambda *a: (_ for _ in ()).throw(RuntimeError("exit code 1")))
-    with pytest.raises(RuntimeError, match="exit code 1"):
-        federation_scale.run_with_retries([], "r", tmp_path)

@@ -146,3 +146,44 @@ def test_flag_types_come_from_the_defaults(bad, capsys):
 def test_min_nodes_above_num_clients_fails_before_starting(capsys, tmp_path):
     code, out = _run([*SMALL_FEDERATION_ARGS, "--min-nodes", "7", "--flwr-home", str(tmp_path), "--check"], capsys)
     assert code == 2 and "The 'min-nodes' parameter" in out.err and "Got 7 instead" in out.err
+
+
+def _fake_flower(outputs: list[tuple[int, str]], seen: list[list[str]]):
+    """A stand-in for ``flwr run``'s process: each start prints the next output and exits with its code."""
+
+    class Proc:
+        def __init__(self, cmd, **kwargs):
+            seen.append(cmd)
+            self.code, text = outputs.pop(0)
+            self.stdout = iter(text.splitlines(keepends=True))
+
+        def wait(self, timeout=None):
+            return self.code
+
+        def poll(self):
+            return self.code
+
+    return Proc
+
+
+@pytest.mark.parametrize(
+    ("outputs", "expected", "starts"),
+    [
+        ([(1, f"{cli.SUPERLINK_SLOW} within 15s.\n"), (0, "run finished\n")], 0, 2),
+        ([(1, f"{cli.SUPERLINK_SLOW} within 15s.\n")] * cli.SUPERLINK_TRIES, 1, cli.SUPERLINK_TRIES),
+        ([(1, "Traceback: the ServerApp failed\n"), (0, "never started\n")], 1, 1),
+    ],
+    ids=["slow-then-up", "slow-every-time", "other-failure"],
+)
+def test_a_local_superlink_slow_to_start_is_tried_again_and_nothing_else_is(
+    outputs, expected, starts, tmp_path, monkeypatch, capsys
+):
+    seen: list[list[str]] = []
+    monkeypatch.setattr(cli.subprocess, "Popen", _fake_flower(list(outputs), seen))
+    stopped = []
+    monkeypatch.setattr(cli, "stop_superlinks", lambda home: stopped.append(home) or [])
+    assert cli.simulate({"slow-fraction": 0.0}, 4, tmp_path / "home", 1, 0.0) == expected
+    assert len(seen) == starts and all(cmd == seen[0] for cmd in seen)
+    assert len(stopped) == starts + 1  # before the first start and after each
+    err = capsys.readouterr().err
+    assert err.count("did not start within its fixed time") == (starts - 1)

@@ -870,6 +870,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run this many steps at once, each pinned to its own --cores-per-step CPUs (0: one at a time, unpinned)",
     )
     parser.add_argument("--cores-per-step", type=int, default=2, help="CPUs of each step with --parallel")
+    parser.add_argument("--first-core", type=int, default=0, help="with --parallel: the slots' CPUs start here")
     parser.add_argument(
         "--memory-gb", type=float, default=100.0, help="with --parallel: estimated GB of the steps running at once"
     )
@@ -893,14 +894,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in wanted if w not in VARIANTS and w not in {v.algorithm for v in VARIANTS.values()}]
     if unknown:
         parser.error(f"--only must name algorithms or variants from {sorted(VARIANTS)}. Got {unknown} instead.")
-    variants = [v for v in VARIANTS.values() if not wanted or v.name in wanted or v.algorithm in wanted]
+    # a variant's name selects that variant; an algorithm's (not also a variant's) all of its variants
+    variants = [
+        v
+        for v in VARIANTS.values()
+        if not wanted or v.name in wanted or (v.algorithm in wanted and v.algorithm not in VARIANTS)
+    ]
     load_before = load_average()
     jobs = [(v, n) for v in variants for n in ns]
     results: dict[int, dict[str, Any]] = {}
     if args.parallel > 0:
         budget = Budget(
             args.memory_gb,
-            [range(i * args.cores_per_step, (i + 1) * args.cores_per_step) for i in range(args.parallel)],
+            [
+                range(args.first_core + i * args.cores_per_step, args.first_core + (i + 1) * args.cores_per_step)
+                for i in range(args.parallel)
+            ],
         )
     for i, (v, n) in enumerate(jobs):
         need = v.input_bytes(n, sizes) / 2**30

@@ -875,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-gb", type=float, default=100.0, help="with --parallel: estimated GB of the steps running at once"
     )
     add_record_flag(parser)
+    parser.add_argument("--record-name", default="", help="the record's name (default: scaling-<sizes>)")
+    parser.add_argument("--record-title", default="", help="added to the record's table title")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -935,8 +937,10 @@ def main(argv: list[str] | None = None) -> int:
     write(rows, args.out, args.model, sizes)
     print(markdown(rows, args.model, sizes))
     if args.record:
-        tables = tables_from_markdown("Each strategy's server clustering step", markdown(rows, args.model, sizes))
-        name = "scaling-" + "-".join(str(n) for n in ns)
+        at = ", ".join(f"{n:,}" for n in ns)
+        title = f"Each strategy's server clustering step at {at} clients{args.record_title}"
+        tables = tables_from_markdown(title, markdown(rows, args.model, sizes))
+        name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
         print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
 

@@ -1,11 +1,20 @@
 """Sampled-and-assign forms of the quadratic server steps (umbel's departure, labelled).
 
 Above ``SAMPLE_ABOVE`` clients (the default of each strategy's ``*-sample-above`` key; 0 keeps
-the exact step at any size), FedClust's and FL+HC's agglomerative cut and Sattler's CFL
-bi-partition run exactly on a seeded uniform sample of ``SAMPLE_SIZE`` clients; every other
-client then joins the sample cluster whose mean signal is nearest (FedClust's own rule for
-newcomers, Alg. 2). Memory is ``O(S^2 + N K)`` numbers besides the signals, time
-``O(S^2 D + N K D)``, instead of ``N x N`` float64 matrices (80 GB at 100,000 clients).
+the exact step at any size) a step runs exactly on a seeded uniform sample and places every
+other client by a rule of the algorithm:
+
+- FedClust, FL+HC (``sampled_cut``): the sample's tree is cut; the rest join the nearest
+  sample-cluster mean under the step's metric (FedClust's own rule for newcomers, Alg. 2).
+- FLIC (``sampled_flic``): Louvain on the sample's k-NN graph; the rest join by modularity gain
+  (``join_by_modularity``, FLIC's rule for clients outside the graph).
+- Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
+  criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
+  join the half whose mean update direction is closest in angle. Memory: the sample's cosines
+  and two means, not N sketched updates and an N x N matrix.
+
+Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
+``N x N`` float64 matrices (80 GB at 100,000 clients).
 """
 
 from __future__ import annotations
@@ -26,8 +35,8 @@ SAMPLE_ABOVE = 10_000
 """Default of the ``*-sample-above`` keys: exact steps up to this many clients, sampled above."""
 
 SAMPLE_ABOVE_HELP = (
-    "above this many clients the step runs on a seeded sample of 2,000 and assigns the rest to the nearest "
-    "sample-cluster mean (modified); 0: the exact step at every size"
+    "above this many clients the step runs exactly on a seeded sample (2,000; FLIC 4,000) and places every "
+    "other client in its nearest sample cluster (modified); 0: the exact step at every size"
 )
 SAMPLE_ABOVE_PAPER = "the exact step on all clients (sample-above 0)"
 

@@ -877,6 +877,13 @@ def main(argv: list[str] | None = None) -> int:
     add_record_flag(parser)
     parser.add_argument("--record-name", default="", help="the record's name (default: scaling-<sizes>)")
     parser.add_argument("--record-title", default="", help="added to the record's table title")
+    parser.add_argument("--record-notes", default="", help="Markdown under the record's table")
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        help="measure nothing: table (and record) the JSON rows a run printed, of the variants and sizes asked",
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -903,6 +910,10 @@ def main(argv: list[str] | None = None) -> int:
         if not wanted or v.name in wanted or (v.algorithm in wanted and v.algorithm not in VARIANTS)
     ]
     load_before = load_average()
+    if args.rows is not None:
+        names = {v.name for v in variants}
+        printed = [json.loads(x) for x in args.rows.read_text().splitlines() if x.startswith("{")]
+        return report(args, [r for r in printed if r["variant"] in names and r["n"] in ns], ns, sizes, load_before)
     jobs = [(v, n) for v in variants for n in ns]
     results: dict[int, dict[str, Any]] = {}
     if args.parallel > 0:
@@ -932,14 +943,19 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.parallel > 0:
         budget.join()
-    rows = [results[i] for i in range(len(jobs))]
+    return report(args, [results[i] for i in range(len(jobs))], ns, sizes, load_before)
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], sizes: Sizes, load_before: str) -> int:
+    """Write the table files of ``rows`` and, with ``--record``, their record."""
     rows = summarise(rows)
     write(rows, args.out, args.model, sizes)
     print(markdown(rows, args.model, sizes))
     if args.record:
         at = ", ".join(f"{n:,}" for n in ns)
         title = f"Each strategy's server clustering step at {at} clients{args.record_title}"
-        tables = tables_from_markdown(title, markdown(rows, args.model, sizes))
+        text = markdown(rows, args.model, sizes) + (f"\n{args.record_notes}\n" if args.record_notes else "")
+        tables = tables_from_markdown(title, text)
         name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
         print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0

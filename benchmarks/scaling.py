@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.records import load_average
+from benchmarks.records import Record, current_command, load_average, write_record
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
@@ -878,6 +878,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-name", default="", help="the record's name (default: scaling-<sizes>)")
     parser.add_argument("--record-title", default="", help="added to the record's table title")
     parser.add_argument("--record-notes", default="", help="Markdown under the record's table")
+    parser.add_argument("--record-load", default="", help="with --rows: the load average while the rows were measured")
     parser.add_argument(
         "--rows",
         type=Path,
@@ -957,7 +958,11 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], 
         text = markdown(rows, args.model, sizes) + (f"\n{args.record_notes}\n" if args.record_notes else "")
         tables = tables_from_markdown(title, text)
         name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
-        print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
+        if args.record_load:
+            record = Record(name, SCALING, current_command(), tables, load=args.record_load)
+            print(f"wrote {write_record(record)}")
+        else:
+            print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
 
 

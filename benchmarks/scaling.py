@@ -29,12 +29,14 @@ import argparse
 import csv
 import json
 import math
+import os
 import resource
+import threading
 import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.records import load_average
+from benchmarks.records import Record, current_command, load_average, write_record
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
+from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +92,7 @@ class Meter:
         self.trace, self.seconds, self.cpu_seconds, self.peak = trace, 0.0, 0.0, 0
         self.rss_base: int | None = None
         self.rss_peak = 0
+        self.skipped = (0.0, 0.0)  # wall and CPU seconds of drawing lazy input inside a measured block
 
     @contextmanager
     def measure(self, exclude: int | None = None) -> Iterator[None]:
@@ -106,9 +110,10 @@ class Meter:
                 exclude = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
         start, cpu = time.perf_counter(), time.process_time()
+        self.skipped = (0.0, 0.0)
         yield
-        self.seconds += time.perf_counter() - start
-        self.cpu_seconds += time.process_time() - cpu
+        self.seconds += time.perf_counter() - start - self.skipped[0]
+        self.cpu_seconds += time.process_time() - cpu - self.skipped[1]
         self.rss_peak = max(self.rss_peak, peak_rss_bytes())
         if self.trace:
             self.peak = max(self.peak, tracemalloc.get_traced_memory()[1] - exclude)
@@ -166,6 +171,49 @@ def vectors(
     for lo in range(0, len(truth), 1024):  # not centers[truth] whole: a second (n, dim) array
         out[lo : lo + 1024] += centers[truth[lo : lo + 1024]]
     return out
+
+
+class LazyRows(Sequence[np.ndarray]):
+    """``(n, dim)`` float32 rows drawn when read, never held: group centre plus Gaussian-like noise.
+
+    Row ``i``'s noise is row ``i mod B`` of a seeded bank of ``B`` standard normal rows, rolled by
+    ``i // B`` (fresh normals for 100,000 x 159,010 entries take longer than the step measured).
+    The time spent drawing rows inside a measured block is not the step's (``Meter.skipped``):
+    a server holds what clients sent.
+    """
+
+    BANK = 1024
+
+    def __init__(self, truth: np.ndarray, dim: int, rng: np.random.Generator, meter: Meter, noise: float = 1.0) -> None:
+        self.truth, self.meter, self.noise = truth, meter, np.float32(noise)
+        self.centers = rng.standard_normal((int(truth.max()) + 1, dim), dtype=np.float32)
+        self.bank = rng.standard_normal((min(self.BANK, len(truth)), dim), dtype=np.float32)
+        self.clients = np.arange(len(truth))
+
+    def subset(self, index: Sequence[int] | np.ndarray) -> LazyRows:
+        """The rows at ``index`` (client positions), as another lazy sequence."""
+        out = object.__new__(LazyRows)
+        out.__dict__.update(self.__dict__)
+        out.clients = self.clients[np.asarray(index, dtype=np.int64)]
+        return out
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i`` of this sequence (a new array)."""
+        client, b = int(self.clients[i]), len(self.bank)
+        out = np.roll(self.bank[client % b], client // b)
+        out *= self.noise
+        out += self.centers[self.truth[client]]
+        return out
+
+    def __getitem__(self, i):  # type: ignore[override]
+        start, cpu = time.perf_counter(), time.process_time()
+        out = [self.row(j) for j in range(len(self))[i]] if isinstance(i, slice) else self.row(int(i))
+        wall, used = self.meter.skipped
+        self.meter.skipped = (wall + time.perf_counter() - start, used + time.process_time() - cpu)
+        return out
 
 
 def class_bases(
@@ -269,13 +317,13 @@ def _cflgt(n, sizes, shapes, meter, rng):
     return labels, truth
 
 
-def _fedclust(n, sizes, shapes, meter, rng):
+def _fedclust(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
     from common.clustering.oneshot import Cut, fedclust_clusters
 
     truth = planted(n, GROUPS, rng)
     heads = vectors(truth, sizes.head, rng, noise=0.3)
     with meter.measure():
-        labels = fedclust_clusters(heads, Cut(threshold=1.0, num_clusters=GROUPS)).labels
+        labels = fedclust_clusters(heads, Cut(threshold=1.0, num_clusters=GROUPS), sample_above, SEED).labels
     return labels, truth
 
 
@@ -291,63 +339,68 @@ def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
     return labels, truth
 
 
-def _flhc(n, sizes, shapes, meter, rng):
+def _flhc(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
     from common.clustering.oneshot import Cut, flhc_clusters
 
     truth = planted(n, GROUPS, rng)
-    updates = vectors(truth, sizes.params, rng, noise=1.0)
+    updates = LazyRows(truth, sizes.params, rng, meter)
     with meter.measure():
-        labels = flhc_clusters(list(updates), Cut(threshold=1.0, num_clusters=GROUPS), "euclidean", SEED).labels
+        cut = Cut(threshold=1.0, num_clusters=GROUPS)
+        labels = flhc_clusters(updates, cut, "euclidean", SEED, sample_above).labels
     return labels, truth
 
 
-def _stored(n, sizes, meter, rng, sketch: int, truth: np.ndarray, after: Callable | None = None):
-    """FLIC's / Sattler's per-round storage of the sampled clients' updates (what ``StoredUpdates.remember`` does)."""
-    from common.clustering.similarity import update_similarity
+def _stored(n, sizes, meter, rng, sketch: int, updates: LazyRows, after: Callable | None = None):
+    """FLIC's / Sattler's per-round storage of the sampled clients' updates (``StoredUpdates.remember``).
 
-    similarity = None
-    centers = rng.standard_normal((int(truth.max()) + 1, sizes.params), dtype=np.float32)
+    Each round's replies are read ``CHUNK`` rows at a time (``CFLSattler.after_train``); ``after``
+    gets the round's rows as a lazy sequence.
+    """
+    from common.clustering.similarity import update_similarity
+    from strategies.cfl_sattler import CHUNK
+
+    similarity = update_similarity(n, sizes.params, sketch, SEED)
     for rows in batches(n, rng):
-        deltas = vectors(truth[rows], sizes.params, rng, noise=1.0, centers=centers)
-        with meter.measure(exclude=deltas.nbytes):
-            if similarity is None:
-                similarity = update_similarity(n, deltas.shape[1], sketch, SEED)
-            similarity.update(rows.tolist(), deltas)
+        with meter.measure(exclude=0):
+            for lo in range(0, len(rows), CHUNK):
+                similarity.update(rows[lo : lo + CHUNK].tolist(), np.stack(updates.subset(rows[lo : lo + CHUNK])[:]))
             if after is not None:
-                after(deltas)
-        del deltas
+                after(updates.subset(rows))
     return similarity
 
 
-def _flic(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.flic import flic_clusters
+def _flic(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = SAMPLE_ABOVE):
+    from common.clustering.sampled import sampled_flic
 
     truth = planted(n, GROUPS, rng)
-    similarity = _stored(n, sizes, meter, rng, sketch, truth)
+    similarity = _stored(n, sizes, meter, rng, sketch, LazyRows(truth, sizes.params, rng, meter))
     with meter.measure(exclude=0):
-        labels, _ = flic_clusters(similarity.matrix(similarity.pids), 1.0, SEED)
+        labels, _, _, _ = sampled_flic(similarity, similarity.pids, 1.0, SEED, sample_above)
     return labels, truth[np.asarray(similarity.pids)]
 
 
-def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0):
-    from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
+def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = SAMPLE_ABOVE):
+    from common.clustering.bipartition import mean_update_ratio, should_split, update_norms
+    from common.clustering.sampled import sattler_split
     from strategies.cfl_sattler import CHUNK
     from strategies.flat import mean_rows
 
     truth = planted(n, 2, rng)
-    # A split asks every member for a fresh update: received input, drawn before the RSS baseline.
-    fresh = list(vectors(truth, sizes.params, rng, noise=1.0))
+    # A split asks every member for a fresh update: received input (rows drawn when read, not timed).
+    fresh = LazyRows(truth, sizes.params, rng, meter)
     ratios: list[tuple[float, float]] = []
     similarity = _stored(
-        n, sizes, meter, rng, sketch, truth, after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2]))
+        n, sizes, meter, rng, sketch, fresh, after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2]))
     )
-    with meter.measure(exclude=n * sizes.params * F32):
+    with meter.measure(exclude=0):
         should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
         for lo in range(0, n, CHUNK):  # CFLSattler._try_split
             similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo : lo + CHUNK]))
-        first, second, _, _ = sattler_bipartition(list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK)
+        first, second, _, _ = sattler_split(
+            list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK, sample_above=sample_above
+        )
         for half in (first, second):
-            mean_rows([fresh[i] for i in half], CHUNK)
+            mean_rows(fresh.subset(half), CHUNK)  # type: ignore[arg-type]
         labels = np.zeros(n, dtype=np.int64)
         labels[np.asarray(second, dtype=np.int64)] = 1
     return labels, truth
@@ -400,12 +453,24 @@ def _fmt(x: int) -> str:
 F32 = 4
 
 
-def _update_bytes(n: int, s: Sizes) -> int:
-    """All N updates received (float32) plus their float64 copy or sketch, plus N x N matrices."""
+def _pairs(n: int, sample_above: int = SAMPLE_ABOVE) -> int:
+    """Clients whose pairwise matrices a step holds: all ``n``, or the sample above ``sample_above``."""
+    from common.clustering.sampled import use_sample
+    from common.clustering.subspaces import SAMPLE_SIZE
+
+    return SAMPLE_SIZE if use_sample(n, sample_above) else n
+
+
+def _update_bytes(n: int, s: Sizes, sample_above: int = SAMPLE_ABOVE) -> int:
+    """The updates' float64 copy or sketch (all N, or the sample), plus N x N (or S x S) matrices.
+
+    The updates themselves are drawn when read (``LazyRows``), a bank of 1,024 rows.
+    """
     from common.clustering.similarity import AUTO_SKETCH_DIM, auto_sketch_dim
 
-    kept = AUTO_SKETCH_DIM * F32 if auto_sketch_dim(n, s.params) else s.params * 8
-    return n * (s.params * F32 + kept) + 4 * n * n * 8
+    m = _pairs(n, sample_above)
+    kept = AUTO_SKETCH_DIM * F32 if auto_sketch_dim(m, s.params) else s.params * 8
+    return (LazyRows.BANK + m) * s.params * F32 + m * kept + 4 * m * m * 8
 
 
 def _auto_size(n: int, s: Sizes) -> int:
@@ -414,12 +479,16 @@ def _auto_size(n: int, s: Sizes) -> int:
     return compression.compressed_size(s.params, compression.automatic_ratio(n, GROUPS, s.params))
 
 
-def _stored_bytes(n: int, s: Sizes) -> int:
-    """One round's updates plus the stored (full or sketched) updates (with growth) and S."""
+def _stored_bytes(n: int, s: Sizes, sample_above: int = SAMPLE_ABOVE) -> int:
+    """The bank of rows, the stored (full or sketched) updates (with growth), S (dense up to
+    ``SAMPLE_ABOVE``) and the split's matrices (all N, or the sample)."""
+    from common.clustering.sampled import use_sample
     from common.clustering.similarity import auto_sketch_dim
 
     kept = auto_sketch_dim(n, s.params) or s.params
-    return math.ceil(FRACTION * n) * s.params * F32 + 3 * n * kept * F32 + 4 * n * n * 8
+    dense = 0 if use_sample(n, SAMPLE_ABOVE) else n
+    m = _pairs(n, sample_above)
+    return LazyRows.BANK * s.params * F32 + 3 * n * kept * F32 + 2 * dense * dense * 4 + 3 * m * m * 8
 
 
 VARIANTS: dict[str, Variant] = {
@@ -469,9 +538,17 @@ VARIANTS: dict[str, Variant] = {
             "fedclust",
             "fedclust",
             lambda s: f"head {_fmt(s.head)} f32",
-            lambda n, s: n * s.head * 8 + 4 * n * n * 8,
+            lambda n, s: n * s.head * 8 + 4 * _pairs(n) ** 2 * 8,
             _fedclust,
-            note="pairwise_distances + cut_tree",
+            note=f"pairwise_distances + cut_tree; above {SAMPLE_ABOVE:,}: sampled_cut",
+        ),
+        Variant(
+            "fedclust-sampled",
+            "fedclust",
+            lambda s: f"head {_fmt(s.head)} f32",
+            lambda n, s: n * s.head * 8 + 4 * _pairs(n, 1) ** 2 * 8,
+            lambda n, s, sh, m, r: _fedclust(n, s, sh, m, r, sample_above=1),
+            note="sampled_cut at every N (fedclust-sample-above 1)",
         ),
         Variant(
             "flhc",
@@ -479,7 +556,15 @@ VARIANTS: dict[str, Variant] = {
             lambda s: f"update {_fmt(s.params)} f32",
             _update_bytes,
             _flhc,
-            note="sketch_rows (auto CountSketch) + pairwise_distances + cut_tree",
+            note=f"sketch_rows (auto CountSketch) + pairwise_distances + cut_tree; above {SAMPLE_ABOVE:,}: sampled_cut",
+        ),
+        Variant(
+            "flhc-sampled",
+            "flhc",
+            lambda s: f"update {_fmt(s.params)} f32",
+            lambda n, s: _update_bytes(n, s, 1),
+            lambda n, s, sh, m, r: _flhc(n, s, sh, m, r, sample_above=1),
+            note="sampled_cut at every N (flhc-sample-above 1)",
         ),
         Variant(
             "flag",
@@ -495,7 +580,15 @@ VARIANTS: dict[str, Variant] = {
             lambda s: f"update {_fmt(s.params)} f32",
             _stored_bytes,
             _flic,
-            note="update_similarity + update over 1/fraction rounds + flic_clusters",
+            note=f"update_similarity + update per round + flic_clusters; above {SAMPLE_ABOVE:,}: sampled_flic",
+        ),
+        Variant(
+            "flic-sampled",
+            "flic",
+            lambda s: f"update {_fmt(s.params)} f32",
+            lambda n, s: _stored_bytes(n, s, 1),
+            lambda n, s, sh, m, r: _flic(n, s, sh, m, r, sample_above=1),
+            note="sampled_flic at every N (flic-sample-above 1)",
         ),
         Variant(
             "cfl-sattler",
@@ -504,7 +597,16 @@ VARIANTS: dict[str, Variant] = {
             _stored_bytes,
             _sattler,
             groups=2,
-            note="remember + update_norms per round + split_cluster of all N",
+            note=f"remember + update_norms per round + split of all N; above {SAMPLE_ABOVE:,}: sampled_bipartition",
+        ),
+        Variant(
+            "cfl-sattler-sampled",
+            "cfl-sattler",
+            lambda s: f"update {_fmt(s.params)} f32",
+            lambda n, s: _stored_bytes(n, s, 1),
+            lambda n, s, sh, m, r: _sattler(n, s, sh, m, r, sample_above=1),
+            groups=2,
+            note="sampled_bipartition at every N (cfl-sattler-sample-above 1)",
         ),
         Variant(
             "cfl-gp",
@@ -534,7 +636,7 @@ VARIANTS: dict[str, Variant] = {
             "pacfl",
             "pacfl",
             lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: 4 * n * n * 8,
+            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * 8 + 4 * _pairs(n, 1) ** 2 * 8,
             _pacfl,
             note="pairwise_subspace_angles (mean) + cut_tree; above 2,000: sampled_clusters",
         ),
@@ -542,7 +644,7 @@ VARIANTS: dict[str, Variant] = {
             "pacfl-reference",
             "pacfl",
             lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: 4 * n * n * 8,
+            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * 8 + 4 * _pairs(n, 1) ** 2 * 8,
             lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
             note="reference measure (block-wise column cosines); above 2,000: sampled_clusters",
         ),
@@ -583,8 +685,13 @@ def measure(variant: str, n: int, sizes: Sizes, shapes: list, trace_limit: float
     return out
 
 
-def run_worker(variant: str, n: int, model: str, shapes: list, timeout: float, trace_limit: float) -> dict[str, Any]:
-    """``measure`` in a fresh interpreter (its own RSS and allocator state; no torch imported there)."""
+def run_worker(
+    variant: str, n: int, model: str, shapes: list, timeout: float, trace_limit: float, cores: Sequence[int] = ()
+) -> dict[str, Any]:
+    """``measure`` in a fresh interpreter (its own RSS and allocator state; no torch imported there).
+
+    ``cores``: pin the interpreter to these CPUs, with as many BLAS / OpenMP threads.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -601,13 +708,55 @@ def run_worker(variant: str, n: int, model: str, shapes: list, timeout: float, t
         json.dumps(shapes),
     ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT)
+        env = None
+        if cores:
+            threads = str(len(cores))
+            env = {
+                **os.environ,
+                **dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), threads),
+            }
+            cmd = ["taskset", "-c", ",".join(str(c) for c in cores), *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
         return {"variant": variant, "n": n, "status": f"timed out after {timeout:g} s"}
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"variant": variant, "n": n, "status": f"failed (exit {proc.returncode}): {proc.stderr[-300:]}"}
     return {**json.loads(lines[-1]), "status": "ok"}
+
+
+class Budget:
+    """Runs jobs in threads, each on a free slot of CPUs, while their estimated GB fit ``memory_gb``."""
+
+    def __init__(self, memory_gb: float, slots: list[range]) -> None:
+        self.free_gb, self.slots, self.running = memory_gb, list(slots), 0
+        self.threads: list[threading.Thread] = []
+        self.cond = threading.Condition()
+
+    def start(self, key: int, gb: float, job: Callable[[list[int]], dict], results: dict) -> None:
+        """Wait for a slot and ``gb`` (at least the whole budget when ``gb`` exceeds it), then run ``job`` on it."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.slots and (self.free_gb >= gb or self.running == 0))
+            cores, self.free_gb, self.running = self.slots.pop(0), self.free_gb - gb, self.running + 1
+
+        def run() -> None:
+            try:
+                results[key] = job(list(cores))
+                print(json.dumps(results[key]), flush=True)
+            finally:
+                with self.cond:
+                    self.slots.append(cores)
+                    self.free_gb, self.running = self.free_gb + gb, self.running - 1
+                    self.cond.notify_all()
+
+        thread = threading.Thread(target=run)
+        self.threads.append(thread)
+        thread.start()
+
+    def join(self) -> None:
+        """Wait for every job."""
+        for t in self.threads:
+            t.join()
 
 
 # ------------------------------------------------------------------ table
@@ -714,7 +863,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-gb", type=float, default=12.0, help="do not run a (variant, N) whose estimated memory exceeds this"
     )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=0,
+        help="run this many steps at once, each pinned to its own --cores-per-step CPUs (0: one at a time, unpinned)",
+    )
+    parser.add_argument("--cores-per-step", type=int, default=2, help="CPUs of each step with --parallel")
+    parser.add_argument("--first-core", type=int, default=0, help="with --parallel: the slots' CPUs start here")
+    parser.add_argument(
+        "--memory-gb", type=float, default=100.0, help="with --parallel: estimated GB of the steps running at once"
+    )
     add_record_flag(parser)
+    parser.add_argument("--record-name", default="", help="the record's name (default: scaling-<sizes>)")
+    parser.add_argument("--record-title", default="", help="added to the record's table title")
+    parser.add_argument("--record-notes", default="", help="Markdown under the record's table")
+    parser.add_argument("--record-load", default="", help="with --rows: the load average while the rows were measured")
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        help="measure nothing: table (and record) the JSON rows a run printed, of the variants and sizes asked",
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -734,25 +904,65 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in wanted if w not in VARIANTS and w not in {v.algorithm for v in VARIANTS.values()}]
     if unknown:
         parser.error(f"--only must name algorithms or variants from {sorted(VARIANTS)}. Got {unknown} instead.")
-    variants = [v for v in VARIANTS.values() if not wanted or v.name in wanted or v.algorithm in wanted]
+    # a variant's name selects that variant; an algorithm's (not also a variant's) all of its variants
+    variants = [
+        v
+        for v in VARIANTS.values()
+        if not wanted or v.name in wanted or (v.algorithm in wanted and v.algorithm not in VARIANTS)
+    ]
     load_before = load_average()
-    rows = []
-    for v in variants:
-        for n in ns:
-            need = v.input_bytes(n, sizes) / 2**30
-            if need > args.max_gb:
-                row = {"variant": v.name, "n": n, "status": f"not run: needs ~{need:.0f} GB"}
-            else:
-                row = run_worker(v.name, n, args.model, shapes, args.timeout, args.trace_limit)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    if args.rows is not None:
+        names = {v.name for v in variants}
+        printed = [json.loads(x) for x in args.rows.read_text().splitlines() if x.startswith("{")]
+        return report(args, [r for r in printed if r["variant"] in names and r["n"] in ns], ns, sizes, load_before)
+    jobs = [(v, n) for v in variants for n in ns]
+    results: dict[int, dict[str, Any]] = {}
+    if args.parallel > 0:
+        budget = Budget(
+            args.memory_gb,
+            [
+                range(args.first_core + i * args.cores_per_step, args.first_core + (i + 1) * args.cores_per_step)
+                for i in range(args.parallel)
+            ],
+        )
+    for i, (v, n) in enumerate(jobs):
+        need = v.input_bytes(n, sizes) / 2**30
+        if need > args.max_gb:
+            results[i] = {"variant": v.name, "n": n, "status": f"not run: needs ~{need:.0f} GB"}
+            print(json.dumps(results[i]), flush=True)
+        elif args.parallel <= 0:
+            results[i] = run_worker(v.name, n, args.model, shapes, args.timeout, args.trace_limit)
+            print(json.dumps(results[i]), flush=True)
+        else:
+            budget.start(
+                i,
+                need,
+                lambda cores, v=v, n=n: run_worker(
+                    v.name, n, args.model, shapes, args.timeout, args.trace_limit, cores
+                ),
+                results,
+            )
+    if args.parallel > 0:
+        budget.join()
+    return report(args, [results[i] for i in range(len(jobs))], ns, sizes, load_before)
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], sizes: Sizes, load_before: str) -> int:
+    """Write the table files of ``rows`` and, with ``--record``, their record."""
     rows = summarise(rows)
     write(rows, args.out, args.model, sizes)
     print(markdown(rows, args.model, sizes))
     if args.record:
-        tables = tables_from_markdown("Each strategy's server clustering step", markdown(rows, args.model, sizes))
-        name = "scaling-" + "-".join(str(n) for n in ns)
-        print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
+        at = ", ".join(f"{n:,}" for n in ns)
+        title = f"Each strategy's server clustering step at {at} clients{args.record_title}"
+        text = markdown(rows, args.model, sizes) + (f"\n{args.record_notes}\n" if args.record_notes else "")
+        tables = tables_from_markdown(title, text)
+        name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
+        if args.record_load:
+            record = Record(name, SCALING, current_command(), tables, load=args.record_load)
+            print(f"wrote {write_record(record)}")
+        else:
+            print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
 
 

@@ -32,7 +32,8 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.bipartition import mean_update_ratio, sattler_bipartition, should_split, update_norms
+from common.clustering.bipartition import mean_update_ratio, should_split, update_norms
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sattler_split
 from common.clustering.similarity import UpdateSimilarity
 from common.params import check_params, param
 from common.config import TrainingParams
@@ -52,7 +53,8 @@ CHUNK = 512
 @dataclass(frozen=True)
 class CFLSattlerParams:
     """``eps1`` > 0 (relative, or absolute with ``eps_absolute``), ``eps2`` >= 0 (absolute; 0: off),
-    ``split_after`` >= 0, the shared ``sketch_dim`` >= 0; keys ``cfl-sattler-*``.
+    ``split_after`` >= 0, the shared ``sketch_dim`` >= 0, ``sample_above`` >= 0 (the split of a
+    larger cluster runs on a sample, ``sampled_bipartition``; 0: exact); keys ``cfl-sattler-*``.
     """
 
     key_prefix: ClassVar[str] = "cfl-sattler"
@@ -68,6 +70,7 @@ class CFLSattlerParams:
         "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm",
         paper="true: eps1 bounds the mean update's norm",
     )
+    sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:
         check_params(self, "CFLSattler")
@@ -131,9 +134,11 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         pids = sorted(updates)
         with self.clustering_timer():
             deltas = {p: updates[p].delta() for p in pids}
-            self.remember(pids, np.stack([deltas[p] for p in pids]), self.params.sketch_dim, self.training.seed)
+            for lo in range(0, len(pids), CHUNK):  # never stacked whole: 20,000 DNN updates are 12.7 GB
+                part = pids[lo : lo + CHUNK]
+                self.remember(part, np.stack([deltas[p] for p in part]), self.params.sketch_dim, self.training.seed)
             for k in sorted({self.assignment[p] for p in pids}):
-                sampled = np.stack([deltas[p] for p in pids if self.assignment[p] == k])
+                sampled = [deltas[p] for p in pids if self.assignment[p] == k]
                 mean_norm, rms, max_norm = update_norms(sampled)
                 ratio = mean_update_ratio(sampled)
                 size = sum(1 for c in self.assignment.values() if c == k)
@@ -185,8 +190,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                     self.params.sketch_dim,
                     self.training.seed,
                 )
-            first, second, cross, intra = sattler_bipartition(
-                replied, deltas, sketch_dim=self.params.sketch_dim, seed=self.training.seed, chunk=CHUNK
+            first, second, cross, intra = sattler_split(
+                replied,
+                deltas,
+                sketch_dim=self.params.sketch_dim,
+                seed=self.training.seed,
+                chunk=CHUNK,
+                sample_above=self.params.sample_above,
             )
         at = {p: i for i, p in enumerate(replied)}
         kept = intra > cross

@@ -28,6 +28,7 @@ from flwr.common import log
 from common import keys
 from common.clustering.hierarchical import centroids, nearest
 from common.clustering.oneshot import OneShotClusters, fedclust_clusters
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER
 from common.signals.final_layer import FinalLayer
 from common.params import check_params, param
 from common.params import shared
@@ -39,7 +40,8 @@ from .oneshot import OneShotStrategy, check_cut
 class FedClustParams:
     """``fedclust_lambda`` >= 0 (the HC cut height), ``num_clusters`` >= 0 (0 = use lambda),
     ``linkage`` in {average, complete, single}, ``cluster_steps`` >= 0 mini-batches of training
-    before the upload (0: ``cluster_epochs`` >= 1 epochs instead); keys ``fedclust-*`` but the shared
+    before the upload (0: ``cluster_epochs`` >= 1 epochs instead), ``sample_above`` >= 0 (more
+    clients: ``sampled.sampled_cut``; 0: exact); keys ``fedclust-*`` but the shared
     ``num-clusters``, ``linkage`` and ``cluster-steps``.
     """
 
@@ -55,6 +57,7 @@ class FedClustParams:
     linkage: str = shared("average")
     cluster_epochs: int = param(1, "epochs of training for the signal when cluster-steps is 0", low=1)
     cluster_steps: int = shared(100, low=0, help="0: fedclust-cluster-epochs epochs")
+    sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:
         check_params(self, "FedClust")
@@ -141,7 +144,8 @@ class FedClust(OneShotStrategy):
 
     def cluster_signals(self, signals: Sequence[FinalLayer]) -> OneShotClusters:
         """Euclidean distances between the final-layer vectors, cut (``fedclust_clusters``)."""
-        return fedclust_clusters(np.stack([s.vector() for s in signals]), self.hc_cut)
+        vectors = np.stack([s.vector() for s in signals])
+        return fedclust_clusters(vectors, self.hc_cut, self.params.sample_above, self.training.seed)
 
     def on_clustered(self, pids: list[int], labels: np.ndarray) -> None:
         """Keep each cluster's mean final layer, for newcomers."""

@@ -26,6 +26,7 @@ from flwr.common import log
 from common import keys
 from common.clustering.hierarchical import METRICS
 from common.clustering.oneshot import OneShotClusters, flhc_clusters
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER
 from common.signals.update import ModelUpdate
 from common.params import check_params, param
 from common.params import shared
@@ -48,7 +49,8 @@ class FLHCParams:
     :func:`automatic_warmup_rounds`), ``num_clusters`` >= 0 (0 = cut at
     ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
     euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
-    for the clustered update (0: ``local-epochs`` epochs); keys ``flhc-*`` but the shared
+    for the clustered update (0: ``local-epochs`` epochs), ``sample_above`` >= 0 (more clients:
+    ``sampled.sampled_cut``; 0: exact); keys ``flhc-*`` but the shared
     ``num-clusters``, ``linkage`` and ``cluster-steps``.
     """
 
@@ -69,6 +71,7 @@ class FLHCParams:
     flhc_metric: str = param("euclidean", "distance between client updates", choices=METRICS)
     linkage: str = shared("average")
     cluster_steps: int = shared(100, low=0, help="0: local-epochs epochs")
+    sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:
         check_params(self, "FLHC")
@@ -127,4 +130,6 @@ class FLHC(OneShotStrategy):
 
     def cluster_signals(self, signals: Sequence[ModelUpdate]) -> OneShotClusters:
         """``flhc-metric`` distances between the updates, cut (``flhc_clusters``)."""
-        return flhc_clusters([s.delta for s in signals], self.hc_cut, self.params.flhc_metric, self.training.seed)
+        deltas = [s.delta for s in signals]
+        p = self.params
+        return flhc_clusters(deltas, self.hc_cut, p.flhc_metric, self.training.seed, p.sample_above)

@@ -39,7 +39,8 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flic import flic_clusters, join_by_modularity, loss_plateau
+from common.clustering.flic import join_by_modularity, loss_plateau
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sampled_flic
 from common.clustering.similarity import UpdateSimilarity
 from common.params import check_params, param
 from common.config import TrainingParams
@@ -58,7 +59,9 @@ STABLE_PATIENCE = 3
 @dataclass(frozen=True)
 class FLICParams:
     """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette), ``sketch_dim`` >= 0
-    (0: full updates), ``stable_tol`` > 0; keys ``flic-*`` but the shared ``sketch-dim``.
+    (0: full updates), ``stable_tol`` > 0, ``sample_above`` >= 0 (more clients seen: Louvain on a
+    sample's graph, the rest by modularity gain, ``sampled.sampled_flic``; 0: exact); keys
+    ``flic-*`` but the shared ``sketch-dim``.
     """
 
     key_prefix: ClassVar[str] = "flic"
@@ -77,6 +80,7 @@ class FLICParams:
         low=0.0,
         closed=(False, True),
     )
+    sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:
         check_params(self, "FLIC")
@@ -160,10 +164,13 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         if similarity is None or len(seen) < 2:
             log(WARNING, "round %d: FLIC has updates of %d clients; clustering postponed", server_round, len(seen))
             return
-        s = similarity.matrix(seen)
         with self.clustering_timer():
-            labels, self.resolution = flic_clusters(s, self.params.resolution, self.training.seed)
-        self.clustering_similarity, self._labels = (seen, s), labels
+            labels, self.resolution, graph_pids, s = sampled_flic(
+                similarity, seen, self.params.resolution, self.training.seed, self.params.sample_above
+            )
+        row = {p: i for i, p in enumerate(seen)}
+        graph_labels = labels[[row[p] for p in graph_pids]]
+        self.clustering_similarity, self._labels = (graph_pids, s), graph_labels
         self._reference = self.models[0].copy()
         count = int(labels.max()) + 1
         self.set_clusters(
@@ -214,7 +221,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
             resolution = self.require(self.resolution, "resolution", hook)
             with self.clustering_timer():
                 similarity.update(replied, np.stack([ups[p].delta for p in replied]))
-                links = similarity.matrix(replied + seen)[: len(replied), len(replied) :]
+                links = similarity.between(replied, seen)
                 labels = join_by_modularity(links, s, labelled, resolution)
             placed = {p: int(k) for p, k in zip(replied, labels, strict=True)}
             self.joined.update(dict.fromkeys(replied, server_round))

@@ -19,7 +19,7 @@ scipy only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from scipy.cluster import hierarchy
@@ -27,31 +27,45 @@ from scipy.cluster import hierarchy
 from .similarity import cosine_matrix, sketch_rows
 
 
-def update_norms(updates: np.ndarray) -> tuple[float, float, float]:
+def update_norms(updates: np.ndarray | Sequence[np.ndarray]) -> tuple[float, float, float]:
     """``(||mean update||, RMS ||update_i||, max_i ||update_i||)`` of a cluster's updates.
 
     Parameters
     ----------
-    updates : ndarray of shape (m, d), m >= 1
+    updates : ndarray of shape (m, d), m >= 1, or a sequence of m arrays (d,)
+        A sequence is stacked 512 rows at a time (never whole).
 
     Raises
     ------
     ValueError
         If ``updates`` is not a non-empty 2-D array.
     """
-    u = np.asarray(updates)
-    u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
-    if u.ndim != 2 or u.shape[0] == 0:
-        raise ValueError(
-            f"The 'updates' parameter of update_norms must be a non-empty (m, d) array. Got shape {u.shape} instead."
-        )
-    # float64 sums without a float64 copy of the updates (2,000 DNN updates: 2.5 GB)
-    norms = np.sqrt(np.einsum("ij,ij->i", u, u, dtype=np.float64))
-    mean = u.mean(axis=0, dtype=np.float64)
-    return float(np.linalg.norm(mean)), float(np.sqrt(np.mean(norms**2))), float(norms.max())
+    chunks = [updates] if isinstance(updates, np.ndarray) else _chunks(updates)
+    total, squares, largest, m = None, 0.0, 0.0, 0
+    for block in chunks:
+        u = np.asarray(block)
+        u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
+        if u.ndim != 2 or u.shape[0] == 0:
+            raise ValueError(
+                "The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
+                f"Got shape {u.shape} instead."
+            )
+        # float64 sums without a float64 copy of the updates (2,000 DNN updates: 2.5 GB)
+        sq = np.einsum("ij,ij->i", u, u, dtype=np.float64)
+        part = u.sum(axis=0, dtype=np.float64)
+        total = part if total is None else total + part
+        squares, largest, m = squares + float(sq.sum()), max(largest, float(sq.max())), m + u.shape[0]
+    assert total is not None
+    return float(np.linalg.norm(total / m)), float(np.sqrt(squares / m)), float(np.sqrt(largest))
 
 
-def mean_update_ratio(updates: np.ndarray) -> float:
+def _chunks(rows: Sequence[np.ndarray], chunk: int = 512) -> list[np.ndarray] | Iterator[np.ndarray]:
+    if len(rows) == 0:
+        return [np.zeros((0, 0))]
+    return (np.stack(list(rows[lo : lo + chunk])) for lo in range(0, len(rows), chunk))
+
+
+def mean_update_ratio(updates: np.ndarray | Sequence[np.ndarray]) -> float:
     """``||mu|| / sqrt(E ||u||^2)`` for the cluster's update distribution, from ``m`` sampled updates.
 
     ``E ||mean of m||^2 = ||mu||^2 + (E ||u||^2 - ||mu||^2) / m``, so ``(m ||mean||^2 - mean ||u_i||^2)
@@ -67,9 +81,8 @@ def mean_update_ratio(updates: np.ndarray) -> float:
     float
         In ``[0, 1]``; NaN for fewer than 2 updates or all-zero updates.
     """
-    u = np.asarray(updates)
-    mean_norm, rms, _ = update_norms(u)
-    m = u.shape[0]
+    mean_norm, rms, _ = update_norms(updates)
+    m = len(updates)
     if m < 2 or rms == 0:
         return float("nan")
     mu2 = (m * mean_norm**2 - rms**2) / (m - 1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .hierarchical import auto_cut, cut_tree, pairwise_distances
+from .sampled import sampled_cut, use_sample
 from .similarity import sketch_rows
 from .subspaces import SAMPLE_SIZE, pairwise_subspace_angles, sampled_clusters
 
@@ -64,23 +65,46 @@ def cut_distances(distances: np.ndarray, cut: Cut, tree: np.ndarray | None = Non
     return labels, None
 
 
-def fedclust_clusters(final_layers: np.ndarray, cut: Cut) -> OneShotClusters:
+def fedclust_clusters(final_layers: np.ndarray, cut: Cut, sample_above: int = 0, seed: int = 0) -> OneShotClusters:
     """FedClust (Islam et al. 2024, Eq. 3): Euclidean distances between the final-layer vectors, cut.
 
-    ``final_layers`` has shape (N, C * d + C), one client's weight and bias per row.
+    ``final_layers`` has shape (N, C * d + C), one client's weight and bias per row. Above
+    ``sample_above`` > 0 clients: the cut of a sample drawn with ``seed``, the rest to the
+    nearest sample-cluster centroid (``sampled.sampled_cut``; no distance matrix).
     """
+    if use_sample(len(final_layers), sample_above):
+        return _sampled(final_layers, cut, "euclidean", seed, exact=True)
     distances = pairwise_distances(final_layers)
     return OneShotClusters(*_labels(distances, cut))
 
 
-def flhc_clusters(updates: Sequence[np.ndarray], cut: Cut, metric: str = "euclidean", seed: int = 0) -> OneShotClusters:
+def flhc_clusters(
+    updates: Sequence[np.ndarray], cut: Cut, metric: str = "euclidean", seed: int = 0, sample_above: int = 0
+) -> OneShotClusters:
     """FL+HC (Briggs et al. 2020): ``metric`` distances between the clients' updates, cut.
 
     Updates are sketched with ``seed`` when they would not fit (``sketch_rows``; never for
-    ``cityblock``, which a sketch does not preserve).
+    ``cityblock``, which a sketch does not preserve). Above ``sample_above`` > 0 clients: the
+    cut of a sample drawn with ``seed``, the rest to the nearest sample-cluster mean under
+    ``metric`` (``sampled.sampled_cut``; no distance matrix).
     """
-    distances = pairwise_distances(sketch_rows(updates, seed, exact=metric == "cityblock"), metric)
+    exact = metric == "cityblock"
+    if use_sample(len(updates), sample_above):
+        return _sampled(updates, cut, metric, seed, exact)
+    distances = pairwise_distances(sketch_rows(updates, seed, exact=exact), metric)
     return OneShotClusters(*_labels(distances, cut))
+
+
+def _sampled(rows: Sequence[np.ndarray] | np.ndarray, cut: Cut, metric: str, seed: int, exact: bool) -> OneShotClusters:
+    silhouettes: list[float | None] = []
+
+    def cut_sample(distances: np.ndarray) -> np.ndarray:
+        labels, silhouette = cut_distances(distances, cut)
+        silhouettes.append(silhouette)
+        return labels
+
+    labels, _, _ = sampled_cut(rows, cut_sample, np.random.default_rng(seed), metric=metric, seed=seed, exact=exact)
+    return OneShotClusters(labels, None, silhouettes[-1])
 
 
 def pacfl_clusters(bases: Sequence[np.ndarray], cut: Cut, measure: str, rng: np.random.Generator) -> OneShotClusters:

@@ -219,10 +219,15 @@ def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int) ->
     """An empty store for the latest updates of ``num_clients`` clients, of ``dim`` coordinates each.
 
     Updates are kept whole, or count-sketched (seeded) to ``auto_sketch_dim(num_clients, dim,
-    sketch_dim)`` coordinates when that is not 0: FLIC's and Sattler's CFL's store.
+    sketch_dim)`` coordinates when that is not 0: FLIC's and Sattler's CFL's store. Above
+    ``sampled.SAMPLE_ABOVE`` clients ``S`` is not kept (``dense`` False: 40 GB at 100,000) and
+    ``matrix`` computes the asked block from the stored rows (the same numbers).
     """
+    from .sampled import SAMPLE_ABOVE, use_sample
+
     sketch_dim = auto_sketch_dim(num_clients, dim, sketch_dim)
-    return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None)
+    dense = not use_sample(num_clients, SAMPLE_ABOVE)
+    return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None, dense)
 
 
 def sketch_rows(
@@ -275,6 +280,9 @@ class UpdateSimilarity:
     ----------
     sketch : GaussianSketch or CountSketch, optional
         Store projected updates instead of the full vectors.
+    dense : bool, default=True
+        Keep ``S`` (``N x N`` float32) and refresh it with each update; False: keep only the
+        unit rows and compute ``matrix``'s block on demand (exact; for large federations).
 
     Attributes
     ----------
@@ -282,8 +290,8 @@ class UpdateSimilarity:
         Clients with a stored update, in the order first seen (row order of ``S``).
     """
 
-    def __init__(self, sketch: GaussianSketch | CountSketch | None = None) -> None:
-        self.sketch = sketch
+    def __init__(self, sketch: GaussianSketch | CountSketch | None = None, dense: bool = True) -> None:
+        self.sketch, self.dense = sketch, dense
         self.pids: list[int] = []
         self._row: dict[int, int] = {}
         self._vectors = np.zeros((0, 0), dtype=np.float32)
@@ -332,6 +340,8 @@ class UpdateSimilarity:
         self._grow(len(self.pids), vectors.shape[1])
         rows = np.array([self._row[p] for p in pids])
         self._vectors[rows] = _unit(vectors.astype(np.float64)).astype(np.float32)
+        if not self.dense:
+            return
         n = len(self.pids)
         block = 1.0 + np.clip(self._vectors[rows] @ self._vectors[:n].T, -1.0, 1.0)
         self._s[rows, :n] = block
@@ -344,9 +354,18 @@ class UpdateSimilarity:
         vectors = np.zeros((cap, k), dtype=np.float32)
         if self._vectors.size:
             vectors[: self._vectors.shape[0]] = self._vectors
-        s = np.zeros((cap, cap), dtype=np.float32)
-        s[: self._s.shape[0], : self._s.shape[1]] = self._s
-        self._vectors, self._s = vectors, s
+        self._vectors = vectors
+        if self.dense:
+            s = np.zeros((cap, cap), dtype=np.float32)
+            s[: self._s.shape[0], : self._s.shape[1]] = self._s
+            self._s = s
+
+    def between(self, rows: Sequence[int], cols: Sequence[int]) -> np.ndarray:
+        """``S`` between clients ``rows`` and clients ``cols`` (all seen), shape (len(rows), len(cols)), float64."""
+        a, b = ([self._row[int(p)] for p in pids] for pids in (rows, cols))
+        if self.dense:
+            return self._s[np.ix_(a, b)].astype(np.float64)
+        return 1.0 + np.clip(self._vectors[a] @ self._vectors[b].T, -1.0, 1.0).astype(np.float64)
 
     def matrix(self, pids: Sequence[int] | None = None) -> np.ndarray:
         """``S`` among ``pids`` (default: every client seen), shape (n, n), float64 in [0, 2].
@@ -364,6 +383,9 @@ class UpdateSimilarity:
                 f"stored update. Got unseen {missing} instead."
             )
         rows = np.array([self._row[p] for p in pids], dtype=np.int64)
+        if not self.dense:
+            v = self._vectors[rows]
+            return 1.0 + np.clip(v @ v.T, -1.0, 1.0).astype(np.float64)
         return self._s[np.ix_(rows, rows)].astype(np.float64)
 
 

@@ -52,7 +52,8 @@ CHUNK = 512
 @dataclass(frozen=True)
 class CFLSattlerParams:
     """``eps1`` > 0 (relative, or absolute with ``eps_absolute``), ``eps2`` >= 0 (absolute; 0: off),
-    ``split_after`` >= 0, the shared ``sketch_dim`` >= 0; keys ``cfl-sattler-*``.
+    ``split_after`` >= 0, the shared ``sketch_dim`` >= 0, the split's ``separation`` test
+    (``common.clustering.bipartition.SEPARATIONS``, or ``off``); keys ``cfl-sattler-*``.
     """
 
     key_prefix: ClassVar[str] = "cfl-sattler"
@@ -67,6 +68,14 @@ class CFLSattlerParams:
         "true: the paper's criterion, eps1 bounds the mean update's norm "
         "(reference code: eps1 0.4, eps2 1.6); false (modified): eps1 relative to the RMS update norm",
         paper="true: eps1 bounds the mean update's norm",
+    )
+
+    separation: str = param(
+        "nearest",
+        "a split is kept when: nearest (modified) each member's nearest same-half update beats every cross pair; "
+        "strict: every same-half pair beats every cross pair (two groups only); off: always",
+        choices=("nearest", "strict", "off"),
+        paper="off: the reference code keeps every split eps1 and eps2 allow",
     )
 
     def __post_init__(self) -> None:
@@ -186,10 +195,15 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                     self.training.seed,
                 )
             first, second, cross, intra = sattler_bipartition(
-                replied, deltas, sketch_dim=self.params.sketch_dim, seed=self.training.seed, chunk=CHUNK
+                replied,
+                deltas,
+                sketch_dim=self.params.sketch_dim,
+                seed=self.training.seed,
+                chunk=CHUNK,
+                test=self.params.separation,
             )
         at = {p: i for i, p in enumerate(replied)}
-        kept = intra > cross
+        kept = intra > cross or self.params.separation == "off"
         self.attempts.append(
             {
                 "round": server_round,

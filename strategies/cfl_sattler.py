@@ -54,7 +54,8 @@ CHUNK = 512
 class CFLSattlerParams:
     """``eps1`` > 0 (relative, or absolute with ``eps_absolute``), ``eps2`` >= 0 (absolute; 0: off),
     ``split_after`` >= 0, the shared ``sketch_dim`` >= 0, ``sample_above`` >= 0 (the split of a
-    larger cluster runs on a sample, ``sampled_bipartition``; 0: exact); keys ``cfl-sattler-*``.
+    larger cluster runs on a sample, ``sampled_bipartition``; 0: exact), the split's ``separation``
+    test (``common.clustering.bipartition.SEPARATIONS``, or ``off``); keys ``cfl-sattler-*``.
     """
 
     key_prefix: ClassVar[str] = "cfl-sattler"
@@ -71,6 +72,14 @@ class CFLSattlerParams:
         paper="true: eps1 bounds the mean update's norm",
     )
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
+
+    separation: str = param(
+        "nearest",
+        "a split is kept when: nearest (modified) each member's nearest same-half update beats every cross pair; "
+        "strict: every same-half pair beats every cross pair (two groups only); off: always",
+        choices=("nearest", "strict", "off"),
+        paper="off: the reference code keeps every split eps1 and eps2 allow",
+    )
 
     def __post_init__(self) -> None:
         check_params(self, "CFLSattler")
@@ -197,9 +206,10 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                 seed=self.training.seed,
                 chunk=CHUNK,
                 sample_above=self.params.sample_above,
+                test=self.params.separation,
             )
         at = {p: i for i, p in enumerate(replied)}
-        kept = intra > cross
+        kept = intra > cross or self.params.separation == "off"
         self.attempts.append(
             {
                 "round": server_round,

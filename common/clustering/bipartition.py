@@ -10,9 +10,12 @@ eps2 1.6) depend on the model, learning rate and local epochs; :func:`mean_updat
 makes eps1 relative: the norm of the cluster's mean update over the members' RMS update norm,
 estimated without bias from the sampled members (1 for aligned updates, ``sqrt(mean cos)``
 for updates of equal norms, whatever the sample size). The split is kept only
-when it separates (Sattler's correctness condition, Sec. III): every cosine inside a half
-exceeds every cosine across (:func:`separation`); ``gamma_max = sqrt((1 - alpha_cross_max) / 2)``
-is the gradient noise it tolerates. The reference code returns the halves as positions inside
+when it separates: by default (modified) every member has a partner in its own half more alike
+than any pair across (:func:`nearest_separation`), which a half holding several groups passes;
+``strict`` is Sattler's correctness condition for two groups (Sec. III: every cosine inside a half
+exceeds every cosine across, :func:`separation`), which such a half never passes; the reference
+code keeps every split (``off``). ``gamma_max = sqrt((1 - alpha_cross_max) / 2)`` is the gradient
+noise a separating split tolerates. The reference code returns the halves as positions inside
 the cluster; :func:`split_cluster` maps them back to client ids (tested). Numpy and
 scipy only.
 """
@@ -127,6 +130,40 @@ def separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray) -> tup
     return cross, float(min(intra)) if intra else 1.0
 
 
+def nearest_separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
+    """``(alpha_cross_max, alpha_nearest_min)`` of a bi-partition whose halves may each hold several groups.
+
+    Parameters
+    ----------
+    cosine : ndarray of shape (n, n)
+        Cosine similarities of the members' updates.
+    first, second : ndarray of int
+        Positions of the two halves (non-empty, disjoint).
+
+    Returns
+    -------
+    (float, float)
+        The largest cosine across the halves, and the smallest over members (of halves of 2 or
+        more) of each one's largest cosine to another member of its own half; 1.0 when both halves
+        are single members. The split separates when every member has a partner in its half more
+        alike than any pair across: ``alpha_nearest_min > alpha_cross_max``. Unlike
+        :func:`separation`, two groups on one side that are unlike each other do not veto the split.
+    """
+    c = np.asarray(cosine, dtype=np.float64)
+    cross = float(c[np.ix_(first, second)].max())
+    nearest = []
+    for h in (first, second):
+        if len(h) > 1:
+            block = c[np.ix_(h, h)]
+            np.fill_diagonal(block, -np.inf)
+            nearest.append(block.max(axis=1).min())
+    return cross, float(min(nearest)) if nearest else 1.0
+
+
+SEPARATIONS = {"nearest": nearest_separation, "strict": separation}
+"""A split's separation test by name (``cfl-sattler-separation``; ``off`` keeps every split)."""
+
+
 def bipartition(cosine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Split a cluster in two by complete linkage on the distance ``1 - cos``.
 
@@ -187,7 +224,13 @@ def split_cluster(members: Sequence[int], cosine: np.ndarray) -> tuple[list[int]
 
 
 def sattler_bipartition(
-    pids: Sequence[int], updates: Sequence[np.ndarray], *, sketch_dim: int = 0, seed: int = 0, chunk: int = 512
+    pids: Sequence[int],
+    updates: Sequence[np.ndarray],
+    *,
+    sketch_dim: int = 0,
+    seed: int = 0,
+    chunk: int = 512,
+    test: str = "nearest",
 ) -> tuple[list[int], list[int], float, float]:
     """CFL's (Sattler et al.) server step on one cluster: split its members by their updates' cosines.
 
@@ -202,12 +245,14 @@ def sattler_bipartition(
     Returns
     -------
     tuple
-        The two halves (``split_cluster``), then the largest cross-half cosine and the smallest
-        within-half one (``separation``): the split separates when the latter is larger.
+        The two halves (``split_cluster``), then the largest cross-half cosine and the within-half
+        one of ``test`` (``SEPARATIONS``: ``nearest_separation`` or ``separation``): the split
+        separates when the latter is larger.
     """
     rows = sketch_rows(updates, seed, sketch_dim=sketch_dim, chunk=chunk)
     cos = cosine_matrix(rows, rows)
     first, second = split_cluster(list(pids), cos)
     at = {p: i for i, p in enumerate(pids)}
-    cross, intra = separation(cos, np.array([at[p] for p in first]), np.array([at[p] for p in second]))
+    halves = np.array([at[p] for p in first]), np.array([at[p] for p in second])
+    cross, intra = SEPARATIONS.get(test, separation)(cos, *halves)
     return first, second, cross, intra

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .bipartition import bipartition, sattler_bipartition, separation
+from .bipartition import SEPARATIONS, bipartition, sattler_bipartition, separation
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
@@ -190,26 +190,35 @@ def sattler_split(
     seed: int = 0,
     chunk: int = CHUNK,
     sample_above: int = 0,
+    test: str = "nearest",
 ) -> tuple[list[int], list[int], float, float]:
     """Sattler's split of one cluster: ``sampled_bipartition`` above ``sample_above`` > 0 members, else exact.
 
     The exact form is ``bipartition.sattler_bipartition`` (every member's sketched update and the
-    ``(N, N)`` cosines); the sample is drawn from ``seed``.
+    ``(N, N)`` cosines); the sample is drawn from ``seed``. ``test`` names the separation
+    (``bipartition.SEPARATIONS``).
     """
     if use_sample(len(pids), sample_above):
-        return sampled_bipartition(pids, updates, np.random.default_rng(seed), sketch_dim=sketch_dim, seed=seed)
-    return sattler_bipartition(pids, updates, sketch_dim=sketch_dim, seed=seed, chunk=chunk)
+        rng = np.random.default_rng(seed)
+        return sampled_bipartition(pids, updates, rng, sketch_dim=sketch_dim, seed=seed, test=test)
+    return sattler_bipartition(pids, updates, sketch_dim=sketch_dim, seed=seed, chunk=chunk, test=test)
 
 
 def sampled_bipartition(
-    pids: Sequence[int], updates: Sequence[np.ndarray], rng: np.random.Generator, *, sketch_dim: int = 0, seed: int = 0
+    pids: Sequence[int],
+    updates: Sequence[np.ndarray],
+    rng: np.random.Generator,
+    *,
+    sketch_dim: int = 0,
+    seed: int = 0,
+    test: str = "nearest",
 ) -> tuple[list[int], list[int], float, float]:
     """Sattler's split on a sample of the members, the rest by cosine to each half's mean direction.
 
-    The sample's cosine matrix is split by complete linkage (``bipartition``) and its
-    ``(alpha_cross_max, alpha_intra_min)`` (``separation``) are Sattler et al.'s criteria on the
-    sample; every other member joins the half whose mean unit update is closest in angle (their
-    stationary gradient directions, which the criterion tells apart). Memory: the ``(S, S)``
+    The sample's cosine matrix is split by complete linkage (``bipartition``) and its separation
+    (``test``, ``bipartition.SEPARATIONS``) is measured on the sample; every other member joins the
+    half whose mean unit update is closest in angle (their stationary gradient directions, which
+    the criterion tells apart). Memory: the ``(S, S)``
     cosines and two means, not ``N`` sketched updates and an ``(N, N)`` matrix.
 
     Returns
@@ -223,7 +232,7 @@ def sampled_bipartition(
     rows = sketch_rows([updates[int(i)] for i in sample], seed, sketch_dim=sketch_dim)
     cos = cosine_matrix(rows, rows)
     a, b = bipartition(cos)
-    cross, intra = separation(cos, a, b)
+    cross, intra = SEPARATIONS.get(test, separation)(cos, a, b)
     half = np.zeros(len(ids), dtype=np.int64)
     half[sample[b]] = 1
     rest = np.setdiff1d(np.arange(len(ids)), sample)

@@ -10,6 +10,7 @@ from common.clustering.bipartition import (
     bipartition,
     mean_update_ratio,
     sattler_bipartition,
+    nearest_separation,
     separation,
     should_split,
     split_cluster,
@@ -100,6 +101,44 @@ def test_separation_accepts_distinct_groups_and_rejects_a_split_of_one_group():
         assert (intra > cross) is separates
         assert cross == pytest.approx(c[np.ix_(a, b)].max())
     assert separation(np.array([[1.0, 0.2], [0.2, 1.0]]), np.array([0]), np.array([1])) == (0.2, 1.0)
+
+
+def _unit_cosine(u: np.ndarray) -> np.ndarray:
+    unit = u / np.linalg.norm(u, axis=1, keepdims=True)
+    return unit @ unit.T
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nearest_separation_keeps_a_split_of_four_groups_that_the_strict_test_refuses(seed):
+    """Four groups split two against two: each half holds two groups that are unlike each other, so
+    strict's smallest same-half cosine is between groups; each member's nearest one is in its group."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(4), 5)
+    u = rng.normal(size=(4, 50))[groups] + 0.3 * rng.normal(size=(20, 50))
+    c = _unit_cosine(u)
+    a, b = bipartition(c)
+    assert not set(groups[a]) & set(groups[b])  # no group is cut
+    cross, nearest = nearest_separation(c, a, b)
+    assert nearest > cross
+    cross_strict, intra = separation(c, a, b)
+    assert cross_strict == cross and intra < cross
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nearest_separation_refuses_a_split_of_one_group(seed):
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=50) + 0.3 * rng.normal(size=(20, 50))
+    c = _unit_cosine(u)
+    a, b = bipartition(c)
+    cross, nearest = nearest_separation(c, a, b)
+    assert nearest <= cross
+
+
+def test_nearest_separation_is_each_members_best_partner_at_worst():
+    c = np.array([[1.0, 0.9, 0.1, 0.0], [0.9, 1.0, 0.2, 0.3], [0.1, 0.2, 1.0, 0.5], [0.0, 0.3, 0.5, 1.0]])
+    assert nearest_separation(c, np.array([0, 1]), np.array([2, 3])) == (0.3, 0.5)
+    assert nearest_separation(c, np.array([0]), np.array([1, 2, 3])) == (0.9, 0.3)
+    assert nearest_separation(np.array([[1.0, 0.2], [0.2, 1.0]]), np.array([0]), np.array([1])) == (0.2, 1.0)
 
 
 def test_bipartition_separates_opposite_directions():

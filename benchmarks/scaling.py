@@ -48,6 +48,7 @@ from benchmarks.records import Record, current_command, load_average, write_reco
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
+from strategies import CFLGP, CFLGT, CFLSattler, FLAG, FLHC, FLIC, FeSEM, FedAvg, FedClust, FedMedian, IFCA, PACFL
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -495,48 +496,48 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in [
         Variant(
-            "fedavg",
-            "fedavg",
+            FedAvg.name,
+            FedAvg.name,
             lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _fedavg(n, s, sh, m, r),
             note="weighted_average of one round's replies",
         ),
         Variant(
-            "fedmedian",
-            "fedmedian",
+            FedMedian.name,
+            FedMedian.name,
             lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
             lambda n, s: 3 * math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _fedmedian(n, s, sh, m, r),
             note="coordinate_median of one round's replies (FedProx and Local: FedAvg's step or none)",
         ),
         Variant(
-            "ifca",
-            "ifca",
+            IFCA.name,
+            IFCA.name,
             lambda s: f"model {_fmt(s.params)} f32 + cluster-id (x {FRACTION:g} N)",
             lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _ifca(n, s, sh, m, r),
             note="per-cluster weighted_average, K = 8",
         ),
         Variant(
-            "fesem",
-            "fesem",
+            FeSEM.name,
+            FeSEM.name,
             lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
             lambda n, s: math.ceil(FRACTION * n) * s.params * F32,
             lambda n, s, sh, m, r: _fesem(n, s, sh, m, r),
             note=f"nearest of K = {GROUPS} centres (L2) and the weighted-mean update, one round's replies",
         ),
         Variant(
-            "cflgt",
-            "cflgt",
+            CFLGT.name,
+            CFLGT.name,
             lambda s: f"trajectory {s.classes}x2 f64",
             lambda n, s: 6 * min(n, AP_MAX_POINTS) ** 2 * 8,
             _cflgt,
             note=f"cluster_trajectories: trajectory_distances + affinity_propagation (sampled above {AP_MAX_POINTS:,})",
         ),
         Variant(
-            "fedclust",
-            "fedclust",
+            FedClust.name,
+            FedClust.name,
             lambda s: f"head {_fmt(s.head)} f32",
             lambda n, s: n * s.head * 8 + 4 * _pairs(n) ** 2 * 8,
             _fedclust,
@@ -544,15 +545,15 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "fedclust-sampled",
-            "fedclust",
+            FedClust.name,
             lambda s: f"head {_fmt(s.head)} f32",
             lambda n, s: n * s.head * 8 + 4 * _pairs(n, 1) ** 2 * 8,
             lambda n, s, sh, m, r: _fedclust(n, s, sh, m, r, sample_above=1),
             note="sampled_cut at every N (fedclust-sample-above 1)",
         ),
         Variant(
-            "flhc",
-            "flhc",
+            FLHC.name,
+            FLHC.name,
             lambda s: f"update {_fmt(s.params)} f32",
             _update_bytes,
             _flhc,
@@ -560,23 +561,23 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "flhc-sampled",
-            "flhc",
+            FLHC.name,
             lambda s: f"update {_fmt(s.params)} f32",
             lambda n, s: _update_bytes(n, s, 1),
             lambda n, s, sh, m, r: _flhc(n, s, sh, m, r, sample_above=1),
             note="sampled_cut at every N (flhc-sample-above 1)",
         ),
         Variant(
-            "flag",
-            "flag",
+            FLAG.name,
+            FLAG.name,
             lambda s: f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} + update {_fmt(s.params)} f32",
             lambda n, s: _update_bytes(n, s) + 2 * n * n * 8,
             _flag,
             note="data_similarity + gradient_angles(sketch_rows) + proximity + sweep_cuts + cut",
         ),
         Variant(
-            "flic",
-            "flic",
+            FLIC.name,
+            FLIC.name,
             lambda s: f"update {_fmt(s.params)} f32",
             _stored_bytes,
             _flic,
@@ -584,15 +585,15 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "flic-sampled",
-            "flic",
+            FLIC.name,
             lambda s: f"update {_fmt(s.params)} f32",
             lambda n, s: _stored_bytes(n, s, 1),
             lambda n, s, sh, m, r: _flic(n, s, sh, m, r, sample_above=1),
             note="sampled_flic at every N (flic-sample-above 1)",
         ),
         Variant(
-            "cfl-sattler",
-            "cfl-sattler",
+            CFLSattler.name,
+            CFLSattler.name,
             lambda s: f"update {_fmt(s.params)} f32",
             _stored_bytes,
             _sattler,
@@ -601,7 +602,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "cfl-sattler-sampled",
-            "cfl-sattler",
+            CFLSattler.name,
             lambda s: f"update {_fmt(s.params)} f32",
             lambda n, s: _stored_bytes(n, s, 1),
             lambda n, s, sh, m, r: _sattler(n, s, sh, m, r, sample_above=1),
@@ -609,8 +610,8 @@ VARIANTS: dict[str, Variant] = {
             note="sampled_bipartition at every N (cfl-sattler-sample-above 1)",
         ),
         Variant(
-            "cfl-gp",
-            "cfl-gp",
+            CFLGP.name,
+            CFLGP.name,
             lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
             lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32,
             _cflgp,
@@ -618,7 +619,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "cfl-gp-c1",
-            "cfl-gp",
+            CFLGP.name,
             lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
             lambda n, s: 3 * n * GROUPS * s.params * F32,
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, 1.0),
@@ -626,15 +627,15 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             f"cfl-gp-c{COMPRESSION:g}",
-            "cfl-gp",
+            CFLGP.name,
             lambda s: f"profile {GROUPS}x{_fmt(math.ceil(s.params / COMPRESSION))} f32",
             lambda n, s: 3 * n * GROUPS * math.ceil(s.params / COMPRESSION) * F32 + 2 * n * n * 8,
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION),
             note=f"compression-ratio {COMPRESSION:g}",
         ),
         Variant(
-            "pacfl",
-            "pacfl",
+            PACFL.name,
+            PACFL.name,
             lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
             lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * 8 + 4 * _pairs(n, 1) ** 2 * 8,
             _pacfl,
@@ -642,7 +643,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "pacfl-reference",
-            "pacfl",
+            PACFL.name,
             lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
             lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * 8 + 4 * _pairs(n, 1) ** 2 * 8,
             lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),

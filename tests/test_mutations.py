@@ -116,9 +116,21 @@ MUTATIONS = [
     (
         "sattler separation swapped",
         "common/clustering/bipartition.py",
+        "return cross, float(min(nearest)) if nearest else 1.0",
+        "return float(min(nearest)) if nearest else 1.0, cross",
+        [FIDELITY + "test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_updates"],
+    ),
+    (
+        "sattler strict separation swapped",
+        "common/clustering/bipartition.py",
         "return cross, float(min(intra)) if intra else 1.0",
         "return float(min(intra)) if intra else 1.0, cross",
-        [FIDELITY + "test_sattler_keeps_a_split_of_opposed_groups_and_refuses_one_of_unrelated_updates"],
+        [
+            (
+                "tests/common/test_clustering_louvain_bipartition.py::"
+                "test_nearest_separation_keeps_a_split_of_four_groups_that_the_strict_test_refuses"
+            )
+        ],
     ),
     (
         "flic plateau against the first round only",
@@ -185,8 +197,8 @@ MUTATIONS = [
     (
         "fl+hc sketches cityblock distances",
         "common/clustering/oneshot.py",
-        'sketch_rows(updates, seed, exact=metric == "cityblock")',
-        'sketch_rows(updates, seed, exact=metric != "cityblock")',
+        'exact = metric == "cityblock"',
+        'exact = metric != "cityblock"',
         [
             (
                 "tests/common/test_clustering_oneshot.py::"

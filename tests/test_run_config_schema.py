@@ -92,6 +92,8 @@ def test_a_strategy_reads_its_prefixed_keys_and_names_them_in_errors():
         "split_after": "cfl-sattler-split-after",
         "sketch_dim": "sketch-dim",
         "eps_absolute": "cfl-sattler-eps-absolute",
+        "sample_above": "cfl-sattler-sample-above",
+        "separation": "cfl-sattler-separation",
     }
     with pytest.raises(
         ValueError, match=r"The 'cflgt-damping' parameter of CFLGT must be a float in the range \[0.5, 1.0\)"

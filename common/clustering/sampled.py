@@ -28,11 +28,9 @@ from .bipartition import SEPARATIONS, bipartition, sattler_bipartition, separati
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
-from .similarity import UpdateSimilarity, cosine_matrix, sketch_rows
+from .similarity import SAMPLE_ABOVE as SAMPLE_ABOVE
+from .similarity import UpdateSimilarity, cosine_matrix, sketch_rows, use_sample
 from .subspaces import SAMPLE_SIZE
-
-SAMPLE_ABOVE = 10_000
-"""Default of the ``*-sample-above`` keys: exact steps up to this many clients, sampled above."""
 
 SAMPLE_ABOVE_HELP = (
     "above this many clients the step runs exactly on a seeded sample (2,000; FLIC 4,000) and places every "
@@ -45,11 +43,6 @@ GRAPH_SAMPLE_SIZE = 2 * DENSE_MAX_NODES
 graph of 2,000 nodes has 2 million edges, slower for Louvain than this sample's 80,000)."""
 
 CHUNK = 512  # rows stacked at a time while assigning (a list of 100,000 DNN updates is never stacked whole)
-
-
-def use_sample(num_clients: int, sample_above: int) -> bool:
-    """Whether the sampled form runs: ``sample_above`` > 0 and more clients than it."""
-    return sample_above > 0 and num_clients > sample_above
 
 
 def sample_rows(num_clients: int, rng: np.random.Generator, size: int = SAMPLE_SIZE) -> np.ndarray:

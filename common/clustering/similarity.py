@@ -21,6 +21,15 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import sparse
 
+SAMPLE_ABOVE = 10_000
+"""Default of the ``*-sample-above`` keys: exact steps up to this many clients, sampled above
+(``common.clustering.sampled``)."""
+
+
+def use_sample(num_clients: int, sample_above: int) -> bool:
+    """Whether the sampled form runs: ``sample_above`` > 0 and more clients than it."""
+    return sample_above > 0 and num_clients > sample_above
+
 
 def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity of every row of ``a`` with every row of ``b``.
@@ -220,11 +229,9 @@ def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int) ->
 
     Updates are kept whole, or count-sketched (seeded) to ``auto_sketch_dim(num_clients, dim,
     sketch_dim)`` coordinates when that is not 0: FLIC's and Sattler's CFL's store. Above
-    ``sampled.SAMPLE_ABOVE`` clients ``S`` is not kept (``dense`` False: 40 GB at 100,000) and
+    ``SAMPLE_ABOVE`` clients ``S`` is not kept (``dense`` False: 40 GB at 100,000) and
     ``matrix`` computes the asked block from the stored rows (the same numbers).
     """
-    from .sampled import SAMPLE_ABOVE, use_sample
-
     sketch_dim = auto_sketch_dim(num_clients, dim, sketch_dim)
     dense = not use_sample(num_clients, SAMPLE_ABOVE)
     return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None, dense)

@@ -119,15 +119,7 @@ def separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray) -> tup
         members; 1.0 when both halves are single members). The split separates when
         ``alpha_intra_min > alpha_cross_max``.
     """
-    c = np.asarray(cosine, dtype=np.float64)
-    cross = float(c[np.ix_(first, second)].max())
-    intra = []
-    for h in (first, second):
-        if len(h) > 1:
-            block = c[np.ix_(h, h)]
-            np.fill_diagonal(block, np.inf)
-            intra.append(block.min())
-    return cross, float(min(intra)) if intra else 1.0
+    return _separation(cosine, first, second, nearest=False)
 
 
 def nearest_separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
@@ -149,15 +141,19 @@ def nearest_separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray
         alike than any pair across: ``alpha_nearest_min > alpha_cross_max``. Unlike
         :func:`separation`, two groups on one side that are unlike each other do not veto the split.
     """
+    return _separation(cosine, first, second, nearest=True)
+
+
+def _separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray, *, nearest: bool) -> tuple[float, float]:
     c = np.asarray(cosine, dtype=np.float64)
     cross = float(c[np.ix_(first, second)].max())
-    nearest = []
+    inside = []
     for h in (first, second):
         if len(h) > 1:
             block = c[np.ix_(h, h)]
-            np.fill_diagonal(block, -np.inf)
-            nearest.append(block.max(axis=1).min())
-    return cross, float(min(nearest)) if nearest else 1.0
+            np.fill_diagonal(block, -np.inf if nearest else np.inf)
+            inside.append(block.max(axis=1).min() if nearest else block.min())
+    return cross, float(min(inside)) if inside else 1.0
 
 
 SEPARATIONS = {"nearest": nearest_separation, "strict": separation}

@@ -1,10 +1,10 @@
-"""Real deployment on 127.0.0.1: a SuperLink and 4 SuperNodes as processes, ``flwr run`` of umbel.
+"""Real deployment on 127.0.0.1: a SuperLink and 3 SuperNodes as processes, ``flwr run`` of umbel.
 
 Two module-scoped deployments (insecure; TLS + SuperNode authentication) are started through
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
 children, in the fixture teardown, whatever the outcome. Every message a SuperNode receives starts
 a ClientApp process (about 7 CPU seconds: Python, Flower and torch), so the runs are few and short
-(digits, 4 clients, 2-4 rounds):
+(digits, 3 clients, 2-4 rounds):
 - the insecure deployment's one run, in which a SuperNode restarts and a second node claims a held
   client id, and which ``umbel deploy wait`` then follows to its exit code (beside a run that fails
   at start-up, submitted with ``umbel deploy run``);
@@ -57,10 +57,10 @@ from tests.helpers.processes import kill_trees, wait_for_port
 # FedClust: the clustering round (query.head) is one more real round trip before training.
 STRATEGY = {"strategy": "fedclust", "num-clusters": 2}
 EXPECTED_CLUSTERS = 2
-NUM_NODES = 4
+NUM_NODES = 3
 ROUNDS = 4  # node RESTARTED restarts after round 1 and is back by round 4 at the latest (a restart takes ~30 s)
 RUN_TIMEOUT = 900  # seconds for one `flwr run`: ~2 min on an idle 2-core box, ~6 min on a loaded one
-RESTARTED = 3
+RESTARTED = 2
 DUPLICATE = "dup"  # a node claiming client 0, which node0 holds (in secure mode: a registered key)
 NODE_RETRIES = ["--max-retries", "3", "--max-wait-time", "60"]
 
@@ -695,8 +695,8 @@ def test_node_config_overrides_device_and_data_dir(monkeypatch):
 def test_compose_files_give_each_supernode_its_partition_key_and_gpu(tmp_path):
     yaml = pytest.importorskip("yaml")
     committed = {name: (PROJECT_ROOT / "deploy" / name).read_text() for name in ("compose.yaml", "compose.gpu.yaml")}
-    deploy.write_compose(tmp_path, NUM_NODES, gpus=1)
-    for name, text in committed.items():  # the files in deploy/ are the generator's output
+    deploy.write_compose(tmp_path, 4, gpus=1)
+    for name, text in committed.items():  # the files in deploy/ are the generator's output, for 4 nodes
         assert (tmp_path / name).read_text() == text, f"regenerate deploy/{name}: umbel deploy compose --nodes 4"
     deploy.write_compose(tmp_path, 3, gpus=2, fleet_port=8100)
     base = yaml.safe_load((tmp_path / "compose.yaml").read_text())

@@ -32,7 +32,7 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.bipartition import mean_update_ratio, should_split, update_norms
+from common.clustering.bipartition import SEPARATION, SEPARATION_CHOICES, mean_update_ratio, should_split, update_norms
 from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sattler_split
 from common.clustering.similarity import UpdateSimilarity
 from common.params import check_params, param
@@ -74,10 +74,10 @@ class CFLSattlerParams:
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     separation: str = param(
-        "nearest",
+        SEPARATION,
         "a split is kept when: nearest (modified) each member's nearest same-half update beats every cross pair; "
         "strict: every same-half pair beats every cross pair (two groups only); off: always",
-        choices=("nearest", "strict", "off"),
+        choices=SEPARATION_CHOICES,
         paper="off: the reference code keeps every split eps1 and eps2 allow",
     )
 

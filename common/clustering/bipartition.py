@@ -158,6 +158,9 @@ def _separation(cosine: np.ndarray, first: np.ndarray, second: np.ndarray, *, ne
 
 SEPARATIONS = {"nearest": nearest_separation, "strict": separation}
 """A split's separation test by name (``cfl-sattler-separation``; ``off`` keeps every split)."""
+SEPARATION = "nearest"
+"""The default separation test (modified; the reference code's is ``off``)."""
+SEPARATION_CHOICES = (*SEPARATIONS, "off")
 
 
 def bipartition(cosine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,7 +229,7 @@ def sattler_bipartition(
     sketch_dim: int = 0,
     seed: int = 0,
     chunk: int = 512,
-    test: str = "nearest",
+    test: str = SEPARATION,
 ) -> tuple[list[int], list[int], float, float]:
     """CFL's (Sattler et al.) server step on one cluster: split its members by their updates' cosines.
 

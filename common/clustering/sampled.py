@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .bipartition import SEPARATIONS, bipartition, sattler_bipartition, separation
+from .bipartition import SEPARATION, SEPARATIONS, bipartition, sattler_bipartition, separation
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
@@ -183,7 +183,7 @@ def sattler_split(
     seed: int = 0,
     chunk: int = CHUNK,
     sample_above: int = 0,
-    test: str = "nearest",
+    test: str = SEPARATION,
 ) -> tuple[list[int], list[int], float, float]:
     """Sattler's split of one cluster: ``sampled_bipartition`` above ``sample_above`` > 0 members, else exact.
 
@@ -204,7 +204,7 @@ def sampled_bipartition(
     *,
     sketch_dim: int = 0,
     seed: int = 0,
-    test: str = "nearest",
+    test: str = SEPARATION,
 ) -> tuple[list[int], list[int], float, float]:
     """Sattler's split on a sample of the members, the rest by cosine to each half's mean direction.
 

@@ -13,7 +13,8 @@ process without Flower (as ``benchmarks/auto_cut.py``: FedClust's final layer af
 from the global model after its automatic warm-up of FedAvg rounds), then the strategy's own
 server-side step (``fedclust_clusters``, ``pacfl_clusters``, ``flhc_clusters``) with the
 default parameters. FeSEM (``--algorithms fesem``): every client's model after training the
-initial model as in its round 1 (``train_local``), and its automatic K (``automatic_labels``);
+initial model as in its round 1 (``train_local``), and its automatic K (``automatic_labels``, on the
+updates' cosines by default, ``fesem-auto-metric``);
 the E-steps after it are not run (a client's trained model stays nearest the centre it started
 from, so the seeding is FeSEM's clustering). Only the clustering is scored (ARI against the planted groups), not the
 accuracy after it. Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's
@@ -193,9 +194,10 @@ def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[
     return rows
 
 
-def fesem_models(rc: dict[str, Any]) -> np.ndarray:
+def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
-    initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P)."""
+    initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P),
+    and the initial model they started from (P,)."""
     training = TrainingParams.from_run_config(rc)
     model = Experiment.from_run_config(rc).initial_model()
     cfg = ConfigRecord({**training.local_config(), keys.SERVER_ROUND: 1})
@@ -203,7 +205,7 @@ def fesem_models(rc: dict[str, Any]) -> np.ndarray:
     for pid in range(rc["num-clients"]):
         trained, _ = train_local(_task(rc, pid), model, cfg)
         rows.append(flat({name: t.detach().cpu().numpy() for name, t in trained.state_dict().items()}))
-    return np.stack(rows)
+    return np.stack(rows), flat({name: a.numpy() for name, a in model.items()})
 
 
 def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str, Any]]:
@@ -237,7 +239,10 @@ def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str
         truth = np.array([int(_task(rc, pid).data.group) for pid in range(cell.clients)])
     if FeSEM.name in algorithms:
         fesem = params_from_run_config(FeSEMParams, rc)
-        labels[FeSEM.name] = automatic_labels(fesem_models(rc), fesem.max_clusters, cell.seed)
+        points, origin = fesem_models(rc)
+        labels[FeSEM.name] = automatic_labels(
+            points, fesem.max_clusters, cell.seed, origin=origin, metric=fesem.auto_metric
+        )
     return _rows(cell, truth, labels, time.perf_counter() - started)
 
 

@@ -158,9 +158,11 @@ FULL_RUN_CELLS = (
 """Digits first: the tabular cell runs when time allows (``--full-cells``)."""
 
 
-def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[str, Any]]:
-    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on ``FULL_RUN_CELLS[cells]``;
-    the rows so far are rewritten to ``out`` after each run.
+def full_runs(
+    folder: Path, cells: slice, out: Path | None = None, strategies: Sequence[str] = FULL_RUN_STRATEGIES
+) -> list[dict[str, Any]]:
+    """Each of ``strategies``' final K and ARI in an ``umbel run`` with its defaults on
+    ``FULL_RUN_CELLS[cells]``; the rows so far are rewritten to ``out`` after each run.
     """
     from benchmarks.runs import read_run, run_cli
 
@@ -169,7 +171,7 @@ def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[
         rc = cell.run_config()
         federation = ["--scenario", cell.scenario, "--groups", str(cell.groups), "--num-clients", str(cell.clients)]
         federation += ["--seed", str(cell.seed), "--dataset", str(rc["dataset"]), "--model", str(rc["model"])]
-        for strategy in FULL_RUN_STRATEGIES:
+        for strategy in strategies:
             args = ["--strategy", strategy, *federation, "--rounds", str(FULL_RUN_ROUNDS)]
             name = f"{strategy}-{cell.dataset}-G{cell.groups}"
             try:
@@ -318,13 +320,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", default="", help="with --rows: the load while they were measured")
     parser.add_argument("--full-runs", type=Path, default=None, help="umbel runs of FULL_RUN_CELLS into this folder")
     parser.add_argument("--full-cells", default="0:", help="which FULL_RUN_CELLS, a Python slice 'start:stop'")
+    parser.add_argument(
+        "--full-strategies", default=",".join(FULL_RUN_STRATEGIES), help="comma-separated: only these full runs"
+    )
     args = parser.parse_args(argv)
     if args.full_runs is not None:
         if args.rows is not None:
             rows = json.loads(args.rows.read_text())
         else:
             start, _, stop = args.full_cells.partition(":")
-            rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out)
+            strategies = args.full_strategies.split(",")
+            unknown = sorted(set(strategies) - set(FULL_RUN_STRATEGIES))
+            if unknown:
+                parser.error(
+                    f"The '--full-strategies' parameter must name strategies of {FULL_RUN_STRATEGIES}. "
+                    f"Got {unknown} instead."
+                )
+            rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out, strategies)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
             write_record(

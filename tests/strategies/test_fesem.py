@@ -123,6 +123,11 @@ def test_the_random_init_keeps_k_distinct_seeded_centres():
         ("num-clusters", -1, r"The 'num-clusters' parameter of FeSEM must be an int >= 0. Got -1 instead"),
         ("max-clusters", 1, r"The 'max-clusters' parameter of FeSEM must be an int >= 2. Got 1 instead"),
         ("fesem-init", "kmeans", r"The 'fesem-init' parameter of FeSEM must be one of \{'clients', 'random'\}"),
+        (
+            "fesem-auto-metric",
+            "cityblock",
+            r"The 'fesem-auto-metric' parameter of FeSEM must be one of \{'cosine', 'euclidean'\}.* Got 'cityblock'",
+        ),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_key(key, value, match):

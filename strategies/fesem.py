@@ -108,7 +108,10 @@ def automatic_labels(
     n = len(points)
     sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, SAMPLE_SIZE, replace=False))
     rows = sketch_rows(points[sample] if origin is None else points[sample] - origin, seed)
-    distances = pairwise_distances(rows, metric)
+    if metric == "cosine":  # 1 - cos as half the squared distance of unit rows: finite for a zero update
+        distances = pairwise_distances(_unit(rows), "sqeuclidean") / 2.0
+    else:
+        distances = pairwise_distances(rows, metric)
     labels, _ = auto_cut(distances, max_clusters=max_clusters)
     if labels.max() == 0:
         log(INFO, "FeSEM: automatic K keeps one cluster: %s", undecided_reason(distances))

@@ -223,3 +223,17 @@ def test_fesem_automatic_k_on_digits_label_skew_with_quantity_shift(metric):
     strategy, _, _ = _run(1, **overrides)
     ari = strategy.history[0].ari
     assert (len(strategy.models), ari) == (2, 1.0) if metric == "cosine" else ari < 0.5
+
+
+def test_automatic_k_on_cosines_keeps_one_cluster_when_no_client_moved(caplog):
+    """lr 0: every update is zero, whose cosine is undefined; one cluster, logged, no crash."""
+    from strategies.fesem import automatic_labels
+
+    points = np.tile(np.arange(10.0), (6, 1))
+    with caplog.at_level(logging.INFO):
+        labels = automatic_labels(points, max_clusters=8, seed=0, origin=np.arange(10.0), metric="cosine")
+    assert (labels == 0).all() and "automatic K keeps one cluster: all clients' signals are alike" in caplog.text
+    moved = points.copy()
+    moved[:3, 0] += 1.0  # three clients moved one way, three did not: two clusters
+    two = automatic_labels(moved, max_clusters=8, seed=0, origin=np.arange(10.0), metric="cosine")
+    assert two.tolist() == [0, 0, 0, 1, 1, 1]

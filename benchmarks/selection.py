@@ -13,7 +13,8 @@ process without Flower (as ``benchmarks/auto_cut.py``: FedClust's final layer af
 from the global model after its automatic warm-up of FedAvg rounds), then the strategy's own
 server-side step (``fedclust_clusters``, ``pacfl_clusters``, ``flhc_clusters``) with the
 default parameters. FeSEM (``--algorithms fesem``): every client's model after training the
-initial model as in its round 1 (``train_local``), and its automatic K (``automatic_labels``);
+initial model as in its round 1 (``train_local``), and its automatic K (``automatic_labels``, on the
+updates' cosines by default, ``fesem-auto-metric``);
 the E-steps after it are not run (a client's trained model stays nearest the centre it started
 from, so the seeding is FeSEM's clustering). Only the clustering is scored (ARI against the planted groups), not the
 accuracy after it. Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's
@@ -157,9 +158,11 @@ FULL_RUN_CELLS = (
 """Digits first: the tabular cell runs when time allows (``--full-cells``)."""
 
 
-def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[str, Any]]:
-    """Each strategy's final K and ARI in an ``umbel run`` with its defaults on ``FULL_RUN_CELLS[cells]``;
-    the rows so far are rewritten to ``out`` after each run.
+def full_runs(
+    folder: Path, cells: slice, out: Path | None = None, strategies: Sequence[str] = FULL_RUN_STRATEGIES
+) -> list[dict[str, Any]]:
+    """Each of ``strategies``' final K and ARI in an ``umbel run`` with its defaults on
+    ``FULL_RUN_CELLS[cells]``; the rows so far are rewritten to ``out`` after each run.
     """
     from benchmarks.runs import read_run, run_cli
 
@@ -168,7 +171,7 @@ def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[
         rc = cell.run_config()
         federation = ["--scenario", cell.scenario, "--groups", str(cell.groups), "--num-clients", str(cell.clients)]
         federation += ["--seed", str(cell.seed), "--dataset", str(rc["dataset"]), "--model", str(rc["model"])]
-        for strategy in FULL_RUN_STRATEGIES:
+        for strategy in strategies:
             args = ["--strategy", strategy, *federation, "--rounds", str(FULL_RUN_ROUNDS)]
             name = f"{strategy}-{cell.dataset}-G{cell.groups}"
             try:
@@ -193,9 +196,10 @@ def full_runs(folder: Path, cells: slice, out: Path | None = None) -> list[dict[
     return rows
 
 
-def fesem_models(rc: dict[str, Any]) -> np.ndarray:
+def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
-    initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P)."""
+    initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P),
+    and the initial model they started from (P,)."""
     training = TrainingParams.from_run_config(rc)
     model = Experiment.from_run_config(rc).initial_model()
     cfg = ConfigRecord({**training.local_config(), keys.SERVER_ROUND: 1})
@@ -203,7 +207,7 @@ def fesem_models(rc: dict[str, Any]) -> np.ndarray:
     for pid in range(rc["num-clients"]):
         trained, _ = train_local(_task(rc, pid), model, cfg)
         rows.append(flat({name: t.detach().cpu().numpy() for name, t in trained.state_dict().items()}))
-    return np.stack(rows)
+    return np.stack(rows), flat({name: a.numpy() for name, a in model.items()})
 
 
 def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str, Any]]:
@@ -237,7 +241,10 @@ def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str
         truth = np.array([int(_task(rc, pid).data.group) for pid in range(cell.clients)])
     if FeSEM.name in algorithms:
         fesem = params_from_run_config(FeSEMParams, rc)
-        labels[FeSEM.name] = automatic_labels(fesem_models(rc), fesem.max_clusters, cell.seed)
+        points, origin = fesem_models(rc)
+        labels[FeSEM.name] = automatic_labels(
+            points, fesem.max_clusters, cell.seed, origin=origin, metric=fesem.auto_metric
+        )
     return _rows(cell, truth, labels, time.perf_counter() - started)
 
 
@@ -313,13 +320,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", default="", help="with --rows: the load while they were measured")
     parser.add_argument("--full-runs", type=Path, default=None, help="umbel runs of FULL_RUN_CELLS into this folder")
     parser.add_argument("--full-cells", default="0:", help="which FULL_RUN_CELLS, a Python slice 'start:stop'")
+    parser.add_argument(
+        "--full-strategies", default=",".join(FULL_RUN_STRATEGIES), help="comma-separated: only these full runs"
+    )
     args = parser.parse_args(argv)
     if args.full_runs is not None:
         if args.rows is not None:
             rows = json.loads(args.rows.read_text())
         else:
             start, _, stop = args.full_cells.partition(":")
-            rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out)
+            strategies = args.full_strategies.split(",")
+            unknown = sorted(set(strategies) - set(FULL_RUN_STRATEGIES))
+            if unknown:
+                parser.error(
+                    f"The '--full-strategies' parameter must name strategies of {FULL_RUN_STRATEGIES}. "
+                    f"Got {unknown} instead."
+                )
+            rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out, strategies)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
             write_record(

@@ -9,8 +9,10 @@ members send their update of the cluster model (``query.update``, clustering-sig
 Sattler's bi-partition uses every member's update at the same stationary point; the
 reference samples everyone, we sample ``fraction``), which complete linkage on ``1 - cos``
 splits in two (``common.clustering.bipartition``). The split is kept when it separates
-(every cosine inside a half above every cosine across, Sattler's correctness condition);
-otherwise the cluster is left alone for ``RETRY_AFTER`` rounds. Each half starts from the
+(``cfl-sattler-separation``: ``nearest``, the default and modified, every member's most alike
+same-half update beats every cross-half pair; ``strict``, Sattler's correctness condition, every
+cosine inside a half above every cosine across; ``off``, the reference code, always); otherwise the
+cluster is left alone for ``RETRY_AFTER`` rounds. Each half starts from the
 cluster model plus its members' mean update, as in the reference.
 
 eps1 is relative to the update norms by default (modified: the reference's absolute 0.4 / 1.6

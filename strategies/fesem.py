@@ -9,12 +9,14 @@ trained models weighted by ``num-examples`` (M-step: the base's cluster aggregat
 the round's fraction: a seeding from 2 of 10 clients left the others in random clusters, which
 the L2 E-step keeps) and the centres are seeded from those trained models: with ``num-clusters``
 K by k-means++ with the run's generator, then refined (``common.clustering.fesem``); with
-``num-clusters`` 0 (not given) K is chosen by the automatic cut of the HC tree of those trained
-models (``automatic_labels``, the rule of FedClust, PACFL and FL+HC; at most ``max-clusters``),
-each centre its cluster's weighted mean. FeSEM itself does not estimate K: the paper's K is
-``--num-clusters K``. With "random" (the paper's random initialisation) the K centres
-(``num-clusters``, or ``max-clusters`` when 0) are the initial model and K - 1 seeded redraws at
-its scale, with a seeded random assignment.
+``num-clusters`` 0 (not given) K is chosen by the automatic cut of the HC tree of the cosine
+distances of their round-1 updates (trained minus initial model; ``fesem-auto-metric cosine``,
+modified: an update's length follows its client's sample count, so Euclidean distances of the
+trained models, ``euclidean``, split a group by size) (``automatic_labels``, the rule of FedClust,
+PACFL and FL+HC; at most ``max-clusters``), each centre its cluster's weighted mean. FeSEM
+itself does not estimate K: the paper's K is ``--num-clusters K``. With "random" (the paper's
+random initialisation) the K centres (``num-clusters``, or ``max-clusters`` when 0) are the
+initial model and K - 1 seeded redraws at its scale, with a seeded random assignment.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from .replies import TrainUpdate
 
 OWNER = "FeSEM"
 INITS = ("clients", "random")
+AUTO_METRICS = ("cosine", "euclidean")
+"""What the automatic K cuts: ``cosine`` distances of the round-1 updates (trained model minus the
+initial model; modified), or ``euclidean`` distances of the trained models (umbel's former rule)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,13 @@ class FeSEMParams:
         choices=INITS,
         paper="random",
     )
+    auto_metric: str = param(
+        AUTO_METRICS[0],
+        "with num-clusters 0: the automatic K cuts cosine distances of the clients' round-1 updates (modified: "
+        "an update's size follows its client's sample count, its direction its labels) or euclidean distances "
+        "of their trained models",
+        choices=AUTO_METRICS,
+    )
 
     def __post_init__(self) -> None:
         check_params(self, OWNER)
@@ -75,27 +87,55 @@ class FeSEMParams:
         return self.num_clusters == 0 and self.init == "clients"
 
 
-def automatic_labels(points: np.ndarray, max_clusters: int, seed: int) -> np.ndarray:
+def automatic_labels(
+    points: np.ndarray,
+    max_clusters: int,
+    seed: int,
+    origin: np.ndarray | None = None,
+    metric: str = "euclidean",
+) -> np.ndarray:
     """Clusters of the clients' trained models by the automatic cut (``auto_cut``, average linkage) of
-    their Euclidean distances, at most ``max_clusters``; one cluster when no cut shows structure.
+    their ``metric`` distances, at most ``max_clusters``; one cluster when no cut shows structure.
 
-    Above ``SAMPLE_SIZE`` points the cut is of a sample drawn with ``seed`` and every other point
-    joins the nearest sample cluster's mean; vectors too large to hold N x d are count-sketched
-    (``sketch_rows``), which keeps Euclidean distances approximately.
+    With ``origin`` (the model every client started from, flat) the rows cut are the updates
+    ``points - origin``; ``metric`` ``cosine`` then compares their directions only (an update's
+    norm grows with its client's sample count). Above ``SAMPLE_SIZE`` points the cut is of a sample
+    drawn with ``seed`` and every other point joins the nearest sample cluster's mean (its
+    ``metric``); vectors too large to hold N x d are count-sketched (``sketch_rows``), which keeps
+    Euclidean distances and cosines approximately.
     """
     rng = np.random.default_rng(seed)
     n = len(points)
     sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, SAMPLE_SIZE, replace=False))
-    rows = sketch_rows(points[sample], seed)
-    distances = pairwise_distances(rows)
+    rows = sketch_rows(points[sample] if origin is None else points[sample] - origin, seed)
+    if metric == "cosine":  # 1 - cos as half the squared distance of unit rows: finite for a zero update
+        distances = pairwise_distances(_unit(rows), "sqeuclidean") / 2.0
+    else:
+        distances = pairwise_distances(rows, metric)
     labels, _ = auto_cut(distances, max_clusters=max_clusters)
     if labels.max() == 0:
         log(INFO, "FeSEM: automatic K keeps one cluster: %s", undecided_reason(distances))
     if n <= SAMPLE_SIZE:
         return labels
     start = np.zeros((int(labels.max()) + 1, points.shape[1]))
-    centres = update_centres(points[sample], labels, np.ones(len(sample)), start)
-    return np.unique(nearest_centres(points, centres), return_inverse=True)[1]  # no cluster left empty
+    if origin is None or metric != "cosine":
+        centres = update_centres(points[sample], labels, np.ones(len(sample)), start)
+        return np.unique(nearest_centres(points, centres), return_inverse=True)[1]  # no cluster left empty
+    # cosine: the nearest mean direction (unit rows and unit centres: L2 order is cosine order)
+    centres = _unit(update_centres(_unit(points[sample] - origin), labels, np.ones(len(sample)), start))
+    joined = np.concatenate(
+        [nearest_centres(_unit(points[lo : lo + CHUNK] - origin), centres) for lo in range(0, n, CHUNK)]
+    )
+    return np.unique(joined, return_inverse=True)[1]
+
+
+CHUNK = 4096
+"""Rows made into unit updates at a time when the clients above the sample join their clusters."""
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)
 
 
 class FeSEM(ClusteredStrategy):
@@ -156,7 +196,13 @@ class FeSEM(ClusteredStrategy):
         weights = np.array([updates[p].num_examples for p in pids], dtype=np.float64)
         with self.clustering_timer():
             if self.params.automatic:
-                labels = automatic_labels(points, self.params.max_clusters, self.training.seed)
+                labels = automatic_labels(
+                    points,
+                    self.params.max_clusters,
+                    self.training.seed,
+                    origin=flat(sent) if (sent := updates[pids[0]].sent) is not None else None,
+                    metric=self.params.auto_metric,
+                )
                 k = total = int(labels.max()) + 1
                 centres = update_centres(points, labels, weights, np.zeros((k, points.shape[1])))
                 log(INFO, "FeSEM: automatic K = %d from %d clients' trained models", k, len(pids))

@@ -22,6 +22,14 @@ def test_unknown_scenarios_or_algorithms_are_refused_naming_the_flag(flag, value
     assert re.search(match, capsys.readouterr().err)
 
 
+def test_unknown_full_run_strategies_are_refused_before_any_run(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--full-runs", str(tmp_path / "runs"), "--full-strategies", "flic,cfl"])
+    err = capsys.readouterr().err
+    assert re.search(r"The '--full-strategies' parameter must name strategies of .* Got \['cfl'\] instead", err)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_filters_keep_only_the_named_cells(capsys):
     main(["--half", "dev", "--scenarios", "rotation", "--max-clients", "30", "--dry-run"])
     cells = capsys.readouterr().out.split()

@@ -123,6 +123,11 @@ def test_the_random_init_keeps_k_distinct_seeded_centres():
         ("num-clusters", -1, r"The 'num-clusters' parameter of FeSEM must be an int >= 0. Got -1 instead"),
         ("max-clusters", 1, r"The 'max-clusters' parameter of FeSEM must be an int >= 2. Got 1 instead"),
         ("fesem-init", "kmeans", r"The 'fesem-init' parameter of FeSEM must be one of \{'clients', 'random'\}"),
+        (
+            "fesem-auto-metric",
+            "cityblock",
+            r"The 'fesem-auto-metric' parameter of FeSEM must be one of \{'cosine', 'euclidean'\}.* Got 'cityblock'",
+        ),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_key(key, value, match):
@@ -165,3 +170,70 @@ def test_automatic_labels_keep_one_cluster_on_alike_models_and_say_why(caplog):
     with caplog.at_level(logging.INFO):
         labels = automatic_labels(np.ones((6, 10)), max_clusters=8, seed=0)
     assert (labels == 0).all() and "automatic K keeps one cluster: all clients' signals are alike" in caplog.text
+
+
+@pytest.mark.parametrize("groups", [2, 5])
+def test_automatic_k_on_update_directions_finds_groups_whose_update_sizes_follow_sample_counts(groups):
+    from sklearn.metrics import adjusted_rand_score
+
+    from strategies.fesem import automatic_labels
+
+    # grouped label skew with a quantity shift: updates share a direction (what every client learns) and
+    # lean their group's way; an update's length is its client's sample count (1x to 6x), which
+    # Euclidean distances between the trained models follow
+    rng = np.random.default_rng(groups)
+    truth = np.repeat(np.arange(groups), 8)
+    origin = rng.normal(size=200)
+    directions = rng.normal(size=200) + 0.5 * rng.normal(size=(groups, 200))
+    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
+    points = origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), 200)))
+    cosine = automatic_labels(points, max_clusters=8, seed=0, origin=origin, metric="cosine")
+    euclidean = automatic_labels(points, max_clusters=8, seed=0, origin=origin, metric="euclidean")
+    assert cosine.max() + 1 == groups and adjusted_rand_score(truth, cosine) == 1.0
+    assert adjusted_rand_score(truth, euclidean) < 0.8  # the former rule
+    # the updates, not the models: the same models seen from another origin are other directions
+    assert adjusted_rand_score(truth, automatic_labels(points, 8, 0, origin=origin + 50.0, metric="cosine")) < 0.8
+
+
+def test_automatic_k_on_cosines_joins_clients_above_the_sample_by_direction(monkeypatch):
+    from sklearn.metrics import adjusted_rand_score
+
+    import strategies.fesem as fesem_module
+    from strategies.fesem import automatic_labels
+
+    rng = np.random.default_rng(7)
+    truth = np.repeat(np.arange(3), 10)
+    origin = rng.normal(size=100)
+    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
+    directions = rng.normal(size=100) + 0.5 * rng.normal(size=(3, 100))
+    points = origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), 100)))
+    monkeypatch.setattr(fesem_module, "SAMPLE_SIZE", 12)
+    monkeypatch.setattr(fesem_module, "CHUNK", 7)  # the joining clients are made unit rows a few at a time
+    labels = automatic_labels(points, max_clusters=8, seed=0, origin=origin, metric="cosine")
+    assert adjusted_rand_score(truth, labels) == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_fesem_automatic_k_on_digits_label_skew_with_quantity_shift(metric):
+    """12 digits clients, grouped label skew (Dirichlet sample counts): the updates' cosines find the
+    2 groups after round 1; the trained models' Euclidean distances (the former rule) do not."""
+    overrides = {"scenario": "label-skew-dirichlet", "num-clients": 12, "samples-per-label": 0, "seed": 1}
+    overrides |= {"num-clusters": 0, "fesem-auto-metric": metric, "local-epochs": 1, "lr": 0.01, "eval-every": 1}
+    strategy, _, _ = _run(1, **overrides)
+    ari = strategy.history[0].ari
+    assert (len(strategy.models), ari) == (2, 1.0) if metric == "cosine" else ari < 0.5
+
+
+def test_automatic_k_on_cosines_keeps_one_cluster_when_no_client_moved(caplog):
+    """lr 0: every update is zero, whose cosine is undefined; one cluster, logged, no crash."""
+    from strategies.fesem import automatic_labels
+
+    points = np.tile(np.arange(10.0), (6, 1))
+    with caplog.at_level(logging.INFO):
+        labels = automatic_labels(points, max_clusters=8, seed=0, origin=np.arange(10.0), metric="cosine")
+    assert (labels == 0).all() and "automatic K keeps one cluster: all clients' signals are alike" in caplog.text
+    moved = points.copy()
+    moved[:3, 0] += 1.0  # three clients moved one way, three did not: two clusters
+    two = automatic_labels(moved, max_clusters=8, seed=0, origin=np.arange(10.0), metric="cosine")
+    assert two.tolist() == [0, 0, 0, 1, 1, 1]

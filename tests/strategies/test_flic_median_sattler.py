@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.metrics import adjusted_rand_score
 from flwr.app import Array, ArrayRecord
 
 from client.app import app as client_app
@@ -253,3 +254,39 @@ def test_flics_true_group_mix_uses_the_truth_file_when_one_is_given(tmp_path):
     mixes = [c["true-groups"] for c in json.loads((tmp_path / "flic.json").read_text())["clusters"]]
     assert {int(g) for m in mixes for g in m} == {100, 101}
     assert sum(m.get("100", 0) for m in mixes) == sum(1 for p in flic.clients if p % 2 == 0)
+
+
+@pytest.mark.slow
+def test_sattler_separation_key_decides_whether_a_split_that_leaves_groups_together_is_kept():
+    # 12 digits clients in 4 groups: the round-3 bi-partition puts one group (3 clients) against the
+    # other three, so the 9-client half holds groups unlike each other: ``nearest`` keeps the split
+    # (each member has a same-group partner), ``strict`` does not, ``off`` keeps it whatever the cosines
+    runs = {
+        sep: _start(
+            CFLSattler,
+            CFLSattlerParams(eps1=1e6, split_after=1, separation=sep),
+            rounds=3,
+            fraction=1.0,
+            **{"num-clients": 12, "groups": 4, "samples-per-label": 10},
+        )[0]
+        for sep in ("nearest", "strict", "off")
+    }
+    tried = {sep: s.attempts for sep, s in runs.items()}
+    assert all(len(a) == 1 and a[0]["round"] == 3 and sorted(a[0]["sizes"]) == [3, 9] for a in tried.values())
+    # the training before the attempt is the same: one cross-half cosine, two within-half statistics
+    assert len({a[0]["alpha-cross-max"] for a in tried.values()}) == 1
+    assert tried["strict"][0]["alpha-intra-min"] == tried["off"][0]["alpha-intra-min"]
+    assert tried["nearest"][0]["alpha-intra-min"] > tried["nearest"][0]["alpha-cross-max"]
+    assert tried["strict"][0]["alpha-intra-min"] <= tried["strict"][0]["alpha-cross-max"]
+    assert [tried[sep][0]["kept"] for sep in ("nearest", "strict", "off")] == [True, False, True]
+    assert [len(runs[sep].models) for sep in ("nearest", "strict", "off")] == [2, 1, 2]
+    assert set(runs["strict"].assignment.values()) == {0} and runs["strict"]._retry == {0: 3 + 5}
+    nearest = runs["nearest"]
+    pids = sorted(nearest.assignment)
+    found = [nearest.assignment[p] for p in pids]
+    truth = [nearest.true_group(p) for p in pids]
+    # the split is the planted groups with the three-group half merged: one group alone, the rest together
+    small = min((0, 1), key=found.count)
+    lone = {nearest.true_group(p) for p in pids if nearest.assignment[p] == small}
+    assert len(lone) == 1 and adjusted_rand_score(found, [g in lone for g in truth]) == 1.0
+    assert runs["off"].assignment == nearest.assignment

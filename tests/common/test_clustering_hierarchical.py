@@ -15,6 +15,7 @@ from common.clustering.hierarchical import (
     nearest,
     pairwise_distances,
     relabel_by_appearance,
+    undecided_reason,
 )
 
 
@@ -158,6 +159,15 @@ def test_auto_cut_keeps_one_cluster_without_structure_and_checks_tolerance():
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="'tolerance'"):
             auto_cut(d, tolerance=bad)
+
+
+def test_undecided_reason_tells_too_few_clients_from_alike_signals_from_no_structure():
+    """Three clients are enough for a silhouette; only all-zero distances are alike signals."""
+    apart = np.ones((3, 3)) - np.eye(3)
+    assert undecided_reason(apart[:2, :2]).startswith("2 clients, fewer than the 3")
+    assert undecided_reason(apart).startswith("no cut scores a silhouette above")
+    assert undecided_reason(np.zeros((3, 3))) == "all clients' signals are alike"
+    assert undecided_reason(None).startswith("no cut of the sample scores")
 
 
 def _tied_distances(n: int, seed: int) -> np.ndarray:

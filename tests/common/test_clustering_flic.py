@@ -162,3 +162,10 @@ def test_loss_plateau_refuses_a_missing_a_non_finite_or_a_2d_loss_by_name():
         loss_plateau([3.0, 2.0, np.inf, 1.9], 1, 0.5)
     with pytest.raises(ValueError, match=message.format("2, 2")):
         loss_plateau([[3.0, 2.0], [1.9, 1.9]], 1, 0.5)
+
+
+def test_loss_plateau_decides_at_exactly_two_windows():
+    # t = 2w: the early and the recent fall are one fall; no fall is a plateau, a fall is one only above tol 1
+    assert loss_plateau([1.0, 1.0], 1, 0.1)
+    assert loss_plateau([1.0, 1.0, 1.0, 1.0], 2, 0.1)
+    assert loss_plateau([2.0, 1.0], 1, 1.5) and not loss_plateau([2.0, 1.0], 1, 0.5)

@@ -187,3 +187,9 @@ def test_elbow_refuses_an_empty_sweep_and_a_negative_tol_by_name() -> None:
         elbow([], [])
     with pytest.raises(ValueError, match=r"The 'tol' parameter of elbow must be a float >= 0\.0\. Got -1\.0 instead\."):
         elbow([1, 2, 3], [0.5, 0.6, 0.7], tol=-1)
+
+
+def test_elbow_is_the_point_farthest_above_the_chord_of_the_normalised_curve() -> None:
+    # the knee decides (the last point is below the best): both axes min-max scaled, chord first to last point
+    assert elbow([12, 14, 15, 19, 20], [0.42, 0.57, 0.60, 0.70, 0.66]) == 2
+    assert elbow([3, 6, 12, 14, 26, 27], [0.72, 0.56, 0.64, 0.69, 0.86, 0.58]) == 4  # the first point is not the lowest

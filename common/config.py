@@ -1,7 +1,8 @@
 """Run-wide parameters read from Flower's run-config, validated once (no Flower here).
 
-Strategy-specific parameters live with each strategy; the scenario's in
-``common.scenarios.ScenarioConfig``.
+Each key read here is declared once, on its field (``common.params.param``); ``common.schema``
+places it among the run-config keys. Strategy-specific parameters live with each strategy; the
+scenario's in ``common.scenarios.ScenarioConfig``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import keys, schema
+from . import keys
 from .metrics import final_stretch
-from .params import run_config_keys
-from .validation import check_bool, check_choice, check_float, check_int, check_str
+from .params import check_params, check_renamed, param, run_config_keys
+from .validation import check_int
 
 OWNER = "the run config"
 
@@ -36,9 +37,9 @@ def params_from_run_config(cls: type[T], rc: Mapping[str, Any]) -> T:
     Raises
     ------
     ValueError
-        When ``rc`` holds a key that was renamed (``common.schema.RENAMED``), naming the new key.
+        When ``rc`` holds a key that was renamed (``common.params.RENAMED``), naming the new key.
     """
-    schema.check_renamed(rc)
+    check_renamed(rc)
     return cls(**{name: rc[key] for name, key in run_config_keys(cls).items() if key in rc})
 
 
@@ -46,61 +47,78 @@ def params_from_run_config(cls: type[T], rc: Mapping[str, Any]) -> T:
 class TrainingParams:
     """The federated-training knobs every strategy shares.
 
-    Attributes are the run-config keys with ``-`` turned into ``_``.
+    Attributes are the run-config keys with ``-`` turned into ``_``; each is declared here once
+    (``common.params.param``: default, help, range), and ``common.schema`` places its key.
     """
 
-    rounds: int = 100
-    fraction: float = 0.2
-    local_epochs: int = 5
-    batch_size: int = 32
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    eval_every: int = 5
-    round_timeout: float = 600.0
-    node_wait_timeout: float = 300.0
-    seed: int = 0
-    late_clients: float = 0.0
-    late_round: int = 0
-    identity_timeout: float = 600.0
-    aggregation: str = "mean"
-    weight_cap: float = 10.0
-    max_rejected_rounds: int = 3
-    min_nodes: int = 0
+    rounds: int = param(100, "federated rounds; >= 1", low=1)
+    fraction: float = param(
+        0.2, "share of the clients trained each round, in (0, 1]", low=0.0, high=1.0, closed=(False, True)
+    )
+    local_epochs: int = param(5, "local SGD epochs per round; >= 1", low=1)
+    batch_size: int = param(32, "local SGD batch size; >= 1", low=1)
+    lr: float = param(
+        0.01,
+        "local SGD learning rate; > 0 (modified: CFLGT's paper trains at 0.001, the paper preset of "
+        "benchmarks.compare; 0.01 also trains small own data, docs/results/selection.md)",
+        low=0.0,
+        closed=(False, True),
+    )
+    momentum: float = param(0.9, "local SGD momentum, in [0, 1)", low=0.0, high=1.0, closed=(True, False))
+    weight_decay: float = param(0.0, "local SGD weight decay; >= 0", low=0.0)
+    eval_every: int = param(5, "evaluate every client every N rounds (and in the last round); >= 1", low=1)
+    round_timeout: float = param(
+        600.0, "seconds to wait for a round's replies; missing replies are skipped", low=0.0, closed=(False, True)
+    )
+    node_wait_timeout: float = param(
+        300.0, "seconds to wait for all clients to connect at start", low=0.0, closed=(False, True)
+    )
+    identity_timeout: float = param(
+        600.0,
+        "seconds the start-up identity query waits for the nodes' answers "
+        "(cold simulated clients need tens of seconds); > 0",
+        low=0.0,
+        closed=(False, True),
+    )
+    aggregation: str = param(
+        "mean",
+        "cluster aggregation: mean (weighted by num-examples) or median "
+        "(coordinate-wise, every reply counts once); FedMedian always takes the median",
+        choices=AGGREGATIONS,
+    )
+    weight_cap: float = param(
+        10.0,
+        "cap on one reply's weight, as a multiple of the median train size the clients reported; 0 = no cap; >= 0",
+        low=0.0,
+    )
+    max_rejected_rounds: int = param(
+        3,
+        "stop the run after this many consecutive rounds in which no train or evaluate reply was usable "
+        "(rejected, failed or timed out); 0 = never; >= 0",
+        low=0,
+    )
+    late_clients: float = param(
+        0.0,
+        "share of the clients (seeded) held out until late-round, in [0, 1)",
+        low=0.0,
+        high=1.0,
+        closed=(True, False),
+    )
+    late_round: int = param(0, "the round late clients join; 0: rounds // 2 + 1", checked=False)
+    min_nodes: int = param(
+        0,
+        "go on with at least this many client nodes when fewer than num-clients are in the federation "
+        "(after node-wait-timeout in a deployment); 0 = all num-clients must be there, else the run stops; "
+        "int in [0, num-clients]",
+        low=0,
+    )
+    seed: int = param(
+        0, "every random choice (partition, initial model, sampling, shuffling) flows from it; >= 0", low=0
+    )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", OWNER, low=1))
-        object.__setattr__(
-            self,
-            "fraction",
-            check_float(self.fraction, "fraction", OWNER, low=0.0, high=1.0, closed=(False, True)),
-        )
-        object.__setattr__(self, "local_epochs", check_int(self.local_epochs, "local-epochs", OWNER, low=1))
-        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch-size", OWNER, low=1))
-        object.__setattr__(self, "lr", check_float(self.lr, "lr", OWNER, low=0.0, closed=(False, True)))
-        object.__setattr__(
-            self,
-            "momentum",
-            check_float(self.momentum, "momentum", OWNER, low=0.0, high=1.0, closed=(True, False)),
-        )
-        object.__setattr__(self, "weight_decay", check_float(self.weight_decay, "weight-decay", OWNER, low=0.0))
-        object.__setattr__(self, "eval_every", check_int(self.eval_every, "eval-every", OWNER, low=1))
-        for name in ("round_timeout", "node_wait_timeout", "identity_timeout"):
-            value = check_float(getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, closed=(False, True))
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "seed", check_int(self.seed, "seed", OWNER, low=0))
-        object.__setattr__(
-            self,
-            "late_clients",
-            check_float(self.late_clients, "late-clients", OWNER, low=0.0, high=1.0, closed=(True, False)),
-        )
+        check_params(self, OWNER)
         object.__setattr__(self, "late_round", check_int(self.late_round, "late-round", OWNER, low=0, high=self.rounds))
-        object.__setattr__(self, "aggregation", check_choice(self.aggregation, "aggregation", OWNER, AGGREGATIONS))
-        object.__setattr__(self, "weight_cap", check_float(self.weight_cap, "weight-cap", OWNER, low=0.0))
-        object.__setattr__(
-            self, "max_rejected_rounds", check_int(self.max_rejected_rounds, "max-rejected-rounds", OWNER, low=0)
-        )
-        object.__setattr__(self, "min_nodes", check_int(self.min_nodes, "min-nodes", OWNER, low=0))
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> TrainingParams:
@@ -140,17 +158,24 @@ class FaultParams:
     is seeded by the run's seed, the round and the partition id.
     """
 
-    fail_fraction: float = 0.0
-    slow_fraction: float = 0.0
-    slow_delay: float = 0.0
+    fail_fraction: float = param(
+        0.0,
+        "drills only: chance a client fails (raises) in a round, in [0, 1)",
+        low=0.0,
+        high=1.0,
+        closed=(True, False),
+    )
+    slow_fraction: float = param(
+        0.0,
+        "drills only: chance a client answers slow-delay seconds late, in [0, 1)",
+        low=0.0,
+        high=1.0,
+        closed=(True, False),
+    )
+    slow_delay: float = param(0.0, "drills only: the delay of a slow client in seconds; >= 0", low=0.0)
 
     def __post_init__(self) -> None:
-        for name in ("fail_fraction", "slow_fraction"):
-            value = check_float(
-                getattr(self, name), name.replace("_", "-"), OWNER, low=0.0, high=1.0, closed=(True, False)
-            )
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "slow_delay", check_float(self.slow_delay, "slow-delay", OWNER, low=0.0))
+        check_params(self, OWNER)
 
     @property
     def active(self) -> bool:
@@ -170,20 +195,26 @@ class OutputParams:
     ``checkpoint_every`` = 0 turns checkpoints off; ``resume_from`` = "" starts afresh.
     """
 
-    results_dir: str = "results"
-    run_name: str = ""
-    checkpoint_every: int = 0
-    resume_from: str = ""
-    tensorboard: bool = False
-    save_models: bool = True
+    results_dir: str = param("results", "folder of the results; each run writes results-dir/run-name")
+    run_name: str = param(
+        "",
+        "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>, "
+        "or <strategy>-<folder>-<format>-s<seed>-<time> for own data (data-path)",
+    )
+    checkpoint_every: int = param(
+        0, "save the strategy's declared state every N rounds to checkpoint.npz; 0 = never", low=0
+    )
+    resume_from: str = param("", "continue a run from this checkpoint.npz; empty: start afresh")
+    tensorboard: bool = param(
+        False, "also write each round's metrics for TensorBoard to <run>/tensorboard (needs umbel[tensorboard])"
+    )
+    save_models: bool = param(
+        True,
+        "write the cluster models to <run>/models/ and send each client its cluster's final model (docs/models.md)",
+    )
 
     def __post_init__(self) -> None:
-        check_str(self.results_dir, "results-dir", OWNER)
-        check_str(self.run_name, "run-name", OWNER)
-        check_str(self.resume_from, "resume-from", OWNER)
-        check_bool(self.tensorboard, "tensorboard", OWNER)
-        check_bool(self.save_models, "save-models", OWNER)
-        object.__setattr__(self, "checkpoint_every", check_int(self.checkpoint_every, "checkpoint-every", OWNER, low=0))
+        check_params(self, OWNER)
         if self.results_dir.strip() == "":
             raise ValueError(f"The 'results-dir' parameter of {OWNER} must be a non-empty path. Got '' instead.")
         if "/" in self.run_name or self.run_name in {".", ".."}:

@@ -1,4 +1,4 @@
-"""A strategy parameter declared once, on its dataclass field (no Flower here).
+"""A run-config parameter declared once, on its dataclass field (no Flower here).
 
 In the manner of scikit-learn's ``_parameter_constraints``, each field of a strategy's frozen
 parameters dataclass carries its help line, its allowed range or values and its paper
@@ -7,8 +7,10 @@ validation (``check_params``, scikit-learn's wording, naming the run-config key)
 run-config key's entry in ``common.schema``, the ``umbel run`` flag and its help, the
 ``[tool.flwr.app.config]`` lines of ``pyproject.toml`` and the parameter tables in ``docs/``.
 
-A field declared with ``shared`` (below) reads a key several strategies share; that key
-is declared once in ``common.schema`` and ``shared`` may add the strategy's own range.
+The run-wide dataclasses of ``common.config`` (training, output, faults) declare their keys
+the same way. A field declared with ``shared`` (below) reads a key several strategies share; that
+key is declared once in ``common.schema`` and ``shared`` may add the strategy's own range.
+``RENAMED`` lists the keys' former names.
 """
 
 from __future__ import annotations
@@ -163,3 +165,54 @@ def run_config_keys(cls: type[Any]) -> dict[str, str]:
 def run_config_key(cls: type[Any], name: str) -> str:
     """The run-config key of the field ``name`` of ``cls`` (``run_config_keys``), for messages."""
     return run_config_keys(cls)[name]
+
+
+RENAMED: dict[str, str] = {
+    "pretrain-rounds": "cflgt-pretrain-rounds",
+    "damping": "cflgt-damping",
+    "preference": "cflgt-preference",
+    "cluster-epochs": "fedclust-cluster-epochs",
+    "warmup-rounds": "flhc-warmup-rounds",
+    "beta": "flag-beta",
+    "delta": "flag-delta",
+    "alpha": "flag-alpha",
+    "sweep-step": "flag-sweep-step",
+    "sweep-clients": "flag-sweep-clients",
+    "sweep-rounds": "flag-sweep-rounds",
+    "gradient-epochs": "flag-gradient-epochs",
+    "uniform-weights": "flag-uniform-weights",
+    "cluster-round": "flic-cluster-round",
+    "resolution": "flic-resolution",
+    "stable-tol": "flic-stable-tol",
+    "eps1": "cfl-sattler-eps1",
+    "eps2": "cfl-sattler-eps2",
+    "eps-absolute": "cfl-sattler-eps-absolute",
+    "split-after": "cfl-sattler-split-after",
+    "cluster-period": "cfl-gp-cluster-period",
+    "cluster-until": "cfl-gp-cluster-until",
+    "stable-updates": "cfl-gp-stable-updates",
+    "profile-protocol": "cfl-gp-profile-protocol",
+    "profile-fraction": "cfl-gp-profile-fraction",
+    "compression-ratio": "cfl-gp-compression-ratio",
+    "estimate-after": "cfl-gp-estimate-after",
+    "proximal-mu": "fedprox-mu",
+}
+"""A former key name and its name now (no alias: a run-config that uses a former name fails)."""
+
+
+def renamed_message(old: str) -> str:
+    """The error that a run-config using the former key name ``old`` gets."""
+    return f"The '{old}' key was renamed '{RENAMED[old]}'."
+
+
+def check_renamed(config: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the new key when ``config`` holds a former key name.
+
+    Raises
+    ------
+    ValueError
+        For the first key of ``config`` in ``RENAMED``.
+    """
+    for key in config:
+        if key in RENAMED:
+            raise ValueError(renamed_message(key))

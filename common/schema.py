@@ -1,13 +1,15 @@
 """Every run-config key once: its default, its help line, its group and its type.
 
 The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
-installed wheel has them too). The keys every run reads are declared here; a strategy's own
-keys are declared on its parameters dataclass (``common.params.param``); ``build`` makes the
+installed wheel has them too). The keys every run reads are declared here, except those of
+``common.config``'s dataclasses (training, output, faults), which are declared on their fields
+and placed here (``_fields``); a strategy's own keys are declared on its parameters dataclass
+(``common.params.param``). Each key is declared once. ``build`` makes the
 whole ``KEYS`` from a registry (``strategies.schema`` does, from ``strategies.REGISTRY``), the
 group of each named after its strategy. ``pyproject.toml``'s ``[tool.flwr.app.config]`` and
 docs/parameters.md are written from ``KEYS`` by ``python -m server.derived``;
 ``tests/test_run_config_schema.py`` fails when they differ. A key read by one strategy only is
-named ``<strategy>-<parameter>``; ``RENAMED``
+named ``<strategy>-<parameter>``; ``RENAMED`` (``common.params``)
 maps the keys' former names to their names now, so that an old name fails naming the new one.
 Values are checked here for their type only; ranges and cross-key rules are checked where the
 values are used (``common.config``, ``common.scenarios``, each strategy's parameters).
@@ -16,11 +18,15 @@ values are used (``common.config``, ``common.scenarios``, each strategy's parame
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from .config import OWNER, FaultParams, OutputParams, TrainingParams
+from .params import RENAMED as RENAMED
 from .params import SHARED_KEY, run_config_keys, spec_of
+from .params import check_renamed as check_renamed
+from .params import renamed_message as renamed_message
 
 Scalar = bool | int | float | str
 
@@ -31,7 +37,6 @@ FAULTS = "faults"
 SHARED = "clustering (shared by several strategies)"
 RUN_GROUPS: tuple[str, ...] = (DATA, TRAINING, OUTPUT, FAULTS, SHARED)
 """The groups of the keys declared here; each strategy with keys of its own adds its group after them."""
-OWNER = "the run config"
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -94,6 +99,23 @@ def _k(
     return Key(name, default, group, help, choices)
 
 
+def _fields(cls: type, group: str, first: str = "", last: str = "") -> tuple[Key, ...]:
+    """The keys of ``cls``'s fields ``first`` through ``last`` (default: all), in ``group``.
+
+    The run-wide dataclasses of ``common.config`` declare their keys on their fields
+    (``common.params.param``); this places them among the keys declared here.
+    """
+    keys = run_config_keys(cls)
+    names = list(keys)
+    chosen = names[names.index(first) if first else 0 : names.index(last) + 1 if last else len(names)]
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if f.name in chosen and spec is not None:
+            out.append(Key(keys[f.name], cast(Scalar, f.default), group, spec.help, spec.choices))
+    return tuple(out)
+
+
 RUN_KEYS: tuple[Key, ...] = (
     # data and scenario
     _k(
@@ -125,7 +147,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "server and every client",
         ("dnn", "lenet5", "linear", "resnet18"),
     ),
-    _k("seed", 0, DATA, "every random choice (partition, initial model, sampling, shuffling) flows from it; >= 0"),
+    *_fields(TrainingParams, DATA, "seed", "seed"),
     _k(
         "scenario",
         "label-groups",
@@ -210,61 +232,9 @@ RUN_KEYS: tuple[Key, ...] = (
         ("disjoint", "with-replacement"),
     ),
     # training
-    _k("rounds", 100, TRAINING, "federated rounds; >= 1"),
-    _k("fraction", 0.2, TRAINING, "share of the clients trained each round, in (0, 1]"),
-    _k("local-epochs", 5, TRAINING, "local SGD epochs per round; >= 1"),
-    _k("batch-size", 32, TRAINING, "local SGD batch size; >= 1"),
-    _k(
-        "lr",
-        0.01,
-        TRAINING,
-        "local SGD learning rate; > 0 (modified: CFLGT's paper trains at 0.001, the paper preset of "
-        "benchmarks.compare; 0.01 also trains small own data, docs/results/selection.md)",
-    ),
-    _k("momentum", 0.9, TRAINING, "local SGD momentum, in [0, 1)"),
-    _k("weight-decay", 0.0, TRAINING, "local SGD weight decay; >= 0"),
-    _k("eval-every", 5, TRAINING, "evaluate every client every N rounds (and in the last round); >= 1"),
-    _k("round-timeout", 600.0, TRAINING, "seconds to wait for a round's replies; missing replies are skipped"),
-    _k("node-wait-timeout", 300.0, TRAINING, "seconds to wait for all clients to connect at start"),
-    _k(
-        "identity-timeout",
-        600.0,
-        TRAINING,
-        "seconds the start-up identity query waits for the nodes' answers "
-        "(cold simulated clients need tens of seconds); > 0",
-    ),
-    _k(
-        "aggregation",
-        "mean",
-        TRAINING,
-        "cluster aggregation: mean (weighted by num-examples) or median "
-        "(coordinate-wise, every reply counts once); FedMedian always takes the median",
-        ("mean", "median"),
-    ),
-    _k(
-        "weight-cap",
-        10.0,
-        TRAINING,
-        "cap on one reply's weight, as a multiple of the median train size the clients reported; 0 = no cap; >= 0",
-    ),
-    _k(
-        "max-rejected-rounds",
-        3,
-        TRAINING,
-        "stop the run after this many consecutive rounds in which no train or evaluate reply was usable "
-        "(rejected, failed or timed out); 0 = never; >= 0",
-    ),
+    *_fields(TrainingParams, TRAINING, "rounds", "max_rejected_rounds"),
     _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
-    _k("late-clients", 0.0, TRAINING, "share of the clients (seeded) held out until late-round, in [0, 1)"),
-    _k("late-round", 0, TRAINING, "the round late clients join; 0: rounds // 2 + 1"),
-    _k(
-        "min-nodes",
-        0,
-        TRAINING,
-        "go on with at least this many client nodes when fewer than num-clients are in the federation "
-        "(after node-wait-timeout in a deployment); 0 = all num-clients must be there, else the run stops; "
-        "int in [0, num-clients]",
-    ),
+    *_fields(TrainingParams, TRAINING, "late_clients", "min_nodes"),
     _k(
         "roster-path",
         "",
@@ -273,32 +243,9 @@ RUN_KEYS: tuple[Key, ...] = (
         "register writes one); a node whose key does not match is refused; empty: first claim wins",
     ),
     # output
-    _k("results-dir", "results", OUTPUT, "folder of the results; each run writes results-dir/run-name"),
-    _k(
-        "run-name",
-        "",
-        OUTPUT,
-        "the run's folder name; empty: <strategy>-<scenario>-<dataset>-s<seed>-<time>, "
-        "or <strategy>-<folder>-<format>-s<seed>-<time> for own data (data-path)",
-    ),
-    _k("checkpoint-every", 0, OUTPUT, "save the strategy's declared state every N rounds to checkpoint.npz; 0 = never"),
-    _k("resume-from", "", OUTPUT, "continue a run from this checkpoint.npz; empty: start afresh"),
-    _k(
-        "tensorboard",
-        False,
-        OUTPUT,
-        "also write each round's metrics for TensorBoard to <run>/tensorboard (needs umbel[tensorboard])",
-    ),
-    _k(
-        "save-models",
-        True,
-        OUTPUT,
-        "write the cluster models to <run>/models/ and send each client its cluster's final model (docs/models.md)",
-    ),
+    *_fields(OutputParams, OUTPUT),
     # faults
-    _k("fail-fraction", 0.0, FAULTS, "drills only: chance a client fails (raises) in a round, in [0, 1)"),
-    _k("slow-fraction", 0.0, FAULTS, "drills only: chance a client answers slow-delay seconds late, in [0, 1)"),
-    _k("slow-delay", 0.0, FAULTS, "drills only: the delay of a slow client in seconds; >= 0"),
+    *_fields(FaultParams, FAULTS),
     # shared by several clustering strategies
     _k(
         "num-clusters",
@@ -415,54 +362,3 @@ def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[t
         raise ValueError(f"Each run-config key must be declared once. Got {twice} more than once instead.")
     groups = RUN_GROUPS + tuple(dict.fromkeys(key.group for key in own))
     return run + own, groups
-
-
-RENAMED: dict[str, str] = {
-    "pretrain-rounds": "cflgt-pretrain-rounds",
-    "damping": "cflgt-damping",
-    "preference": "cflgt-preference",
-    "cluster-epochs": "fedclust-cluster-epochs",
-    "warmup-rounds": "flhc-warmup-rounds",
-    "beta": "flag-beta",
-    "delta": "flag-delta",
-    "alpha": "flag-alpha",
-    "sweep-step": "flag-sweep-step",
-    "sweep-clients": "flag-sweep-clients",
-    "sweep-rounds": "flag-sweep-rounds",
-    "gradient-epochs": "flag-gradient-epochs",
-    "uniform-weights": "flag-uniform-weights",
-    "cluster-round": "flic-cluster-round",
-    "resolution": "flic-resolution",
-    "stable-tol": "flic-stable-tol",
-    "eps1": "cfl-sattler-eps1",
-    "eps2": "cfl-sattler-eps2",
-    "eps-absolute": "cfl-sattler-eps-absolute",
-    "split-after": "cfl-sattler-split-after",
-    "cluster-period": "cfl-gp-cluster-period",
-    "cluster-until": "cfl-gp-cluster-until",
-    "stable-updates": "cfl-gp-stable-updates",
-    "profile-protocol": "cfl-gp-profile-protocol",
-    "profile-fraction": "cfl-gp-profile-fraction",
-    "compression-ratio": "cfl-gp-compression-ratio",
-    "estimate-after": "cfl-gp-estimate-after",
-    "proximal-mu": "fedprox-mu",
-}
-"""A former key name and its name now (no alias: a run-config that uses a former name fails)."""
-
-
-def renamed_message(old: str) -> str:
-    """The error that a run-config using the former key name ``old`` gets."""
-    return f"The '{old}' key was renamed '{RENAMED[old]}'."
-
-
-def check_renamed(config: Iterable[str]) -> None:
-    """Raise ``ValueError`` naming the new key when ``config`` holds a former key name.
-
-    Raises
-    ------
-    ValueError
-        For the first key of ``config`` in ``RENAMED``.
-    """
-    for key in config:
-        if key in RENAMED:
-            raise ValueError(renamed_message(key))

@@ -248,6 +248,25 @@ MUTATIONS = [
             )
         ],
     ),
+    (
+        "flag elbow's plateau misses a count exactly tol below the best",
+        "common/clustering/flag.py",
+        "plateau = int(np.argmax(y >= y.max() - tol))",
+        "plateau = int(np.argmax(y > y.max() - tol))",
+        [
+            (
+                "tests/common/test_clustering_flag.py::"
+                "test_elbow_at_zero_tol_takes_the_first_best_and_reads_a_best_last_point_as_no_knee"
+            )
+        ],
+    ),
+    (
+        "flic's loss plateau needs more than two windows",
+        "common/clustering/flic.py",
+        "if loss.size < 2 * window:",
+        "if loss.size <= 2 * window:",
+        ["tests/common/test_clustering_flic.py::test_loss_plateau_decides_at_exactly_two_windows"],
+    ),
 ]
 
 COPIED = ("client", "common", "server", "strategies", "tests", "benchmarks", "pyproject.toml")

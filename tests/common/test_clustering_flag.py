@@ -166,3 +166,30 @@ def test_choose_threshold_takes_the_first_alpha_of_the_elbow_clustering() -> Non
 def test_data_similarity_is_eq3_to_eq6() -> None:
     np.testing.assert_allclose(data_similarity(BASES, COUNTS, 3, 0.5), V_WEIGHTED, atol=1e-6)
     np.testing.assert_allclose(data_similarity(BASES, None, 3), V_UNIFORM, atol=1e-6)
+
+
+def test_elbow_at_zero_tol_takes_the_first_best_and_reads_a_best_last_point_as_no_knee() -> None:
+    # at tol 0 the best count itself reaches the best (>=), and a last point equal to the best has no knee
+    assert elbow([1, 2, 3], [0.1, 0.9, 0.5], tol=0.0) == 1
+    assert elbow([1, 2, 3, 4], [0.1, 0.8, 0.85, 0.9], tol=0.0) == 3
+
+
+def test_elbow_of_one_repeated_count_is_the_first_that_reaches_the_best() -> None:
+    # no spread of counts: no chord to measure against (0 / 0), the plateau rule decides
+    assert elbow([2, 2, 2], [0.1, 0.9, 0.5]) == 1
+
+
+def test_elbow_refuses_an_empty_sweep_and_a_negative_tol_by_name() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"The 'num_clusters' parameter of elbow must be a finite non-empty 1-D sequence\. Got shape \(0,\)",
+    ):
+        elbow([], [])
+    with pytest.raises(ValueError, match=r"The 'tol' parameter of elbow must be a float >= 0\.0\. Got -1\.0 instead\."):
+        elbow([1, 2, 3], [0.5, 0.6, 0.7], tol=-1)
+
+
+def test_elbow_is_the_point_farthest_above_the_chord_of_the_normalised_curve() -> None:
+    # the knee decides (the last point is below the best): both axes min-max scaled, chord first to last point
+    assert elbow([12, 14, 15, 19, 20], [0.42, 0.57, 0.60, 0.70, 0.66]) == 2
+    assert elbow([3, 6, 12, 14, 26, 27], [0.72, 0.56, 0.64, 0.69, 0.86, 0.58]) == 4  # the first point is not the lowest

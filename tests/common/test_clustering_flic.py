@@ -150,3 +150,22 @@ def test_join_by_modularity_places_each_newcomer_as_if_alone_and_only_in_a_commu
     np.testing.assert_array_equal(join_by_modularity(np.array([[0.5]]), np.zeros((1, 1)), np.array([0])), [0])
     with pytest.raises(ValueError, match=r"^The 'links' parameter of join_by_modularity must have shape \(m, n\)"):
         join_by_modularity(newcomer[None, :4], s, labels)
+
+
+def test_loss_plateau_refuses_a_missing_a_non_finite_or_a_2d_loss_by_name():
+    """A missing round (None) reads as nan and is refused like nan, not as a TypeError from an
+    object array; a 2-D history is refused even when every value is finite."""
+    message = r"The 'losses' parameter of loss_plateau must be a finite 1-D sequence\. Got shape \({}\) instead\."
+    with pytest.raises(ValueError, match=message.format("4,")):
+        loss_plateau([3.0, None, 1.9, 1.9], 1, 0.5)
+    with pytest.raises(ValueError, match=message.format("4,")):
+        loss_plateau([3.0, 2.0, np.inf, 1.9], 1, 0.5)
+    with pytest.raises(ValueError, match=message.format("2, 2")):
+        loss_plateau([[3.0, 2.0], [1.9, 1.9]], 1, 0.5)
+
+
+def test_loss_plateau_decides_at_exactly_two_windows():
+    # t = 2w: the early and the recent fall are one fall; no fall is a plateau, a fall is one only above tol 1
+    assert loss_plateau([1.0, 1.0], 1, 0.1)
+    assert loss_plateau([1.0, 1.0, 1.0, 1.0], 2, 0.1)
+    assert loss_plateau([2.0, 1.0], 1, 1.5) and not loss_plateau([2.0, 1.0], 1, 0.5)

@@ -15,6 +15,7 @@ from common.clustering.hierarchical import (
     nearest,
     pairwise_distances,
     relabel_by_appearance,
+    undecided_reason,
 )
 
 
@@ -158,6 +159,34 @@ def test_auto_cut_keeps_one_cluster_without_structure_and_checks_tolerance():
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="'tolerance'"):
             auto_cut(d, tolerance=bad)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "cosine"])
+def test_gram_distances_in_bands_equal_scipy_for_short_vectors_and_a_zero_one(metric):
+    """Bands of 2 rows cover all 7 rows; norms below 1 and distances below 1 survive; a zero
+    vector is at cosine distance 1 from every other."""
+    from scipy.spatial.distance import cdist
+
+    from common.clustering.hierarchical import _gram_distances
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(scale=0.05, size=(7, 4))
+    x[3] = 0.0
+    x[5] = x[4]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = np.nan_to_num(cdist(x, x, metric), nan=1.0)
+    np.fill_diagonal(expected, 0.0)
+    for block in (2, 1024):
+        np.testing.assert_allclose(_gram_distances(x, metric, block=block), expected, atol=1e-6)
+
+
+def test_undecided_reason_tells_too_few_clients_from_alike_signals_from_no_structure():
+    """Three clients are enough for a silhouette; only all-zero distances are alike signals."""
+    apart = np.ones((3, 3)) - np.eye(3)
+    assert undecided_reason(apart[:2, :2]).startswith("2 clients, fewer than the 3")
+    assert undecided_reason(apart).startswith("no cut scores a silhouette above")
+    assert undecided_reason(np.zeros((3, 3))) == "all clients' signals are alike"
+    assert undecided_reason(None).startswith("no cut of the sample scores")
 
 
 def _tied_distances(n: int, seed: int) -> np.ndarray:

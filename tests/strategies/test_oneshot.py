@@ -193,3 +193,21 @@ def test_threshold_and_num_clusters_zero_cut_automatically(caplog):
     )
     given.cluster(1)
     assert given.num_clusters == 3 and given.auto_silhouette is None
+
+
+def test_flhc_passes_the_runs_seed_and_sample_above_to_its_step(monkeypatch):
+    """The seed draws the sample and the sketch only above 2,000 clients or for updates too large
+    to hold, so the step's arguments are checked here, its use of them in test_clustering_oneshot."""
+    import strategies.flhc
+
+    calls = []
+    found = strategies.flhc.flhc_clusters
+    monkeypatch.setattr(strategies.flhc, "flhc_clusters", lambda *a: calls.append(a) or found(*a))
+    s = FLHC(TrainingParams(seed=7), FLHCParams(num_clusters=2, flhc_metric="cosine", sample_above=5))
+    rng = np.random.default_rng(0)
+    signals = [ModelUpdate(np.eye(5)[TRUTH[p]] + rng.normal(scale=0.01, size=5)) for p in range(8)]
+    result = s.cluster_signals(signals)
+    (deltas, cut, metric, seed, sample_above) = calls[0]
+    assert (cut, metric, seed, sample_above) == (s.hc_cut, "cosine", 7, 5) and len(deltas) == 8
+    assert result.distances is None  # the sampled form: no matrix of all clients
+    assert adjusted_rand_score(TRUTH, result.labels) == 1.0

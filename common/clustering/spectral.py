@@ -291,14 +291,19 @@ def spectral_clustering(
     labels = kmeans_labels(features, k, seed)
     found = len(np.unique(labels))
     if found < k:
-        _LOG.warning(
-            "CFL-GP: k-means found %d distinct clusters of %d on the profile (clients' profiles coincide); "
-            "the clustering is kept as it was",
-            found,
-            k,
-        )
-        return np.asarray(previous, dtype=np.int64), features, values
+        return keep_previous(previous, found, k), features, values
     return align_labels(labels, previous, k), features, values
+
+
+def keep_previous(previous: np.ndarray, found: int, k: int) -> np.ndarray:
+    """``previous`` as int64, logging that k-means found only ``found`` of ``k`` distinct clusters."""
+    _LOG.warning(
+        "CFL-GP: k-means found %d distinct clusters of %d on the profile (clients' profiles coincide); "
+        "the clustering is kept as it was",
+        found,
+        k,
+    )
+    return np.asarray(previous, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,18 @@ other client by a rule of the algorithm:
   sample-cluster mean under the step's metric (FedClust's own rule for newcomers, Alg. 2).
 - FLIC (``sampled_flic``): Louvain on the sample's k-NN graph; the rest join by modularity gain
   (``join_by_modularity``, FLIC's rule for clients outside the graph).
+- CFL-GP (``sampled_cflgp``): the top-K left singular vectors of a sample's profile columns; every
+  client is projected on them and the rest join the nearest k-means centre of the sample's
+  projections, aligned with the previous clusters as Alg. 3.
 - Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
   criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
   join the half whose mean update direction is closest in angle. Memory: the sample's cosines
   and two means, not N sketched updates and an N x N matrix.
 
 Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
-``N x N`` float64 matrices (80 GB at 100,000 clients).
+``N x N`` float64 matrices (80 GB at 100,000 clients). The assignments are inner products (BLAS):
+``nearest_means`` for the nearest mean (equal to ``cdist``'s), ``join_by_sums`` for FLIC's join
+(the communities' sums of unit updates, equal to the ``n`` links of each client).
 """
 
 from __future__ import annotations

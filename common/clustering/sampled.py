@@ -125,7 +125,7 @@ def nearest_means(block: np.ndarray, means: np.ndarray, metric: str = "euclidean
     scores = offset - (x @ centres.T.astype(x.dtype)).astype(np.float64)  # smaller is nearer
     best = np.argmin(scores, axis=1)
     top2 = np.partition(scores, 1, axis=1)[:, :2]
-    scale = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)) * norms.max()
+    scale = np.sqrt(np.einsum("ij,ij->i", x, x).astype(np.float64)) * norms.max()  # a tolerance: float32 will do
     if metric != "cosine":
         scale = scale + norms.max() ** 2
     close = np.flatnonzero(top2[:, 1] - top2[:, 0] <= TIE_TOLERANCE * np.maximum(scale, np.finfo(float).tiny))

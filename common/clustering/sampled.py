@@ -274,9 +274,8 @@ def join_by_sums(
     two_m = max(float(degrees.sum()), 1e-12)
     sigma = np.bincount(labels, weights=degrees, minlength=k)
     sizes = np.bincount(labels, minlength=k).astype(np.float64)
-    sums = np.zeros((k, similarity.unit_rows(graph_pids[:1]).shape[1]))
-    np.add.at(sums, labels, similarity.unit_rows(graph_pids).astype(np.float64))
-    sums32 = sums.astype(np.float32)
+    units = similarity.unit_rows(graph_pids).astype(np.float64)
+    sums32 = np.stack([units[labels == c].sum(axis=0) for c in range(k)]).astype(np.float32)  # U_c
     out = np.empty(len(newcomers), dtype=np.int64)
     for lo in range(0, len(newcomers), CHUNK):
         dots = (similarity.unit_rows(newcomers[lo : lo + CHUNK]) @ sums32.T).astype(np.float64)  # (m, K)

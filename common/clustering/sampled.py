@@ -385,8 +385,7 @@ def sampled_cflgp(
     sample = sample_rows(n, np.random.default_rng(seed))
     part = np.ascontiguousarray(g[:, sample])
     k = min(k, min(part.shape))
-    u, _ = spectral.top_left_singular_vectors(part, k, seed)
-    values = spectral.singular_values(part, seed)
+    u, values = spectral.left_vectors_and_values(part, k, seed)
     features = np.asarray(g.T @ u.astype(g.dtype, copy=False), dtype=np.float64)  # (N, K): U^T G, in G's float
     if k == 1:
         return np.zeros(n, dtype=np.int64), features, values, sample

@@ -167,3 +167,19 @@ def test_cflgp_strategy_passes_its_sample_above_key(monkeypatch):
     assert strategy.distance_matrix.shape == (6, 6) and sorted(strategy.distance_pids) == list(range(6))
     with pytest.raises(ValueError, match="The 'cfl-gp-sample-above' parameter of CFLGP must be an int >= 0. Got -1"):
         cfl_gp.CFLGPParams(sample_above=-1)
+
+
+def test_fesem_steps_in_blocks_equal_the_whole_arrays():
+    """FeSEM's E- and M-steps convert ``ROWS`` replies at a time; the result is the whole-array one."""
+    from common.clustering.fesem import ROWS, squared_distances, update_centres
+
+    rng = np.random.default_rng(8)
+    points = rng.standard_normal((2 * ROWS + 77, 9)).astype(np.float32)
+    centres = rng.standard_normal((4, 9))
+    labels, weights = rng.integers(0, 3, len(points)), rng.uniform(0.1, 5.0, len(points))  # centre 3: no members
+    np.testing.assert_allclose(squared_distances(points, centres), cdist(points, centres, "sqeuclidean"), rtol=1e-9)
+    got = update_centres(points, labels, weights, centres)
+    for k in range(3):
+        want = np.average(points[labels == k].astype(np.float64), axis=0, weights=weights[labels == k])
+        np.testing.assert_allclose(got[k], want, rtol=1e-10)
+    np.testing.assert_array_equal(got[3], centres[3])

@@ -60,6 +60,14 @@ COMPRESSION = 64.0
 SUBSPACE_VECTORS = 3  # PACFL's p and FLAG's flag-vectors default
 CLASSES_PER_CLIENT = 2
 SEED = 0
+REPLY_CAP = 4_000
+"""The aggregating steps' cohort: ``min(FRACTION N, REPLY_CAP)`` replies, all held at once (20,000
+DNN replies at 100,000 clients are 12.7 GB, more than this shared box spares)."""
+
+
+def cohort(n: int) -> int:
+    """Replies one aggregating round holds: ``FRACTION`` of ``n``, at most ``REPLY_CAP``."""
+    return min(max(1, math.ceil(FRACTION * n)), REPLY_CAP)
 
 
 @dataclass(frozen=True)
@@ -257,7 +265,7 @@ class Variant:
 def _fedavg(n, sizes, shapes, meter, rng):
     from common.aggregation import weighted_average
 
-    m = max(1, math.ceil(FRACTION * n))
+    m = cohort(n)
     models = [{k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes} for _ in range(m)]
     weights = rng.integers(100, 1000, size=m)
     with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
@@ -268,7 +276,7 @@ def _fedavg(n, sizes, shapes, meter, rng):
 def _fedmedian(n, sizes, shapes, meter, rng):
     from common.aggregation import coordinate_median
 
-    m = max(1, math.ceil(FRACTION * n))
+    m = cohort(n)
     models = [{k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes} for _ in range(m)]
     with meter.measure(exclude=sum(a.nbytes for mod in models for a in mod.values())):
         coordinate_median(models)
@@ -278,7 +286,7 @@ def _fedmedian(n, sizes, shapes, meter, rng):
 def _ifca(n, sizes, shapes, meter, rng, k: int = 8):
     from common.aggregation import weighted_average
 
-    m = max(1, math.ceil(FRACTION * n))
+    m = cohort(n)
     truth = planted(m, GROUPS, rng)
     models = [{name: rng.standard_normal(s, dtype=np.float32) for name, s in shapes} for _ in range(m)]
     weights = rng.integers(100, 1000, size=m)
@@ -296,10 +304,10 @@ def _ifca(n, sizes, shapes, meter, rng, k: int = 8):
 def _fesem(n, sizes, shapes, meter, rng):
     from common.clustering.fesem import nearest_centres, update_centres
 
-    m = max(1, math.ceil(FRACTION * n))
+    m = cohort(n)
     truth = planted(m, GROUPS, rng)
     centres = rng.standard_normal((GROUPS, sizes.params), dtype=np.float32)
-    points = centres[truth] + 0.1 * rng.standard_normal((m, sizes.params), dtype=np.float32)
+    points = vectors(truth, sizes.params, rng, noise=0.1, centers=centres)
     weights = rng.integers(100, 1000, size=m)
     with meter.measure(exclude=points.nbytes):
         labels = nearest_centres(points, centres)  # one round's replies, each to its nearest centre
@@ -424,8 +432,9 @@ def _flag(n, sizes, shapes, meter, rng):
     return labels, truth
 
 
-def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
+def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0, sample_above: int = SAMPLE_ABOVE):
     from common.clustering import compression, spectral
+    from common.clustering.sampled import sampled_cflgp
 
     k = GROUPS
     size = compression.compressed_size(sizes.params, ratio or compression.automatic_ratio(n, k, sizes.params))
@@ -441,8 +450,14 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0):
             counts[p][0] += 1
         pids = sorted(blocks)
         stacked = np.stack([blocks[p] for p in pids])
-        labels, _, _ = spectral.cflgp_clusters(
-            stacked, np.stack([counts[p] for p in pids]), previous, impute_seed=SEED, seed=SEED, overwrite_blocks=True
+        labels, _, _, _ = sampled_cflgp(
+            stacked,
+            np.stack([counts[p] for p in pids]),
+            previous,
+            impute_seed=SEED,
+            seed=SEED,
+            sample_above=sample_above,
+            overwrite_blocks=True,
         )
     return labels, truth
 
@@ -498,32 +513,32 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             FedAvg.name,
             FedAvg.name,
-            lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
-            lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
+            lambda s: f"model {_fmt(s.params)} f32 (x min({FRACTION:g} N, {REPLY_CAP:,}) replies)",
+            lambda n, s: 2 * cohort(n) * s.params * F32,
             lambda n, s, sh, m, r: _fedavg(n, s, sh, m, r),
             note="weighted_average of one round's replies",
         ),
         Variant(
             FedMedian.name,
             FedMedian.name,
-            lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
-            lambda n, s: 3 * math.ceil(FRACTION * n) * s.params * F32,
+            lambda s: f"model {_fmt(s.params)} f32 (x min({FRACTION:g} N, {REPLY_CAP:,}) replies)",
+            lambda n, s: 3 * cohort(n) * s.params * F32,
             lambda n, s, sh, m, r: _fedmedian(n, s, sh, m, r),
             note="coordinate_median of one round's replies (FedProx and Local: FedAvg's step or none)",
         ),
         Variant(
             IFCA.name,
             IFCA.name,
-            lambda s: f"model {_fmt(s.params)} f32 + cluster-id (x {FRACTION:g} N)",
-            lambda n, s: 2 * math.ceil(FRACTION * n) * s.params * F32,
+            lambda s: f"model {_fmt(s.params)} f32 + cluster-id (x min({FRACTION:g} N, {REPLY_CAP:,}))",
+            lambda n, s: 2 * cohort(n) * s.params * F32,
             lambda n, s, sh, m, r: _ifca(n, s, sh, m, r),
             note="per-cluster weighted_average, K = 8",
         ),
         Variant(
             FeSEM.name,
             FeSEM.name,
-            lambda s: f"model {_fmt(s.params)} f32 (x {FRACTION:g} N replies)",
-            lambda n, s: math.ceil(FRACTION * n) * s.params * F32,
+            lambda s: f"model {_fmt(s.params)} f32 (x min({FRACTION:g} N, {REPLY_CAP:,}) replies)",
+            lambda n, s: cohort(n) * s.params * F32,
             lambda n, s, sh, m, r: _fesem(n, s, sh, m, r),
             note=f"nearest of K = {GROUPS} centres (L2) and the weighted-mean update, one round's replies",
         ),
@@ -615,7 +630,16 @@ VARIANTS: dict[str, Variant] = {
             lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
             lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32,
             _cflgp,
-            note="update_block + spectral_clustering, K = 5, compression-ratio 0 (automatic)",
+            note=f"update_block + spectral_clustering, K = 5, compression-ratio 0 (automatic); above {SAMPLE_ABOVE:,}: "
+            "sampled_cflgp",
+        ),
+        Variant(
+            "cfl-gp-sampled",
+            CFLGP.name,
+            lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32 / automatic ratio",
+            lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32,
+            lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, sample_above=1),
+            note="sampled_cflgp at every N (cfl-gp-sample-above 1)",
         ),
         Variant(
             "cfl-gp-c1",

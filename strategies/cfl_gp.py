@@ -30,6 +30,7 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sampled_cflgp
 from common.params import check_params, param
 from common.config import TrainingParams
 from common.params import run_config_key, shared
@@ -64,6 +65,7 @@ class CFLGPParams:
         paper="App. E",
     )
     estimate_after: int = param(2, "profile updates before K is estimated (num-clusters 0)", low=1)
+    sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:
         key = partial(run_config_key, CFLGPParams)
@@ -254,18 +256,20 @@ class CFLGP(ClusteredStrategy):
         if len(self.blocks) < self.k:
             return
         pids, blocks, counts, previous = self._profiles()
-        labels, features, values = spectral.cflgp_clusters(
+        labels, features, values, sample = sampled_cflgp(
             blocks,
             counts,
             previous,
             impute_seed=self.training.seed,
             seed=self._seed(server_round),
+            sample_above=self.params.sample_above,
             overwrite_blocks=True,  # _profiles() stacked a fresh copy
         )
         self.spectra.append((server_round, values))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1
         self.assignment.update({p: int(c) for p, c in zip(pids, labels, strict=True)})
-        self.distance_matrix, self.distance_pids = cdist(features, features), pids
+        shown = features[sample]  # the sampled form's picture is its sample's (N x N would not fit)
+        self.distance_matrix, self.distance_pids = cdist(shown, shown), [pids[i] for i in sample]
         if self.params.stable_updates and self.unchanged >= self.params.stable_updates:
             self.stopped = True
             log(

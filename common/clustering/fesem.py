@@ -40,11 +40,18 @@ class FeSEMClusters:
     inertia: float
 
 
+ROWS = 512
+"""Replies converted to float64 at a time by the E- and M-steps (4,000 DNN replies are 5 GB in float64)."""
+
+
 def squared_distances(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """Squared L2 distance of every point to every centre, shape (n, K), in float64, never negative."""
-    p = np.asarray(points, dtype=np.float64)
+    points = np.asarray(points)
     c = np.asarray(centres, dtype=np.float64)
-    d = (p * p).sum(axis=1)[:, None] - 2.0 * p @ c.T + (c * c).sum(axis=1)[None, :]
+    d = np.empty((len(points), len(c)))
+    for lo in range(0, len(points), ROWS):  # float64 rows a block at a time, not a copy of every reply
+        p = np.asarray(points[lo : lo + ROWS], dtype=np.float64)
+        d[lo : lo + ROWS] = np.einsum("ij,ij->i", p, p)[:, None] - 2.0 * p @ c.T + (c * c).sum(axis=1)[None, :]
     return np.maximum(d, 0.0)
 
 
@@ -70,13 +77,17 @@ def update_centres(points: np.ndarray, labels: np.ndarray, weights: np.ndarray, 
 
     Returns a new array of shape (K, d) in float64.
     """
-    p = np.asarray(points, dtype=np.float64)
+    points = np.asarray(points)
+    labels = np.asarray(labels)
     w = np.asarray(weights, dtype=np.float64)
     out = np.array(centres, dtype=np.float64, copy=True)
-    for k in range(len(out)):
-        members = labels == k
-        if members.any():
-            out[k] = np.average(p[members], axis=0, weights=w[members])
+    sums, totals = np.zeros_like(out), np.bincount(labels, weights=w, minlength=len(out))
+    for lo in range(0, len(points), ROWS):
+        p, at, wt = np.asarray(points[lo : lo + ROWS], dtype=np.float64), labels[lo : lo + ROWS], w[lo : lo + ROWS]
+        for k in np.unique(at):
+            sums[k] += wt[at == k] @ p[at == k]
+    filled = np.flatnonzero(totals > 0)
+    out[filled] = sums[filled] / totals[filled, None]
     return out
 
 

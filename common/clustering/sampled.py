@@ -8,13 +8,18 @@ other client by a rule of the algorithm:
   sample-cluster mean under the step's metric (FedClust's own rule for newcomers, Alg. 2).
 - FLIC (``sampled_flic``): Louvain on the sample's k-NN graph; the rest join by modularity gain
   (``join_by_modularity``, FLIC's rule for clients outside the graph).
+- CFL-GP (``sampled_cflgp``): the top-K left singular vectors of a sample's profile columns; every
+  client is projected on them and the rest join the nearest k-means centre of the sample's
+  projections, aligned with the previous clusters as Alg. 3.
 - Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
   criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
   join the half whose mean update direction is closest in angle. Memory: the sample's cosines
   and two means, not N sketched updates and an N x N matrix.
 
 Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
-``N x N`` float64 matrices (80 GB at 100,000 clients).
+``N x N`` float64 matrices (80 GB at 100,000 clients). The assignments are inner products (BLAS):
+``nearest_means`` for the nearest mean (equal to ``cdist``'s), ``join_by_sums`` for FLIC's join
+(the communities' sums of unit updates, equal to the ``n`` links of each client).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from . import spectral
 from .bipartition import SEPARATION, SEPARATIONS, bipartition, sattler_bipartition, separation
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
@@ -52,10 +58,10 @@ def sample_rows(num_clients: int, rng: np.random.Generator, size: int = SAMPLE_S
     return np.sort(rng.choice(num_clients, size=size, replace=False))
 
 
-def _stack(rows: Sequence[np.ndarray] | np.ndarray, at: np.ndarray) -> np.ndarray:
+def _stack(rows: Sequence[np.ndarray] | np.ndarray, at: np.ndarray, dtype: type = np.float64) -> np.ndarray:
     if isinstance(rows, np.ndarray):
-        return np.asarray(rows[at], dtype=np.float64)
-    return np.stack([np.asarray(rows[int(i)], dtype=np.float64) for i in at])
+        return np.asarray(rows[at], dtype=dtype)
+    return np.stack([np.asarray(rows[int(i)], dtype=dtype) for i in at])
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -79,14 +85,70 @@ def cluster_means(
     return sums / np.maximum(counts, 1)[:, None]
 
 
+INNER_PRODUCT_METRICS = frozenset({"euclidean", "sqeuclidean", "cosine"})
+"""Metrics whose nearest mean :func:`nearest_means` finds by inner products (BLAS) instead of ``cdist``."""
+
+TIE_TOLERANCE = 1e-4
+"""Rows whose two best float32 scores are closer than this share of the score's scale are decided again
+by ``cdist`` in float64."""
+
+
+def nearest_means(block: np.ndarray, means: np.ndarray, metric: str = "euclidean") -> np.ndarray:
+    """``argmin(cdist(block, means, metric), axis=1)`` by inner products where the metric allows.
+
+    For ``euclidean`` and ``sqeuclidean`` the nearest mean minimises ``||c||^2 - 2 x.c`` (the row's
+    own ``||x||^2`` is common to all means); for ``cosine`` it maximises ``x.c / ||c||``. The
+    products run in the block's float32 (one BLAS call, no float64 copy of the block); a row whose
+    best two scores are within ``TIE_TOLERANCE`` of the scale ``||x|| max ||c||`` is decided again
+    by ``cdist`` in float64, so the result is ``cdist``'s. Other metrics go to ``cdist``.
+
+    Parameters
+    ----------
+    block : ndarray of shape (m, D)
+    means : ndarray of shape (K, D)
+    metric : str, default="euclidean"
+
+    Returns
+    -------
+    ndarray of shape (m,), int64
+    """
+    means64 = np.asarray(means, dtype=np.float64)
+    if metric not in INNER_PRODUCT_METRICS or len(means64) == 1:
+        return np.argmin(cdist(np.asarray(block, dtype=np.float64), means64, metric=metric), axis=1).astype(np.int64)
+    x = np.asarray(block)
+    x = x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
+    norms = np.linalg.norm(means64, axis=1)
+    if metric == "cosine":
+        centres, offset = means64 / np.where(norms > 0, norms, 1.0)[:, None], np.zeros(len(means64))
+    else:
+        centres, offset = 2.0 * means64, norms**2
+    scores = offset - (x @ centres.T.astype(x.dtype)).astype(np.float64)  # smaller is nearer
+    best = np.argmin(scores, axis=1)
+    top2 = np.partition(scores, 1, axis=1)[:, :2]
+    scale = np.sqrt(np.einsum("ij,ij->i", x, x).astype(np.float64)) * norms.max()  # a tolerance: float32 will do
+    if metric != "cosine":
+        scale = scale + norms.max() ** 2
+    close = np.flatnonzero(top2[:, 1] - top2[:, 0] <= TIE_TOLERANCE * np.maximum(scale, np.finfo(float).tiny))
+    if close.size:
+        best[close] = np.argmin(cdist(np.asarray(x[close], dtype=np.float64), means64, metric=metric), axis=1)
+    return best.astype(np.int64)
+
+
 def assign_nearest(
     rows: Sequence[np.ndarray] | np.ndarray, positions: np.ndarray, means: np.ndarray, metric: str = "euclidean"
 ) -> np.ndarray:
-    """Index of the nearest of ``means`` (``metric`` as ``cdist``) for each row at ``positions``, in chunks."""
+    """Index of the nearest of ``means`` (``metric`` as ``cdist``) for each row at ``positions``, in chunks.
+
+    Rows are stacked in their own float (float32 updates stay float32) and compared by
+    :func:`nearest_means`.
+    """
     out = np.empty(len(positions), dtype=np.int64)
+    if not len(positions):
+        return out
+    dtype = np.float32 if np.asarray(rows[int(positions[0])]).dtype == np.float32 else np.float64
     for lo in range(0, len(positions), CHUNK):
-        block = _stack(rows, positions[lo : lo + CHUNK])
-        out[lo : lo + CHUNK] = np.argmin(cdist(block, means, metric=metric), axis=1)
+        block = _stack(rows, positions[lo : lo + CHUNK], dtype)
+        out[lo : lo + CHUNK] = nearest_means(block, means, metric)
     return out
 
 
@@ -137,14 +199,21 @@ def sampled_cut(
 
 
 def sampled_flic(
-    similarity: UpdateSimilarity, pids: Sequence[int], resolution: float | None, seed: int, sample_above: int = 0
+    similarity: UpdateSimilarity,
+    pids: Sequence[int],
+    resolution: float | None,
+    seed: int,
+    sample_above: int = 0,
+    *,
+    condensed: bool = True,
 ) -> tuple[np.ndarray, float, list[int], np.ndarray]:
     """FLIC's step: Louvain on the graph of all ``pids``, or above ``sample_above`` > 0 on a sample's
     (``GRAPH_SAMPLE_SIZE`` clients).
 
     Sampled, every other client joins the sample community with the largest modularity gain
-    (``join_by_modularity``: FLIC's own rule for clients outside the graph), ``CHUNK`` rows of
-    links at a time; the sample is drawn from ``seed``.
+    (``join_by_modularity``: FLIC's own rule for clients outside the graph), computed from the
+    communities' sums of unit updates (``join_by_sums``; ``condensed`` False: ``CHUNK`` rows of
+    links at a time, the same numbers); the sample is drawn from ``seed``.
 
     Returns
     -------
@@ -168,11 +237,52 @@ def sampled_flic(
     labels = np.empty(len(pids), dtype=np.int64)
     labels[at] = graph_labels
     rest = np.setdiff1d(np.arange(len(pids)), at)
+    if condensed:
+        labels[rest] = join_by_sums(similarity, [pids[i] for i in rest], graph_pids, graph, graph_labels, used)
+        return labels, used, graph_pids, graph
     for lo in range(0, len(rest), CHUNK):
         part = rest[lo : lo + CHUNK]
         links = similarity.between([pids[i] for i in part], graph_pids)
         labels[part] = join_by_modularity(links, graph, graph_labels, used)
     return labels, used, graph_pids, graph
+
+
+def join_by_sums(
+    similarity: UpdateSimilarity,
+    newcomers: Sequence[int],
+    graph_pids: Sequence[int],
+    graph: np.ndarray,
+    graph_labels: np.ndarray,
+    resolution: float,
+) -> np.ndarray:
+    """``join_by_modularity`` of ``newcomers`` to the graph's communities, from community sums.
+
+    With ``S = 1 + u_i . u_j`` (unit updates ``u``), a newcomer's links into community ``c`` sum
+    to ``n_c + u_i . U_c`` (``U_c`` the sum of ``c``'s unit updates) and its degree to
+    ``n + u_i . sum_c U_c``: ``O(K k)`` per newcomer instead of its ``n`` links (``O(n k)``).
+    Equal to ``join_by_modularity(similarity.between(newcomers, graph_pids), graph, ...)`` up to
+    rounding (``between`` clips cosines to [-1, 1], which unit vectors reach only by rounding).
+
+    Returns
+    -------
+    ndarray of shape (len(newcomers),), int64
+    """
+    labels = np.asarray(graph_labels, dtype=np.int64)
+    k = int(labels.max()) + 1
+    s = np.asarray(graph, dtype=np.float64)
+    degrees = s.sum(axis=1) - np.diag(s)
+    two_m = max(float(degrees.sum()), 1e-12)
+    sigma = np.bincount(labels, weights=degrees, minlength=k)
+    sizes = np.bincount(labels, minlength=k).astype(np.float64)
+    units = similarity.unit_rows(graph_pids).astype(np.float64)
+    sums32 = np.stack([units[labels == c].sum(axis=0) for c in range(k)]).astype(np.float32)  # U_c
+    out = np.empty(len(newcomers), dtype=np.int64)
+    for lo in range(0, len(newcomers), CHUNK):
+        dots = (similarity.unit_rows(newcomers[lo : lo + CHUNK]) @ sums32.T).astype(np.float64)  # (m, K)
+        k_in = sizes + dots
+        gain = k_in - resolution * np.outer(k_in.sum(axis=1), sigma) / two_m
+        out[lo : lo + CHUNK] = np.argmax(gain, axis=1)
+    return out
 
 
 def sattler_split(
@@ -235,3 +345,54 @@ def sampled_bipartition(
         means = cluster_means(updates, sample, sides, "cosine")
         half[rest] = assign_nearest(updates, rest, means, "cosine")
     return ids[half == 0].tolist(), ids[half == 1].tolist(), cross, intra
+
+
+def sampled_cflgp(
+    blocks: np.ndarray,
+    counts: np.ndarray,
+    previous: np.ndarray,
+    *,
+    impute_seed: int,
+    seed: int,
+    sample_above: int = 0,
+    overwrite_blocks: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """CFL-GP's step (``spectral.cflgp_clusters``), or above ``sample_above`` > 0 clients its sampled form.
+
+    Sampled: the completed profile ``G`` of all clients is projected on the top-K left singular
+    vectors of a seeded sample's columns (``SAMPLE_SIZE`` clients, through their small Gram
+    matrix), k-means runs on the sample's projections, and every other client joins the nearest
+    k-means centre in that projection (the same affinity); the labels are then aligned with
+    ``previous`` as Alg. 3's. Memory: ``G`` and ``(N, K)`` features, not an ``N``-column SVD.
+
+    Returns
+    -------
+    labels : ndarray of shape (N,), int64
+    features : ndarray of shape (N, K)
+        Every client's spectral projection.
+    values : ndarray
+        The singular values of ``G`` (exact form) or of the sample's columns (sampled).
+    sample : ndarray of shape (S,), int64
+        Positions clustered exactly (all ``N`` in the exact form).
+    """
+    n, k = blocks.shape[0], blocks.shape[1]
+    if not use_sample(n, sample_above):
+        labels, features, values = spectral.cflgp_clusters(
+            blocks, counts, previous, impute_seed=impute_seed, seed=seed, overwrite_blocks=overwrite_blocks
+        )
+        return labels, features, values, np.arange(n)
+    g = spectral.completed_profile(blocks, counts, previous, impute_seed, overwrite_blocks=overwrite_blocks)
+    sample = sample_rows(n, np.random.default_rng(seed))
+    part = np.ascontiguousarray(g[:, sample])
+    k = min(k, min(part.shape))
+    u, values = spectral.left_vectors_and_values(part, k, seed)
+    features = np.asarray(g.T @ u.astype(g.dtype, copy=False), dtype=np.float64)  # (N, K): U^T G, in G's float
+    if k == 1:
+        return np.zeros(n, dtype=np.int64), features, values, sample
+    sample_labels = spectral.kmeans_labels(features[sample], k, seed)
+    if len(np.unique(sample_labels)) < k:
+        return spectral.keep_previous(previous, len(np.unique(sample_labels)), k), features, values, sample
+    centres = np.stack([features[sample][sample_labels == c].mean(axis=0) for c in range(k)])
+    labels = nearest_means(features, centres)
+    labels[sample] = sample_labels
+    return spectral.align_labels(labels, previous, k), features, values, sample

@@ -374,6 +374,10 @@ class UpdateSimilarity:
             return self._s[np.ix_(a, b)].astype(np.float64)
         return 1.0 + np.clip(self._vectors[a] @ self._vectors[b].T, -1.0, 1.0).astype(np.float64)
 
+    def unit_rows(self, pids: Sequence[int]) -> np.ndarray:
+        """The stored unit (sketched) updates of ``pids``, shape (len(pids), k), float32: ``S = 1 + u u^T``."""
+        return self._vectors[[self._row[int(p)] for p in pids]]
+
     def matrix(self, pids: Sequence[int] | None = None) -> np.ndarray:
         """``S`` among ``pids`` (default: every client seen), shape (n, n), float64 in [0, 2].
 

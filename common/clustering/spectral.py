@@ -174,16 +174,31 @@ def top_left_singular_vectors(matrix: np.ndarray, k: int, seed: int = 0) -> tupl
     g = np.asarray(matrix)
     k = check_int(k, "k", "top_left_singular_vectors", low=1, high=min(g.shape))
     if _uses_gram(g):
-        s, v = _gram_spectrum(g)
-        scale = np.divide(1.0, s[:k], out=np.zeros(k), where=s[:k] > 0)
-        # float32 @ float64 would cast all of G to float64 (twice its size) first
-        return np.asarray(g @ v[:, :k].astype(g.dtype, copy=False), dtype=np.float64) * scale, s[:k]
+        u, s = _gram_left(g, k)
+        return u, s[:k]
     g = g.astype(np.float64)
     if g.size > RANDOMIZED_MIN_SIZE and k < min(g.shape) // 2:
         u, s, _ = randomized_svd(g, n_components=k, n_iter=7, random_state=seed)
         return u, s
     u, s, _ = np.linalg.svd(g, full_matrices=False)
     return u[:, :k], s[:k]
+
+
+def _gram_left(g: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` left singular vectors ``u = G v / s`` of a tall ``g`` and all its singular values, one Gram matrix."""
+    s, v = _gram_spectrum(g)
+    scale = np.divide(1.0, s[:k], out=np.zeros(k), where=s[:k] > 0)
+    # float32 @ float64 would cast all of G to float64 (twice its size) first
+    return np.asarray(g @ v[:, :k].astype(g.dtype, copy=False), dtype=np.float64) * scale, s
+
+
+def left_vectors_and_values(matrix: np.ndarray, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``top_left_singular_vectors(matrix, k, seed)[0]`` and ``singular_values(matrix, seed)``, from one
+    Gram matrix where ``G`` is tall with at most ``GRAM_MAX_COLUMNS`` columns (its cost dominates)."""
+    g = np.asarray(matrix)
+    if _uses_gram(g):
+        return _gram_left(g, check_int(k, "k", "left_vectors_and_values", low=1, high=min(g.shape)))
+    return top_left_singular_vectors(g, k, seed)[0], singular_values(g, seed)
 
 
 def project(matrix: np.ndarray, dims: int, seed: int = 0) -> np.ndarray:
@@ -291,14 +306,19 @@ def spectral_clustering(
     labels = kmeans_labels(features, k, seed)
     found = len(np.unique(labels))
     if found < k:
-        _LOG.warning(
-            "CFL-GP: k-means found %d distinct clusters of %d on the profile (clients' profiles coincide); "
-            "the clustering is kept as it was",
-            found,
-            k,
-        )
-        return np.asarray(previous, dtype=np.int64), features, values
+        return keep_previous(previous, found, k), features, values
     return align_labels(labels, previous, k), features, values
+
+
+def keep_previous(previous: np.ndarray, found: int, k: int) -> np.ndarray:
+    """``previous`` as int64, logging that k-means found only ``found`` of ``k`` distinct clusters."""
+    _LOG.warning(
+        "CFL-GP: k-means found %d distinct clusters of %d on the profile (clients' profiles coincide); "
+        "the clustering is kept as it was",
+        found,
+        k,
+    )
+    return np.asarray(previous, dtype=np.int64)
 
 
 @dataclass(frozen=True)

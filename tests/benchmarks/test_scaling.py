@@ -65,3 +65,10 @@ def test_planted_signals_are_seeded():
     b = scaling.vectors(scaling.planted(20, 4, np.random.default_rng(1)), 30, np.random.default_rng(2))
     np.testing.assert_array_equal(a, b)
     assert sorted(np.concatenate(scaling.batches(23, np.random.default_rng(0))).tolist()) == list(range(23))
+
+
+def test_aggregating_cohort_is_the_fraction_capped():
+    assert scaling.cohort(10_000) == math.ceil(scaling.FRACTION * 10_000) < scaling.REPLY_CAP
+    assert scaling.cohort(100_000) == scaling.REPLY_CAP
+    assert scaling.cohort(1) == 1
+    assert f"{scaling.REPLY_CAP:,}" in scaling.VARIANTS["fedavg"].signal(SIZES)

@@ -174,6 +174,7 @@ def test_update_norms_of_a_sequence_equal_the_array():
         ("strategies.flhc", "FLHCParams", "flhc-sample-above"),
         ("strategies.flic", "FLICParams", "flic-sample-above"),
         ("strategies.cfl_sattler", "CFLSattlerParams", "cfl-sattler-sample-above"),
+        ("strategies.cfl_gp", "CFLGPParams", "cfl-gp-sample-above"),
     ],
 )
 def test_sample_above_keys(module, cls, key):

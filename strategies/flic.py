@@ -48,14 +48,13 @@ from common.signals.update import ModelUpdate
 from common.params import shared
 
 from .base import ClusteredStrategy
+from .batches import QUERY_BATCH, in_batches
 from .fedavg import FedAvg
 from .flat import float_size
 from .replies import TrainUpdate
 from .updates import StoredUpdates
 
 STABLE_PATIENCE = 3
-JOIN_BATCH = 256
-"""Clients asked for their update at a time by the join (256 updates of the 159,010-parameter DNN: 163 MB)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     )
     params_type = FLICParams
     round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
-    join_batch: ClassVar[int] = JOIN_BATCH
+    join_batch: ClassVar[int] = QUERY_BATCH
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
@@ -214,8 +213,8 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
         similarity = self.require(self.similarity, "similarity", hook)
         similarity.reserve(len(pids))
         placed: dict[int, int] = {}
-        for start in range(0, len(pids), self.join_batch):
-            placed.update(self._join_batch(pids[start : start + self.join_batch], reference, server_round))
+        for batch in in_batches(pids, self.join_batch):
+            placed.update(self._join_batch(batch, reference, server_round))
         replied = len(placed)
         missing = sorted(set(pids) - set(placed))
         placed.update(self.assign_by_loss(missing, server_round))

@@ -72,6 +72,7 @@ class PeakMemory:
         self.count: dict[str, int] = {}
         self.peak_total_mb = 0.0
         self.stopped_at_mb: float | None = None
+        self.stopped_largest: tuple[str, float] = ("", 0.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -93,6 +94,7 @@ class PeakMemory:
                 except psutil.Error:
                     continue
                 seen: dict[str, int] = {}
+                now: dict[str, float] = {}
                 total = 0.0
                 for proc in tree:
                     try:
@@ -101,6 +103,7 @@ class PeakMemory:
                         continue
                     kind = next((k for key, k in PROCESS_KINDS if key in line), "other")
                     seen[kind] = seen.get(kind, 0) + 1
+                    now[kind] = max(now.get(kind, 0.0), rss)
                     self.peak_mb[kind] = max(self.peak_mb.get(kind, 0.0), rss)
                     total += rss
                 for kind, n in seen.items():
@@ -108,6 +111,7 @@ class PeakMemory:
                 self.peak_total_mb = max(self.peak_total_mb, total)
                 if self.max_mb is not None and total > self.max_mb and self.stopped_at_mb is None:
                     self.stopped_at_mb = total
+                    self.stopped_largest = max(now.items(), key=lambda item: item[1])
                     for proc in reversed(tree):
                         try:
                             proc.kill()
@@ -267,7 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows[name] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:
             guard = memory.stopped_at_mb
-            reason = f"stopped by the memory guard: its processes held {guard / 1024:.1f} GB" if guard else ""
+            kind, largest = memory.stopped_largest
+            reason = (
+                f"stopped by the memory guard: its processes held {guard / 1024:.1f} GB (the largest, {kind}, "
+                f"{largest / 1024:.1f} GB) after {time.monotonic() - started:.0f} s"
+                if guard
+                else ""
+            )
             rows[name] = {"error": reason or str(err).splitlines()[0][:200]}
         rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
         print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.records import load_average
+from benchmarks.records import RECORDS_DIR, load_average, read_record
 from benchmarks.report import LARGE, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, run_cli
 from common.scenarios import SAMPLE_DRAWS, STRESS_TEST
@@ -60,12 +60,19 @@ MB = "peak-rss-mb"
 
 
 class PeakMemory:
-    """Samples, every ``interval`` s, the RSS of every process under the ``umbel run`` named ``run_name``."""
+    """Samples, every ``interval`` s, the RSS of every process under the ``umbel run`` named ``run_name``.
 
-    def __init__(self, run_name: str, interval: float = 2.0) -> None:
-        self.run_name, self.interval = run_name, interval
+    With ``max_mb``, the memory guard: once the processes' RSS together passes it, every process of
+    the run is killed and ``stopped_at_mb`` holds the total that tripped it.
+    """
+
+    def __init__(self, run_name: str, interval: float = 2.0, max_mb: float | None = None) -> None:
+        self.run_name, self.interval, self.max_mb = run_name, interval, max_mb
         self.peak_mb: dict[str, float] = {}
         self.count: dict[str, int] = {}
+        self.peak_total_mb = 0.0
+        self.stopped_at_mb: float | None = None
+        self.stopped_largest: tuple[str, float] = ("", 0.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -87,6 +94,8 @@ class PeakMemory:
                 except psutil.Error:
                     continue
                 seen: dict[str, int] = {}
+                now: dict[str, float] = {}
+                total = 0.0
                 for proc in tree:
                     try:
                         line, rss = " ".join(proc.cmdline()), proc.memory_info().rss / 2**20
@@ -94,9 +103,20 @@ class PeakMemory:
                         continue
                     kind = next((k for key, k in PROCESS_KINDS if key in line), "other")
                     seen[kind] = seen.get(kind, 0) + 1
+                    now[kind] = max(now.get(kind, 0.0), rss)
                     self.peak_mb[kind] = max(self.peak_mb.get(kind, 0.0), rss)
+                    total += rss
                 for kind, n in seen.items():
                     self.count[kind] = max(self.count.get(kind, 0), n)
+                self.peak_total_mb = max(self.peak_total_mb, total)
+                if self.max_mb is not None and total > self.max_mb and self.stopped_at_mb is None:
+                    self.stopped_at_mb = total
+                    self.stopped_largest = max(now.items(), key=lambda item: item[1])
+                    for proc in reversed(tree):
+                        try:
+                            proc.kill()
+                        except psutil.Error:
+                            continue
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per kind of process: the largest single process's peak RSS (MB) and how many ran at once."""
@@ -138,8 +158,11 @@ def read_outcome(folder: Path) -> dict[str, Any]:
     }
 
 
-def markdown(rows: dict[str, dict[str, Any]], clients: int) -> str:
-    """The results table; round times also as a multiple of FedAvg's."""
+def markdown(rows: dict[str, dict[str, Any]], clients: int, kept: Sequence[Sequence[Any]] = ()) -> str:
+    """The results table; round times also as a multiple of FedAvg's.
+
+    ``kept``: rows of an earlier record (cells as written), for algorithms not in ``rows``, first.
+    """
     ref = rows.get(FedAvg.name, {}).get("mean-train-round-seconds")
     header = (
         f"| algorithm ({clients:,} clients) | completes | final ARI | clusters | server peak RSS MB | server CPU s "
@@ -147,6 +170,7 @@ def markdown(rows: dict[str, dict[str, Any]], clients: int) -> str:
         "| round s by kind | peak RSS MB by process |"
     )
     lines = [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in kept if row[0] not in rows]
     for name, row in rows.items():
         if "error" in row:
             lines.append(f"| {name} | no: {row['error']} |" + " |" * 12)
@@ -191,6 +215,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
     )
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
+    parser.add_argument(
+        "--max-gb",
+        type=float,
+        default=8.0,
+        help="memory guard: a run whose processes' RSS together passes this many GB is killed (its row says so)",
+    )
+    parser.add_argument(
+        "--keep-record",
+        action="store_true",
+        help="with --record: keep the committed record's rows of the algorithms neither run nor --not-run now",
+    )
     add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
     load_before = load_average()
@@ -228,29 +263,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         try:
             run = folder / f"{name}-{args.clients}{label}"
-            memory = PeakMemory(run.name)
+            memory = PeakMemory(run.name, max_mb=args.max_gb * 1024)
             if not args.report_only:
                 with memory:
                     run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
                 (run / "process-memory.json").write_text(json.dumps(memory.summary(), indent=2) + "\n")
             rows[name] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:
-            rows[name] = {"error": str(err).splitlines()[0][:200]}
+            guard = memory.stopped_at_mb
+            kind, largest = memory.stopped_largest
+            reason = (
+                f"stopped by the memory guard: its processes held {guard / 1024:.1f} GB (the largest, {kind}, "
+                f"{largest / 1024:.1f} GB) after {time.monotonic() - started:.0f} s"
+                if guard
+                else ""
+            )
+            rows[name] = {"error": reason or str(err).splitlines()[0][:200]}
         rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
         print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
     for item in args.not_run:
         name, _, reason = item.partition("=")
         rows[name] = {"error": f"not run: {reason}"}
-    (folder / "federation-scale.md").write_text(markdown(rows, args.clients))
-    print(markdown(rows, args.clients))
+    record = f"federation-scale-{args.clients}{label}"
+    kept = read_record(RECORDS_DIR / f"{record}.json").tables[0].rows if args.keep_record else ()
+    table = markdown(rows, args.clients, kept)
+    (folder / "federation-scale.md").write_text(table)
+    print(table)
     if args.record:
         title = f"{args.clients:,} simulated clients end to end" + (
             f", {STRESS_TEST} (a scaling stress test)" if label else ""
         )
         notes = f"Every run: `{' '.join(common)}`. {args.notes}"
-        tables = tables_from_markdown(title, markdown(rows, args.clients) + "\n" + notes + "\n")
-        print(f"wrote {save_tables(f'federation-scale-{args.clients}{label}', LARGE, tables, load_before)}")
+        tables = tables_from_markdown(title, table + "\n" + notes + "\n")
+        print(f"wrote {save_tables(record, LARGE, tables, load_before)}")
     return 0
 
 

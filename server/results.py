@@ -29,6 +29,8 @@ from .outcome import missing_clients
 from .tracking import MetricsLogger
 
 FINAL_FRACTION = 0.1
+PLOTTED_CLIENTS = 2000
+"""Clients ``distances.png`` shows at most (a seeded sample above)."""
 MISSING = "n/a"  # a figure the run has none of, in the log (JSON files hold null)
 
 
@@ -156,11 +158,16 @@ class RunRecorder:
         name = type(strategy).name
         rounds = [r.round for r in strategy.history if r.clustering_seconds > 0]
         when = f", round {rounds[-1]}" if rounds else ""
+        shown = f"{len(pids)} clients"
+        if len(pids) > PLOTTED_CLIENTS:  # an image of 10,000 x 10,000 cells takes gigabytes and shows no more
+            keep = np.sort(np.random.default_rng(strategy.training.seed).choice(len(pids), PLOTTED_CLIENTS, False))
+            matrix, pids = matrix[np.ix_(keep, keep)], [pids[i] for i in keep]
+            shown = f"a seeded sample of {PLOTTED_CLIENTS:,} of {shown}"
         plots.plot_distance_matrix(
             matrix,
             np.array([strategy.assignment[p] for p in pids]),
             self.folder / "distances.png",
-            title=f"{name}: {distance_name(strategy)}{when}\n{len(pids)} clients by cluster",
+            title=f"{name}: {distance_name(strategy)}{when}\n{shown} by cluster",
         )
 
 

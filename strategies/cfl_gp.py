@@ -5,7 +5,8 @@ the round is below ``cfl-gp-cluster-until``), the next model in round-robin orde
 client (or ``cfl-gp-profile-fraction`` of them) as ``query.profile``; each returns its model gap after
 local training (Alg. 4, default) or one mini-batch gradient (Alg. 1), restricted to a seeded
 coordinate subset (App. E.1; ``cfl-gp-compression-ratio`` 0, the default, keeps every coordinate unless
-all clients' profiles would pass 2 GiB, and then logs the ratio it picks). The server averages it
+all clients' profiles would pass ``compression.PROFILE_BUDGET_BYTES``, 512 MiB, and then logs the ratio it
+picks: 128 at 10,000 clients of the 159,010-parameter DNN, within the paper's 1000). The server averages it
 into that model's block of the client's profile and re-clusters: top-K left singular vectors,
 k-means, relabelling by linear assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
 ``cfl-gp-stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
@@ -60,7 +61,8 @@ class CFLGPParams:
     compression_ratio: float = param(
         0.0,
         "clients return ceil(d / ratio) seeded coordinates; 0 = automatic "
-        "(1 unless all clients' profiles would pass 2 GiB, then the smallest power of 2 that fits)",
+        f"(1 unless all clients' profiles would pass {compression.PROFILE_BUDGET_BYTES / 2**20:g} MiB, "
+        "then the smallest power of 2 that fits)",
         checked=False,
         paper="App. E",
     )
@@ -89,6 +91,9 @@ class CFLGP(ClusteredStrategy):
         ``(round, singular values of G)`` after every profile update.
     estimate : NumClustersEstimate or None
         App. G's estimate when ``num-clusters`` was 0.
+    features : ndarray of shape (N, K) or None
+        The last clustering's spectral features of ``distance_pids`` (``distance_matrix``: their distances);
+        above ``cfl-gp-sample-above`` clients, those of the sampled form's sample only.
     """
 
     name = "cfl-gp"
@@ -99,6 +104,7 @@ class CFLGP(ClusteredStrategy):
             "broadcasts",
             "counts",
             "estimate",
+            "features",
             "k",
             "last_block",
             "ratio",
@@ -114,6 +120,11 @@ class CFLGP(ClusteredStrategy):
         """What ``distance_matrix`` measures."""
         return "Euclidean distance of the profiles' spectral features"
 
+    @property
+    def distance_matrix(self) -> np.ndarray | None:  # type: ignore[override]  # computed from features, not kept
+        """Euclidean distances of ``features`` (rows: ``distance_pids``), made when read: N x K kept, not N x N."""
+        return None if self.features is None else cdist(self.features, self.features)
+
     def __init__(self, training: TrainingParams | None = None, params: CFLGPParams | None = None) -> None:
         super().__init__(training, params)
         self.k = 0  # the model count, set by init_clusters
@@ -127,7 +138,7 @@ class CFLGP(ClusteredStrategy):
         self.estimate: spectral.NumClustersEstimate | None = None
         self.unchanged = 0
         self.stopped = False
-        self.distance_matrix: np.ndarray | None = None
+        self.features: np.ndarray | None = None
         self.distance_pids: list[int] = []
 
     def init_clusters(self, initial: ArrayRecord) -> None:
@@ -151,13 +162,13 @@ class CFLGP(ClusteredStrategy):
         if p.compression_ratio == 0 and self.ratio > 1:
             log(
                 INFO,
-                "CFL-GP compresses profiles %gx (%d of %d coordinates): %d clients x %d blocks would pass %.0f GiB",
+                "CFL-GP compresses profiles %gx (%d of %d coordinates): %d clients x %d blocks would pass %g MiB",
                 self.ratio,
                 compression.compressed_size(dim, self.ratio),
                 dim,
                 len(self.clients),
                 self.k,
-                compression.PROFILE_BUDGET_BYTES / 2**30,
+                compression.PROFILE_BUDGET_BYTES / 2**20,
             )
         self.size = compression.compressed_size(dim, self.ratio)
         self.last_block = self.k - 1
@@ -268,8 +279,8 @@ class CFLGP(ClusteredStrategy):
         self.spectra.append((server_round, values))
         self.unchanged = 0 if np.any(labels != previous) else self.unchanged + 1
         self.assignment.update({p: int(c) for p, c in zip(pids, labels, strict=True)})
-        shown = features[sample]  # the sampled form's picture is its sample's (N x N would not fit)
-        self.distance_matrix, self.distance_pids = cdist(shown, shown), [pids[i] for i in sample]
+        # the sampled form's picture is its sample's: N x K features of every client would give N x N distances
+        self.features, self.distance_pids = features[sample], [pids[i] for i in sample]
         if self.params.stable_updates and self.unchanged >= self.params.stable_updates:
             self.stopped = True
             log(

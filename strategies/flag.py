@@ -40,6 +40,7 @@ from common.signals.update import ModelUpdate
 from common.params import check_params, param
 from common.params import shared
 
+from .batches import QUERY_BATCH, in_batches, sketched, update_sketch
 from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut
 
@@ -110,6 +111,7 @@ class FLAG(OneShotStrategy):
         {"_pending", "chosen_alpha", "data_matrix", "gradient_matrix", "sweep", "sweep_initial"}
     )
     keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
+    query_batch: ClassVar[int] = QUERY_BATCH
     params_type = FLAGParams
     transient = OneShotStrategy.transient | {"_cache"}
 
@@ -157,7 +159,12 @@ class FLAG(OneShotStrategy):
         return self.head_shape()[0]
 
     def collect(self, pids: Sequence[int], server_round: int) -> dict[int, tuple[ClassSubspaces, ModelUpdate]]:
-        """Each client's class bases (with counts unless ``flag-uniform-weights``) and update direction."""
+        """Each client's class bases (with counts unless ``flag-uniform-weights``) and update direction.
+
+        The updates are asked ``query_batch`` clients at a time and, where ``flag_distances`` would
+        sketch them (``sketch_rows``: all clients' full updates above 2 GiB), sketched as each
+        batch arrives, so the server never holds every client's full update.
+        """
         if self._pending is not None:
             got, self._pending = self._pending, None
             return got
@@ -179,15 +186,20 @@ class FLAG(OneShotStrategy):
             log(WARNING, "round %d: client %d sent bases of another row count; ignored", server_round, pid)
             del subs[pid]
         initial = self.initial_model
-        ups = self.query_signal(
-            keys.UPDATE_ACTION,
-            sorted(subs),
-            server_round,
-            ModelUpdate.from_arrays,
-            models=[initial],
-            config={keys.LOCAL_EPOCHS: p.gradient_epochs},
-            size=float_size(initial),
-        )
+        asked, dim = sorted(subs), float_size(initial)
+        sketch = update_sketch(len(asked), dim, self.training.seed)
+        ups: dict[int, ModelUpdate] = {}
+        for batch in in_batches(asked, self.query_batch):
+            replies = self.query_signal(
+                keys.UPDATE_ACTION,
+                batch,
+                server_round,
+                ModelUpdate.from_arrays,
+                models=[initial],
+                config={keys.LOCAL_EPOCHS: p.gradient_epochs},
+                size=dim,
+            )
+            ups.update(sketched(replies, sketch))
         return {pid: (subs[pid], ups[pid]) for pid in sorted(ups)}
 
     def cluster_signals(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> OneShotClusters:

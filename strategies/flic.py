@@ -48,6 +48,7 @@ from common.signals.update import ModelUpdate
 from common.params import shared
 
 from .base import ClusteredStrategy
+from .batches import QUERY_BATCH, in_batches
 from .fedavg import FedAvg
 from .flat import float_size
 from .replies import TrainUpdate
@@ -125,6 +126,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     )
     params_type = FLICParams
     round_params: ClassVar[dict[str, int]] = {"cluster_round": 0}
+    join_batch: ClassVar[int] = QUERY_BATCH
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
@@ -199,11 +201,35 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     def _join(self, pids: list[int], server_round: int) -> dict[int, int]:
         """Clusters of clients outside the graph, by the modularity gain of their update of the
         clustered model; the clients that do not reply are placed by train loss.
+
+        The updates are asked ``join_batch`` clients at a time, each batch stored (sketched when
+        the store sketches) and placed before the next is asked: every newcomer is placed alone,
+        so the result is the one-query join's, with the server holding one batch of full updates.
         """
         if not pids:
             return {}
         hook = "the clustering (before_round)"
         reference = self.require(self._reference, "_reference", hook)
+        similarity = self.require(self.similarity, "similarity", hook)
+        similarity.reserve(len(pids))
+        placed: dict[int, int] = {}
+        for batch in in_batches(pids, self.join_batch):
+            placed.update(self._join_batch(batch, reference, server_round))
+        replied = len(placed)
+        missing = sorted(set(pids) - set(placed))
+        placed.update(self.assign_by_loss(missing, server_round))
+        log(
+            INFO,
+            "round %d: FLIC placed %d clients outside the graph by modularity gain on an uploaded update "
+            "(%d by train loss)",
+            server_round,
+            replied,
+            len(missing),
+        )
+        return placed
+
+    def _join_batch(self, pids: list[int], reference: ArrayRecord, server_round: int) -> dict[int, int]:
+        """One batch of ``_join``: ask ``pids`` for an update of ``reference``; the repliers' clusters."""
         ups = self.query_signal(
             keys.UPDATE_ACTION,
             pids,
@@ -213,29 +239,19 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
             size=float_size(reference),
         )
         replied = sorted(ups)
-        placed: dict[int, int] = {}
-        if replied:
-            seen, s = self.require(self.clustering_similarity, "clustering_similarity", hook)
-            similarity = self.require(self.similarity, "similarity", hook)
-            labelled = self.require(self._labels, "_labels", hook)
-            resolution = self.require(self.resolution, "resolution", hook)
-            with self.clustering_timer():
-                similarity.update(replied, np.stack([ups[p].delta for p in replied]))
-                links = similarity.between(replied, seen)
-                labels = join_by_modularity(links, s, labelled, resolution)
-            placed = {p: int(k) for p, k in zip(replied, labels, strict=True)}
-            self.joined.update(dict.fromkeys(replied, server_round))
-        missing = sorted(set(pids) - set(replied))
-        placed.update(self.assign_by_loss(missing, server_round))
-        log(
-            INFO,
-            "round %d: FLIC placed %d clients outside the graph by modularity gain on an uploaded update "
-            "(%d by train loss)",
-            server_round,
-            len(replied),
-            len(missing),
-        )
-        return placed
+        if not replied:
+            return {}
+        hook = "the clustering (before_round)"
+        seen, s = self.require(self.clustering_similarity, "clustering_similarity", hook)
+        similarity = self.require(self.similarity, "similarity", hook)
+        labelled = self.require(self._labels, "_labels", hook)
+        resolution = self.require(self.resolution, "resolution", hook)
+        with self.clustering_timer():
+            similarity.update(replied, np.stack([ups.pop(p).delta for p in replied]))
+            links = similarity.between(replied, seen)
+            labels = join_by_modularity(links, s, labelled, resolution)
+        self.joined.update(dict.fromkeys(replied, server_round))
+        return {p: int(k) for p, k in zip(replied, labels, strict=True)}
 
     def run_details(self) -> dict[str, Any]:
         """The clustering round and how many clients joined by uploading a full update."""

@@ -37,4 +37,7 @@ class StoredUpdates:
     def distance_matrix(self) -> np.ndarray | None:
         """Cosine distance ``2 - S = 1 - cos`` of the latest updates among ``distance_pids``, shape (n, n)."""
         pids = self.distance_pids
-        return 2.0 - self.similarity.matrix(pids) if pids and self.similarity is not None else None
+        if not pids or self.similarity is None:
+            return None
+        s = self.similarity.matrix(pids)
+        return np.subtract(2.0, s, out=s)  # in place: 800 MB at 10,000 clients, not twice that

@@ -61,7 +61,7 @@ def block_seed(run_seed: int, block: int) -> int:
     )
 
 
-PROFILE_BUDGET_BYTES = 2 * 2**30
+PROFILE_BUDGET_BYTES = 512 * 2**20
 """Largest float32 profile of all clients (N x K x d_hat) kept without automatic compression."""
 
 

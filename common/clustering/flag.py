@@ -246,7 +246,8 @@ def data_similarity(
     step = max(1, (1 << 22) // n)
     for lo in range(0, n, step):
         total[lo : lo + step] += gap * (has[lo : lo + step] @ lacks.T + lacks[lo : lo + step] @ has.T)
-    return total / num_classes
+    total /= num_classes
+    return total
 
 
 def gradient_angles(updates: np.ndarray) -> np.ndarray:
@@ -275,7 +276,8 @@ def gradient_angles(updates: np.ndarray) -> np.ndarray:
             "The 'updates' parameter of gradient_angles must be a finite non-empty (N, P) "
             f"array. Got shape {u.shape} instead."
         )
-    out = np.degrees(np.arccos(cosine_matrix(u, u)))  # float32 Gram for large float32 sketches
+    out = cosine_matrix(u, u)  # float32 Gram for large float32 sketches
+    np.degrees(np.arccos(out, out=out), out=out)  # in place: one (N, N) array, 0.8 GB at 10,000 clients
     np.fill_diagonal(out, 0.0)
     out += out.T
     out *= 0.5
@@ -295,8 +297,12 @@ def min_max(matrix: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"The 'matrix' parameter of min_max must be a finite non-empty array. Got shape {m.shape} instead."
         )
-    span = m.max() - m.min()
-    return (m - m.min()) / span if span > 0 else np.zeros_like(m)
+    low, span = m.min(), m.max() - m.min()
+    if not span > 0:
+        return np.zeros_like(m)
+    out = m - low
+    out /= span
+    return out
 
 
 def proximity(data: np.ndarray, gradient: np.ndarray, beta: float = 0.5) -> np.ndarray:
@@ -326,7 +332,12 @@ def proximity(data: np.ndarray, gradient: np.ndarray, beta: float = 0.5) -> np.n
     g = check_distance_matrix(gradient, "proximity", "gradient")
     if g.shape != v.shape:
         raise ValueError(f"The 'gradient' parameter of proximity must have shape {v.shape}. Got {g.shape} instead.")
-    return beta * min_max(v) + (1 - beta) * min_max(g)
+    out = min_max(v)
+    out *= beta
+    scaled = min_max(g)
+    scaled *= 1 - beta
+    out += scaled  # in place: three (N, N) arrays at a time, not five
+    return out
 
 
 def flag_distances(

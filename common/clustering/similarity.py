@@ -354,10 +354,15 @@ class UpdateSimilarity:
         self._s[rows, :n] = block
         self._s[:n, rows] = block.T
 
-    def _grow(self, n: int, k: int) -> None:
+    def reserve(self, count: int) -> None:
+        """Room for ``count`` more clients, allocated once (no doubling), for updates stored in batches."""
+        if self.pids and count > 0:
+            self._grow(len(self.pids) + int(count), self._vectors.shape[1], spare=False)
+
+    def _grow(self, n: int, k: int, spare: bool = True) -> None:
         if self._vectors.shape[0] >= n:
             return
-        cap = max(n, 2 * self._vectors.shape[0], 8)
+        cap = max(n, 2 * self._vectors.shape[0], 8) if spare else n
         vectors = np.zeros((cap, k), dtype=np.float32)
         if self._vectors.size:
             vectors[: self._vectors.shape[0]] = self._vectors

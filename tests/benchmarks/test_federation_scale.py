@@ -61,3 +61,26 @@ def test_peak_memory_follows_the_named_runs_process_tree_and_no_other():
     summary = memory.summary()
     assert list(summary) == ["other"] and summary["other"]["processes"] == 1
     assert 60 < summary["other"]["peak-rss-mb"] < 200
+
+
+def test_the_memory_guard_kills_a_run_over_its_limit_and_names_its_largest_process():
+    import subprocess
+    import sys
+
+    hold = "import time; x = bytearray(80 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(30)"
+    run = subprocess.Popen([sys.executable, "-c", hold, "--run-name", "guarded-100", "--x"])
+    try:
+        with federation_scale.PeakMemory("guarded-100", interval=0.3, max_mb=50) as memory:
+            code = run.wait(timeout=20)
+    finally:
+        run.kill()
+    assert code == -9 and memory.stopped_at_mb is not None and memory.stopped_at_mb > 50
+    assert memory.stopped_largest[0] == "other" and memory.stopped_largest[1] > 50
+
+
+def test_kept_rows_of_an_earlier_record_come_first_unless_run_again(tmp_path):
+    kept = [["cflgt", "yes", "1.000"] + [""] * 11, ["flic", "no: not run"] + [""] * 12]
+    table = federation_scale.markdown({"flic": {"error": "exit code 1"}}, 100, kept)
+    lines = table.splitlines()
+    assert lines[2].startswith("| cflgt | yes | 1.000 |") and lines[3].startswith("| flic | no: exit code 1 |")
+    assert len(lines) == 4

@@ -112,3 +112,33 @@ def test_a_metrics_line_without_the_newer_counts_reads_with_their_defaults_and_u
     assert "future-key" not in record.to_dict() and record.num_clusters == 3
     with pytest.raises(ValueError, match="num-clusters"):
         RoundRecord.from_dict({"round": 2, "phase": "train"})
+
+
+def test_distances_png_shows_a_seeded_sample_of_a_large_federation_with_its_rows_and_clusters(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from server import plots, results
+
+    class Strategy:
+        name = "x"
+        distance_matrix = 100.0 * np.arange(10)[:, None] + np.arange(10)[None, :]  # cell (i, j) names i and j
+        distance_pids = list(range(100, 110))
+        assignment = {p: p % 3 for p in range(100, 110)}
+        history: list = []
+        training = SimpleNamespace(seed=5)
+
+        def describe_distances(self):
+            return "d"
+
+    monkeypatch.setattr(results, "PLOTTED_CLIENTS", 4)
+    drawn = []
+    monkeypatch.setattr(plots, "plot_distance_matrix", lambda m, labels, path, title: drawn.append((m, labels, title)))
+    for _ in range(2):
+        results.RunRecorder._plot_distances(SimpleNamespace(folder=tmp_path), Strategy())
+    (shown, labels, title), (again, _, _) = drawn
+    keep = np.diag(shown) / 101
+    assert shown.shape == (4, 4) and np.array_equal(again, shown) and "a seeded sample of 4 of 10 clients" in title
+    assert list(keep) == sorted(set(keep)) and np.array_equal(shown, 100 * keep[:, None] + keep[None, :])
+    assert list(labels) == [(100 + int(k)) % 3 for k in keep]

@@ -7,6 +7,7 @@ import logging
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
+from sklearn.metrics import adjusted_rand_score
 
 from client.app import app as client_app
 from client.signals.profile import gradient_profile
@@ -18,7 +19,7 @@ from common.config import TrainingParams
 from common.training import evaluate
 from server.experiment import Experiment
 from server.figures import FIGURES
-from strategies import CFLGP, IFCA
+from strategies import CFLGP, IFCA, state
 from tests.helpers import small_run_config
 from server.inprocess import InProcessGrid
 
@@ -219,9 +220,9 @@ def test_automatic_compression_only_above_the_profile_budget():
     from common.clustering import compression
 
     budget = compression.PROFILE_BUDGET_BYTES
-    assert compression.automatic_ratio(100, 8, 159_010) == 1.0  # 0.5 GB: exact profiles
+    assert compression.automatic_ratio(100, 8, 159_010) == 1.0  # 0.51 GB: exact profiles
     ratio = compression.automatic_ratio(10_000, 8, 159_010)
-    assert ratio == 32.0  # 51 GB at 1x, 1.6 GB at 32x, 3.2 GB at 16x
+    assert ratio == 128.0  # 51 GB at 1x, 0.4 GB at 128x (40 kB a client), 0.8 GB at 64x
     assert 10_000 * 8 * compression.compressed_size(159_010, ratio) * 4 <= budget
     assert 10_000 * 8 * compression.compressed_size(159_010, ratio / 2) * 4 > budget
     assert compression.automatic_ratio(10**9, 8, 10) == 10.0  # never below one coordinate
@@ -246,3 +247,20 @@ def test_cflgp_compresses_automatically_when_the_profile_would_pass_the_budget(m
     monkeypatch.setattr(compression, "PROFILE_BUDGET_BYTES", 2**40)
     exact, _, _ = _run("cfl-gp", rounds=1, **{"num-clusters": 2})
     assert exact.ratio == 1.0 and exact.size == dim
+    # the slimmer profile clusters as the exact one: the same partition, the planted one
+    pids = sorted(exact.assignment)
+    truth = [exact.true_group(p) for p in pids]
+    slim, whole = ([a[p] for p in pids] for a in (strategy.assignment, exact.assignment))
+    assert adjusted_rand_score(whole, slim) == adjusted_rand_score(truth, slim) == 1.0
+    assert strategy.blocks[0].nbytes * dim == exact.blocks[0].nbytes * strategy.size
+
+
+def test_cflgp_keeps_its_clients_spectral_features_and_makes_their_distances_when_read():
+    strategy, _, rc = _run("cfl-gp", rounds=1, **{"num-clusters": 2})
+    n = rc["num-clients"]
+    assert strategy.features.shape == (n, 2) and strategy.distance_pids == list(range(n))
+    assert not [k for k, v in vars(strategy).items() if isinstance(v, np.ndarray) and v.shape == (n, n)]
+    d = strategy.distance_matrix
+    i, j = 0, n - 1
+    assert d.shape == (n, n) and d[i, j] == pytest.approx(np.linalg.norm(strategy.features[i] - strategy.features[j]))
+    assert "features" in state.capture(strategy) and "distance_matrix" not in state.capture(strategy)

@@ -236,3 +236,38 @@ def test_sweep_model_is_validated_before_training():
     with pytest.raises(RuntimeError, match="prepare_sweep"):
         s.initial = ArrayRecord({"head.weight": Array(np.zeros((4, 5), np.float32))})
         s.validate(1, [0], (0,))
+
+
+def test_flag_asks_updates_in_batches_and_sketches_them_as_the_whole_set_would_be(monkeypatch):
+    from common.clustering import similarity
+    from common.clustering.flag import gradient_angles
+    from strategies.flat import float_size
+
+    monkeypatch.setattr(similarity, "AUTO_SKETCH_BYTES", 1)
+    monkeypatch.setattr(similarity, "AUTO_SKETCH_DIM", 32)
+    monkeypatch.setattr(FLAG, "query_batch", 4)
+    batches, full, clustered = [], {}, {}
+    query, cluster_signals = FLAG.query_signal, FLAG.cluster_signals
+
+    def spy_query(self, action, pids, *args, **kwargs):
+        got = query(self, action, pids, *args, **kwargs)
+        if action == keys.UPDATE_ACTION:
+            batches.append(list(pids))
+            full.update({p: u.delta.copy() for p, u in got.items()})
+        return got
+
+    def spy_cluster(self, signals):
+        clustered["deltas"] = [u.delta for _, u in signals]
+        return cluster_signals(self, signals)
+
+    monkeypatch.setattr(FLAG, "query_signal", spy_query)
+    monkeypatch.setattr(FLAG, "cluster_signals", spy_cluster)
+    rc = small_run_config(strategy="flag", rounds=1, **{"flag-alpha": 0.5, "flag-gradient-epochs": 2})
+    exp = Experiment.from_run_config(rc)
+    s = exp.build_strategy()
+    s.start(InProcessGrid(client_app, rc, rc["num-clients"]), exp.initial_model(), expected_clients=rc["num-clients"])
+    assert batches == [[0, 1, 2, 3], [4, 5]]
+    assert {len(d) for d in full.values()} == {float_size(exp.initial_model())} != {32}
+    assert [len(d) for d in clustered["deltas"]] == [32] * 6  # the stored signal is the sketch
+    whole = gradient_angles(similarity.sketch_rows([full[p] for p in range(6)], rc["seed"]))
+    np.testing.assert_allclose(s.gradient_matrix, whole, atol=1e-12)

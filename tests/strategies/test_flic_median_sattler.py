@@ -82,6 +82,49 @@ def test_flic_clusters_seen_clients_and_joins_the_unseen_by_their_update():
     assert d.shape == (9, 9) and np.allclose(np.diag(d), 0, atol=1e-5)
 
 
+class _BatchedFLIC(FLIC):
+    join_batch = 3
+
+
+def test_flic_join_in_batches_places_every_client_as_the_one_query_join_does():
+    asked: list[list[int]] = []
+
+    def run(cls):
+        original = cls.query_signal
+
+        def spy(self, action, pids, *args, **kwargs):
+            if cls is _BatchedFLIC:
+                asked.append(list(pids))
+            return original(self, action, pids, *args, **kwargs)
+
+        cls.query_signal = spy
+        try:
+            strategy, grid = _start(
+                cls,
+                FLICParams(cluster_round=3),
+                rounds=3,
+                fraction=0.25,
+                **{"num-clients": 15, "groups": 3, "samples-per-label": 10},
+            )
+        finally:
+            del cls.query_signal
+        return strategy, grid
+
+    whole, _ = run(FLIC)
+    batched, grid = run(_BatchedFLIC)
+    unseen = sorted(set(range(15)) - set(whole.clustering_similarity[0]))
+    assert len(unseen) > 2 * _BatchedFLIC.join_batch
+    step = _BatchedFLIC.join_batch
+    assert asked == [unseen[i : i + step] for i in range(0, len(unseen), step)]
+    assert sorted(_queried(grid, "update")) == unseen == sorted(batched.joined) == sorted(whole.joined)
+    assert batched.assignment == whole.assignment and len(set(whole.assignment.values())) > 1
+    pids = whole.similarity.pids
+    assert batched.similarity.pids == pids
+    assert np.allclose(batched.similarity.matrix(pids), whole.similarity.matrix(pids), atol=1e-6)
+    # the store was sized once for every newcomer: no doubling to twice the federation
+    assert batched.similarity._vectors.shape[0] == len(pids) == 15
+
+
 def test_flic_late_attackers_join_the_attackers_not_the_loyal_cluster():
     # The attackers' data is clean: by train loss they would join the loyal cluster; by the
     # direction of their update (minus the true one) they join the attackers.

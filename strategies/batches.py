@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from common.clustering.similarity import CountSketch, auto_sketch_dim
+from common.clustering.similarity import CountSketch
 from common.signals.update import ModelUpdate
 
 QUERY_BATCH = 256
@@ -31,13 +31,6 @@ def in_batches(pids: Sequence[int], size: int = QUERY_BATCH) -> Iterator[list[in
         raise ValueError(f"The 'size' parameter of in_batches must be an int >= 1. Got {size!r} instead.")
     for start in range(0, len(pids), int(size)):
         yield list(pids[start : start + int(size)])
-
-
-def update_sketch(num_clients: int, dim: int, seed: int) -> CountSketch | None:
-    """The sketch ``common.clustering.similarity.sketch_rows`` would apply to ``num_clients`` updates
-    of ``dim`` coordinates (None: kept whole), so that each batch can be sketched as it arrives."""
-    k = auto_sketch_dim(num_clients, dim)
-    return CountSketch(dim, k, seed) if k else None
 
 
 def sketched(updates: dict[int, ModelUpdate], sketch: CountSketch | None) -> dict[int, ModelUpdate]:

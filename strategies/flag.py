@@ -32,6 +32,7 @@ from common import keys
 from common.clustering.flag import choose_threshold, flag_distances, sweep_cuts, threshold_grid
 from common.clustering.hierarchical import linkage_tree, relabel_by_appearance
 from common.clustering.oneshot import OneShotClusters, cut_distances
+from common.clustering.similarity import row_sketch
 from common.data import DatasetInfo
 from common.models import MODELS, build_model, check_model
 from common.signals.flag import SWEEP_MODEL, HoldoutResult
@@ -40,7 +41,7 @@ from common.signals.update import ModelUpdate
 from common.params import check_params, param
 from common.params import shared
 
-from .batches import QUERY_BATCH, in_batches, sketched, update_sketch
+from .batches import QUERY_BATCH, in_batches, sketched
 from .flat import add_flat, float_size
 from .oneshot import OneShotStrategy, check_cut
 
@@ -187,7 +188,7 @@ class FLAG(OneShotStrategy):
             del subs[pid]
         initial = self.initial_model
         asked, dim = sorted(subs), float_size(initial)
-        sketch = update_sketch(len(asked), dim, self.training.seed)
+        sketch = row_sketch(len(asked), dim, self.training.seed)
         ups: dict[int, ModelUpdate] = {}
         for batch in in_batches(asked, self.query_batch):
             replies = self.query_signal(

@@ -237,6 +237,13 @@ def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int) ->
     return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None, dense)
 
 
+def row_sketch(num_rows: int, dim: int, seed: int, sketch_dim: int = 0) -> CountSketch | None:
+    """The sketch :func:`sketch_rows` applies to ``num_rows`` vectors of ``dim`` floats (None: kept whole),
+    for callers that sketch rows as they arrive; ``sketch_dim`` as there."""
+    k = auto_sketch_dim(num_rows, dim, sketch_dim)
+    return CountSketch(dim, k, seed) if k else None
+
+
 def sketch_rows(
     rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0, exact: bool = False, chunk: int = 512
 ) -> np.ndarray:
@@ -273,10 +280,9 @@ def sketch_rows(
             f"The 'rows' parameter of sketch_rows must hold vectors of one length {dim}. "
             "Got vectors of other shapes instead."
         )
-    k = 0 if exact else auto_sketch_dim(n, dim, sketch_dim)
-    if not k:
+    sketch = None if exact else row_sketch(n, dim, seed, sketch_dim)
+    if sketch is None:
         return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(list(rows))
-    sketch = CountSketch(dim, k, seed)
     return np.concatenate([sketch.project(np.stack(list(rows[i : i + chunk]))) for i in range(0, n, chunk)])
 
 

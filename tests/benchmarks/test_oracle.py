@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import benchmarks.records
-from benchmarks.oracle import group_ceilings, main, mean_over_clients
+from benchmarks.oracle import GroupCeiling, group_ceilings, main, mean_over_clients
 from common.scenarios import ScenarioConfig, build_partition, client_data
 
 DIGITS = ScenarioConfig(dataset="digits", num_clients=12, groups=2, labels_per_group=2, seed=3)
@@ -55,3 +55,9 @@ def test_main_writes_the_ceiling_and_per_group_tables(tmp_path, monkeypatch):
     assert summary["rows"][0][0] == 3 and summary["rows"][-1][0] == "mean"
     assert summary["rows"][0][1] == summary["rows"][-1][1] > 0.9
     assert len(per_group["rows"]) == 2 and record["load"] == "1.0"
+
+
+def test_the_ceiling_is_the_mean_over_clients_not_over_groups():
+    big = GroupCeiling(0, (0, 1), 3, 30, 1.0, np.array([1.0, 1.0, 1.0]))
+    small = GroupCeiling(1, (2, 3), 1, 10, 1.0, np.array([0.0]))
+    assert mean_over_clients([big, small]) == pytest.approx(0.75)  # per group it would be 0.5

@@ -3,16 +3,19 @@
 A test that passes whatever the code computes checks nothing. Every entry replaces one exact
 text in one file of a temporary copy of the source tree (the text must occur once, so a
 refactoring that removes it fails here loudly instead of silently testing nothing) and runs
-the named tests on the copy in a subprocess; they must fail (pytest exit code 1, not a
-collection error). Add an entry with every fix of a formula.
+the named tests on the copy in a child process (forked from one process that imported torch,
+Flower and scikit-learn once: ``tests.helpers.forked_pytest``); they must fail (pytest exit code 1,
+not a collection error). Add an entry with every fix of a formula.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import select
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -285,27 +288,63 @@ def tree(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def pytest_in(tree) -> Iterator[Callable[[list[str], Path], int]]:
+    """``pytest_in(args, log)`` runs pytest on ``tree`` in a child of one warm process (tests.helpers.forked_pytest)."""
+    runner = subprocess.Popen(
+        [sys.executable, "-I", str(ROOT / "tests" / "helpers" / "forked_pytest.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tree,
+        text=True,
+    )
+    assert runner.stdin is not None and runner.stdout is not None
+
+    def run(args: list[str], log: Path) -> int:
+        runner.stdin.write(json.dumps({"cwd": str(tree), "args": args, "log": str(log)}) + "\n")
+        runner.stdin.flush()
+        ready, _, _ = select.select([runner.stdout], [], [], 600)
+        assert ready, f"pytest {args} did not finish in 600 s"
+        return int(json.loads(runner.stdout.readline())["rc"])
+
+    try:
+        yield run
+    finally:
+        runner.stdin.close()
+        try:
+            runner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            runner.kill()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "path", "old", "new", "tests"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_each_mutation_is_caught(tree, name, path, old, new, tests):
+def test_each_mutation_is_caught(tree, pytest_in, tmp_path, name, path, old, new, tests):
     target = tree / path
     original = target.read_text()
     assert original.count(old) == 1, f"{name}: the text to mutate occurs {original.count(old)} times in {path}"
     target.write_text(original.replace(old, new))
+    log = tmp_path / "pytest.log"
     try:
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests],
-            check=False,
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        rc = pytest_in(["-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests], log)
     finally:
         target.write_text(original)
-    assert run.returncode == 1, f"{name} was not caught (pytest exit {run.returncode}):\n{run.stdout[-2000:]}"
+    assert rc == 1, f"{name} was not caught (pytest exit {rc}):\n{log.read_text(errors='replace')[-2000:]}"
+
+
+def test_the_warm_runner_imports_the_trees_own_modules(tree, pytest_in, tmp_path):
+    """A child runs the copy's code, not a module imported before the fork nor the installed tree."""
+    probe = tree / "tests" / "test_probe_tree.py"
+    probe.write_text(
+        "from pathlib import Path\nimport strategies\n\n"
+        "def test_tree():\n    assert Path(strategies.__file__).resolve().parents[1] == Path.cwd().resolve()\n"
+    )
+    log = tmp_path / "pytest.log"
+    try:
+        assert pytest_in(["-q", "-n", "0", "-p", "no:cacheprovider", str(probe)], log) == 0, log.read_text()
+        assert pytest_in(["-q", "-n", "0", "-p", "no:cacheprovider", str(probe) + "::absent"], log) == 4
+    finally:
+        probe.unlink()
 
 
 def test_every_mutation_names_text_that_is_in_the_source_once():

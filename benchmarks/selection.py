@@ -243,7 +243,7 @@ def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str
         fesem = params_from_run_config(FeSEMParams, rc)
         points, origin = fesem_models(rc)
         labels[FeSEM.name] = automatic_labels(
-            points, fesem.max_clusters, cell.seed, origin=origin, metric=fesem.auto_metric
+            points, fesem.auto_limit(len(points)), cell.seed, origin=origin, metric=fesem.auto_metric
         )
     return _rows(cell, truth, labels, time.perf_counter() - started)
 

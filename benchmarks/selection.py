@@ -278,7 +278,7 @@ def _rows(cell: Cell, truth: np.ndarray, found: dict[str, np.ndarray], seconds: 
             "algorithm": algorithm,
             "meant-for": cell.scenario in MEANT_FOR[algorithm],
             "k-found": int(labels.max()) + 1,
-            "ari": round(float(adjusted_rand_score(truth, labels)), 3),
+            "ari": round(float(adjusted_rand_score(truth, labels)), 3) + 0.0,  # + 0.0: no "-0.0" in the tables
             "signal-seconds": round(seconds, 1),
         }
         for algorithm, labels in found.items()

@@ -149,17 +149,23 @@ def test_the_automatic_k_cap_is_half_the_clients_unless_given():
         REGISTRY["fesem"].from_run_config(TrainingParams(), {"fesem-auto-max-clusters": -2})
 
 
+def _planted_updates(groups: int, per_group: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Grouped label skew with a quantity shift: updates share a direction (what every client learns) and
+    lean their group's way; an update's length is its client's sample count (1x to 6x). Truth, origin, models."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(groups), per_group)
+    origin = rng.normal(size=dim)
+    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
+    directions = rng.normal(size=dim) + 0.5 * rng.normal(size=(groups, dim))
+    return truth, origin, origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), dim)))
+
+
 def test_ten_planted_groups_are_all_found_where_the_former_cap_of_8_merged_some():
     from sklearn.metrics import adjusted_rand_score
 
     from strategies.fesem import automatic_labels
 
-    rng = np.random.default_rng(10)
-    truth = np.repeat(np.arange(10), 3)
-    origin = rng.normal(size=200)
-    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
-    directions = rng.normal(size=200) + 0.5 * rng.normal(size=(10, 200))
-    points = origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), 200)))
+    truth, origin, points = _planted_updates(10, 3, 200, 10)
     new = automatic_labels(points, FeSEMParams().auto_limit(len(points)), 0, origin=origin, metric="cosine")
     old = automatic_labels(points, 8, 0, origin=origin, metric="cosine")
     assert new.max() + 1 == 10 and adjusted_rand_score(truth, new) == 1.0
@@ -245,12 +251,7 @@ def test_automatic_k_on_cosines_joins_clients_above_the_sample_by_direction(monk
     import strategies.fesem as fesem_module
     from strategies.fesem import automatic_labels
 
-    rng = np.random.default_rng(7)
-    truth = np.repeat(np.arange(3), 10)
-    origin = rng.normal(size=100)
-    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
-    directions = rng.normal(size=100) + 0.5 * rng.normal(size=(3, 100))
-    points = origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), 100)))
+    truth, origin, points = _planted_updates(3, 10, 100, 7)
     monkeypatch.setattr(fesem_module, "SAMPLE_SIZE", 12)
     monkeypatch.setattr(fesem_module, "CHUNK", 7)  # the joining clients are made unit rows a few at a time
     labels = automatic_labels(points, max_clusters=8, seed=0, origin=origin, metric="cosine")

@@ -112,10 +112,19 @@ class Preset:
 
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fedclust-paper": (FedClust.name, ("--fedclust-lambda", "1.0")),
-    "pacfl-eq3": (PACFL.name, ("--pacfl-measure", "smallest", "--pacfl-threshold", "30")),
+    "pacfl-eq3": (PACFL.name, ("--pacfl-measure", "smallest", "--pacfl-threshold", "30", "--pacfl-vectors", "3")),
     "pacfl-reference": (
         PACFL.name,
-        ("--pacfl-measure", "reference-signed", "--linkage", "weighted", "--pacfl-threshold", "30"),
+        (
+            "--pacfl-measure",
+            "reference-signed",
+            "--linkage",
+            "weighted",
+            "--pacfl-threshold",
+            "30",
+            "--pacfl-vectors",
+            "3",
+        ),
     ),
     "cfl-sattler-paper": (
         CFLSattler.name,

@@ -43,14 +43,16 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from flwr.app import ConfigRecord
+from flwr.app import ConfigRecord, RecordDict
 
 from benchmarks.auto_cut import _task, flhc_updates, signals
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from common.clustering.oneshot import Cut, fedclust_clusters, flhc_clusters, pacfl_clusters
+from client.signals.subspaces import subspaces
 from client.task import train_local
 from common import keys
 from common.config import TrainingParams, params_from_run_config
+from common.signals.subspaces import ClassSubspaces
 from server.cli import PROJECT_ROOT, load_defaults
 from server.experiment import Experiment
 from strategies import CFLGP, CFLGT, FLAG, FLHC, FLIC, PACFL, CFLSattler, FedClust, FeSEM
@@ -109,7 +111,7 @@ class Cell:
         else:
             rc["groups"] = self.groups
         if self.scenario in ("rotation", "label-swap"):  # drawn IID: as many samples as the data allow, <= 100
-            rc["samples-per-client"] = 100 if self.dataset == "fashion-mnist" else min(100, 1400 // self.clients)
+            rc["samples-per-client"] = min(100, (60_000 if self.dataset == "fashion-mnist" else 1400) // self.clients)
         if self.scenario == "label-skew-dirichlet":
             rc["label-fraction"] = 0.2
         return rc
@@ -130,8 +132,9 @@ def grid(half: str) -> list[Cell]:
     """The cells of one half: every group count and valid scenario, datasets and sizes in turn, each seed.
 
     Rotation needs images (not the tabular set); a label swap pairs labels, so at most 5 groups.
-    Sizes cycle through 12 (when the groups fit twice), 30 and 100 clients; the held-out half adds
-    one Fashion-MNIST cell of 1,000 clients.
+    Sizes cycle through 12 (when the groups fit twice), 30 and 100 clients; then ``LARGE``: cells of
+    1,000 Fashion-MNIST clients (the only data set here with enough samples), one of each scenario
+    in the held-out half and one in the dev half.
     """
     spec = HALVES[half]
     cells: list[Cell] = []
@@ -146,9 +149,17 @@ def grid(half: str) -> list[Cell]:
                 sizes = [n for n in (12, 30, 100) if n >= 2 * groups]
                 cells.append(Cell(half, dataset, scenario, groups, sizes[turn % len(sizes)], seed))
                 turn += 1
-    if half == "held-out":
-        cells.append(Cell(half, "fashion-mnist", "label-groups", 10, 1000, 0))
-    return cells
+    return cells + [c for c in LARGE if c.half == half]
+
+
+LARGE = (
+    Cell("held-out", "fashion-mnist", "label-groups", 10, 1000, 0),
+    Cell("held-out", "fashion-mnist", "label-skew-dirichlet", 5, 1000, 1),
+    Cell("held-out", "fashion-mnist", "rotation", 5, 1000, 0),
+    Cell("held-out", "fashion-mnist", "label-swap", 2, 1000, 1),
+    Cell("dev", "fashion-mnist", "label-groups", 7, 1000, 100),
+)
+"""The 1,000-client cells (60 samples a client where the scenario draws a fixed number)."""
 
 
 FULL_RUN_CELLS = (
@@ -210,42 +221,52 @@ def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(rows), flat({name: a.numpy() for name, a in model.items()})
 
 
+def pacfl_bases(rc: dict[str, Any], vectors: int) -> list[np.ndarray]:
+    """PACFL's signal: every client's stacked class bases from the real client handler
+    (``query.subspaces`` with ``vectors`` per class), in the order of the clients."""
+    cfg = ConfigRecord({keys.SUBSPACE_VECTORS: vectors})
+    bases = []
+    for pid in range(rc["num-clients"]):
+        task = _task(rc, pid)
+        arrays = subspaces(task, RecordDict({keys.CONFIG: cfg}))
+        signal = ClassSubspaces.from_arrays(arrays, dim=None, num_classes=task.info.num_classes, max_vectors=vectors)
+        bases.append(signal.stacked())
+    return bases
+
+
 def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str, Any]]:
-    """Each of ``algorithms``' K found and ARI on one cell, with its default parameters."""
+    """Each of ``algorithms``' K found and ARI on one cell, with its default parameters; only the
+    signals of ``algorithms`` are computed."""
     rc = cell.run_config()
     started = time.perf_counter()
+    truth = np.array([int(_task(rc, pid).data.group) for pid in range(cell.clients)])
     labels: dict[str, np.ndarray] = {}
-    if set(algorithms) - {FeSEM.name}:
+    if FedClust.name in algorithms:
         fedclust = params_from_run_config(FedClustParams, rc)
-        layers, bases, truth = signals(rc, fedclust.cluster_steps)
+        layers, _, _ = signals(rc, fedclust.cluster_steps)
+        cut = Cut(fedclust.fedclust_lambda, fedclust.num_clusters, fedclust.linkage)
+        labels[FedClust.name] = fedclust_clusters(layers, cut).labels
+    if PACFL.name in algorithms:
         pacfl = params_from_run_config(PACFLParams, rc)
+        labels[PACFL.name] = pacfl_clusters(
+            pacfl_bases(rc, pacfl.pacfl_vectors),
+            Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
+            pacfl.pacfl_measure,
+            np.random.default_rng(cell.seed),
+        ).labels
+    if FLHC.name in algorithms:
         flhc = params_from_run_config(FLHCParams, rc)
         warm = flhc.warmup_rounds or automatic_warmup_rounds(int(rc["rounds"]))
         updates = flhc_updates({**rc, "flhc-warmup-rounds": warm})
-        found = {
-            FedClust.name: fedclust_clusters(
-                layers, Cut(fedclust.fedclust_lambda, fedclust.num_clusters, fedclust.linkage)
-            ),
-            PACFL.name: pacfl_clusters(
-                bases,
-                Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
-                pacfl.pacfl_measure,
-                np.random.default_rng(cell.seed),
-            ),
-            FLHC.name: flhc_clusters(
-                list(updates), Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage), flhc.flhc_metric, cell.seed
-            ),
-        }
-        labels.update({a: r.labels for a, r in found.items() if a in algorithms})
-    else:
-        truth = np.array([int(_task(rc, pid).data.group) for pid in range(cell.clients)])
+        cut = Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage)
+        labels[FLHC.name] = flhc_clusters(list(updates), cut, flhc.flhc_metric, cell.seed).labels
     if FeSEM.name in algorithms:
         fesem = params_from_run_config(FeSEMParams, rc)
         points, origin = fesem_models(rc)
         labels[FeSEM.name] = automatic_labels(
-            points, fesem.max_clusters, cell.seed, origin=origin, metric=fesem.auto_metric
+            points, fesem.auto_limit(len(points)), cell.seed, origin=origin, metric=fesem.auto_metric
         )
-    return _rows(cell, truth, labels, time.perf_counter() - started)
+    return _rows(cell, truth, {a: labels[a] for a in algorithms if a in labels}, time.perf_counter() - started)
 
 
 def _rows(cell: Cell, truth: np.ndarray, found: dict[str, np.ndarray], seconds: float) -> list[dict[str, Any]]:
@@ -257,7 +278,7 @@ def _rows(cell: Cell, truth: np.ndarray, found: dict[str, np.ndarray], seconds: 
             "algorithm": algorithm,
             "meant-for": cell.scenario in MEANT_FOR[algorithm],
             "k-found": int(labels.max()) + 1,
-            "ari": round(float(adjusted_rand_score(truth, labels)), 3),
+            "ari": round(float(adjusted_rand_score(truth, labels)), 3) + 0.0,  # + 0.0: no "-0.0" in the tables
             "signal-seconds": round(seconds, 1),
         }
         for algorithm, labels in found.items()
@@ -306,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=tuple(HALVES), default="held-out")
     parser.add_argument("--max-clients", type=int, default=1000, help="skip cells with more clients")
+    parser.add_argument("--min-clients", type=int, default=0, help="skip cells with fewer clients")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated: only these algorithms")
     parser.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated: only cells of these scenarios"
@@ -375,7 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(args.algorithms.split(",")) - set(ALGORITHMS))
     if unknown:
         parser.error(f"The '--algorithms' parameter must name algorithms of {ALGORITHMS}. Got {unknown} instead.")
-    cells = [c for c in grid(args.half) if c.clients <= args.max_clients and c.scenario in scenarios]
+    cells = [
+        c for c in grid(args.half) if args.min_clients <= c.clients <= args.max_clients and c.scenario in scenarios
+    ]
     if args.dry_run:
         print("\n".join(c.name for c in cells))
         return 0

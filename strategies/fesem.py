@@ -13,8 +13,9 @@ K by k-means++ with the run's generator, then refined (``common.clustering.fesem
 distances of their round-1 updates (trained minus initial model; ``fesem-auto-metric cosine``,
 modified: an update's length follows its client's sample count, so Euclidean distances of the
 trained models, ``euclidean``, split a group by size) (``automatic_labels``, the rule of FedClust,
-PACFL and FL+HC; at most ``max-clusters``), each centre its cluster's weighted mean. FeSEM
-itself does not estimate K: the paper's K is ``--num-clusters K``. With "random" (the paper's
+PACFL and FL+HC; at most ``fesem-auto-max-clusters``, by default half the clients, modified: the
+shared ``max-clusters`` 8 stopped a federation of 10 groups at 8), each centre its cluster's weighted
+mean. FeSEM itself does not estimate K: the paper's K is ``--num-clusters K``. With "random" (the paper's
 random initialisation) the K centres (``num-clusters``, or ``max-clusters`` when 0) are the
 initial model and K - 1 seeded redraws at its scale, with a seeded random assignment.
 """
@@ -31,10 +32,10 @@ from flwr.common import log
 
 from common.clustering import kmodels
 from common.clustering.fesem import fesem_clusters, nearest_centres, update_centres
-from common.clustering.hierarchical import auto_cut, pairwise_distances, undecided_reason
+from common.clustering.hierarchical import AUTO_MAX_CLUSTERS, auto_cut, pairwise_distances, undecided_reason
 from common.clustering.similarity import sketch_rows
 from common.clustering.subspaces import SAMPLE_SIZE
-from common.params import check_params, param, shared
+from common.params import check_params, param, run_config_key, shared
 
 from .base import ClusteredStrategy
 from .flat import flat, from_flat
@@ -49,14 +50,12 @@ initial model; modified), or ``euclidean`` distances of the trained models (umbe
 
 @dataclass(frozen=True)
 class FeSEMParams:
-    """``num-clusters`` K (0: automatic with ``fesem-init clients``, ``max-clusters`` with random),
-    ``fesem-init`` in {clients, random}."""
+    """``num-clusters`` K (0: automatic with ``fesem-init clients``, at most ``fesem-auto-max-clusters``;
+    ``max-clusters`` with random), ``fesem-init`` in {clients, random}."""
 
     key_prefix: ClassVar[str] = "fesem"
     num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(
-        8, low=2, help="with num-clusters 0: the most clusters the automatic K keeps (fesem-init random: K)"
-    )
+    max_clusters: int = shared(8, low=2, help="with num-clusters 0 and fesem-init random: K")
     init: str = param(
         "clients",
         "the K initial centres: clients (modified) = every client trains in round 1, K from the automatic cut "
@@ -72,19 +71,42 @@ class FeSEMParams:
         "of their trained models",
         choices=AUTO_METRICS,
     )
+    auto_max_clusters: int = param(
+        0,
+        "with num-clusters 0 and fesem-init clients: the most clusters the automatic K keeps; 0 = half the "
+        f"clients, at most {AUTO_MAX_CLUSTERS} (modified: every cluster two clients on average; former cap: "
+        "max-clusters, 8)",
+        low=0,
+    )
 
     def __post_init__(self) -> None:
         check_params(self, OWNER)
+        if self.auto_max_clusters == 1:
+            key = run_config_key(type(self), "auto_max_clusters")
+            raise ValueError(
+                f"The '{key}' parameter of {OWNER} must be 0 (half the clients) or an int >= 2. Got 1 instead."
+            )
 
     @property
     def k(self) -> int:
         """The number of centres FeSEM keeps when K is not chosen automatically."""
         return self.num_clusters or self.max_clusters
 
+    def auto_limit(self, num_clients: int) -> int:
+        """The most clusters the automatic K keeps among ``num_clients`` (``automatic_max_clusters``)."""
+        return automatic_max_clusters(num_clients, self.auto_max_clusters)
+
     @property
     def automatic(self) -> bool:
         """Whether K is chosen from the first round's trained models (``num-clusters`` 0, init clients)."""
         return self.num_clusters == 0 and self.init == "clients"
+
+
+def automatic_max_clusters(num_clients: int, given: int = 0) -> int:
+    """The most clusters FeSEM's automatic K keeps among ``num_clients``: ``given`` when > 0, else half
+    the clients (a cluster of one client is local training), at least 2 and at most ``AUTO_MAX_CLUSTERS``
+    (the range of the other automatic cuts)."""
+    return given if given > 0 else max(2, min(AUTO_MAX_CLUSTERS, num_clients // 2))
 
 
 def automatic_labels(
@@ -198,7 +220,7 @@ class FeSEM(ClusteredStrategy):
             if self.params.automatic:
                 labels = automatic_labels(
                     points,
-                    self.params.max_clusters,
+                    self.params.auto_limit(len(pids)),
                     self.training.seed,
                     origin=flat(sent) if (sent := updates[pids[0]].sent) is not None else None,
                     metric=self.params.auto_metric,

@@ -154,7 +154,9 @@ def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(caps
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("umbel run --strategy pacfl ") and "--pacfl-measure" not in lines[0]
     assert lines[1].startswith("umbel run --strategy pacfl ")
-    assert lines[1].endswith("--pacfl-measure reference-signed --linkage weighted --pacfl-threshold 30")
+    assert lines[1].endswith(
+        "--pacfl-measure reference-signed --linkage weighted --pacfl-threshold 30 --pacfl-vectors 3"
+    )
     assert "--pacfl-threshold" not in lines[0]  # the default: the automatic cut (modified)
     assert "--cfl-sattler-eps-absolute true --cfl-sattler-eps1 0.4 --cfl-sattler-eps2 1.6" in lines[2]
     cflgt = lines[3].split()

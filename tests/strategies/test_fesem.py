@@ -139,6 +139,56 @@ def test_k_is_num_clusters_or_max_clusters():
     assert FeSEMParams().k == 8 and FeSEMParams(num_clusters=3).k == 3
 
 
+def test_the_automatic_k_cap_is_half_the_clients_unless_given():
+    assert [FeSEMParams().auto_limit(n) for n in (2, 3, 12, 30, 1000)] == [2, 2, 6, 15, 100]
+    assert FeSEMParams(auto_max_clusters=8).auto_limit(30) == 8
+    assert FeSEMParams(max_clusters=3).auto_limit(30) == 15  # max-clusters (CFL-GP's, IFCA's) no longer caps it
+    with pytest.raises(ValueError, match=r"'fesem-auto-max-clusters' parameter of FeSEM must be 0 .* Got 1 instead"):
+        FeSEMParams(auto_max_clusters=1)
+    with pytest.raises(ValueError, match=r"'fesem-auto-max-clusters' parameter of FeSEM must be an int >= 0. Got -2"):
+        REGISTRY["fesem"].from_run_config(TrainingParams(), {"fesem-auto-max-clusters": -2})
+
+
+def _planted_updates(groups: int, per_group: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Grouped label skew with a quantity shift: updates share a direction (what every client learns) and
+    lean their group's way; an update's length is its client's sample count (1x to 6x). Truth, origin, models."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(groups), per_group)
+    origin = rng.normal(size=dim)
+    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
+    directions = rng.normal(size=dim) + 0.5 * rng.normal(size=(groups, dim))
+    return truth, origin, origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), dim)))
+
+
+def test_ten_planted_groups_are_all_found_where_the_former_cap_of_8_merged_some():
+    from sklearn.metrics import adjusted_rand_score
+
+    from strategies.fesem import automatic_labels
+
+    truth, origin, points = _planted_updates(10, 3, 200, 10)
+    new = automatic_labels(points, FeSEMParams().auto_limit(len(points)), 0, origin=origin, metric="cosine")
+    old = automatic_labels(points, 8, 0, origin=origin, metric="cosine")
+    assert new.max() + 1 == 10 and adjusted_rand_score(truth, new) == 1.0
+    assert old.max() + 1 == 8 and adjusted_rand_score(truth, old) < 0.95
+
+
+@pytest.mark.slow
+def test_the_strategy_caps_its_automatic_k_by_its_clients_not_max_clusters(monkeypatch):
+    import strategies.fesem as fesem_module
+
+    caps = []
+    original = fesem_module.automatic_labels
+
+    def spy(points, max_clusters, *args, **kwargs):
+        caps.append((len(points), max_clusters))
+        return original(points, max_clusters, *args, **kwargs)
+
+    monkeypatch.setattr(fesem_module, "automatic_labels", spy)
+    strategy, _, rc = _run(1, **{"num-clusters": 0, "max-clusters": 2})
+    assert caps == [(rc["num-clients"], rc["num-clients"] // 2)] and rc["num-clients"] // 2 != 2
+    assert strategy.num_clusters == 2 and strategy.history[0].ari == 1.0
+
+
 @pytest.mark.parametrize("groups", [2, 5])
 def test_automatic_labels_find_planted_blobs_and_a_sample_cut_joins_the_rest_to_the_nearest(groups, monkeypatch):
     from sklearn.metrics import adjusted_rand_score
@@ -201,12 +251,7 @@ def test_automatic_k_on_cosines_joins_clients_above_the_sample_by_direction(monk
     import strategies.fesem as fesem_module
     from strategies.fesem import automatic_labels
 
-    rng = np.random.default_rng(7)
-    truth = np.repeat(np.arange(3), 10)
-    origin = rng.normal(size=100)
-    size = rng.uniform(1.0, 6.0, size=len(truth))[:, None]
-    directions = rng.normal(size=100) + 0.5 * rng.normal(size=(3, 100))
-    points = origin + size * (directions[truth] + 0.1 * rng.normal(size=(len(truth), 100)))
+    truth, origin, points = _planted_updates(3, 10, 100, 7)
     monkeypatch.setattr(fesem_module, "SAMPLE_SIZE", 12)
     monkeypatch.setattr(fesem_module, "CHUNK", 7)  # the joining clients are made unit rows a few at a time
     labels = automatic_labels(points, max_clusters=8, seed=0, origin=origin, metric="cosine")

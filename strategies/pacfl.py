@@ -3,8 +3,7 @@ Federated Learning via Principal Angles Between Client Data Subspaces", AAAI 202
 
 Round 1: every client runs a truncated SVD of each of its classes' train data (not centred, as the
 paper and its reference code) and sends the first ``pacfl-vectors`` (p) left singular vectors per
-class (``query.subspaces``, no model; p = 1, modified: the reference code's p = 3 is
-``--pacfl-vectors 3``).
+class (``query.subspaces``, no model; p = 3, the reference code's).
 The server stacks each client's class bases and measures two clients' distance as the
 principal angles between their subspaces in degrees (``pacfl-measure``: ``smallest`` is PACFL
 Eq. 3 as the paper states it, ``sum`` the trace variant, ``reference-signed`` the reference
@@ -59,13 +58,7 @@ class PACFLParams:
         low=0.0,
         paper="a fixed threshold in degrees",
     )
-    pacfl_vectors: int = param(
-        1,
-        "p: left singular vectors per class each client sends (modified: 1; the reference code's 3 splits "
-        "groups of small clients, whose later vectors are mostly noise)",
-        low=1,
-        paper="3 (reference code)",
-    )
+    pacfl_vectors: int = param(3, "p: left singular vectors per class each client sends", low=1, paper="3 (reference code)")
     pacfl_measure: str = param(
         "mean", "the subspace distance (smallest = PACFL Eq. 3)", choices=MEASURES, paper="smallest (Eq. 3)"
     )

@@ -174,7 +174,7 @@ def test_pacfl_and_flhc_on_digits_find_the_true_groups():
     pacfl, grid = _run(strategy="pacfl", rounds=1, **{"pacfl-measure": "mean", "pacfl-threshold": 35.0})
     assert _ari(pacfl) == 1.0
     query = next(m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.SUBSPACES_ACTION))
-    assert not query.content.array_records and query.content[keys.CONFIG][keys.SUBSPACE_VECTORS] == 1
+    assert not query.content.array_records and query.content[keys.CONFIG][keys.SUBSPACE_VECTORS] == 3
     flhc, grid = _run(strategy="flhc", rounds=2, **{"flhc-warmup-rounds": 1, "num-clusters": 2})
     assert _ari(flhc) == 1.0 and [r.num_clusters for r in flhc.history] == [1, 2]
     updates = [m for m in grid.sent if m.metadata.message_type == keys.query_type(keys.UPDATE_ACTION)]

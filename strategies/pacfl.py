@@ -58,7 +58,9 @@ class PACFLParams:
         low=0.0,
         paper="a fixed threshold in degrees",
     )
-    pacfl_vectors: int = param(3, "p: left singular vectors per class each client sends", low=1, paper="3 (reference code)")
+    pacfl_vectors: int = param(
+        3, "p: left singular vectors per class each client sends", low=1, paper="3 (reference code)"
+    )
     pacfl_measure: str = param(
         "mean", "the subspace distance (smallest = PACFL Eq. 3)", choices=MEASURES, paper="smallest (Eq. 3)"
     )

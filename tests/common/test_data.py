@@ -243,6 +243,39 @@ def test_digits_stratified_seeded_split():
     np.testing.assert_array_equal(to_float(ds.info, ds.x_train), ds.x_train)
 
 
+def test_digits_are_scikit_learns_whether_read_from_its_csv_or_from_load_digits(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images, target = data._digits_images()
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(target, bunch.target)
+    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)  # no CSV where sklearn keeps it
+    images, target = data._digits_images()
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(target, bunch.target)
+
+
+def test_a_digits_client_does_not_import_scikit_learn():
+    """A ClientApp process loading digits skips sklearn.datasets (SciPy, pandas: about 1.6 CPU s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from common.data import load_dataset; ds = load_dataset('digits', seed=0); "
+        "assert len(ds.y_train) + len(ds.y_test) == 1797; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy', 'pandas')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="'seed' parameter"):
         load_dataset("digits", seed=-1)

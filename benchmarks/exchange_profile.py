@@ -43,21 +43,39 @@ KINDS: tuple[tuple[str, str], ...] = (
 )
 """A frame's text on a sampled stack -> the kind of work (first match; the rest is 'other')."""
 OTHER = "other (start-up, Ray's driver threads, logging)"
+WAITING: tuple[str, ...] = (
+    "Condition.wait (threading.py",
+    "_log_uploader (flwr/supercore/logger.py:454)",
+    "monitor (flwr/supercore/app_utils.py:54)",
+    "Worker.get_objects (ray/_private/worker.py",
+    "InMemoryGrid.send_and_receive (flwr/superlink/grid/inmemory_grid.py:177)",
+    "send (strategies/federation.py:209)",
+    "_main_loop (flwr/simulation/run_simulation.py:319)",
+)
+"""Innermost frames of a thread that waits (py-spy's ``--nonblocking`` samples it as busy): a lock,
+queue or event wait, a sleep in Flower's log uploader, parent monitor or pull loop or umbel's, Ray's
+wait for an actor's result, the main thread's wait for the engine's threads (Flower 1.42's lines)."""
 RATE = 20
 """py-spy samples a second."""
 
 
-def shares(raw: Path) -> tuple[dict[str, float], int]:
-    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, and their count."""
+def shares(raw: Path) -> tuple[dict[str, float], int, float]:
+    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, their count,
+    and the share of all its samples in which a thread was waiting (:data:`WAITING`, left out of the rest)."""
     counts: Counter[str] = Counter()
+    waiting = 0
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
         if len(frames) > 1 and frames[1].startswith("process "):
             continue  # a child process (Ray's raylet, GCS, actors): reported apart
+        if any(key in frames[-1] for key in WAITING):
+            waiting += int(n)
+            continue
         counts[next((kind for key, kind in KINDS if key in stack), OTHER)] += int(n)
     total = sum(counts.values())
-    return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total
+    waited = waiting / (total + waiting) if total + waiting else 0.0
+    return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total, waited
 
 
 def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path:
@@ -110,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     first: tuple[float, float, float] | None = None
     for name, run in runs.items():
-        got, total = shares(run.with_name(run.name + ".raw"))
+        got, total, waited = shares(run.with_name(run.name + ".raw"))
         figures = outcome(run)
         resources = json.loads((run / "resources.json").read_text())
         first = first or (figures["identity"], figures["round"], resources["cpu-seconds"])
@@ -127,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 ),
                 round(total / RATE),
+                round(100 * waited, 1),
                 *(round(100 * got.get(kind, 0.0), 1) for _, kind in (*KINDS, ("", OTHER))),
             ]
         )
@@ -140,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "server process CPU s",
             "identity / round / CPU, against the first run",
             "busy thread-seconds sampled",
+            "% of samples waiting (left out)",
             *(f"% {kind}" for _, kind in (*KINDS, ("", OTHER))),
         ],
         rows,
@@ -147,8 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"FedAvg, {args.clients:,} clients, Fashion-MNIST label-groups, 1 round: the identity query, 10 clients "
             "train, every client evaluates, the final models go to every client. py-spy (20 samples a second, "
             "--nonblocking) on the flwr-simulation process; a share is that kind's part of the samples in which one "
-            "of its threads was busy. The Ray actors running the ClientApp are other processes, not counted. "
-            + args.notes
+            "of its threads was busy; samples of a thread waiting (a lock, queue or event, a sleep, Ray's wait for "
+            "an actor) are left out: py-spy's --nonblocking mode counts them as busy. The Ray actors running the "
+            "ClientApp are other processes, not counted. " + args.notes
         ),
     )
     record = Record(

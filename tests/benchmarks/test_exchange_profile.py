@@ -18,8 +18,8 @@ def test_shares_take_the_first_kind_on_the_stack_and_leave_out_child_processes(t
     ]
     raw = tmp_path / "run.raw"
     raw.write_text("\n".join(lines) + "\n")
-    got, total = exchange_profile.shares(raw)
-    assert total == 100
+    got, total, waited = exchange_profile.shares(raw)
+    assert total == 100 and waited == 0.0
     kinds = dict(exchange_profile.KINDS)
     assert got[kinds["get_message_res"]] == pytest.approx(0.30)
     assert got[kinds["server_th_with_start_checks"]] == pytest.approx(0.10)
@@ -27,3 +27,17 @@ def test_shares_take_the_first_kind_on_the_stack_and_leave_out_child_processes(t
     assert got[kinds["fleet/vce/vce_api.py"]] == pytest.approx(0.25)
     assert got[kinds["put_message_into_state"]] == pytest.approx(0.05)
     assert got[exchange_profile.OTHER] == pytest.approx(0.10)
+
+
+def test_samples_of_a_waiting_thread_are_counted_apart_and_not_as_busy(tmp_path):
+    sim = 'process 7:"flwr-simulation"'
+    lines = [
+        f"{sim};add_messages_to_queue (flwr/server/superlink/fleet/vce/vce_api.py:177);get_message_ins 20",
+        f"{sim};add_messages_to_queue (x.py:1);Event.wait (threading.py:629);Condition.wait (threading.py:331) 60",
+        f"{sim};worker (vce_api.py:132);Worker.get_objects (ray/_private/worker.py:993) 20",
+    ]
+    raw = tmp_path / "run.raw"
+    raw.write_text("\n".join(lines) + "\n")
+    got, total, waited = exchange_profile.shares(raw)
+    assert total == 20 and waited == pytest.approx(0.8)
+    assert got[dict(exchange_profile.KINDS)["add_messages_to_queue"]] == pytest.approx(1.0)

@@ -78,18 +78,59 @@ def shares(raw: Path) -> tuple[dict[str, float], int, float]:
     return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total, waited
 
 
-def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path:
-    """Run FedAvg with ``clients`` clients under py-spy; the run's folder (``<name>.raw`` beside it)."""
+IDENTIFIED = "clients identified (of"
+"""The ServerApp's log line that ends the identity phase (``strategies.federation.discover_clients``)."""
+
+
+def phase_cpu(proc: psutil.Process, log: Path, metrics: Path, out: Path) -> None:
+    """Write to ``out`` the CPU seconds (user + system) of ``proc`` when the identity phase ends (its log
+    line in ``log``) and when round 1 ends (its line in ``metrics``), and its last reading; every 0.5 s.
+    """
+    got: dict[str, float] = {}
+    while True:
+        try:
+            times = proc.cpu_times()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        got["last"] = times.user + times.system
+        if "identity" not in got and log.exists() and IDENTIFIED in log.read_text(errors="replace"):
+            got["identity"] = got["last"]
+        if "round" not in got and metrics.exists() and metrics.read_text().strip():
+            got["round"] = got["last"]
+        out.write_text(json.dumps(got))
+        time.sleep(0.5)
+
+
+def phases(run: Path) -> tuple[float | None, float | None]:
+    """The simulation process's CPU seconds in the identity phase and in round 1 (None where not sampled)."""
+    file = run.with_name(run.name + ".cpu.json")
+    if not file.exists():
+        return None, None
+    got = json.loads(file.read_text())
+    identity = got.get("identity")
+    return identity, (got["round"] - identity if identity is not None and "round" in got else None)
+
+
+def profile(clients: int, folder: Path, name: str, extra: Sequence[str], app_root: Path = ROOT) -> Path:
+    """Run FedAvg with ``clients`` clients under py-spy; the run's folder (``<name>.raw`` beside it).
+
+    ``app_root`` is the umbel tree that runs (default this one; a checkout of another commit for a
+    before-and-after). The simulation process's CPU seconds per phase go to ``<name>.cpu.json``.
+    """
     spy = shutil.which("py-spy")
     if spy is None:
         raise RuntimeError("py-spy is not installed: pip install py-spy")
     raw = folder / f"{name}.raw"
-    home = ROOT / ".flwr" / name / "bin" / "flwr-simulation"
+    home = app_root / ".flwr" / name / "bin" / "flwr-simulation"
 
     def attach() -> None:
         while True:
             for proc in psutil.process_iter(["cmdline"]):
                 if str(home) in " ".join(proc.info["cmdline"] or ()):
+                    cpu = (proc, folder / f"{name}.log", folder / name / "metrics.jsonl", folder / f"{name}.cpu.json")
+                    threading.Thread(target=phase_cpu, args=cpu, daemon=True).start()
                     cmd = [spy, "record", "-p", str(proc.pid), "--subprocesses", "--nonblocking"]
                     subprocess.run([*cmd, "--rate", str(RATE), "--format", "raw", "-o", str(raw)], check=False)
                     return
@@ -99,7 +140,7 @@ def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path
     args = ["--strategy", FedAvg.name, "--num-clients", str(clients), "--scenario", "label-groups", "--groups", "5"]
     args += ["--samples-per-label", "0", "--fraction", str(min(1.0, 10 / clients)), "--rounds", "1"]
     args += ["--eval-every", "1", "--local-epochs", "1", "--identity-timeout", "3000", "--round-timeout", "3000"]
-    run = run_cli([*args, *extra], name, folder)
+    run = run_cli([*args, *extra], name, folder, app_root=app_root)
     for _ in range(60):  # py-spy writes its file once the process is gone
         if raw.exists():
             break
@@ -116,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", default="", help="the load average while they ran, in words")
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--notes", default="", help="what differs between the runs")
+    parser.add_argument("--app-root", default=str(ROOT), help="the umbel tree to run (e.g. a checkout of main)")
     args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "exchange-profile").resolve()
     loads = [args.load] if args.load else []
@@ -123,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = {k: Path(v).resolve() for k, _, v in (item.partition("=") for item in args.from_runs.split(","))}
     else:
         before = load_average()
-        runs = {args.name: profile(args.clients, folder, args.name, [a for a in extra if a != "--"])}
+        app_root = Path(args.app_root).resolve()
+        runs = {args.name: profile(args.clients, folder, args.name, [a for a in extra if a != "--"], app_root)}
         loads.append(f"{before} -> {load_average()}")
     rows = []
     first: tuple[float, float, float] | None = None
@@ -131,12 +174,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         got, total, waited = shares(run.with_name(run.name + ".raw"))
         figures = outcome(run)
         resources = json.loads((run / "resources.json").read_text())
+        identity_cpu, round_cpu = phases(run)
         first = first or (figures["identity"], figures["round"], resources["cpu-seconds"])
         rows.append(
             [
                 name,
                 round(figures["identity"], 1),
+                None if identity_cpu is None else round(identity_cpu, 1),
                 round(figures["round"], 1),
+                None if round_cpu is None else round(round_cpu, 1),
                 round(resources["cpu-seconds"]),
                 " / ".join(
                     f"{now / then:.2f}"
@@ -155,8 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         [
             "run",
             "identity s",
+            "identity, simulation process CPU s",
             "round s (10 train, all evaluate)",
-            "server process CPU s",
+            "round, simulation process CPU s",
+            "simulation process CPU s, whole run",
             "identity / round / CPU, against the first run",
             "busy thread-seconds sampled",
             "% of samples waiting (left out)",

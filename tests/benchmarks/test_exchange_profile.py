@@ -41,3 +41,23 @@ def test_samples_of_a_waiting_thread_are_counted_apart_and_not_as_busy(tmp_path)
     got, total, waited = exchange_profile.shares(raw)
     assert total == 20 and waited == pytest.approx(0.8)
     assert got[dict(exchange_profile.KINDS)["add_messages_to_queue"]] == pytest.approx(1.0)
+
+
+def test_the_cpu_of_each_phase_is_read_when_its_end_appears_and_taken_apart(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; t = time.time()\nwhile time.time() - t < 1.5: pass"])
+    log, metrics, out = tmp_path / "r.log", tmp_path / "r" / "metrics.jsonl", tmp_path / "r.cpu.json"
+    log.write_text(f"INFO : 10 {exchange_profile.IDENTIFIED} 10 nodes) in 1.0 s\n")
+    exchange_profile.phase_cpu(psutil.Process(child.pid), log, metrics, out)
+    child.wait()
+    got = json.loads(out.read_text())
+    assert "round" not in got and 0 <= got["identity"] <= got["last"] and got["last"] > 0
+    assert exchange_profile.phases(tmp_path / "r") == (got["identity"], None)
+    out.write_text(json.dumps({"identity": 2.0, "round": 5.5, "last": 9.0}))
+    assert exchange_profile.phases(tmp_path / "r") == (2.0, 3.5)
+    assert exchange_profile.phases(tmp_path / "other") == (None, None)

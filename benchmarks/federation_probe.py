@@ -143,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--notes", default="")
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--strategy", default=FedAvg.name, help="the algorithm run (umbel run --strategy)")
+    parser.add_argument("--record", default="federation-probe", help="the record's name (docs/results/data)")
     args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "federation-probe").resolve()
     loads = [args.load] if args.load else []
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows,
         notes=args.notes,
     )
-    print(write_record(Record("federation-probe", LARGE, current_command(), [table], "; ".join(loads))))
+    print(write_record(Record(args.record, LARGE, current_command(), [table], "; ".join(loads))))
     return 0
 
 

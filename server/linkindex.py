@@ -11,13 +11,16 @@ the same order, each delivered once, expired ones (TTL) deleted when their node 
 ones gone. ``get_message_res`` (the ServerApp's pull, every 0.1-0.2 s with every message still
 awaiting a reply) runs Flower's checks only on the messages for which it can return something: those
 with a reply, and those unknown, of another run, expired or addressed to an offline node (Flower's
-error replies); the rest would return nothing. The simulation's nodes share one federation (Flower's
-``NoOpFederationManager``), so Flower's federation check never drops a message there. Everything
+error replies), found by set operations; the rest would return nothing. The simulation's nodes
+share one federation (Flower's ``NoOpFederationManager``), so Flower's federation check never
+drops a message there. Everything
 else is Flower's own class. It is installed in the ``flwr-simulation``
 process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` as
 ``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
-and a warning says so.
+and a warning says so. With it, the same launcher makes Flower's engine sweep only the nodes with
+a message waiting (:func:`sweep_waiting_nodes`) and registers every node's Context with one shared
+run config (:func:`register_contexts`).
 """
 
 from __future__ import annotations

@@ -43,35 +43,94 @@ KINDS: tuple[tuple[str, str], ...] = (
 )
 """A frame's text on a sampled stack -> the kind of work (first match; the rest is 'other')."""
 OTHER = "other (start-up, Ray's driver threads, logging)"
+WAITING: tuple[str, ...] = (
+    "Condition.wait (threading.py",
+    "_log_uploader (flwr/supercore/logger.py:454)",
+    "monitor (flwr/supercore/app_utils.py:54)",
+    "Worker.get_objects (ray/_private/worker.py",
+    "InMemoryGrid.send_and_receive (flwr/superlink/grid/inmemory_grid.py:177)",
+    "send (strategies/federation.py:209)",
+    "_main_loop (flwr/simulation/run_simulation.py:319)",
+)
+"""Innermost frames of a thread that waits (py-spy's ``--nonblocking`` samples it as busy): a lock,
+queue or event wait, a sleep in Flower's log uploader, parent monitor or pull loop or umbel's, Ray's
+wait for an actor's result, the main thread's wait for the engine's threads (Flower 1.42's lines)."""
 RATE = 20
 """py-spy samples a second."""
 
 
-def shares(raw: Path) -> tuple[dict[str, float], int]:
-    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, and their count."""
+def shares(raw: Path) -> tuple[dict[str, float], int, float]:
+    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, their count,
+    and the share of all its samples in which a thread was waiting (:data:`WAITING`, left out of the rest)."""
     counts: Counter[str] = Counter()
+    waiting = 0
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
         if len(frames) > 1 and frames[1].startswith("process "):
             continue  # a child process (Ray's raylet, GCS, actors): reported apart
+        if any(key in frames[-1] for key in WAITING):
+            waiting += int(n)
+            continue
         counts[next((kind for key, kind in KINDS if key in stack), OTHER)] += int(n)
     total = sum(counts.values())
-    return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total
+    waited = waiting / (total + waiting) if total + waiting else 0.0
+    return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total, waited
 
 
-def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path:
-    """Run FedAvg with ``clients`` clients under py-spy; the run's folder (``<name>.raw`` beside it)."""
+IDENTIFIED = "clients identified (of"
+"""The ServerApp's log line that ends the identity phase (``strategies.federation.discover_clients``)."""
+
+
+def phase_cpu(proc: psutil.Process, log: Path, metrics: Path, out: Path) -> None:
+    """Write to ``out`` the CPU seconds (user + system) of ``proc`` when the identity phase ends (its log
+    line in ``log``) and when round 1 ends (its line in ``metrics``), and its last reading; every 0.5 s.
+    """
+    got: dict[str, float] = {}
+    while True:
+        try:
+            times = proc.cpu_times()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        got["last"] = times.user + times.system
+        if "identity" not in got and log.exists() and IDENTIFIED in log.read_text(errors="replace"):
+            got["identity"] = got["last"]
+        if "round" not in got and metrics.exists() and metrics.read_text().strip():
+            got["round"] = got["last"]
+        out.write_text(json.dumps(got))
+        time.sleep(0.5)
+
+
+def phases(run: Path) -> tuple[float | None, float | None]:
+    """The simulation process's CPU seconds in the identity phase and in round 1 (None where not sampled)."""
+    file = run.with_name(run.name + ".cpu.json")
+    if not file.exists():
+        return None, None
+    got = json.loads(file.read_text())
+    identity = got.get("identity")
+    return identity, (got["round"] - identity if identity is not None and "round" in got else None)
+
+
+def profile(clients: int, folder: Path, name: str, extra: Sequence[str], app_root: Path = ROOT) -> Path:
+    """Run FedAvg with ``clients`` clients under py-spy; the run's folder (``<name>.raw`` beside it).
+
+    ``app_root`` is the umbel tree that runs (default this one; a checkout of another commit for a
+    before-and-after). The simulation process's CPU seconds per phase go to ``<name>.cpu.json``.
+    """
     spy = shutil.which("py-spy")
     if spy is None:
         raise RuntimeError("py-spy is not installed: pip install py-spy")
     raw = folder / f"{name}.raw"
-    home = ROOT / ".flwr" / name / "bin" / "flwr-simulation"
+    home = app_root / ".flwr" / name / "bin" / "flwr-simulation"
 
     def attach() -> None:
         while True:
             for proc in psutil.process_iter(["cmdline"]):
                 if str(home) in " ".join(proc.info["cmdline"] or ()):
+                    cpu = (proc, folder / f"{name}.log", folder / name / "metrics.jsonl", folder / f"{name}.cpu.json")
+                    threading.Thread(target=phase_cpu, args=cpu, daemon=True).start()
                     cmd = [spy, "record", "-p", str(proc.pid), "--subprocesses", "--nonblocking"]
                     subprocess.run([*cmd, "--rate", str(RATE), "--format", "raw", "-o", str(raw)], check=False)
                     return
@@ -81,7 +140,7 @@ def profile(clients: int, folder: Path, name: str, extra: Sequence[str]) -> Path
     args = ["--strategy", FedAvg.name, "--num-clients", str(clients), "--scenario", "label-groups", "--groups", "5"]
     args += ["--samples-per-label", "0", "--fraction", str(min(1.0, 10 / clients)), "--rounds", "1"]
     args += ["--eval-every", "1", "--local-epochs", "1", "--identity-timeout", "3000", "--round-timeout", "3000"]
-    run = run_cli([*args, *extra], name, folder)
+    run = run_cli([*args, *extra], name, folder, app_root=app_root)
     for _ in range(60):  # py-spy writes its file once the process is gone
         if raw.exists():
             break
@@ -98,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", default="", help="the load average while they ran, in words")
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--notes", default="", help="what differs between the runs")
+    parser.add_argument("--app-root", default=str(ROOT), help="the umbel tree to run (e.g. a checkout of main)")
     args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "exchange-profile").resolve()
     loads = [args.load] if args.load else []
@@ -105,20 +165,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = {k: Path(v).resolve() for k, _, v in (item.partition("=") for item in args.from_runs.split(","))}
     else:
         before = load_average()
-        runs = {args.name: profile(args.clients, folder, args.name, [a for a in extra if a != "--"])}
+        app_root = Path(args.app_root).resolve()
+        runs = {args.name: profile(args.clients, folder, args.name, [a for a in extra if a != "--"], app_root)}
         loads.append(f"{before} -> {load_average()}")
     rows = []
     first: tuple[float, float, float] | None = None
     for name, run in runs.items():
-        got, total = shares(run.with_name(run.name + ".raw"))
+        got, total, waited = shares(run.with_name(run.name + ".raw"))
         figures = outcome(run)
         resources = json.loads((run / "resources.json").read_text())
+        identity_cpu, round_cpu = phases(run)
         first = first or (figures["identity"], figures["round"], resources["cpu-seconds"])
         rows.append(
             [
                 name,
                 round(figures["identity"], 1),
+                None if identity_cpu is None else round(identity_cpu, 1),
                 round(figures["round"], 1),
+                None if round_cpu is None else round(round_cpu, 1),
                 round(resources["cpu-seconds"]),
                 " / ".join(
                     f"{now / then:.2f}"
@@ -127,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 ),
                 round(total / RATE),
+                round(100 * waited, 1),
                 *(round(100 * got.get(kind, 0.0), 1) for _, kind in (*KINDS, ("", OTHER))),
             ]
         )
@@ -136,10 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         [
             "run",
             "identity s",
+            "identity, simulation process CPU s",
             "round s (10 train, all evaluate)",
-            "server process CPU s",
+            "round, simulation process CPU s",
+            "simulation process CPU s, whole run",
             "identity / round / CPU, against the first run",
             "busy thread-seconds sampled",
+            "% of samples waiting (left out)",
             *(f"% {kind}" for _, kind in (*KINDS, ("", OTHER))),
         ],
         rows,
@@ -147,8 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"FedAvg, {args.clients:,} clients, Fashion-MNIST label-groups, 1 round: the identity query, 10 clients "
             "train, every client evaluates, the final models go to every client. py-spy (20 samples a second, "
             "--nonblocking) on the flwr-simulation process; a share is that kind's part of the samples in which one "
-            "of its threads was busy. The Ray actors running the ClientApp are other processes, not counted. "
-            + args.notes
+            "of its threads was busy; samples of a thread waiting (a lock, queue or event, a sleep, Ray's wait for "
+            "an actor) are left out: py-spy's --nonblocking mode counts them as busy. The Ray actors running the "
+            "ClientApp are other processes, not counted. " + args.notes
         ),
     )
     record = Record(

@@ -1,11 +1,13 @@
-"""How far FedAvg gets with N simulated clients within a time and a memory limit: the first wall.
+"""How far a run with N simulated clients gets within a time and a memory limit: the first wall.
 
-Runs ``umbel run`` (FedAvg, label-groups with ``sample-draw with-replacement``, one round, every
-client evaluated, no final models) and every 5 s samples the RSS of each process under it
+Runs ``umbel run`` (FedAvg, or ``--strategy``; label-groups with ``sample-draw with-replacement``, one
+round, every client evaluated, no final models; ``umbel run`` flags after the probe's own override
+these) and every 5 s samples the RSS of each process under it
 (``federation_scale.PROCESS_KINDS``); stops it at ``--limit`` seconds or when the processes
 together pass ``--max-mb`` (the box is shared). Reports when Flower's simulation process and
 Ray started, how many clients were identified by when, and the memory then. ``--from-runs``
-rebuilds the record (``federation-probe``) from runs already there.
+rebuilds the record (``federation-probe``) from runs already there. A run that finishes adds its
+identity, slowest round and whole-run seconds, its simulation process's CPU seconds and its ARI.
 
 Example::
 
@@ -37,13 +39,25 @@ RAY = "Ray's own (raylet, GCS, agents)"
 IDENTIFIED = re.compile(r"(\d+) of (\d+) clients identified \((\d+) s\)")
 
 
-def probe(clients: int, limit: float, max_mb: float, folder: Path, name: str) -> str:
-    """Run and sample until done or a limit; write ``<name>.samples.jsonl``; say why it ended."""
-    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", FedAvg.name, "--num-clients", str(clients)]
+def probe(
+    clients: int,
+    limit: float,
+    max_mb: float,
+    folder: Path,
+    name: str,
+    strategy: str = FedAvg.name,
+    extra: Sequence[str] = (),
+) -> str:
+    """Run and sample until done or a limit; write ``<name>.samples.jsonl``; say why it ended.
+
+    ``extra`` (``umbel run`` flags) come last and so override the probe's own.
+    """
+    cmd = [sys.executable, "-m", "server.cli", "run", "--strategy", strategy, "--num-clients", str(clients)]
     cmd += ["--scenario", "label-groups", "--groups", "5", "--samples-per-label", "0"]
     cmd += ["--sample-draw", "with-replacement", "--fraction", str(min(1.0, 10 / clients)), "--rounds", "1"]
     cmd += ["--eval-every", "1", "--local-epochs", "1", "--save-models", "false", "--identity-timeout", "20000"]
     cmd += ["--round-timeout", "20000", "--node-wait-timeout", "3000", "--results-dir", str(folder), "--run-name", name]
+    cmd += list(extra)
     folder.mkdir(parents=True, exist_ok=True)
     start, why = time.time(), "finished"
     with (folder / f"{name}.log").open("w") as log, (folder / f"{name}.samples.jsonl").open("w") as out:
@@ -85,7 +99,10 @@ def summary(samples: Path, log: Path) -> dict[str, Any]:
     last = progress[-1] if progress else (0, 0, 0)
     rate = (last[0] - first[0]) / (last[2] - first[1]) if first and last[2] > first[1] else None
     end = max(rows, key=lambda r: r["total-mb"]) if rows else {}
+    run = samples.with_name(samples.name.removesuffix(".samples.jsonl"))
+    done = finished(run)
     return {
+        **done,
         "sim": sim,
         "ray": ray,
         "identified": f"{last[0]:,} of {last[1]:,} after {last[2]} s" if progress else "",
@@ -94,6 +111,23 @@ def summary(samples: Path, log: Path) -> dict[str, Any]:
         "total-mb": end.get("total-mb"),
         "sim-mb": end.get(SIMULATION),
         "actor-mb": end.get("Ray actor (ClientApp)"),
+    }
+
+
+def finished(run: Path) -> dict[str, Any]:
+    """A finished run's identity, slowest round and whole-run seconds, its final ARI, and the simulation
+    process's CPU seconds (empty where the run did not finish)."""
+    if not (run / "summary.json").exists():
+        return {}
+    summary = json.loads((run / "summary.json").read_text())
+    resources = json.loads((run / "resources.json").read_text())
+    rounds = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {
+        "identity": resources.get("identity-seconds"),
+        "slowest-round": max((float(r["round-seconds"]) for r in rounds), default=None),
+        "wall": summary.get("wall-seconds"),
+        "ari": summary.get("final-ari"),
+        "cpu": resources.get("cpu-seconds"),
     }
 
 
@@ -108,7 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", default="", help="the load average while they ran, in words")
     parser.add_argument("--notes", default="")
     parser.add_argument("--results-dir", default="results/bench")
-    args = parser.parse_args(argv)
+    parser.add_argument("--strategy", default=FedAvg.name, help="the algorithm run (umbel run --strategy)")
+    parser.add_argument("--record", default="federation-probe", help="the record's name (docs/results/data)")
+    args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "federation-probe").resolve()
     loads = [args.load] if args.load else []
     if args.from_runs:
@@ -117,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         before = load_average()
         run = folder / f"{args.name}-{args.clients}"
-        ends = {args.name: probe(args.clients, args.limit, args.max_mb, folder, run.name)}
+        extra = [a for a in extra if a != "--"]
+        ends = {args.name: probe(args.clients, args.limit, args.max_mb, folder, run.name, args.strategy, extra)}
         runs = {args.name: run}
         loads.append(f"{before} -> {load_average()}")
     rows = []
@@ -125,9 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         got = summary(run.with_name(run.name + ".samples.jsonl"), run.with_name(run.name + ".log"))
         rows.append([name, got["sim"], got["ray"], got["identified"], got["rate"], got["seconds"], got["total-mb"]])
         rows[-1] += [got["sim-mb"], got["actor-mb"], ends[name]]
+        rows[-1] += [got.get(k) for k in ("identity", "slowest-round", "wall", "cpu", "ari")]
         print(rows[-1], flush=True)
     table = Table(
-        f"FedAvg with {args.clients:,} simulated clients: how far it gets",
+        f"{args.clients:,} simulated clients end to end: how far each run gets",
         [
             "run",
             "simulation process up, s",
@@ -139,11 +177,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "simulation process MB, then",
             "one Ray actor MB, then",
             "end",
+            "finished: identity s",
+            "slowest round s",
+            "run s",
+            "simulation process CPU s",
+            "final ARI",
         ],
         rows,
         notes=args.notes,
     )
-    print(write_record(Record("federation-probe", LARGE, current_command(), [table], "; ".join(loads))))
+    print(write_record(Record(args.record, LARGE, current_command(), [table], "; ".join(loads))))
     return 0
 
 

@@ -11,17 +11,22 @@ the same order, each delivered once, expired ones (TTL) deleted when their node 
 ones gone. ``get_message_res`` (the ServerApp's pull, every 0.1-0.2 s with every message still
 awaiting a reply) runs Flower's checks only on the messages for which it can return something: those
 with a reply, and those unknown, of another run, expired or addressed to an offline node (Flower's
-error replies); the rest would return nothing. The simulation's nodes share one federation (Flower's
-``NoOpFederationManager``), so Flower's federation check never drops a message there. Everything
+error replies), found by set operations; the rest would return nothing. The simulation's nodes
+share one federation (Flower's ``NoOpFederationManager``), so Flower's federation check never
+drops a message there. Everything
 else is Flower's own class. It is installed in the ``flwr-simulation``
 process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` as
 ``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
-and a warning says so.
+and a warning says so. With it, the same launcher makes Flower's engine sweep only the nodes with
+a message waiting (:func:`sweep_waiting_nodes`) and registers every node's Context with one shared
+run config (:func:`register_contexts`).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import os
 import stat
 import sys
@@ -34,6 +39,15 @@ SUPPORTED: tuple[str, ...] = ("1.41", "1.42")
 SIMULATION_COMMAND = "flwr-simulation"
 """The command Flower's SuperExec starts for a simulation run (found on ``PATH``)."""
 DISABLE_ENV = "UMBEL_FLOWER_LINKSTATE"
+NODE_WRITERS: tuple[str, ...] = (
+    "create_node",
+    "delete_node",
+    "activate_node",
+    "deactivate_node",
+    "acknowledge_node_heartbeat",
+    "_check_and_tag_offline_nodes",
+)
+"""The methods of Flower's ``InMemoryLinkState`` (in ``SUPPORTED``) that change a node's status or ``online_until``."""
 """Set to ``flower`` to run Flower's own in-memory state in simulations."""
 
 
@@ -65,6 +79,13 @@ def indexed_state_class() -> type:
             self.pending_by_node: dict[int, dict[str, None]] = {}
             # message id -> (expiry timestamp, run id, destination node), read once when stored
             self.facts: dict[str, tuple[float, int, int]] = {}
+            # the stored instructions by run, and those past their expiry (found by the heap of expiries)
+            self.ids_of_run: dict[int, set[str]] = {}
+            self.expiries: list[tuple[float, str]] = []
+            self.expired: set[str] = set()
+            # bumped by every Flower method that changes a node; the offline nodes then, and until when
+            self.node_version = 0
+            self.offline_cache: tuple[int, float, frozenset[int]] = (-1, 0.0, frozenset())
 
         def store_message_ins(self, message: Message) -> str | None:
             with self.lock:
@@ -74,6 +95,8 @@ def indexed_state_class() -> type:
                     if stored is not None:
                         meta = stored.metadata
                         self.facts[message_id] = (meta.created_at + meta.ttl, meta.run_id, meta.dst_node_id)
+                        self.ids_of_run.setdefault(meta.run_id, set()).add(message_id)
+                        heapq.heappush(self.expiries, (meta.created_at + meta.ttl, message_id))
                         if meta.delivered_at == "":
                             self.pending_by_node.setdefault(meta.dst_node_id, {})[message_id] = None
                 return message_id
@@ -81,11 +104,11 @@ def indexed_state_class() -> type:
         def get_message_ins(self, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Message]:
             if limit is not None and limit < 1:
                 raise AssertionError("`limit` must be >= 1")
-            pending = self.pending_by_node.get(node_id)
-            if not pending:  # most polls: the simulation asks every node every 0.1 s
+            if node_id not in self.pending_by_node:  # most polls: Flower's engine asks every node every 0.1 s
                 return []
             found: list[Message] = []
             with self.lock:
+                pending = self.pending_by_node.get(node_id, {})
                 for message_id in list(pending):
                     self._check_stored_messages({message_id})
                     message = self.message_ins_store.get(message_id)
@@ -102,42 +125,92 @@ def indexed_state_class() -> type:
                     for message in found:
                         message.metadata.delivered_at = delivered_at
                         pending.pop(message.metadata.message_id, None)
+                if not pending:
+                    self.pending_by_node.pop(node_id, None)
             return found
+
+        def nodes_waiting(self) -> list[int]:
+            """The nodes with undelivered instructions, in the order their first one arrived."""
+            with self.lock:
+                return list(self.pending_by_node)
 
         def get_message_res(self, message_ids: set[str], run_id: int) -> list[Message]:
             with self.lock:
-                current = now().timestamp()
-                online: dict[int, bool] = {}
-                due = {m for m in message_ids if self._answerable(m, run_id, current, online)}
-                return super().get_message_res(due, run_id) if due else []
+                return super().get_message_res(due, run_id) if (due := self.answerable(message_ids, run_id)) else []
 
-        def _answerable(self, message_id: str, run_id: int, current: float, online: dict[int, bool]) -> bool:
-            """Whether Flower's ``get_message_res`` returns (or raises) anything for ``message_id``.
+        def answerable(self, message_ids: set[str], run_id: int) -> set[str]:
+            """The ids in ``message_ids`` for which Flower's ``get_message_res`` returns (or raises) anything.
 
-            ``online`` caches, for this call, whether each destination node is online.
+            Those unknown, with a reply, of another run, expired, or addressed to an offline node;
+            set operations but for the last check.
             """
-            facts = self.facts.get(message_id)
-            if facts is None or message_id in self.message_ins_id_to_message_res_id:
-                return True
-            expiry, run, dst = facts
-            if run != run_id or expiry <= current:
-                return True
-            if dst not in online:
-                node = self.nodes.get(dst)
-                online[dst] = not (
-                    node is None or node.status == NodeStatus.UNREGISTERED or node.online_until < current
-                )
-            return not online[dst]
+            current = now().timestamp()
+            while self.expiries and self.expiries[0][0] <= current:
+                message_id = heapq.heappop(self.expiries)[1]
+                if message_id in self.facts:
+                    self.expired.add(message_id)
+            asked = message_ids if isinstance(message_ids, set) else set(message_ids)
+            known = asked & self.facts.keys()
+            due = asked - known
+            due |= known & self.message_ins_id_to_message_res_id.keys()
+            due |= known & self.expired
+            due |= known - self.ids_of_run.get(run_id, set())
+            rest = known - due
+            if not rest:
+                return due
+            offline = self.offline_nodes(current)
+            if offline:
+                due |= {m for m in rest if self.facts[m][2] in offline}
+            return due
+
+        def offline_nodes(self, current: float) -> frozenset[int]:
+            """The nodes Flower's ``get_message_res`` treats as offline (unregistered or past ``online_until``).
+
+            One scan of the nodes, kept until a node changes (``node_version``) or the soonest
+            ``online_until`` passes: in a simulation no node ever goes offline, so one scan a run.
+            """
+            version, until, offline = self.offline_cache
+            if version == self.node_version and current < until:
+                return offline
+            gone, until, found = NodeStatus.UNREGISTERED, math.inf, set()
+            for node_id, node in self.nodes.items():
+                if node.status == gone or node.online_until is None or node.online_until < current:
+                    found.add(node_id)
+                elif node.online_until < until:
+                    until = node.online_until
+            self.offline_cache = (self.node_version, until, frozenset(found))
+            return self.offline_cache[2]
 
         def delete_messages(self, message_ins_ids: set[str]) -> None:
             with self.lock:
                 for message_id in message_ins_ids:
                     facts = self.facts.pop(message_id, None)
+                    self.expired.discard(message_id)
                     if facts is not None:
-                        self.pending_by_node.get(facts[2], {}).pop(message_id, None)
+                        self.ids_of_run.get(facts[1], set()).discard(message_id)
+                    if facts is not None and (pending := self.pending_by_node.get(facts[2])) is not None:
+                        pending.pop(message_id, None)
+                        if not pending:
+                            del self.pending_by_node[facts[2]]
                 super().delete_messages(message_ins_ids)
 
+    def counting(method: Any) -> Any:
+        def changes_a_node(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self.node_version += 1
+
+        return changes_a_node
+
+    for name in NODE_WRITERS:
+        setattr(IndexedInMemoryLinkState, name, counting(getattr(InMemoryLinkState, name)))
     return IndexedInMemoryLinkState
+
+
+def _enabled() -> bool:
+    """Whether umbel's changes to Flower's simulation apply: a version in ``SUPPORTED`` and no opt-out."""
+    return os.environ.get(DISABLE_ENV, "").lower() != "flower" and is_supported(flower_version())
 
 
 def install() -> bool:
@@ -182,7 +255,7 @@ def install_client_loader() -> bool:
     name. Only for the Flower versions in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``;
     any other app keeps Flower's loader.
     """
-    if os.environ.get(DISABLE_ENV, "").lower() == "flower" or not is_supported(flower_version()):
+    if not _enabled():
         return False
     from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
 
@@ -206,7 +279,7 @@ def install_config_cache() -> bool:
     time), and a missing or invalid file still raises Flower's error. Only for the Flower versions
     in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``.
     """
-    if os.environ.get(DISABLE_ENV, "").lower() == "flower" or not is_supported(flower_version()):
+    if not _enabled():
         return False
     import copy
 
@@ -226,6 +299,95 @@ def install_config_cache() -> bool:
         return copy.deepcopy(parsed[key])
 
     config.get_project_config = get_project_config
+    return True
+
+
+ENGINE_SWEEP_SECONDS = 0.1
+"""Flower's engine: the seconds between two sweeps over the nodes (Flower's own interval)."""
+
+
+def sweep_waiting_nodes(state: Any, queue: Any, nodes_mapping: dict[int, int], f_stop: Any) -> None:
+    """Flower's ``add_messages_to_queue``, asking only the nodes that have messages waiting.
+
+    Flower's engine asks each of its N nodes for one message every 0.1 s; here a sweep asks only
+    the nodes the indexed state's ``nodes_waiting()`` names (one message each, as Flower's), so
+    an idle sweep costs nothing, not N calls.
+    """
+    while not f_stop.is_set():
+        for node_id in state.nodes_waiting():
+            if node_id in nodes_mapping:
+                for message in state.get_message_ins(node_id=node_id, limit=1):
+                    queue.put(message)
+        f_stop.wait(ENGINE_SWEEP_SECONDS)
+
+
+def install_engine_sweep() -> bool:
+    """Make Flower's simulation engine use :func:`sweep_waiting_nodes` on the indexed state.
+
+    Any other state keeps Flower's sweep. Only for the Flower versions in ``SUPPORTED`` and unless
+    ``UMBEL_FLOWER_LINKSTATE=flower``.
+    """
+    if not _enabled():
+        return False
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    flowers = vce_api.add_messages_to_queue
+
+    def add_messages_to_queue(state: Any, queue: Any, nodes_mapping: dict[int, int], f_stop: Any) -> None:
+        sweep = sweep_waiting_nodes if hasattr(state, "nodes_waiting") else flowers
+        sweep(state, queue, nodes_mapping, f_stop)
+
+    vce_api.add_messages_to_queue = add_messages_to_queue
+    return True
+
+
+def register_contexts(nodes_mapping: dict[int, int], run: Any, app_dir: str | None = None) -> dict[int, Any]:
+    """Flower's ``_register_node_info_stores`` with one run config shared by every node's Context.
+
+    Flower reads and fuses the app's run config again for every node (a deep copy of the parsed
+    ``pyproject.toml`` and of the overrides) and gives each Context its own copy: 200 s and a
+    dict per node at 100,000 nodes. Here the first node's registration is Flower's own, and every
+    other node's Context gets that node's own config and state but the first one's run config:
+    the same values, one dict, which nothing in this process changes (the ClientApp changes only
+    its own unpickled copy, and Flower's ``update_context`` refuses a changed one).
+    """
+    from flwr.app import Context, RecordDict
+    from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY
+    from flwr.compat.client.run_info_store import DeprecatedRunInfoStore, RunInfo
+
+    stores: dict[int, Any] = {}
+    num_partitions = len(set(nodes_mapping.values()))
+    first: Any = None
+    for node_id, partition_id in nodes_mapping.items():
+        store = DeprecatedRunInfoStore(
+            node_id=node_id, node_config={PARTITION_ID_KEY: partition_id, NUM_PARTITIONS_KEY: num_partitions}
+        )
+        if first is None:
+            store.register_context(run_id=run.run_id, run=run, app_dir=app_dir)
+            first = store.run_infos[run.run_id]
+        else:
+            context = Context(
+                run_id=run.run_id,
+                node_id=node_id,
+                node_config=store.node_config,
+                state=RecordDict(),
+                run_config=first.context.run_config,
+            )
+            store.run_infos[run.run_id] = RunInfo(context=context, initial_run_config=first.initial_run_config)
+        stores[node_id] = store
+    return stores
+
+
+def install_context_registry() -> bool:
+    """Make Flower's simulation register every node's Context with :func:`register_contexts`.
+
+    Only for the Flower versions in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``.
+    """
+    if not _enabled():
+        return False
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    vce_api._register_node_info_stores = register_contexts
     return True
 
 
@@ -273,12 +435,15 @@ def write_launcher(folder: Path) -> Path:
 
 
 def main() -> None:
-    """``flwr-simulation`` with the indexed LinkState, the ClientApp loader and the config cache installed."""
+    """``flwr-simulation`` with the indexed LinkState, the ClientApp loader, the config cache, the engine's
+    sweep and the shared run config installed."""
     from flwr.simulation.app import flwr_simulation
 
     install()
     install_client_loader()
     install_config_cache()
+    install_engine_sweep()
+    install_context_registry()
     sys.argv[0] = SIMULATION_COMMAND  # Flower's exit handling recognises the simulation by argv[0]
     flwr_simulation()
 

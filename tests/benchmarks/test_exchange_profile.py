@@ -18,8 +18,8 @@ def test_shares_take_the_first_kind_on_the_stack_and_leave_out_child_processes(t
     ]
     raw = tmp_path / "run.raw"
     raw.write_text("\n".join(lines) + "\n")
-    got, total = exchange_profile.shares(raw)
-    assert total == 100
+    got, total, waited = exchange_profile.shares(raw)
+    assert total == 100 and waited == 0.0
     kinds = dict(exchange_profile.KINDS)
     assert got[kinds["get_message_res"]] == pytest.approx(0.30)
     assert got[kinds["server_th_with_start_checks"]] == pytest.approx(0.10)
@@ -27,3 +27,37 @@ def test_shares_take_the_first_kind_on_the_stack_and_leave_out_child_processes(t
     assert got[kinds["fleet/vce/vce_api.py"]] == pytest.approx(0.25)
     assert got[kinds["put_message_into_state"]] == pytest.approx(0.05)
     assert got[exchange_profile.OTHER] == pytest.approx(0.10)
+
+
+def test_samples_of_a_waiting_thread_are_counted_apart_and_not_as_busy(tmp_path):
+    sim = 'process 7:"flwr-simulation"'
+    lines = [
+        f"{sim};add_messages_to_queue (flwr/server/superlink/fleet/vce/vce_api.py:177);get_message_ins 20",
+        f"{sim};add_messages_to_queue (x.py:1);Event.wait (threading.py:629);Condition.wait (threading.py:331) 60",
+        f"{sim};worker (vce_api.py:132);Worker.get_objects (ray/_private/worker.py:993) 20",
+    ]
+    raw = tmp_path / "run.raw"
+    raw.write_text("\n".join(lines) + "\n")
+    got, total, waited = exchange_profile.shares(raw)
+    assert total == 20 and waited == pytest.approx(0.8)
+    assert got[dict(exchange_profile.KINDS)["add_messages_to_queue"]] == pytest.approx(1.0)
+
+
+def test_the_cpu_of_each_phase_is_read_when_its_end_appears_and_taken_apart(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; t = time.time()\nwhile time.time() - t < 1.5: pass"])
+    log, metrics, out = tmp_path / "r.log", tmp_path / "r" / "metrics.jsonl", tmp_path / "r.cpu.json"
+    log.write_text(f"INFO : 10 {exchange_profile.IDENTIFIED} 10 nodes) in 1.0 s\n")
+    exchange_profile.phase_cpu(psutil.Process(child.pid), log, metrics, out)
+    child.wait()
+    got = json.loads(out.read_text())
+    assert "round" not in got and 0 <= got["identity"] <= got["last"] and got["last"] > 0
+    assert exchange_profile.phases(tmp_path / "r") == (got["identity"], None)
+    out.write_text(json.dumps({"identity": 2.0, "round": 5.5, "last": 9.0}))
+    assert exchange_profile.phases(tmp_path / "r") == (2.0, 3.5)
+    assert exchange_profile.phases(tmp_path / "other") == (None, None)

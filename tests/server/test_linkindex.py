@@ -283,3 +283,130 @@ def test_flowers_project_config_is_parsed_once_per_version_of_the_file(monkeypat
     assert len(calls) == 3, "a changed file is parsed again"
     with pytest.raises(FileNotFoundError, match="Cannot find pyproject.toml"):
         config.get_project_config(tmp_path / "nowhere")
+
+
+def test_a_node_that_goes_offline_between_two_pulls_gets_flowers_error_reply():
+    # The offline nodes are kept between pulls: a node deactivated, or one whose heartbeat lapses,
+    # after the first pull must still turn its messages into Flower's error replies at the next.
+    states = [_state(InMemoryLinkState, 4), _state(INDEXED, 4)]
+    for state, nodes, runs in states:
+        state.acknowledge_node_heartbeat(node_id=nodes[3], heartbeat_interval=0.2)
+        for k, node in enumerate(nodes):
+            state.store_message_ins(_message(f"m{k}", runs[0], node))
+    asked = {"m0", "m1", "m2", "m3"}
+    (flower, f_nodes, f_runs), (indexed, i_nodes, i_runs) = states
+    assert indexed.get_message_res(set(asked), i_runs[0]) == [] == flower.get_message_res(set(asked), f_runs[0])
+    flower.deactivate_node(f_nodes[1])
+    indexed.deactivate_node(i_nodes[1])
+    got = indexed.get_message_res(set(asked), i_runs[0])
+    assert _answers(got) == _answers(flower.get_message_res(set(asked), f_runs[0]))
+    assert {m.metadata.reply_to_message_id for m in got} == {"m1"} and got[0].has_error()
+    time.sleep(0.8)  # node 3's heartbeat (0.2 s, Flower's patience) lapses with no call to the state
+    got = indexed.get_message_res({"m0", "m2", "m3"}, i_runs[0])
+    assert _answers(got) == _answers(flower.get_message_res({"m0", "m2", "m3"}, f_runs[0]))
+    assert {m.metadata.reply_to_message_id for m in got} == {"m3"}
+
+
+def _sweep(sweep, state, mapping, seconds=0.5):
+    import queue
+    import threading
+
+    out: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    thread = threading.Thread(target=sweep, args=(state, out, mapping, stop))
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join()
+    return [out.get() for _ in range(out.qsize())]
+
+
+def test_the_engines_sweep_asks_only_waiting_nodes_and_delivers_each_message_once_to_its_node():
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    state, nodes, (run, _) = _state(INDEXED, 5)
+    sent = {"a1": nodes[0], "a2": nodes[0], "c1": nodes[2], "e1": nodes[4]}
+    for message_id, node in sent.items():
+        state.store_message_ins(_message(message_id, run, node))
+    assert set(state.nodes_waiting()) == {nodes[0], nodes[2], nodes[4]}
+    asked: list[int] = []
+    flowers_poll = state.get_message_ins
+    state.get_message_ins = lambda node_id, limit, **kw: asked.append(node_id) or flowers_poll(node_id, limit, **kw)
+    mapping = {node: k for k, node in enumerate(nodes[:4])}  # node 4 is not this engine's
+    got = _sweep(linkindex.sweep_waiting_nodes, state, mapping)
+    assert sorted((m.metadata.message_id, m.metadata.dst_node_id) for m in got) == [
+        ("a1", nodes[0]),
+        ("a2", nodes[0]),
+        ("c1", nodes[2]),
+    ]
+    assert set(asked) == {nodes[0], nodes[2]} and asked.count(nodes[0]) >= 2, "one message a node a sweep"
+    assert state.nodes_waiting() == [nodes[4]] and _sweep(linkindex.sweep_waiting_nodes, state, mapping) == []
+    # Flower's own sweep over the same messages on its own state delivers the same
+    flower, f_nodes, (f_run, _) = _state(InMemoryLinkState, 5)
+    for message_id, node in sent.items():
+        flower.store_message_ins(_message(message_id, f_run, f_nodes[nodes.index(node)]))
+    f_mapping = {node: k for k, node in enumerate(f_nodes[:4])}
+    assert sorted(_ids(_sweep(vce_api.add_messages_to_queue, flower, f_mapping))) == ["a1", "a2", "c1"]
+
+
+def test_install_engine_sweep_keeps_flowers_sweep_for_any_other_state(monkeypatch):
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
+    calls = []
+    monkeypatch.setattr(vce_api, "add_messages_to_queue", lambda *args: calls.append(args))
+    monkeypatch.setattr(linkindex, "sweep_waiting_nodes", lambda *args: calls.append(("indexed", *args)))
+    assert linkindex.install_engine_sweep() is True
+    flower, _, _ = _state(InMemoryLinkState, 1)
+    indexed, _, _ = _state(INDEXED, 1)
+    vce_api.add_messages_to_queue(flower, None, {}, None)
+    vce_api.add_messages_to_queue(indexed, None, {}, None)
+    assert calls[0][0] is flower and calls[1][:2] == ("indexed", indexed)
+    monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
+    assert linkindex.install_engine_sweep() is False
+
+
+def test_every_nodes_context_is_flowers_with_the_run_config_fused_once(monkeypatch):
+    from flwr.common import config
+    from flwr.compat.client import run_info_store
+    from flwr.server.superlink.fleet.vce import vce_api
+    from flwr.supercore.run import Run
+
+    app = str(Path(__file__).resolve().parents[2])
+    run = Run.create_empty(7)
+    run.override_config = {"seed": 3, "num-clients": 5}
+    mapping = {911: 0, 37: 1, 5005: 2, 12: 3, 64: 4}
+    fused = []
+    real = config.get_fused_config_from_dir
+    monkeypatch.setattr(run_info_store, "get_fused_config_from_dir", lambda *a: fused.append(a) or real(*a))
+    ours = linkindex.register_contexts(mapping, run, app_dir=app)
+    assert len(fused) == 1
+    flowers = vce_api._register_node_info_stores(mapping, run, app_dir=app)
+    assert len(fused) == 1 + len(mapping) and list(ours) == list(flowers) == list(mapping)
+    for node_id, store in ours.items():
+        mine, theirs = store.retrieve_context(7), flowers[node_id].retrieve_context(7)
+        assert (mine.run_id, mine.node_id, mine.node_config) == (theirs.run_id, theirs.node_id, theirs.node_config)
+        assert mine.run_config == theirs.run_config and mine.run_config["seed"] == 3
+        assert store.run_infos[7].initial_run_config == flowers[node_id].run_infos[7].initial_run_config
+        assert mine.node_config["partition-id"] == mapping[node_id] and mine.node_config["num-partitions"] == 5
+        assert len(mine.state) == 0
+    contexts = [store.retrieve_context(7) for store in ours.values()]
+    assert len({id(c.state) for c in contexts}) == len({id(c.node_config) for c in contexts}) == 5
+    changed = contexts[1]
+    changed_config = {**changed.run_config, "seed": 4}
+    returned = type(changed)(7, changed.node_id, changed.node_config, changed.state, changed_config)
+    with pytest.raises(ValueError, match="cannot be modified"):
+        ours[changed.node_id].update_context(7, returned)
+    assert contexts[2].run_config["seed"] == 3
+
+
+def test_install_context_registry_replaces_flowers_registration_only_when_enabled(monkeypatch):
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    flowers = vce_api._register_node_info_stores
+    monkeypatch.setattr(vce_api, "_register_node_info_stores", flowers)
+    monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
+    assert linkindex.install_context_registry() is False and vce_api._register_node_info_stores is flowers
+    monkeypatch.delenv(linkindex.DISABLE_ENV)
+    assert linkindex.install_context_registry() is True
+    assert vce_api._register_node_info_stores is linkindex.register_contexts

@@ -239,3 +239,11 @@ def test_bipartition_refuses_a_matrix_that_is_not_square_of_two_or_more(cosine):
         rf" square \(n, n\) array with n >= 2\. Got shape {shape}",
     ):
         bipartition(cosine)
+
+
+def test_should_split_only_strictly_below_eps1_and_strictly_above_eps2():
+    """Sattler's criterion is strict on both sides: a ratio at eps1 or a norm at eps2 keeps the cluster."""
+    kw = {"eps1": 0.4, "eps2": 1.6, "split_after": 0}
+    assert should_split(0.399, 1.601, 3, 1, **kw)
+    assert not should_split(0.4, 1.601, 3, 1, **kw)
+    assert not should_split(0.399, 1.6, 3, 1, **kw)

@@ -259,3 +259,14 @@ def test_overwrite_blocks_fills_the_callers_array_with_the_same_result():
     mine = blocks.copy()
     assert spectral.impute_blocks(mine, counts, labels, rank=2, overwrite_blocks=True) is mine
     np.testing.assert_array_equal(mine, copied)
+
+
+def test_impute_blocks_fills_a_cluster_without_answers_from_every_answered_client():
+    """Block 0: cluster 0 answered by client 0, cluster 1 by nobody, cluster 2 by client 4. Client 1 gets its
+    cluster's mean; clients 2 and 3 the mean over all answered clients; answered blocks stay."""
+    blocks = np.zeros((5, 1, 2))
+    blocks[0, 0], blocks[4, 0] = (1.0, 2.0), (3.0, 6.0)
+    counts = np.array([[1], [0], [0], [0], [1]])
+    out = spectral.impute_blocks(blocks, counts, np.array([0, 0, 1, 1, 2]))
+    np.testing.assert_array_equal(out[:, 0], [[1.0, 2.0], [1.0, 2.0], [2.0, 4.0], [2.0, 4.0], [3.0, 6.0]])
+    assert not blocks[1:4].any()  # a copy

@@ -270,3 +270,14 @@ def test_impute_blocks_fills_a_cluster_without_answers_from_every_answered_clien
     out = spectral.impute_blocks(blocks, counts, np.array([0, 0, 1, 1, 2]))
     np.testing.assert_array_equal(out[:, 0], [[1.0, 2.0], [1.0, 2.0], [2.0, 4.0], [2.0, 4.0], [3.0, 6.0]])
     assert not blocks[1:4].any()  # a copy
+
+
+def test_estimate_num_clusters_scores_k_up_to_one_below_the_number_of_clients():
+    """Four clients in two pairs, ``max_clusters=8``: k runs 2..3 (a silhouette needs k <= N - 1)."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(rng.normal(size=(30, 2)), [2, 2], axis=1) + 0.01 * rng.normal(size=(30, 4))
+    estimate = spectral.estimate_num_clusters(g, 8)
+    assert sorted(estimate.silhouettes) == [2, 3]
+    assert estimate.num_clusters == 2
+    assert adjusted_rand_score([0, 0, 1, 1], estimate.labels) == 1.0
+    assert set(spectral.estimate_num_clusters(g[:, 1:], 8).silhouettes) == {2}  # 3 clients are enough

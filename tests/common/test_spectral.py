@@ -281,3 +281,27 @@ def test_estimate_num_clusters_scores_k_up_to_one_below_the_number_of_clients():
     assert estimate.num_clusters == 2
     assert adjusted_rand_score([0, 0, 1, 1], estimate.labels) == 1.0
     assert set(spectral.estimate_num_clusters(g[:, 1:], 8).silhouettes) == {2}  # 3 clients are enough
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: compression.compressed_size(0, 2.0), r"'dim' parameter of compressed_size must be an int >= 1\."),
+        (lambda: compression.compressed_size(10, 0.5), r"'ratio' parameter of compressed_size must be a float >= 1\.0"),
+        (lambda: compression.coordinate_subset(0, 1, 0), r"'dim' parameter of coordinate_subset must be an int >= 1\."),
+        (
+            lambda: compression.coordinate_subset(5, 6, 0),
+            r"'size' parameter of coordinate_subset must be an int in the range \[1, 5\]\. Got 6",
+        ),
+        (
+            lambda: compression.coordinate_subset(5, 0, 0),
+            r"'size' parameter of coordinate_subset must be an int in the range \[1, 5\]\. Got 0",
+        ),
+        (lambda: compression.coordinate_subset(5, 2, -1), r"'seed' parameter of coordinate_subset must be an int >= 0"),
+        (lambda: compression.block_seed(-1, 0), r"'run_seed' parameter of block_seed must be an int >= 0\. Got -1"),
+        (lambda: compression.block_seed(0, -1), r"'block' parameter of block_seed must be an int >= 0\. Got -1"),
+    ],
+)
+def test_compression_helpers_refuse_bad_input_naming_the_parameter_the_function_and_the_range(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

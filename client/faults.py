@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message
 
 from common import keys
-from common.config import FaultParams, run_config_value
+from common.config import FaultParams, TrainingParams, run_config_value
 from common.records import read_int
 
 from .deadline import deadline_of, handling
@@ -70,7 +70,7 @@ def inject_faults(msg: Message, context: Context, call_next: Callable[[Message, 
     cfg = msg.content.config_records.get(keys.CONFIG)
     server_round = 0 if cfg is None else read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG, default=0)
     pid = int(context.node_config[keys.PARTITION_ID])
-    fail, slow = fault_draws(int(run_config_value(rc, "seed", 0)), server_round, pid)
+    fail, slow = fault_draws(int(run_config_value(rc, "seed", TrainingParams.seed)), server_round, pid)
     if fail < params.fail_fraction:
         raise InjectedFault(f"injected fault: client {pid} fails round {server_round}")
     if slow < params.slow_fraction:

@@ -17,11 +17,11 @@ import torch
 from flwr.app import ArrayRecord
 
 from common import keys
-from common.config import run_config_value
+from common.config import RunParams, run_config_value
 from common.data import DatasetInfo
 from common.models import Head, build_model, find_head
 from common.records import read_float, read_int
-from common.scenarios import ClientData
+from common.scenarios import ClientData, ScenarioConfig
 from common.sources import DataSource, data_source
 from common.training import check_device_name, get_device
 from common.training import train as train_model
@@ -105,17 +105,17 @@ def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, A
     override the run-config's ``data-dir``) and ``device``: each SuperNode of a deployment
     has its own data and GPU.
     """
-    num_clients = run_config_value(run_config, "num-clients", 100)
+    num_clients = run_config_value(run_config, "num-clients", ScenarioConfig.num_clients)
     pid = check_int(
         node_config.get(keys.PARTITION_ID), keys.PARTITION_ID, "the node config", low=0, high=int(num_clients) - 1
     )
-    device = node_config.get(keys.DEVICE, run_config_value(run_config, "device", "auto"))
+    device = node_config.get(keys.DEVICE, run_config_value(run_config, "device", RunParams.device))
     return _task(
         data_source(run_config, node_config),
         pid,
-        str(run_config_value(run_config, "model", "dnn")),
+        str(run_config_value(run_config, "model", RunParams.model)),
         check_device_name(device, "the node config"),
-        int(run_config_value(run_config, "seed", 0)),
+        int(run_config_value(run_config, "seed", ScenarioConfig.seed)),
     )
 
 

@@ -150,6 +150,32 @@ class TrainingParams:
 
 
 @dataclass(frozen=True)
+class RunParams:
+    """The strategy, the model and the device of a run: declared here (``common.params.param``),
+    checked where they are used (``server.experiment``: the registry, the model factory, the
+    device's name); ``strategy``'s default is the registry's ``DEFAULT_STRATEGY`` (``common.schema.build``).
+    """
+
+    strategy: str = param("", "the clustering algorithm (see the groups below and README, Strategies)", checked=False)
+    model: str = param(
+        "dnn",
+        "the model every client trains: a built-in, or the user's "
+        "'package.module:factory', factory(input_shape, num_classes) -> torch.nn.Module, importable on the "
+        "server and every client",
+        choices=("dnn", "lenet5", "linear", "resnet18"),
+        checked=False,
+    )
+    device: str = param(
+        "auto", "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N", checked=False
+    )
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> RunParams:
+        """Build from the ``strategy``, ``model`` and ``device`` run-config keys (unchecked)."""
+        return params_from_run_config(cls, rc)
+
+
+@dataclass(frozen=True)
 class FaultParams:
     """Injected client faults, for tests and drills; all off by default.
 

@@ -116,13 +116,27 @@ def check_params(params: Any, owner: str) -> None:
     ValueError
         For the first field out of its declaration, naming its run-config key and ``owner``.
     """
-    keys = run_config_keys(type(params))
     for f in fields(params):
         spec = spec_of(f)
-        if spec is None or not spec.checked:
-            continue
-        value = check_value(getattr(params, f.name), spec, f.default, keys[f.name], owner)
-        object.__setattr__(params, f.name, value)
+        if spec is not None and spec.checked:
+            check_field(params, f.name, owner)
+
+
+def check_field(params: Any, name: str, owner: str) -> Any:
+    """Check the field ``name`` of the frozen dataclass ``params`` against its declaration, store
+    and return the checked value (for a dataclass whose checks run in an order of their own).
+
+    Raises
+    ------
+    ValueError
+        If the value is out of its declaration, naming its run-config key and ``owner``.
+    """
+    f = next(f for f in fields(params) if f.name == name)
+    spec = spec_of(f)
+    assert spec is not None, name
+    value = check_value(getattr(params, name), spec, f.default, run_config_key(type(params), name), owner)
+    object.__setattr__(params, name, value)
+    return value
 
 
 SHARED_KEY = "umbel-shared-key"
@@ -139,6 +153,16 @@ def shared(default: T, *, low: float | None = None, high: float | None = None, h
     """
     spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
     return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
+
+
+def declared_in(cls: type[Any], name: str) -> Any:
+    """A field that reads the run-config key which field ``name`` of ``cls`` declares: the same
+    default and declaration (range, help), marked ``shared`` so that the key is declared once.
+
+    Use as a field's default: ``seed: int = declared_in(TrainingParams, "seed")``.
+    """
+    f = next(f for f in fields(cls) if f.name == name)
+    return field(default=f.default, metadata={**f.metadata, SHARED_KEY: True})
 
 
 def run_config_keys(cls: type[Any]) -> dict[str, str]:

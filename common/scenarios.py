@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from common.config import params_from_run_config
+from common.config import TrainingParams, params_from_run_config
 from common.data import (
     DATASETS,
     Dataset,
@@ -37,8 +37,8 @@ from common.data import (
     load_dataset,
     to_float,
 )
+from common.params import check_field, declared_in, param
 from common.validation import (
-    check_choice,
     check_float,
     check_int,
     check_str,
@@ -88,26 +88,84 @@ class ScenarioConfig:
         On construction, if any field is out of range or the fields do not fit together.
     """
 
-    scenario: str = "label-groups"
-    dataset: str = "fashion-mnist"
-    num_clients: int = 100
-    seed: int = 0
-    groups: int = 5
-    labels_per_group: int = 2
-    samples_per_label: int = 0
-    samples_per_client: int = 600
-    label_fraction: float = 0.2
-    dirichlet_alpha: float = 0.5
-    quantity_alpha: float = 1.0
-    angles: tuple[float, ...] = (0.0, 90.0, 180.0, 270.0)
-    attackers: int = 0
-    regression_phi: float = 20.0
-    test_fraction: float = 0.2
-    group_draw: str = "fill"
-    sample_draw: str = "disjoint"
+    scenario: str = param(
+        "label-groups", "how the data is split among clients (docs/running.md, Scenarios)", choices=SCENARIOS
+    )
+    dataset: str = param(
+        "fashion-mnist",
+        "the data set; digits is scikit-learn's (fast tests); or the user's "
+        "whole data set as hf-disk:PATH, npz:PATH or imagefolder:PATH, cut by the scenario (docs/own-data.md)",
+        choices=DATASETS,
+        checked=False,
+    )
+    num_clients: int = param(100, "clients (= simulated SuperNodes); >= 1", checked=False)
+    seed: int = declared_in(TrainingParams, "seed")
+    groups: int = param(
+        5, "label-groups, label-skew-dirichlet, label-swap: number of true groups", low=1, checked=False
+    )
+    labels_per_group: int = param(2, "label-groups: labels in each group's combination", low=1, checked=False)
+    samples_per_label: int = param(
+        0,
+        "label-groups: samples a client takes of each of its labels; 0 = automatic: 50, or the most "
+        "every holder of a label can take when the data set has fewer",
+        low=0,
+    )
+    samples_per_client: int = param(
+        600, "rotation, label-swap, attack, linear-regression: train samples per client", low=1
+    )
+    label_fraction: float = param(
+        0.2,
+        "label-skew, label-skew-dirichlet: share of the labels a client (group) holds, in (0, 1]",
+        low=0.0,
+        high=1.0,
+        closed=(False, True),
+    )
+    dirichlet_alpha: float = param(
+        0.5, "dirichlet: concentration of the per-client class proportions; > 0", low=0.0, closed=(False, True)
+    )
+    quantity_alpha: float = param(
+        1.0,
+        "label-skew-dirichlet: concentration of each label's split among its holders; > 0",
+        low=0.0,
+        closed=(False, True),
+    )
+    angles: tuple[float, ...] = param(
+        (0.0, 90.0, 180.0, 270.0),
+        "rotation: comma-separated angles in degrees, one group per angle",
+        checked=False,
+    )
+    attackers: int = param(0, "attack: clients that send minus their update; >= 0", low=0, checked=False)
+    regression_phi: float = param(
+        20.0,
+        "linear-regression: the groups' angles are (-phi, 0, phi) degrees",
+        low=0.0,
+        high=90.0,
+        closed=(True, False),
+    )
+    test_fraction: float = param(
+        0.2,
+        "local test split size relative to the train split (from the test set); "
+        "own data: the share of a client's samples held out for local test",
+        low=0.0,
+        high=1.0,
+        closed=(False, True),
+    )
+    group_draw: str = param(
+        "fill",
+        "label-groups: fill (modified) puts a client in every group when num-clients allows it; paper: "
+        "CFLGT's independent draw per client, which can leave groups empty",
+        choices=GROUP_DRAWS,
+    )
+    sample_draw: str = param(
+        "disjoint",
+        "label-groups: disjoint gives every sample to at most one client; with-replacement, a scaling stress "
+        "test (not a benchmark of accuracy, and so labelled in the run's name and summary), lets each client "
+        "draw samples-per-label (0: 50) samples of each label with replacement from its group's own pool",
+        choices=SAMPLE_DRAWS,
+    )
 
     def __post_init__(self) -> None:
-        scenario = check_choice(self.scenario, "scenario", "ScenarioConfig", SCENARIOS)
+        scenario = check_field(self, "scenario", "ScenarioConfig")
         owner = f"scenario '{scenario}'"
         dataset = check_dataset(self.dataset, owner)
         if scenario == "linear-regression" and dataset != "regression":
@@ -132,7 +190,7 @@ class ScenarioConfig:
         put = functools.partial(object.__setattr__, self)
         n = check_int(self.num_clients, "num-clients", owner, low=3 if dataset == "regression" else 1)
         put("num_clients", n)
-        put("seed", check_int(self.seed, "seed", owner, low=0))
+        check_field(self, "seed", owner)
         put(
             "labels_per_group",
             check_int(
@@ -144,24 +202,17 @@ class ScenarioConfig:
             ),
         )
         for name in ("label_fraction", "test_fraction"):
-            put(
-                name,
-                check_float(
-                    getattr(self, name), name.replace("_", "-"), owner, low=0.0, high=1.0, closed=(False, True)
-                ),
-            )
+            check_field(self, name, owner)
         put("groups", check_int(self.groups, "groups", owner, low=1, high=self._max_groups(n)))
-        put("group_draw", check_choice(self.group_draw, "group-draw", owner, GROUP_DRAWS))
-        put("sample_draw", check_choice(self.sample_draw, "sample-draw", owner, SAMPLE_DRAWS))
+        check_field(self, "group_draw", owner)
+        check_field(self, "sample_draw", owner)
         if self.sample_draw != SAMPLE_DRAWS[0] and scenario != "label-groups":
             raise ValueError(
                 f"The 'sample-draw' parameter of {owner} must be {SAMPLE_DRAWS[0]!r} "
                 f"({self.sample_draw!r} exists for scenario 'label-groups' only). Got {self.sample_draw!r} instead."
             )
-        put("samples_per_label", check_int(self.samples_per_label, "samples-per-label", owner, low=0))
-        put("samples_per_client", check_int(self.samples_per_client, "samples-per-client", owner, low=1))
-        for name in ("dirichlet_alpha", "quantity_alpha"):
-            put(name, check_float(getattr(self, name), name.replace("_", "-"), owner, low=0.0, closed=(False, True)))
+        for name in ("samples_per_label", "samples_per_client", "dirichlet_alpha", "quantity_alpha"):
+            check_field(self, name, owner)
         angles = _parse_angles(self.angles, owner)
         if scenario == "rotation" and len(angles) > n:
             raise ValueError(
@@ -170,10 +221,7 @@ class ScenarioConfig:
             )
         put("angles", angles)
         put("attackers", check_int(self.attackers, "attackers", owner, low=0, high=n))
-        put(
-            "regression_phi",
-            check_float(self.regression_phi, "regression-phi", owner, low=0.0, high=90.0, closed=(True, False)),
-        )
+        check_field(self, "regression_phi", owner)
 
     def _max_groups(self, num_clients: int) -> int | None:
         classes = dataset_info(self.dataset).num_classes

@@ -2,8 +2,9 @@
 
 The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
 installed wheel has them too). The keys every run reads are declared here, except those of
-``common.config``'s dataclasses (training, output, faults), which are declared on their fields
-and placed here (``_fields``); a strategy's own keys are declared on its parameters dataclass
+``common.config``'s dataclasses (strategy, model and device; training, output, faults) and of
+``common.scenarios.ScenarioConfig``, which are declared on their fields and placed here
+(``_fields``); a strategy's own keys are declared on its parameters dataclass
 (``common.params.param``). Each key is declared once. ``build`` makes the
 whole ``KEYS`` from a registry (``strategies.schema`` does, from ``strategies.REGISTRY``), the
 group of each named after its strategy. ``pyproject.toml``'s ``[tool.flwr.app.config]`` and
@@ -22,11 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from .config import OWNER, FaultParams, OutputParams, TrainingParams
+from .config import OWNER, FaultParams, OutputParams, RunParams, TrainingParams
 from .params import RENAMED as RENAMED
 from .params import SHARED_KEY, run_config_keys, spec_of
 from .params import check_renamed as check_renamed
 from .params import renamed_message as renamed_message
+from .scenarios import ScenarioConfig
 
 Scalar = bool | int | float | str
 
@@ -102,8 +104,10 @@ def _k(
 def _fields(cls: type, group: str, first: str = "", last: str = "") -> tuple[Key, ...]:
     """The keys of ``cls``'s fields ``first`` through ``last`` (default: all), in ``group``.
 
-    The run-wide dataclasses of ``common.config`` declare their keys on their fields
-    (``common.params.param``); this places them among the keys declared here.
+    The run-wide dataclasses (``common.config``'s, ``common.scenarios.ScenarioConfig``) declare
+    their keys on their fields (``common.params.param``); this places them among the keys declared
+    here. A field that reads a key declared elsewhere (``shared``, ``declared_in``) is skipped; a
+    tuple default becomes the comma-separated text the run config holds.
     """
     keys = run_config_keys(cls)
     names = list(keys)
@@ -111,88 +115,32 @@ def _fields(cls: type, group: str, first: str = "", last: str = "") -> tuple[Key
     out = []
     for f in dataclasses.fields(cls):
         spec = spec_of(f)
-        if f.name in chosen and spec is not None:
-            out.append(Key(keys[f.name], cast(Scalar, f.default), group, spec.help, spec.choices))
+        if f.name in chosen and spec is not None and not f.metadata.get(SHARED_KEY):
+            out.append(Key(keys[f.name], key_default(f.default), group, spec.help, spec.choices))
     return tuple(out)
+
+
+def key_default(default: object) -> Scalar:
+    """A field's default as a run-config value: a tuple of numbers as ``"0,90,180,270"``."""
+    if isinstance(default, tuple):
+        return ",".join(f"{v:g}" for v in default)
+    return cast(Scalar, default)
 
 
 RUN_KEYS: tuple[Key, ...] = (
     # data and scenario
-    _k(
-        "strategy",
-        "",  # the registry's DEFAULT_STRATEGY, and its names as the choices (``build``)
-        DATA,
-        "the clustering algorithm (see the groups below and README, Strategies)",
-    ),
-    _k(
-        "dataset",
-        "fashion-mnist",
-        DATA,
-        "the data set; digits is scikit-learn's (fast tests); or the user's "
-        "whole data set as hf-disk:PATH, npz:PATH or imagefolder:PATH, cut by the scenario (docs/own-data.md)",
-        ("fashion-mnist", "mnist", "cifar10", "svhn", "digits", "regression"),
-    ),
+    *_fields(RunParams, DATA, "strategy", "strategy"),
+    *_fields(ScenarioConfig, DATA, "dataset", "dataset"),
     _k(
         "data-dir",
         "",
         DATA,
         "folder with the dataset files; empty: Debian's /usr/share/datasets, then torchvision's download",
     ),
-    _k(
-        "model",
-        "dnn",
-        DATA,
-        "the model every client trains: a built-in, or the user's "
-        "'package.module:factory', factory(input_shape, num_classes) -> torch.nn.Module, importable on the "
-        "server and every client",
-        ("dnn", "lenet5", "linear", "resnet18"),
-    ),
+    *_fields(RunParams, DATA, "model", "model"),
     *_fields(TrainingParams, DATA, "seed", "seed"),
-    _k(
-        "scenario",
-        "label-groups",
-        DATA,
-        "how the data is split among clients (docs/running.md, Scenarios)",
-        (
-            "label-groups",
-            "label-skew",
-            "label-skew-dirichlet",
-            "dirichlet",
-            "rotation",
-            "label-swap",
-            "attack",
-            "linear-regression",
-        ),
-    ),
-    _k("num-clients", 100, DATA, "clients (= simulated SuperNodes); >= 1"),
-    _k("groups", 5, DATA, "label-groups, label-skew-dirichlet, label-swap: number of true groups"),
-    _k("labels-per-group", 2, DATA, "label-groups: labels in each group's combination"),
-    _k(
-        "samples-per-label",
-        0,
-        DATA,
-        "label-groups: samples a client takes of each of its labels; 0 = automatic: 50, or the most "
-        "every holder of a label can take when the data set has fewer",
-    ),
-    _k("samples-per-client", 600, DATA, "rotation, label-swap, attack, linear-regression: train samples per client"),
-    _k(
-        "label-fraction",
-        0.2,
-        DATA,
-        "label-skew, label-skew-dirichlet: share of the labels a client (group) holds, in (0, 1]",
-    ),
-    _k("dirichlet-alpha", 0.5, DATA, "dirichlet: concentration of the per-client class proportions; > 0"),
-    _k("quantity-alpha", 1.0, DATA, "label-skew-dirichlet: concentration of each label's split among its holders; > 0"),
-    _k("angles", "0,90,180,270", DATA, "rotation: comma-separated angles in degrees, one group per angle"),
-    _k("attackers", 0, DATA, "attack: clients that send minus their update; >= 0"),
-    _k("regression-phi", 20.0, DATA, "linear-regression: the groups' angles are (-phi, 0, phi) degrees"),
-    _k(
-        "test-fraction",
-        0.2,
-        DATA,
-        "local test split size relative to the train split (from the test set); "
-        "own data: the share of a client's samples held out for local test",
-    ),
+    *_fields(ScenarioConfig, DATA, "scenario", "scenario"),
+    *_fields(ScenarioConfig, DATA, "num_clients", "test_fraction"),
     _k(
         "data-path",
         "",
@@ -214,26 +162,10 @@ RUN_KEYS: tuple[Key, ...] = (
         "a federation.json with each partition's true group (umbel export writes one): "
         "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)",
     ),
-    _k(
-        "group-draw",
-        "fill",
-        DATA,
-        "label-groups: fill (modified) puts a client in every group when num-clients allows it; paper: "
-        "CFLGT's independent draw per client, which can leave groups empty",
-        ("fill", "paper"),
-    ),
-    _k(
-        "sample-draw",
-        "disjoint",
-        DATA,
-        "label-groups: disjoint gives every sample to at most one client; with-replacement, a scaling stress "
-        "test (not a benchmark of accuracy, and so labelled in the run's name and summary), lets each client "
-        "draw samples-per-label (0: 50) samples of each label with replacement from its group's own pool",
-        ("disjoint", "with-replacement"),
-    ),
+    *_fields(ScenarioConfig, DATA, "group_draw", "sample_draw"),
     # training
     *_fields(TrainingParams, TRAINING, "rounds", "max_rejected_rounds"),
-    _k("device", "auto", TRAINING, "where clients train: auto (cuda if torch sees a GPU), cpu, cuda, cuda:N"),
+    *_fields(RunParams, TRAINING, "device", "device"),
     *_fields(TrainingParams, TRAINING, "late_clients", "min_nodes"),
     _k(
         "roster-path",

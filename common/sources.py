@@ -139,7 +139,7 @@ def run_info(rc: Mapping[str, Any]) -> DatasetInfo:
     """The run's classes and input shape: run-config ``num-classes`` / ``input-shape`` when
     given (``0`` / ``""`` take the dataset's), else those of ``dataset``.
     """
-    base = dataset_info(str(run_config_value(rc, "dataset", "fashion-mnist")))
+    base = dataset_info(str(run_config_value(rc, "dataset", ScenarioConfig.dataset)))
     num_classes = check_int(run_config_value(rc, "num-classes", 0), "num-classes", _OWNER, low=0)
     shape = parse_shape(run_config_value(rc, "input-shape", ""))
     if not num_classes and not shape:
@@ -157,9 +157,9 @@ def folder_spec(rc: Mapping[str, Any]) -> FolderSpec:
         data_format=str(run_config_value(rc, "data-format", "auto")),
         x_column=run_config_value(rc, "x-column", ""),
         y_column=run_config_value(rc, "y-column", ""),
-        test_fraction=run_config_value(rc, "test-fraction", 0.2),
+        test_fraction=run_config_value(rc, "test-fraction", ScenarioConfig.test_fraction),
         val_fraction=run_config_value(rc, "val-fraction", 0.0),
-        seed=run_config_value(rc, "seed", 0),
+        seed=run_config_value(rc, "seed", ScenarioConfig.seed),
     )
 
 

@@ -18,6 +18,7 @@ from torch.nn import Module
 from common.config import (
     FaultParams,
     OutputParams,
+    RunParams,
     TrainingParams,
     params_from_run_config,
     run_config_value,
@@ -29,7 +30,7 @@ from common.scenarios import Partition, ScenarioConfig, build_partition
 from common.sources import DATA_PATH, OWN_DATA, FolderSource, folder_spec, run_info
 from common.training import check_device_name
 from common.validation import check_str
-from strategies import CFLGT, PACFL, ClusteredStrategy, FedAvg, FedClust, get_strategy
+from strategies import CFLGT, DEFAULT_STRATEGY, PACFL, ClusteredStrategy, FedClust, get_strategy
 from strategies.flag import FLAG
 from strategies.replies import metric_ranges
 from strategies.roster import read_roster
@@ -72,10 +73,11 @@ class Experiment:
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> Experiment:
         """Validate every key; raises ``ValueError`` on the first bad one."""
-        strategy_cls = get_strategy(run_config_value(rc, "strategy", FedAvg.name))
+        strategy_cls = get_strategy(run_config_value(rc, "strategy", DEFAULT_STRATEGY))
         scenario = ScenarioConfig.from_run_config(rc)
         info = run_info(rc)
-        model = check_str(run_config_value(rc, "model", "dnn"), "model", "the run config")
+        run = RunParams.from_run_config(rc)
+        model = check_str(run.model, "model", "the run config")
         check_model(model, info.input_shape, info.task)
         head_key = _head_key(
             build_model(model, info.input_shape, info.num_classes, scenario.seed), info, strategy_cls.name
@@ -85,7 +87,7 @@ class Experiment:
         truth_path = check_str(run_config_value(rc, "truth-path", ""), "truth-path", "the run config")
         if truth_path:
             read_truth(truth_path)
-        device = check_device_name(run_config_value(rc, "device", "auto"), "the run config")
+        device = check_device_name(run.device, "the run config")
         roster_path = check_str(run_config_value(rc, "roster-path", ""), "roster-path", "the run config")
         if roster_path:
             read_roster(roster_path)

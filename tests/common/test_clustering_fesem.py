@@ -98,3 +98,17 @@ def test_bad_input_is_an_error_naming_the_parameter(kwargs, match):
 def test_centres_of_another_width_are_refused():
     with pytest.raises(ValueError, match=r"The 'centres' parameter of nearest_centres must be a non-empty \(K, 3\)"):
         nearest_centres(np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+def test_fesem_clusters_stops_after_max_iter_steps_with_the_last_step_s_centres_and_labels():
+    """Uniform points need several E/M steps; ``max_iter=1`` returns exactly one M-step's centres and the
+    E-step after it, and counts one iteration."""
+    p = np.random.default_rng(4).uniform(size=(200, 2))
+    w = np.ones(len(p))
+    assert 2 < fesem_clusters(p, 5, np.random.default_rng(0)).iterations < 100  # stops once no label changes
+    seeds = p[seed_centres(p, 5, np.random.default_rng(0))]
+    centres = update_centres(p, nearest_centres(p, seeds), w, seeds)
+    one = fesem_clusters(p, 5, np.random.default_rng(0), max_iter=1)
+    assert one.iterations == 1
+    np.testing.assert_allclose(one.centres, centres)
+    np.testing.assert_array_equal(one.labels, nearest_centres(p, centres))

@@ -169,3 +169,11 @@ def test_loss_plateau_decides_at_exactly_two_windows():
     assert loss_plateau([1.0, 1.0], 1, 0.1)
     assert loss_plateau([1.0, 1.0, 1.0, 1.0], 2, 0.1)
     assert loss_plateau([2.0, 1.0], 1, 1.5) and not loss_plateau([2.0, 1.0], 1, 0.5)
+
+
+def test_louvain_by_silhouette_without_any_scored_cut_falls_back_to_the_resolution_nearest_one():
+    """Two nodes never give a cut with a silhouette (2 <= k <= n - 1): the candidate closest to 1.0 is kept."""
+    s = np.array([[2.0, 1.5], [1.5, 2.0]])
+    labels, gamma = louvain_by_silhouette(s, seed=0, resolutions=(0.5, 0.9, 1.4))
+    assert gamma == 0.9
+    np.testing.assert_array_equal(labels, louvain_labels(s, 0.9, 0))

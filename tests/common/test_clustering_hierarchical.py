@@ -235,3 +235,12 @@ def test_a_given_tree_is_cut_instead_of_building_one():
         cut_tree(_tied_distances(12, 5), threshold=0.0, num_clusters=3),
     )
     assert cut_tree(d, threshold=0.0, num_clusters=40, tree=other).max() == 11  # clipped to N, as without a tree
+
+
+def test_auto_cut_tries_the_largest_allowed_number_of_clusters():
+    """Four tight groups of 1-D points, ``max_clusters=4``: the cut into 4 (the top of the range) is found."""
+    truth = np.repeat(np.arange(4), [2, 2, 2, 3])
+    x = 10.0 * truth + 0.01 * np.arange(truth.size)
+    labels, score = auto_cut(np.abs(x[:, None] - x[None, :]), max_clusters=4)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    assert score is not None and score > 0.9

@@ -239,3 +239,26 @@ def test_bipartition_refuses_a_matrix_that_is_not_square_of_two_or_more(cosine):
         rf" square \(n, n\) array with n >= 2\. Got shape {shape}",
     ):
         bipartition(cosine)
+
+
+def test_should_split_only_strictly_below_eps1_and_strictly_above_eps2():
+    """Sattler's criterion is strict on both sides: a ratio at eps1 or a norm at eps2 keeps the cluster."""
+    kw = {"eps1": 0.4, "eps2": 1.6, "split_after": 0}
+    assert should_split(0.399, 1.601, 3, 1, **kw)
+    assert not should_split(0.4, 1.601, 3, 1, **kw)
+    assert not should_split(0.399, 1.6, 3, 1, **kw)
+
+
+def test_update_norms_of_a_long_sequence_sum_every_chunk():
+    """1,100 rows arrive as a sequence (stacked 512 at a time): the norms are those of the whole array."""
+    u = np.random.default_rng(5).normal(1.0, 1.0, (1100, 3))
+    np.testing.assert_allclose(update_norms(list(u)), update_norms(u), rtol=1e-12)
+    np.testing.assert_allclose(update_norms(u)[0], np.linalg.norm(u.mean(axis=0)), rtol=1e-12)
+    small = 1e-3 * u  # every norm below 1: the largest is the largest norm, not a floor at 1
+    np.testing.assert_allclose(update_norms(list(small))[2], np.linalg.norm(small, axis=1).max(), rtol=1e-12)
+
+
+def test_update_norms_of_one_update_in_a_sequence_and_of_none():
+    assert update_norms([np.array([3.0, 4.0])]) == (5.0, 5.0, 5.0)
+    with pytest.raises(ValueError, match=r"The 'updates' parameter of update_norms must be a non-empty"):
+        update_norms([])

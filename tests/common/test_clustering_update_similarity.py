@@ -69,3 +69,34 @@ def test_gaussian_sketch_is_seeded_block_independent_and_keeps_cosines():
     np.testing.assert_allclose(sim.matrix(), 1 + sketched, atol=1e-5)
     with pytest.raises(ValueError, match="'sketch_dim' parameter of GaussianSketch"):
         GaussianSketch(10, 0, seed=0)
+
+
+def test_gaussian_sketch_sums_every_block_of_its_seeded_matrix_scaled_by_one_over_root_k():
+    """``dim`` not a multiple of ``block``: the projection is ``x @ R`` with ``R``'s block ``b`` drawn from
+    ``default_rng([seed, b])`` and scaled by ``1 / sqrt(k)`` (norms kept on average), the last block short."""
+    dim, k, seed, block = 10, 256, 3, 4
+    sketch = GaussianSketch(dim, k, seed, block=block)
+    r = np.vstack(
+        [
+            np.random.default_rng([seed, b]).standard_normal((min(block, dim - b * block), k), dtype=np.float32)
+            for b in range(3)
+        ]
+    ) / np.float32(np.sqrt(k))
+    x = np.random.default_rng(0).standard_normal((5, dim)).astype(np.float32)
+    np.testing.assert_allclose(sketch.project(x), x @ r, rtol=1e-5, atol=1e-5)
+    single = sketch.project(x[0])
+    assert single.shape == (k,)
+    np.testing.assert_allclose(single, x[0] @ r, rtol=1e-5, atol=1e-5)
+    assert 0.8 < float(np.mean(np.linalg.norm(r, axis=1))) < 1.2
+
+
+def test_count_sketch_hashes_with_random_signs():
+    """Each coordinate goes to one bucket with a sign of +-1: the sketch of all-ones sums to the signs' sum,
+    about 0 (E <Sx, Sy> = <x, y> needs both signs), not to ``dim``."""
+    from common.clustering.similarity import CountSketch
+
+    dim = 4000
+    out = CountSketch(dim, 32, seed=1).project(np.ones(dim, dtype=np.float32))
+    assert out.shape == (32,)
+    assert abs(float(out.sum())) < 0.1 * dim
+    assert out.min() < 0 < out.max()

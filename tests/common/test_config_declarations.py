@@ -1,6 +1,6 @@
 """Every run-config key is declared exactly once: a ``_k`` entry of common/schema.py, or a field
-declared with ``common.params.param`` (common.config's run-wide dataclasses, each strategy's own
-parameters)."""
+declared with ``common.params.param`` (common.config's run-wide dataclasses, ScenarioConfig, each
+strategy's own parameters); no reader writes a field-declared key's default again."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 
 import common.schema
-from common.config import FaultParams, OutputParams, TrainingParams
+from common.config import FaultParams, OutputParams, RunParams, TrainingParams
+from common.models import MODELS
 from common.params import SHARED_KEY, run_config_keys, spec_of
-from strategies import REGISTRY
+from common.scenarios import ScenarioConfig
+from strategies import DEFAULT_STRATEGY, REGISTRY
 from strategies.schema import KEYS, SCHEMA
 
-RUN_DATACLASSES = (TrainingParams, OutputParams, FaultParams)
+RUN_DATACLASSES = (TrainingParams, OutputParams, FaultParams, RunParams, ScenarioConfig)
+UMBEL = Path(common.schema.__file__).parents[1]
 
 
 def _schema_declarations() -> list[str]:
@@ -60,8 +63,79 @@ def test_each_run_wide_field_is_declared_and_its_key_is_what_the_declaration_say
         spec = spec_of(f)
         assert spec is not None, f.name
         key = SCHEMA[keys[f.name]]
-        assert (key.default, type(key.default)) == (f.default, type(f.default)), f.name
+        if f.metadata.get(SHARED_KEY):  # read here, declared by one other run-wide field: the same declaration
+            (owner,) = [c for c in RUN_DATACLASSES if c is not cls and keys[f.name] in run_config_keys(c).values()]
+            (declared,) = [g for g in dataclasses.fields(owner) if run_config_keys(owner)[g.name] == keys[f.name]]
+            assert (f.default, spec) == (declared.default, spec_of(declared)), f.name
+            continue
+        if key.name == "strategy":  # the registry's default and names
+            assert (key.default, key.choices, f.default) == (DEFAULT_STRATEGY, tuple(sorted(REGISTRY)), "")
+            assert key.help == spec.help
+            continue
+        default = common.schema.key_default(f.default)
+        assert (key.default, type(key.default)) == (default, type(default)), f.name
         assert (key.help, key.choices, key.read_by) == (spec.help, spec.choices, ()), f.name
+
+
+def test_scenario_angles_default_is_the_declared_tuple_written_as_run_config_text():
+    assert SCHEMA["angles"].default == "0,90,180,270"
+    assert ScenarioConfig.from_run_config({"angles": SCHEMA["angles"].default}).angles == ScenarioConfig().angles
+    assert ScenarioConfig().angles == (0.0, 90.0, 180.0, 270.0)
+
+
+def test_the_model_key_lists_the_built_in_models():
+    assert SCHEMA["model"].choices == MODELS
+
+
+def _literal_defaults() -> list[str]:
+    """``run_config_value(rc, "<key>", <literal>)`` calls in umbel's source for a key declared on a field."""
+    field_keys = set(_field_declarations())
+    found = []
+    for folder in ("common", "server", "client", "strategies", "benchmarks"):
+        for path in sorted((UMBEL / folder).rglob("*.py")):
+            for call in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(call, ast.Call) and len(call.args) == 3):
+                    continue
+                func = call.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                key, default = call.args[1], call.args[2]
+                if (
+                    name == "run_config_value"
+                    and isinstance(key, ast.Constant)
+                    and key.value in field_keys
+                    and isinstance(default, ast.Constant)
+                ):
+                    found.append(f"{path.relative_to(UMBEL)}:{call.lineno} {key.value}")
+    return found
+
+
+def test_no_reader_writes_a_declared_keys_default_again():
+    """A reader takes a field-declared key's default from its field (``ScenarioConfig.seed``), not a literal."""
+    assert _literal_defaults() == []
+
+
+@pytest.mark.parametrize("cls", [c for c in RUN_DATACLASSES if c is not RunParams], ids=lambda c: c.__name__)
+def test_each_declared_range_and_choice_is_checked_naming_its_key(cls):
+    """A value just outside a checked field's declaration fails naming its key, whatever order the
+    dataclass checks its fields in (ScenarioConfig checks them one by one, between its own rules)."""
+    keys = run_config_keys(cls)
+    tried = 0
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if spec is None or not spec.checked:
+            continue
+        if spec.choices:
+            bad: object = "no-such-" + keys[f.name]
+        elif spec.low is not None:
+            bad = type(f.default)(spec.low) if not spec.closed[0] else type(f.default)(spec.low) - 1
+        elif spec.high is not None:
+            bad = type(f.default)(spec.high) + 1
+        else:
+            continue
+        with pytest.raises(ValueError, match=rf"The '{keys[f.name]}' parameter of .* must be "):
+            cls(**{f.name: bad})
+        tried += 1
+    assert tried > 0
 
 
 def test_the_run_wide_fields_keep_their_groups_and_places():

@@ -259,3 +259,49 @@ def test_overwrite_blocks_fills_the_callers_array_with_the_same_result():
     mine = blocks.copy()
     assert spectral.impute_blocks(mine, counts, labels, rank=2, overwrite_blocks=True) is mine
     np.testing.assert_array_equal(mine, copied)
+
+
+def test_impute_blocks_fills_a_cluster_without_answers_from_every_answered_client():
+    """Block 0: cluster 0 answered by client 0, cluster 1 by nobody, cluster 2 by client 4. Client 1 gets its
+    cluster's mean; clients 2 and 3 the mean over all answered clients; answered blocks stay."""
+    blocks = np.zeros((5, 1, 2))
+    blocks[0, 0], blocks[4, 0] = (1.0, 2.0), (3.0, 6.0)
+    counts = np.array([[1], [0], [0], [0], [1]])
+    out = spectral.impute_blocks(blocks, counts, np.array([0, 0, 1, 1, 2]))
+    np.testing.assert_array_equal(out[:, 0], [[1.0, 2.0], [1.0, 2.0], [2.0, 4.0], [2.0, 4.0], [3.0, 6.0]])
+    assert not blocks[1:4].any()  # a copy
+
+
+def test_estimate_num_clusters_scores_k_up_to_one_below_the_number_of_clients():
+    """Four clients in two pairs, ``max_clusters=8``: k runs 2..3 (a silhouette needs k <= N - 1)."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(rng.normal(size=(30, 2)), [2, 2], axis=1) + 0.01 * rng.normal(size=(30, 4))
+    estimate = spectral.estimate_num_clusters(g, 8)
+    assert sorted(estimate.silhouettes) == [2, 3]
+    assert estimate.num_clusters == 2
+    assert adjusted_rand_score([0, 0, 1, 1], estimate.labels) == 1.0
+    assert set(spectral.estimate_num_clusters(g[:, 1:], 8).silhouettes) == {2}  # 3 clients are enough
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: compression.compressed_size(0, 2.0), r"'dim' parameter of compressed_size must be an int >= 1\."),
+        (lambda: compression.compressed_size(10, 0.5), r"'ratio' parameter of compressed_size must be a float >= 1\.0"),
+        (lambda: compression.coordinate_subset(0, 1, 0), r"'dim' parameter of coordinate_subset must be an int >= 1\."),
+        (
+            lambda: compression.coordinate_subset(5, 6, 0),
+            r"'size' parameter of coordinate_subset must be an int in the range \[1, 5\]\. Got 6",
+        ),
+        (
+            lambda: compression.coordinate_subset(5, 0, 0),
+            r"'size' parameter of coordinate_subset must be an int in the range \[1, 5\]\. Got 0",
+        ),
+        (lambda: compression.coordinate_subset(5, 2, -1), r"'seed' parameter of coordinate_subset must be an int >= 0"),
+        (lambda: compression.block_seed(-1, 0), r"'run_seed' parameter of block_seed must be an int >= 0\. Got -1"),
+        (lambda: compression.block_seed(0, -1), r"'block' parameter of block_seed must be an int >= 0\. Got -1"),
+    ],
+)
+def test_compression_helpers_refuse_bad_input_naming_the_parameter_the_function_and_the_range(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

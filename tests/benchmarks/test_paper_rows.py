@@ -25,6 +25,7 @@ def _run(folder: Path, rounds: int, accuracy: dict[int, float], args: list[str],
         "final-ari": 1.0,
         "final-num-clusters": 5,
         "coverage": {"final-accuracy": "over 100 of 100 clients"},
+        "rounds-to-truth": 3,
     }
     (folder / "summary.json").write_text(json.dumps(summary))
     (folder / "cell.json").write_text(json.dumps({"seconds": 10.0 + 2.0 * rounds, "args": args}))
@@ -51,7 +52,7 @@ def test_a_full_run_reports_the_summarys_final_accuracy_not_the_best_round(tmp_p
     figures, _ = row_figures(folder, PaperRow("rotation-8", "cfl-gp", "paper"))
     assert figures[1] == "200 of 200"
     assert figures[2] == "75.00% (3 rounds, over 100 of 100 clients)"
-    assert figures[3] == "1.000, 5" and "full run" not in figures[5]
+    assert figures[3] == "1.000, 5 clusters; ARI 1.0 from round 3" and "full run" not in figures[5]
 
 
 def test_main_writes_one_record_per_paper_and_refuses_a_paper_without_runs(tmp_path, monkeypatch):

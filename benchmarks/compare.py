@@ -248,11 +248,11 @@ PAPER = Preset(
     common=("--eval-every", "5"),
     # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
-    # with a lightweight model (Sec. 4-5): the 2-layer DNN
+    # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
     strategy_args={
         FLIC.name: ("--flic-cluster-round", "200"),
         FLHC.name: ("--flhc-warmup-rounds", "10"),
-        FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "dnn"),
+        FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
     },
     # CFL-GP's paper is told K (its App. G estimate is umbel's default)
     given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters", CFLGP.name: "--num-clusters"},

@@ -216,4 +216,4 @@ def test_paper_preset_holds_flic_flag_and_cfl_gp_papers_settings():
     ]
     assert _flag(gp, "--num-clusters") == "8" and _flag(gp, "--fraction") == "1.0"
     flag = compare.PAPER.args("flag", by_label["label-skew-dirichlet-20"], 0)
-    assert _flag(flag, "--flag-vectors") == "0" and _flag(flag, "--flag-sweep-model") == "dnn"
+    assert _flag(flag, "--flag-vectors") == "0" and _flag(flag, "--flag-sweep-model") == "linear"

@@ -110,8 +110,11 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
     rounds = f"{ran} of {full}"
     seconds = float(cell["seconds"])
     wall = f"{seconds / 60:.0f} min"
+    if summary.get("interrupted"):
+        rounds += " (interrupted)"
     if ran < full:
-        per_round = [m["round-seconds"] for m in metrics if m.get("round-seconds")]
+        clean = [m for m in metrics if m.get("round-seconds") and not m.get("failures")]
+        per_round = [m["round-seconds"] for m in clean]
         overhead = seconds - sum(per_round)
         wall += f" (full run: about {(overhead + statistics.fmean(per_round) * full) / 60:.0f} min)"
     evaluated = [m for m in metrics if m.get("accuracy") is not None]

@@ -46,6 +46,20 @@ def test_flic_reports_the_round_it_clustered_at_and_the_mean_after_it(tmp_path):
     assert command.startswith("umbel run --strategy flic")
 
 
+def test_an_interrupted_run_says_so_and_estimates_from_its_clean_rounds_only(tmp_path):
+    args = ["--strategy", "fedclust", "--rounds", "200", "--rounds", "20"]
+    folder = _run(tmp_path / "cell", 4, {}, args, final=0.0)
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    lines[3].update({"failures": 10, "round-seconds": 0.1})
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines) + "\n")
+    summary = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps({**summary, "interrupted": True, "final-accuracy": None}))
+    figures, _ = row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))
+    assert figures[1] == "4 of 200 (interrupted)" and figures[2].startswith("- (")
+    # the cell's 18 s less its 3 clean rounds of 2 s, plus 200 such rounds
+    assert figures[5] == "0 min (full run: about 7 min)"
+
+
 def test_a_full_run_reports_the_summarys_final_accuracy_not_the_best_round(tmp_path):
     args = ["--strategy", "cfl-gp", "--rounds", "200"]
     folder = _run(tmp_path / "cell", 200, {100: 0.99, 200: 0.7}, args, final=0.75)

@@ -119,7 +119,11 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
         wall += f" (full run: about {(overhead + statistics.fmean(per_round) * full) / 60:.0f} min)"
     evaluated = [m for m in metrics if m.get("accuracy") is not None]
     clients = summary.get("coverage", {}).get("final-accuracy", "")
-    accuracy = f"{_pct(summary['final-accuracy'])} ({summary['final-evaluations']} rounds, {clients})"
+    accuracy = (
+        "not evaluated"
+        if summary.get("final-accuracy") is None
+        else f"{_pct(summary['final-accuracy'])} ({summary['final-evaluations']} rounds, {clients})"
+    )
     if row.cluster_round:
         cut = int(_option(args, "--flic-cluster-round") or row.cluster_round)
         before = [m["accuracy"] for m in evaluated if m["round"] == cut]

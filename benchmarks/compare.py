@@ -169,11 +169,18 @@ QUICK = Preset(
 
 
 def _training(
-    fraction: float, rounds: int, epochs: int, batch: int, lr: float, momentum: float, model: str
+    fraction: float,
+    rounds: int,
+    epochs: int,
+    batch: int,
+    lr: float,
+    momentum: float,
+    model: str,
+    clients: int = 100,
 ) -> tuple[str, ...]:
-    """A paper's training settings as ``umbel run`` flags (100 clients)."""
+    """A paper's training settings as ``umbel run`` flags."""
     return (
-        *("--num-clients", "100", "--fraction", str(fraction), "--rounds", str(rounds)),
+        *("--num-clients", str(clients), "--fraction", str(fraction), "--rounds", str(rounds)),
         *("--local-epochs", str(epochs), "--batch-size", str(batch), "--lr", str(lr), "--momentum", str(momentum)),
         *("--model", model),
     )
@@ -182,8 +189,19 @@ def _training(
 _PAPER_CFLGT = _training(0.2, 100, 5, 32, 0.001, 0.9, "dnn")
 _PAPER_FEDCLUST = _training(0.1, 200, 10, 10, 0.01, 0.5, "lenet5")
 _PAPER_FLAG = _training(0.2, 200, 10, 10, 0.01, 0.5, "lenet5")
-_PAPER_FLIC = ("--dataset", "mnist", "--samples-per-client", "600", *_training(0.1, 205, 5, 10, 0.01, 0.0, "dnn"))
-_PAPER_CFLGP = _training(1.0, 100, 1, 32, 0.01, 0.0, "dnn")
+# FLIC (Sec. IV): MNIST, 600 train and 100 test samples a client, T = 200 then 5 rounds per cluster;
+# its CNN of two convolutional layers (McMahan et al.) is LeNet-5 here, umbel's two-convolution model
+_PAPER_FLIC = (
+    *("--dataset", "mnist", "--samples-per-client", "600", "--test-fraction", "0.1667"),
+    *_training(0.1, 205, 5, 10, 0.01, 0.0, "lenet5"),
+)
+# CFL-GP (App. F.5): C = 32 clients, b = 64, lr 0.1, T = 200, P = 2, the 784-200-10 dense model, MNIST
+# split 70/30 into 8 disjoint parts of 60,000 / 32 = 1,875 samples; its one gradient step a round is
+# one local epoch here (Alg. 4's model gap), and the 30% test is capped at 10,000 / 32 = 312 a client
+_PAPER_CFLGP = (
+    *("--samples-per-client", "1312", "--test-fraction", "0.43"),
+    *_training(1.0, 200, 1, 64, 0.1, 0.0, "dnn", clients=32),
+)
 # CFLGT's own paper trains 100 rounds after its 25 FedAvg pre-training rounds (Sec. V-A) in its
 # scenarios; elsewhere it runs the scenario's rounds with the automatic pre-training
 _CFLGT_SCHEDULE = {CFLGT.name: ("--rounds", "125", "--cflgt-pretrain-rounds", "25")}
@@ -238,8 +256,15 @@ PAPER = Preset(
     seeds=(0, 1, 2),
     common=("--eval-every", "5"),
     # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
-    strategy_args={FLIC.name: ("--flic-cluster-round", "200"), FLHC.name: ("--flhc-warmup-rounds", "10")},
-    given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters"},
+    # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
+    # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
+    strategy_args={
+        FLIC.name: ("--flic-cluster-round", "200"),
+        FLHC.name: ("--flhc-warmup-rounds", "10"),
+        FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
+    },
+    # CFL-GP's paper is told K (its App. G estimate is umbel's default)
+    given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters", CFLGP.name: "--num-clusters"},
 )
 
 PRESETS = {p.name: p for p in (QUICK, PAPER)}

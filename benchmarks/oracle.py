@@ -127,6 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=5)
     parser.add_argument("--labels-per-group", type=int, default=2)
     parser.add_argument("--samples-per-label", type=int, default=0)
+    parser.add_argument("--samples-per-client", type=int, default=600, help="rotation, label-swap")
+    parser.add_argument("--label-fraction", type=float, default=0.2, help="label-skew, label-skew-dirichlet")
+    parser.add_argument("--quantity-alpha", type=float, default=1.0, help="label-skew-dirichlet")
+    parser.add_argument("--angles", default="0,90,180,270", help="rotation: comma-separated degrees")
+    parser.add_argument("--test-fraction", type=float, default=0.2)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated")
     parser.add_argument("--model", default="dnn")
     parser.add_argument("--epochs", type=int, default=50, help="passes over each group's pooled train data")
@@ -150,6 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             groups=args.groups,
             labels_per_group=args.labels_per_group,
             samples_per_label=args.samples_per_label,
+            samples_per_client=args.samples_per_client,
+            label_fraction=args.label_fraction,
+            quantity_alpha=args.quantity_alpha,
+            angles=tuple(float(a) for a in args.angles.split(",")),
+            test_fraction=args.test_fraction,
         )
         ceilings = group_ceilings(
             config,
@@ -180,10 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{time.perf_counter() - start:.0f} s")
 
     if args.record:
-        setting = (
-            f"{args.dataset} {args.scenario}, {args.groups} groups x {args.labels_per_group} labels, "
-            f"{args.num_clients} clients"
-        )
+        shape = {
+            "label-groups": f"{args.groups} groups x {args.labels_per_group} labels",
+            "label-skew": f"label fraction {args.label_fraction}",
+            "label-skew-dirichlet": f"label fraction {args.label_fraction}, quantity alpha {args.quantity_alpha}",
+            "label-swap": f"{args.groups} groups, {args.samples_per_client} samples a client",
+            "rotation": f"angles {args.angles}, {args.samples_per_client} samples a client",
+        }.get(args.scenario, args.scenario)
+        setting = f"{args.dataset} {args.scenario}, {shape}, {args.num_clients} clients"
         train_note = (
             f"One {args.model} per true group, trained {args.epochs} epochs on the group's pooled train data "
             f"(SGD lr {args.lr}, momentum {args.momentum}, batch {args.batch_size}); each of the "

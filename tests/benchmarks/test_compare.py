@@ -190,3 +190,32 @@ def test_paper_preset_gives_cflgt_its_own_schedule_only_in_its_own_papers_scenar
     assert other[len(other) - 1 - other[::-1].index("--rounds") + 1] == "205"  # FLIC's scenario, its rounds
     assert "--cflgt-pretrain-rounds" not in other  # the automatic quarter
     assert "--cflgt-pretrain-rounds" not in compare.PAPER.args("fedavg", by_label["label-groups-1"], 0)
+
+
+def _flag(args, name):
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == name][-1]
+
+
+def test_paper_preset_holds_flic_flag_and_cfl_gp_papers_settings():
+    by_label = {s.label: s for s in compare.PAPER.scenarios}
+    flic = compare.PAPER.args("flic", by_label["label-swap-5"], 0)
+    # FLIC Sec. IV: 600 train and 100 test samples a client, E = 5, B = 10, T = 200 then 5 rounds
+    assert [_flag(flic, k) for k in ("--samples-per-client", "--local-epochs", "--batch-size")] == ["600", "5", "10"]
+    assert round(float(_flag(flic, "--test-fraction")) * 600) == 100
+    assert (_flag(flic, "--flic-cluster-round"), _flag(flic, "--rounds"), _flag(flic, "--model")) == (
+        "200",
+        "205",
+        "lenet5",
+    )
+    # CFL-GP App. F.5: C = 32, b = 64, lr 0.1, T = 200, the dense model, told K = 8
+    gp = compare.PAPER.args("cfl-gp", by_label["rotation-8"], 0)
+    assert [_flag(gp, k) for k in ("--num-clients", "--batch-size", "--lr", "--rounds", "--model")] == [
+        "32",
+        "64",
+        "0.1",
+        "200",
+        "dnn",
+    ]
+    assert _flag(gp, "--num-clusters") == "8" and _flag(gp, "--fraction") == "1.0"
+    flag = compare.PAPER.args("flag", by_label["label-skew-dirichlet-20"], 0)
+    assert _flag(flag, "--flag-vectors") == "0" and _flag(flag, "--flag-sweep-model") == "linear"

@@ -61,3 +61,15 @@ def test_the_ceiling_is_the_mean_over_clients_not_over_groups():
     big = GroupCeiling(0, (0, 1), 3, 30, 1.0, np.array([1.0, 1.0, 1.0]))
     small = GroupCeiling(1, (2, 3), 1, 10, 1.0, np.array([0.0]))
     assert mean_over_clients([big, small]) == pytest.approx(0.75)  # per group it would be 0.5
+
+
+def test_main_passes_the_scenario_options_through(tmp_path, monkeypatch):
+    monkeypatch.setattr(benchmarks.records, "RECORDS_DIR", tmp_path)
+    argv = ["--scenario", "label-swap", "--dataset", "digits", "--num-clients", "12", "--groups", "2"]
+    argv += ["--samples-per-client", "40", "--test-fraction", "0.25", "--seeds", "1", "--epochs", "2"]
+    assert main([*argv, "--record", "swap", "--load", "1.0"]) == 0
+    record = json.loads((tmp_path / "swap.json").read_text())
+    per_group = record["tables"][1]
+    # 12 clients of 40 train samples each, in two groups: the default 600 would not fit digits
+    assert sum(row[4] for row in per_group["rows"]) == 12 * 40
+    assert "2 groups, 40 samples a client" in record["tables"][0]["title"]

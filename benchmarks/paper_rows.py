@@ -1,0 +1,189 @@
+"""The papers' tables at the papers' settings: one record per paper from ``compare --preset paper`` runs.
+
+Each paper's rows are cells of ``python -m benchmarks.compare --preset paper`` (the paper's scenario
+and training settings; flags after ``--`` such as ``--dataset fashion-mnist`` or ``--rounds`` are
+kept in the cell's ``cell.json`` and shown in the record's command). This module reads those run
+folders and writes, per paper, umbel's final accuracy (the mean over the final stretch of rounds,
+never the best round, with how many clients it covers), the final ARI and clusters, and the
+paper's figure side by side. Where a run stopped short of the paper's rounds, the row says how
+many ran and estimates the full run's time from the run's own mean round time.
+
+Example::
+
+    python -m benchmarks.paper_rows --paper flic --runs results/bench/paper/runs --load "9-16"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.compare import PAPER
+from benchmarks.records import Record, Table, write_record
+from benchmarks.runs import ROOT
+
+
+@dataclass(frozen=True)
+class PaperRow:
+    """One row of a paper's table: a cell of the paper preset and the paper's own figure.
+
+    ``cluster_round`` (FLIC's T): also report the accuracy at that round (before clustering) and
+    the mean over the evaluated rounds after it, as the paper's "before -> after" does.
+    """
+
+    scenario: str
+    strategy: str
+    paper: str
+    cluster_round: int = 0
+
+
+PAPERS: dict[str, tuple[str, tuple[PaperRow, ...]]] = {
+    "fedclust": (
+        "FedClust at the paper's setting (Table 1, FMNIST, non-IID label skew 20%)",
+        (PaperRow("label-skew-20", "fedclust", "FedClust 97.92% (PACFL 97.46%, IFCA 96.83%, FedAvg 77.10%)"),),
+    ),
+    "flag": (
+        "FLAG at the paper's setting (Table 2, FMNIST, label skew 20% with Dirichlet quantity shift 1)",
+        (
+            PaperRow(
+                "label-skew-dirichlet-20",
+                "flag",
+                "FLAG 96.36% (PACFL 94.41%, IFCA 94.02%, CFL 86.97%, FedAvg 57.12%)",
+            ),
+        ),
+    ),
+    "flic": (
+        "FLIC at the paper's setting (Table I, MNIST; here Fashion-MNIST)",
+        (
+            PaperRow("label-swap-5", "flic", "FedAvg 0.75 -> FLIC 0.99 (MNIST)", cluster_round=200),
+            PaperRow("rotation-4", "flic", "FedAvg 0.93 -> FLIC 0.98 (MNIST)", cluster_round=200),
+        ),
+    ),
+    "cfl-gp": (
+        "CFL-GP at the paper's setting (Table 3 and App. F.5, rotated MNIST, 8 angles; here Fashion-MNIST)",
+        (
+            PaperRow(
+                "rotation-8",
+                "cfl-gp",
+                "ARI 1.0 from round 1.00 ± 0.00 (Table 3, C = 32, b = 64); accuracy only plotted (Fig. 2)",
+            ),
+        ),
+    ),
+}
+"""Each paper's record title and rows; the figures are the papers' own (docs/strategies/*.md)."""
+
+COLUMNS = ("scenario", "rounds run", "final accuracy", "final ARI, clusters", "paper", "wall time")
+
+
+def _option(args: Sequence[str], flag: str) -> str | None:
+    """The last value given to ``flag`` in ``args`` (later flags win, as in ``umbel run``)."""
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag]
+    return values[-1] if values else None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
+    """One table row from a finished run folder, and the run's ``umbel run`` command.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder holds no ``summary.json`` or ``cell.json`` (the cell did not finish).
+    """
+    summary = json.loads((folder / "summary.json").read_text())
+    cell = json.loads((folder / "cell.json").read_text())
+    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    args = [str(a) for a in cell["args"]]
+    scenario = next(s for s in PAPER.scenarios if s.label == row.scenario)
+    full = int(_option(PAPER.args(row.strategy, scenario, 0), "--rounds") or 0)
+    ran = int(summary["rounds"])
+    rounds = f"{ran} of {full}"
+    seconds = float(cell["seconds"])
+    wall = f"{seconds / 60:.0f} min"
+    if summary.get("interrupted"):
+        rounds += " (interrupted)"
+    if ran < full:
+        clean = [m for m in metrics if m.get("round-seconds") and not m.get("failures")]
+        per_round = [m["round-seconds"] for m in clean]
+        overhead = seconds - sum(per_round)
+        wall += f" (full run: about {(overhead + statistics.fmean(per_round) * full) / 60:.0f} min)"
+    evaluated = [m for m in metrics if m.get("accuracy") is not None]
+    clients = summary.get("coverage", {}).get("final-accuracy", "")
+    accuracy = (
+        "not evaluated"
+        if summary.get("final-accuracy") is None
+        else f"{_pct(summary['final-accuracy'])} ({summary['final-evaluations']} rounds, {clients})"
+    )
+    if row.cluster_round:
+        cut = int(_option(args, "--flic-cluster-round") or row.cluster_round)
+        before = [m["accuracy"] for m in evaluated if m["round"] == cut]
+        after = [m["accuracy"] for m in evaluated if m["round"] > cut]
+        accuracy = (
+            f"{_pct(before[0] if before else None)} at round {cut} (FedAvg) -> "
+            f"{_pct(statistics.fmean(after) if after else None)} after clustering "
+            f"(mean of rounds {cut + 1}-{ran}; {clients})"
+        )
+        rounds += f", clustered at round {cut}"
+    ari = summary.get("final-ari")
+    reached = summary.get("rounds-to-truth")
+    figures = [
+        row.scenario,
+        rounds,
+        accuracy,
+        f"{'-' if ari is None else f'{ari:.3f}'}, {summary.get('final-num-clusters')} clusters; ARI 1.0 "
+        + ("never" if reached is None else f"from round {reached}"),
+        row.paper,
+        wall,
+    ]
+    return figures, "umbel run " + shlex.join(args)
+
+
+def paper_record(paper: str, runs: Path, seed: int, load: str, notes: str) -> Record:
+    """The record ``paper-<paper>`` from the paper's finished cells in ``runs`` (missing cells are left out)."""
+    title, rows = PAPERS[paper]
+    table_rows, commands = [], []
+    for row in rows:
+        folder = runs / f"{PAPER.name}-{row.scenario}-{row.strategy}-s{seed}"
+        if not (folder / "summary.json").exists():
+            continue
+        figures, command = row_figures(folder, row)
+        table_rows.append(figures)
+        commands.append(command)
+    if not table_rows:
+        raise FileNotFoundError(f"No finished cell of paper {paper!r} under {runs} for seed {seed}.")
+    return Record(
+        name=f"paper-{paper}",
+        section="Accuracy and clustering",
+        command="; ".join(commands),
+        tables=[Table(title=f"{title}, seed {seed}", columns=list(COLUMNS), rows=table_rows, notes=notes)],
+        load=load,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write one paper's record from its finished runs."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paper", choices=sorted(PAPERS), required=True)
+    parser.add_argument("--runs", default="results/bench/paper/runs", help="the paper preset's runs folder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--load", required=True, help="the load average range while the runs ran")
+    parser.add_argument("--notes", default="", help="what the reader needs to read the figures")
+    args = parser.parse_args(argv)
+    runs = Path(args.runs)
+    record = paper_record(args.paper, runs if runs.is_absolute() else ROOT / runs, args.seed, args.load, args.notes)
+    print(write_record(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -305,6 +305,9 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         for attempt in range(1, SUPERLINK_TRIES + 1):
+            # a start that failed (here or in an earlier run of this name) can leave a half-written
+            # state.db, on which the next local SuperLink exits at once
+            shutil.rmtree(flwr_home / "local-superlink", ignore_errors=True)
             code, slow_start = _stream_flower(cmd, env, app, flwr_home)
             if not (code and slow_start) or attempt == SUPERLINK_TRIES:
                 return code

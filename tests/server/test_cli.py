@@ -148,6 +148,28 @@ def test_min_nodes_above_num_clients_fails_before_starting(capsys, tmp_path):
     assert code == 2 and "The 'min-nodes' parameter" in out.err and "Got 7 instead" in out.err
 
 
+def test_each_start_of_the_local_superlink_begins_without_a_failed_starts_state(tmp_path, monkeypatch):
+    """A slow start leaves a half-written ``local-superlink/state.db``; a SuperLink started on it exits at
+    once, so every later run of that name failed. Each start (the first included) begins without it."""
+    home = tmp_path / "home"
+    state = home / "local-superlink" / "state.db"
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"half-written by an earlier run")
+    found: list[bool] = []
+    fake = _fake_flower([(1, f"{cli.SUPERLINK_SLOW} within 15s.\n")] * 2 + [(0, "run finished\n")], [])
+
+    def start(cmd, **kwargs):
+        found.append(state.exists())
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_bytes(b"half-written by this start")
+        return fake(cmd, **kwargs)
+
+    monkeypatch.setattr(cli.subprocess, "Popen", start)
+    monkeypatch.setattr(cli, "stop_superlinks", lambda home: [])
+    assert cli.simulate({"slow-fraction": 0.0}, 4, home, 1, 0.0) == 0
+    assert found == [False, False, False]
+
+
 def _fake_flower(outputs: list[tuple[int, str]], seen: list[list[str]]):
     """A stand-in for ``flwr run``'s process: each start prints the next output and exits with its code."""
 

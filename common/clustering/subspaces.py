@@ -346,6 +346,75 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
     return out
 
 
+def orthonormal_bases(bases: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """:func:`orthonormal_basis` of each basis, one batched LAPACK call per basis shape.
+
+    Equal to ``[orthonormal_basis(b) for b in bases]`` up to the signs and rotation of each
+    basis (the column space is the same); bases of less than full rank go through
+    :func:`orthonormal_basis` one at a time. float64 out.
+    """
+    out: list[np.ndarray] = [np.empty((0, 0))] * len(bases)
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for i, b in enumerate(bases):
+        shapes.setdefault(tuple(np.shape(b)), []).append(i)
+    for shape, at in shapes.items():
+        stack = np.stack([np.asarray(bases[i], dtype=np.float64) for i in at])
+        u, sv, _ = np.linalg.svd(stack, full_matrices=False)
+        tol = np.finfo(float).eps * max(shape) * sv[:, :1]
+        full = np.all(sv > tol, axis=1)
+        for j, i in enumerate(at):
+            out[i] = u[j] if full[j] else orthonormal_basis(stack[j])
+    return out
+
+
+def smallest_angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray]) -> np.ndarray:
+    """The smallest principal angle (degrees) of every basis in ``first`` with every basis in ``second``.
+
+    ``angles_between(first, second, "smallest")`` with both sides vectorised: bases are
+    orthonormalised in batches (:func:`orthonormal_bases`) and grouped by rank, each pair of
+    groups is one matrix product ``Q_a^T Q_b`` in blocks of ``BLOCK_ENTRIES``, and the largest
+    squared cosine comes in closed form for ranks up to ``CLOSED_FORM_MAX_RANK``
+    (:func:`_largest_gram_eigenvalue`). For many clients against a few hundred references.
+
+    Returns
+    -------
+    ndarray of shape (len(first), len(second)), float64
+        In ``[0, 90]``; 90 where a basis has rank 0.
+    """
+    out = np.full((len(first), len(second)), 90.0)
+    if not len(first) or not len(second):
+        return out
+
+    def groups(bases: Sequence[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        q = orthonormal_bases(bases)
+        ranks = np.array([x.shape[1] for x in q])
+        return {
+            int(r): (np.flatnonzero(ranks == r), np.stack([q[i] for i in np.flatnonzero(ranks == r)]))
+            for r in np.unique(ranks)
+            if r > 0
+        }
+
+    right = groups(second)
+    for ra, (ia, qa) in groups(first).items():
+        for rb, (ib, qb) in right.items():
+            small, large = (qa, qb) if ra <= rb else (qb, qa)
+            r, q = small.shape[2], large.shape[2]
+            cols = large.transpose(1, 0, 2).reshape(large.shape[1], -1)  # (d, n_large * q)
+            value = np.empty((len(small), len(large)))
+            step = max(1, BLOCK_ENTRIES // max(1, len(large) * r * q))
+            for lo in range(0, len(small), step):
+                left = small[lo : lo + step].transpose(0, 2, 1).reshape(-1, small.shape[1])  # (b * r, d)
+                m = (left @ cols).reshape(-1, r, len(large), q)
+                if r <= CLOSED_FORM_MAX_RANK:
+                    cos2 = _largest_gram_eigenvalue(m)
+                else:
+                    m = m.transpose(0, 2, 1, 3)
+                    cos2 = np.linalg.eigvalsh(m @ m.transpose(0, 1, 3, 2))[..., -1]
+                value[lo : lo + step] = np.degrees(np.arccos(np.sqrt(np.clip(cos2, 0.0, 1.0))))
+            out[np.ix_(ia, ib)] = value if ra <= rb else value.T
+    return out
+
+
 SAMPLE_SIZE = 2_000
 """Above this many clients, :func:`sampled_clusters` clusters a seeded sample of this size."""
 REFERENCES_PER_CLUSTER = 20

@@ -28,7 +28,7 @@ from common.validation import check_choice, check_float, check_int
 from .hierarchical import LINKAGES, check_distance_matrix, cut_linkage, linkage_tree
 from .sampled import sample_rows
 from .similarity import CountSketch, cosine_matrix, row_sketch, sketch_rows
-from .subspaces import REFERENCES_PER_CLUSTER, SAMPLE_SIZE, pairwise_subspace_angles, smallest_angles_between
+from .subspaces import PLACE_CHUNK, REFERENCES_PER_CLUSTER, SAMPLE_SIZE, angles_between, pairwise_subspace_angles
 
 ONE_MISSING = 180.0
 ELBOW_TOL = 0.01
@@ -435,7 +435,7 @@ def data_similarity_between(
         held_b = np.array([c in b for b in others], dtype=bool)
         rows, cols = np.flatnonzero(held_a), np.flatnonzero(held_b)
         if rows.size and cols.size:
-            angles = smallest_angles_between([bases[int(i)][c] for i in rows], [others[int(j)][c] for j in cols])
+            angles = angles_between([bases[int(i)][c] for i in rows], [others[int(j)][c] for j in cols], "smallest")
             total[np.ix_(rows, cols)] += angles * _pair_weights(
                 cnt_a, logs_a, rows, cnt_b, logs_b, cols, c, delta, w_max
             )
@@ -522,10 +522,6 @@ def flag_sample(
     return FlagSample(
         positions, proximity(data, gradient, beta), data, gradient, rows, sketch, _largest_weight(cnt, logs)
     )
-
-
-PLACE_CHUNK = 2048
-"""Clients placed at a time by :func:`flag_place` (their bases converted to float64 together)."""
 
 
 def flag_place(

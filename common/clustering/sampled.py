@@ -396,3 +396,18 @@ def sampled_cflgp(
     labels = nearest_means(features, centres)
     labels[sample] = sample_labels
     return spectral.align_labels(labels, previous, k), features, values, sample
+
+
+def sampled_estimate(
+    matrix: np.ndarray, max_clusters: int, seed: int, sample_above: int = 0
+) -> spectral.NumClustersEstimate:
+    """CFL-GP's K estimate (``spectral.estimate_num_clusters``), above ``sample_above`` > 0 clients with
+    the silhouettes of a seeded sample.
+
+    The sample is :func:`sampled_cflgp`'s for the same ``seed`` and client count
+    (``sample_rows(N, default_rng(seed))``); the spectrum, projection and k-means stay on all N
+    (linear), only the quadratic silhouettes are the sample's. Up to ``sample_above``: exact.
+    """
+    n = np.shape(matrix)[1]
+    scored = sample_rows(n, np.random.default_rng(seed)) if use_sample(n, sample_above) else None
+    return spectral.estimate_num_clusters(matrix, max_clusters, seed, scored)

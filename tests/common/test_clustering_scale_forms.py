@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from common.clustering import flag
+from common.clustering import flag, sampled, spectral, subspaces
 from common.clustering.flag import data_similarity, data_similarity_between, flag_distances, flag_place, flag_sample
 from common.clustering.hierarchical import cut_tree
-from common.clustering.subspaces import angles_between, orthonormal_bases, orthonormal_basis, smallest_angles_between
+from common.clustering.subspaces import angles_between, orthonormal_bases, orthonormal_basis, subspace_angle
 
 DIM, CLASSES, GROUPS = 24, 6, 3
 
@@ -36,14 +36,17 @@ def planted_flag(
     return truth, bases, counts, updates
 
 
-def test_smallest_angles_between_matches_the_one_sided_form():
+@pytest.mark.parametrize("measure", ["smallest", "sum", "mean"])
+def test_angles_between_is_scipys_principal_angles_pair_by_pair(measure):
+    """Both sides vectorised (ranks 0 to 5, a rank-deficient array, closed form and eigenvalues)."""
     rng = np.random.default_rng(0)
     first = [rng.standard_normal((30, int(rng.integers(1, 6)))) for _ in range(25)]
     first[3] = np.zeros((30, 2))  # rank 0: 90 degrees to everything
     first[4] = np.c_[first[5][:, :1], 2 * first[5][:, :1]]  # rank 1 in a (30, 2) array
     second = [rng.standard_normal((30, int(rng.integers(1, 6)))) for _ in range(6)] + [first[7]]
-    got = smallest_angles_between(first, second)
-    np.testing.assert_allclose(got, angles_between(first, second, "smallest"), atol=1e-6)
+    got = angles_between(first, second, measure)
+    want = [[90.0 if i == 3 else subspace_angle(a, b, measure) for b in second] for i, a in enumerate(first)]
+    np.testing.assert_allclose(got, want, atol=1e-5)
     assert got[3].tolist() == [90.0] * 7 and got[7, 6] == pytest.approx(0.0, abs=1e-5)
 
 
@@ -122,3 +125,71 @@ def test_flag_sample_refuses_mismatched_updates_by_name():
     _, bases, counts, updates = planted_flag(30)
     with pytest.raises(ValueError, match="The 'updates' parameter of flag_sample must hold one update per client"):
         flag_sample(bases, counts, list(updates[:29]), CLASSES, beta=0.5, delta=0.5, seed=0)
+
+
+def _profile_columns(n: int, groups: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A CFL-GP profile (rows, N): each client's column is its group's centre plus noise, around a shared one."""
+    rng = np.random.default_rng(seed)
+    truth = rng.permutation(np.arange(n) % groups)
+    centres = rng.standard_normal((40, groups))
+    g = 3.0 * rng.standard_normal((40, 1)) + centres[:, truth] + 0.2 * rng.standard_normal((40, n))
+    return truth, g.astype(np.float32)
+
+
+@pytest.mark.slow
+def test_sampled_estimate_scores_the_sampled_steps_sample_and_finds_the_exact_k(monkeypatch):
+    n, groups = subspaces.SAMPLE_SIZE + 500, 3
+    truth, g = _profile_columns(n, groups)
+    scored: list[np.ndarray] = []
+    real = spectral.silhouette_score
+    monkeypatch.setattr(spectral, "silhouette_score", lambda x, y: scored.append(x) or real(x, y))
+    exact = sampled.sampled_estimate(g, 4, seed=3, sample_above=0)  # 0: exact at every size
+    assert {len(x) for x in scored} == {n}
+    scored.clear()
+    got = sampled.sampled_estimate(g, 4, seed=3, sample_above=n - 1)
+    assert {len(x) for x in scored} == {subspaces.SAMPLE_SIZE}
+    features = spectral.project(g - g.mean(axis=1, keepdims=True), got.gap_dims, 3)
+    sample = sampled.sample_rows(n, np.random.default_rng(3))  # sampled_cflgp's for this seed
+    np.testing.assert_allclose(np.abs(scored[0]), np.abs(features[sample]), rtol=1e-4, atol=1e-4)
+    assert got.num_clusters == exact.num_clusters == groups
+    assert adjusted_rand_score(truth, got.labels) == adjusted_rand_score(truth, exact.labels) == 1.0
+    calls = []
+    monkeypatch.setattr(spectral, "estimate_num_clusters", lambda m, k, seed, at: calls.append(at))
+    sampled.sampled_estimate(g, 4, seed=3, sample_above=n)  # n clients, not above n: exact
+    sampled.sampled_estimate(g, 4, seed=3, sample_above=n - 1)
+    assert calls[0] is None and np.array_equal(calls[1], sample)
+
+
+class _Lazy:
+    """Float32 bases stacked (float64) when read, counting reads: a sequence no step may hold whole."""
+
+    def __init__(self, bases: list[np.ndarray]) -> None:
+        self.bases, self.reads = [b.astype(np.float32) for b in bases], 0
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        self.reads += 1
+        return self.bases[i].astype(np.float64)
+
+
+@pytest.mark.parametrize("measure", ["mean", "smallest", "reference"])
+def test_pacfl_sampled_placement_in_chunks_of_float32_bases_matches_the_exact_step(monkeypatch, measure):
+    from common.clustering import oneshot
+    from common.clustering.oneshot import Cut, pacfl_clusters
+
+    rng = np.random.default_rng(4)
+    truth = rng.permutation(np.arange(90) % 3)
+    dirs = np.linalg.qr(rng.standard_normal((30, 6)))[0]
+    bases = [np.linalg.qr(dirs[:, 2 * g : 2 * g + 2] + 0.05 * rng.standard_normal((30, 2)))[0] for g in truth]
+    exact = pacfl_clusters(bases, Cut(0.0, 3), measure, np.random.default_rng(0))
+    monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 30)
+    monkeypatch.setattr(oneshot, "SAMPLE_SIZE", 30)
+    whole = pacfl_clusters(_Lazy(bases), Cut(0.0, 3), measure, np.random.default_rng(0))
+    monkeypatch.setattr(subspaces, "PLACE_CHUNK", 7)
+    lazy = _Lazy(bases)
+    chunked = pacfl_clusters(lazy, Cut(0.0, 3), measure, np.random.default_rng(0))
+    np.testing.assert_array_equal(chunked.labels, whole.labels)  # the chunks change nothing
+    assert chunked.distances is None and lazy.reads <= 90 + 3 * subspaces.REFERENCES_PER_CLUSTER * 13
+    assert adjusted_rand_score(truth, exact.labels) == adjusted_rand_score(truth, chunked.labels) == 1.0

@@ -493,6 +493,27 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0, sample_above: int =
     return labels, truth
 
 
+def _cflgp_estimate(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
+    """App. G's K estimate on the profile of ``max-clusters`` models (the strategy's ``_estimate_k``)."""
+    from common.clustering import compression, spectral
+    from common.clustering.sampled import sampled_estimate
+    from strategies.cfl_gp import CFLGPParams
+
+    k = CFLGPParams().max_clusters
+    size = compression.compressed_size(sizes.params, compression.automatic_ratio(n, k, sizes.params))
+    truth = planted(n, GROUPS, rng)
+    centers = rng.standard_normal((GROUPS, k, size), dtype=np.float32)
+    blocks = rng.standard_normal((n, k, size), dtype=np.float32)
+    for lo in range(0, n, 1024):  # not centers[truth] whole: a second (n, k, size) array
+        blocks[lo : lo + 1024] += centers[truth[lo : lo + 1024]]
+    with meter.measure():
+        g = spectral.completed_profile(
+            blocks, np.ones((n, k)), np.zeros(n, dtype=np.int64), SEED, overwrite_blocks=True
+        )
+        estimate = sampled_estimate(g, k, SEED, sample_above)
+    return estimate.labels, truth
+
+
 def _fmt(x: int) -> str:
     return f"{x:,}"
 
@@ -695,6 +716,23 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s: 3 * n * GROUPS * _auto_size(n, s) * F32,
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, sample_above=1),
             note="sampled_cflgp at every N (cfl-gp-sample-above 1)",
+        ),
+        Variant(
+            "cfl-gp-estimate",
+            CFLGP.name,
+            lambda s: "profile 8 blocks / automatic ratio",
+            lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
+            _cflgp_estimate,
+            note=f"estimate_num_clusters (App. G, max-clusters 8); above {SAMPLE_ABOVE:,}: silhouettes on the sample "
+            "(sampled_estimate)",
+        ),
+        Variant(
+            "cfl-gp-estimate-sampled",
+            CFLGP.name,
+            lambda s: "profile 8 blocks / automatic ratio",
+            lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
+            lambda n, s, sh, m, r: _cflgp_estimate(n, s, sh, m, r, sample_above=1),
+            note="silhouettes on the sample at every N (cfl-gp-sample-above 1)",
         ),
         Variant(
             "cfl-gp-c1",

@@ -320,32 +320,51 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
     return _cross_angles(first, second, measure)
 
 
-def orthonormal_bases(bases: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """:func:`orthonormal_basis` of each basis, one batched LAPACK call per basis shape.
+GRAM_CONDITION = 1e-4
+"""Bases whose Gram matrix ``B^T B`` has eigenvalues within this ratio are orthonormalised through it
+(``Q = B V L^-1/2``, rounding about ``eps / GRAM_CONDITION``); the others by SVD."""
 
-    Equal to ``[orthonormal_basis(b) for b in bases]`` up to the signs and rotation of each
-    basis (the column space is the same); bases of less than full rank go through
-    :func:`orthonormal_basis` one at a time. float64 out.
+
+def orthonormal_groups(bases: Sequence[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Orthonormal bases of the column spaces of ``bases``, grouped by rank.
+
+    For each basis shape, one batched eigendecomposition of the small Gram matrices ``B^T B``:
+    where they are well conditioned (``GRAM_CONDITION``), ``Q = B V L^-1/2``, the left singular
+    vectors (in another order); the others one at a time by :func:`orthonormal_basis` (SVD, which
+    drops the directions below its rank tolerance). Rank-0 bases are left out.
+
+    Returns
+    -------
+    dict of int to (ndarray of shape (g,), ndarray of shape (g, d, r))
+        For each rank ``r`` > 0, the positions in ``bases`` and their ``(d, r)`` orthonormal bases, float64.
     """
-    out: list[np.ndarray] = [np.empty((0, 0))] * len(bases)
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     shapes: dict[tuple[int, ...], list[int]] = {}
     for i, b in enumerate(bases):
         shapes.setdefault(tuple(np.shape(b)), []).append(i)
-    for shape, at in shapes.items():
-        stack = np.stack([np.asarray(bases[i], dtype=np.float64) for i in at])
-        u, sv, _ = np.linalg.svd(stack, full_matrices=False)
-        tol = np.finfo(float).eps * max(shape) * sv[:, :1]
-        full = np.all(sv > tol, axis=1)
-        for j, i in enumerate(at):
-            out[i] = u[j] if full[j] else orthonormal_basis(stack[j])
-    return out
+    for at_list in shapes.values():
+        at = np.asarray(at_list)
+        stack = np.stack([np.asarray(bases[int(i)], dtype=np.float64) for i in at])  # (g, d, p)
+        values, vectors = np.linalg.eigh(stack.transpose(0, 2, 1) @ stack)  # ascending
+        good = values[:, 0] > GRAM_CONDITION * values[:, -1]
+        if good.any():
+            scaled = vectors[good] / np.sqrt(values[good])[:, None, :]
+            parts.setdefault(stack.shape[2], []).append((at[good], stack[good] @ scaled))
+        for j in np.flatnonzero(~good):
+            q = orthonormal_basis(stack[j])
+            if q.shape[1]:
+                parts.setdefault(q.shape[1], []).append((at[j : j + 1], q[None]))
+    return {
+        r: (np.concatenate([p[0] for p in found]), np.concatenate([p[1] for p in found]))
+        for r, found in sorted(parts.items())
+    }
 
 
 def _cross_angles(first: Sequence[np.ndarray], second: Sequence[np.ndarray], measure: str) -> np.ndarray:
     """:func:`subspace_angle` (``smallest``, ``sum`` or ``mean``) of every basis in ``first`` with every
     basis in ``second``, both sides vectorised.
 
-    Bases are orthonormalised in batches (:func:`orthonormal_bases`) and grouped by rank; each
+    Bases are orthonormalised in batches and grouped by rank (:func:`orthonormal_groups`); each
     pair of groups is one matrix product ``Q_a^T Q_b`` in blocks of ``BLOCK_ENTRIES``; the
     squared cosines are the eigenvalues of the smaller Gram matrix of each pair (batched
     LAPACK), the largest in closed form for the smallest angle at ranks up to
@@ -360,17 +379,8 @@ def _cross_angles(first: Sequence[np.ndarray], second: Sequence[np.ndarray], mea
     if not len(first) or not len(second):
         return out
 
-    def groups(bases: Sequence[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        q = orthonormal_bases(bases)
-        ranks = np.array([x.shape[1] for x in q])
-        return {
-            int(r): (np.flatnonzero(ranks == r), np.stack([q[i] for i in np.flatnonzero(ranks == r)]))
-            for r in np.unique(ranks)
-            if r > 0
-        }
-
-    right = groups(second)
-    for ra, (ia, qa) in groups(first).items():
+    right = orthonormal_groups(second)
+    for ra, (ia, qa) in orthonormal_groups(first).items():
         for rb, (ib, qb) in right.items():
             small, large = (qa, qb) if ra <= rb else (qb, qa)
             r, q = small.shape[2], large.shape[2]

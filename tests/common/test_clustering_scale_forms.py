@@ -9,7 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 from common.clustering import flag, sampled, spectral, subspaces
 from common.clustering.flag import data_similarity, data_similarity_between, flag_distances, flag_place, flag_sample
 from common.clustering.hierarchical import cut_tree
-from common.clustering.subspaces import angles_between, orthonormal_bases, orthonormal_basis, subspace_angle
+from common.clustering.subspaces import angles_between, orthonormal_basis, orthonormal_groups, subspace_angle
 
 DIM, CLASSES, GROUPS = 24, 6, 3
 
@@ -50,13 +50,19 @@ def test_angles_between_is_scipys_principal_angles_pair_by_pair(measure):
     assert got[3].tolist() == [90.0] * 7 and got[7, 6] == pytest.approx(0.0, abs=1e-5)
 
 
-def test_orthonormal_bases_span_the_same_space():
+def test_orthonormal_groups_span_the_same_spaces_by_rank():
     rng = np.random.default_rng(1)
-    bases = [rng.standard_normal((20, 3)) for _ in range(4)] + [np.c_[np.ones((20, 1)), np.ones((20, 1))]]
-    for b, q in zip(bases, orthonormal_bases(bases), strict=True):
-        assert q.shape == orthonormal_basis(b).shape
-        np.testing.assert_allclose(q.T @ q, np.eye(q.shape[1]), atol=1e-10)
-        np.testing.assert_allclose(q @ (q.T @ b), b, atol=1e-10)  # b lies in span(q)
+    bases = [rng.standard_normal((20, 3)) for _ in range(4)] + [np.ones((20, 2)), np.zeros((20, 2))]
+    bases[2][:, 2] = 2 * bases[2][:, 0]  # rank 2 in a (20, 3) array: SVD drops a direction
+    groups = orthonormal_groups(bases)
+    assert sorted(groups) == [1, 2, 3] and sorted(groups[3][0].tolist()) == [0, 1, 3]
+    assert groups[2][0].tolist() == [2] and groups[1][0].tolist() == [4]  # the zero basis: rank 0, left out
+    for r, (at, qs) in groups.items():
+        for i, q in zip(at, qs, strict=True):
+            assert q.shape == orthonormal_basis(bases[i]).shape == (20, r)
+            np.testing.assert_allclose(q.T @ q, np.eye(r), atol=1e-10)
+            ref = orthonormal_basis(bases[i])
+            np.testing.assert_allclose(q @ (q.T @ ref), ref, atol=1e-8)  # the same space
 
 
 @pytest.mark.parametrize("weighted", [True, False])

@@ -11,6 +11,9 @@ other client by a rule of the algorithm:
 - CFL-GP (``sampled_cflgp``): the top-K left singular vectors of a sample's profile columns; every
   client is projected on them and the rest join the nearest k-means centre of the sample's
   projections, aligned with the previous clusters as Alg. 3.
+- CFL-GP's K estimate (``sampled_estimate``): the silhouettes of the sampled step's sample.
+- FLAG (``flag.flag_sample``, ``flag.flag_place``) and PACFL (``subspaces.sampled_clusters``) in
+  their own modules: the rest join the sample cluster of smallest mean affinity to its members.
 - Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
   criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
   join the half whose mean update direction is closest in angle. Memory: the sample's cosines

@@ -226,18 +226,25 @@ class LazyRows(Sequence[np.ndarray]):
 
 
 def class_bases(
-    truth: np.ndarray, rng: np.random.Generator, vectors_per_class: int = SUBSPACE_VECTORS, noise: float = 0.05
+    truth: np.ndarray,
+    rng: np.random.Generator,
+    vectors_per_class: int = SUBSPACE_VECTORS,
+    noise: float = 0.05,
+    dtype: type = np.float64,
 ) -> list[dict[int, np.ndarray]]:
     """Per client ``{class: (784, p) orthonormal basis}`` for its group's classes.
 
     Group g holds classes ``2g, 2g + 1`` (mod C); each class has its own true subspace, and a
-    client's basis is that subspace plus noise, orthonormalised (as truncated SVD returns).
+    client's basis is that subspace plus noise, orthonormalised (as truncated SVD returns), in
+    ``dtype`` (float32: as ``ClassSubspaces`` carries them).
     """
     true = [np.linalg.qr(rng.standard_normal((FEATURES, vectors_per_class)))[0] for _ in range(NUM_CLASSES)]
     out = []
     for g in truth:
         held = [(CLASSES_PER_CLIENT * int(g) + i) % NUM_CLASSES for i in range(CLASSES_PER_CLIENT)]
-        out.append({c: np.linalg.qr(true[c] + noise * rng.standard_normal(true[c].shape))[0] for c in held})
+        out.append(
+            {c: np.linalg.qr(true[c] + noise * rng.standard_normal(true[c].shape))[0].astype(dtype) for c in held}
+        )
     return out
 
 
@@ -338,10 +345,10 @@ def _fedclust(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
 
 def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
     from common.clustering.oneshot import Cut, pacfl_clusters
-    from common.clustering.subspaces import stack_bases
 
     truth = planted(n, GROUPS, rng)
-    stacked = [stack_bases([b[c] for c in sorted(b)]) for b in class_bases(truth, rng)]
+    # float32, as the clients send them; the step stacks and converts a chunk at a time (strategies.pacfl)
+    stacked = [np.concatenate([b[c] for c in sorted(b)], axis=1) for b in class_bases(truth, rng, dtype=np.float32)]
     with meter.measure():
         cut = Cut(threshold=30.0, num_clusters=GROUPS)
         labels = pacfl_clusters(stacked, cut, measure, np.random.default_rng(SEED)).labels
@@ -415,20 +422,44 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
     return labels, truth
 
 
-def _flag(n, sizes, shapes, meter, rng):
-    from common.clustering.flag import flag_distances, sweep_cuts, threshold_grid
+def _flag(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
+    from common.clustering.flag import flag_distances, flag_place, flag_sample, sweep_cuts, threshold_grid
+    from common.clustering.hierarchical import linkage_tree
     from common.clustering.oneshot import Cut, cut_distances
+    from common.clustering.sampled import use_sample
+    from common.clustering.similarity import AUTO_SKETCH_DIM, auto_sketch_dim
 
     truth = planted(n, GROUPS, rng)
-    bases = class_bases(truth, rng)
+    bases = class_bases(truth, rng, dtype=np.float32)
     counts = np.zeros((n, sizes.classes))
     for i, b in enumerate(bases):
         counts[i, sorted(b)] = rng.integers(50, 500, size=len(b))
-    updates = vectors(truth, sizes.params, rng, noise=1.0)
+    # what the step gets: FLAG.collect count-sketches each batch of updates as it arrives when all N would
+    # not fit (auto_sketch_dim), so Gaussian rows of the sketch's size stand for the sketched updates
+    dim = AUTO_SKETCH_DIM if auto_sketch_dim(n, sizes.params) else sizes.params
+    updates = vectors(truth, dim, rng, noise=1.0)
+    cut = Cut(threshold=1.0, num_clusters=GROUPS)
     with meter.measure():
-        a, _, _ = flag_distances(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
-        sweep_cuts(a, threshold_grid(0.1), "average")
-        labels = cut_distances(a, Cut(threshold=1.0, num_clusters=GROUPS))[0]
+        if not use_sample(n, sample_above):
+            a, _, _ = flag_distances(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
+            tree = linkage_tree(a, "average")
+            sweep_cuts(a, threshold_grid(0.1), "average", tree=tree)
+            labels = cut_distances(a, cut, tree)[0]
+        else:
+            found = flag_sample(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
+            tree = linkage_tree(found.proximity, "average")
+            sweep_cuts(found.proximity, threshold_grid(0.1), "average", tree=tree)
+            labels = flag_place(
+                found,
+                cut_distances(found.proximity, cut, tree)[0],
+                bases,
+                counts,
+                list(updates),
+                sizes.classes,
+                beta=0.5,
+                delta=0.5,
+                seed=SEED,
+            )
     return labels, truth
 
 
@@ -462,6 +493,27 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0, sample_above: int =
     return labels, truth
 
 
+def _cflgp_estimate(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
+    """App. G's K estimate on the profile of ``max-clusters`` models (the strategy's ``_estimate_k``)."""
+    from common.clustering import compression, spectral
+    from common.clustering.sampled import sampled_estimate
+    from strategies.cfl_gp import CFLGPParams
+
+    k = CFLGPParams().max_clusters
+    size = compression.compressed_size(sizes.params, compression.automatic_ratio(n, k, sizes.params))
+    truth = planted(n, GROUPS, rng)
+    centers = rng.standard_normal((GROUPS, k, size), dtype=np.float32)
+    blocks = rng.standard_normal((n, k, size), dtype=np.float32)
+    for lo in range(0, n, 1024):  # not centers[truth] whole: a second (n, k, size) array
+        blocks[lo : lo + 1024] += centers[truth[lo : lo + 1024]]
+    with meter.measure():
+        g = spectral.completed_profile(
+            blocks, np.ones((n, k)), np.zeros(n, dtype=np.int64), SEED, overwrite_blocks=True
+        )
+        estimate = sampled_estimate(g, k, SEED, sample_above)
+    return estimate.labels, truth
+
+
 def _fmt(x: int) -> str:
     return f"{x:,}"
 
@@ -487,6 +539,15 @@ def _update_bytes(n: int, s: Sizes, sample_above: int = SAMPLE_ABOVE) -> int:
     m = _pairs(n, sample_above)
     kept = AUTO_SKETCH_DIM * F32 if auto_sketch_dim(m, s.params) else s.params * 8
     return (LazyRows.BANK + m) * s.params * F32 + m * kept + 4 * m * m * 8
+
+
+def _flag_bytes(n: int, s: Sizes, sample_above: int = SAMPLE_ABOVE) -> int:
+    """The float32 class bases and (sketched) updates of all N, and FLAG's matrices (N x N, or the sample's)."""
+    from common.clustering.similarity import AUTO_SKETCH_DIM, auto_sketch_dim
+
+    dim = AUTO_SKETCH_DIM if auto_sketch_dim(n, s.params) else s.params
+    m = _pairs(n, sample_above)
+    return n * (CLASSES_PER_CLIENT * FEATURES * SUBSPACE_VECTORS + dim) * F32 + 5 * m * m * 8
 
 
 def _auto_size(n: int, s: Sizes) -> int:
@@ -585,10 +646,25 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             FLAG.name,
             FLAG.name,
-            lambda s: f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} + update {_fmt(s.params)} f32",
-            lambda n, s: _update_bytes(n, s) + 2 * n * n * 8,
+            lambda s: (
+                f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} f32 + update {_fmt(s.params)} "
+                "f32 (sketched on arrival)"
+            ),
+            lambda n, s: _flag_bytes(n, s),
             _flag,
-            note="data_similarity + gradient_angles(sketch_rows) + proximity + sweep_cuts + cut",
+            note=f"data_similarity + gradient_angles + proximity + sweep_cuts + cut; above {SAMPLE_ABOVE:,}: "
+            "flag_sample + flag_place",
+        ),
+        Variant(
+            "flag-sampled",
+            FLAG.name,
+            lambda s: (
+                f"{CLASSES_PER_CLIENT} bases {FEATURES}x{SUBSPACE_VECTORS} f32 + update {_fmt(s.params)} "
+                "f32 (sketched on arrival)"
+            ),
+            lambda n, s: _flag_bytes(n, s, 1),
+            lambda n, s, sh, m, r: _flag(n, s, sh, m, r, sample_above=1),
+            note="flag_sample + flag_place at every N (flag-sample-above 1)",
         ),
         Variant(
             FLIC.name,
@@ -642,6 +718,23 @@ VARIANTS: dict[str, Variant] = {
             note="sampled_cflgp at every N (cfl-gp-sample-above 1)",
         ),
         Variant(
+            "cfl-gp-estimate",
+            CFLGP.name,
+            lambda s: "profile 8 blocks / automatic ratio",
+            lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
+            _cflgp_estimate,
+            note=f"estimate_num_clusters (App. G, max-clusters 8); above {SAMPLE_ABOVE:,}: silhouettes on the sample "
+            "(sampled_estimate)",
+        ),
+        Variant(
+            "cfl-gp-estimate-sampled",
+            CFLGP.name,
+            lambda s: "profile 8 blocks / automatic ratio",
+            lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
+            lambda n, s, sh, m, r: _cflgp_estimate(n, s, sh, m, r, sample_above=1),
+            note="silhouettes on the sample at every N (cfl-gp-sample-above 1)",
+        ),
+        Variant(
             "cfl-gp-c1",
             CFLGP.name,
             lambda s: f"profile {GROUPS}x{_fmt(s.params)} f32",
@@ -660,16 +753,16 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             PACFL.name,
             PACFL.name,
-            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * 8 + 4 * _pairs(n, 1) ** 2 * 8,
+            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
+            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
             _pacfl,
             note="pairwise_subspace_angles (mean) + cut_tree; above 2,000: sampled_clusters",
         ),
         Variant(
             "pacfl-reference",
             PACFL.name,
-            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f64",
-            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * 8 + 4 * _pairs(n, 1) ** 2 * 8,
+            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
+            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
             lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
             note="reference measure (block-wise column cosines); above 2,000: sampled_clusters",
         ),

@@ -31,7 +31,13 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
-from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sampled_cflgp
+from common.clustering.sampled import (
+    SAMPLE_ABOVE,
+    SAMPLE_ABOVE_HELP,
+    SAMPLE_ABOVE_PAPER,
+    sampled_cflgp,
+    sampled_estimate,
+)
 from common.params import check_params, param
 from common.config import TrainingParams
 from common.params import run_config_key, shared
@@ -243,7 +249,9 @@ class CFLGP(ClusteredStrategy):
             return
         pids, blocks, counts, clusters = self._profiles()
         matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed, overwrite_blocks=True)
-        self.estimate = spectral.estimate_num_clusters(matrix, self.params.max_clusters, self._seed(server_round))
+        self.estimate = sampled_estimate(
+            matrix, self.params.max_clusters, self._seed(server_round), self.params.sample_above
+        )
         labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
         source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
         log(

@@ -15,6 +15,10 @@ of clusters (Kneedle, ``elbow``). ``num-clusters`` > 0
 cuts into that many clusters instead. Every cluster model then starts from the initial model.
 The sweep's clients train the run's model (``flag-sweep-model`` "", modified) or the named
 built-in (the paper: an unnamed "lightweight model with fewer layers"; ``linear`` is umbel's).
+Above ``flag-sample-above`` clients (modified; 0: the paper's exact step at every size), A, its
+tree, the sweep and its elbow are those of a seeded sample of 2,000 clients, and every other
+client joins the sample cluster of smallest mean A to 20 of its members (``flag_place``: the
+same affinity, V and G scaled by the sample's): no N x N matrix.
 """
 
 from __future__ import annotations
@@ -29,10 +33,19 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flag import choose_threshold, flag_distances, sweep_cuts, threshold_grid
+from common.clustering.flag import (
+    FlagSample,
+    choose_threshold,
+    flag_distances,
+    flag_place,
+    flag_sample,
+    sweep_cuts,
+    threshold_grid,
+)
 from common.clustering.hierarchical import linkage_tree, relabel_by_appearance
 from common.clustering.oneshot import OneShotClusters, cut_distances
-from common.clustering.similarity import row_sketch
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER
+from common.clustering.similarity import row_sketch, use_sample
 from common.data import DatasetInfo
 from common.models import MODELS, build_model, check_model
 from common.signals.flag import SWEEP_MODEL, HoldoutResult
@@ -83,6 +96,7 @@ class FLAGParams:
         choices=("", *MODELS),
         paper="an unnamed lightweight model with fewer layers",
     )
+    sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
     num_clusters: int = shared(0)
     linkage: str = shared("average")
 
@@ -128,7 +142,7 @@ class FLAG(OneShotStrategy):
         self.chosen_alpha: float | None = None
         self.sweep_initial: ArrayRecord | None = None
         self._pending: dict[int, tuple[ClassSubspaces, ModelUpdate]] | None = None
-        self._cache: tuple[tuple[int, ...], np.ndarray, np.ndarray | None] | None = None
+        self._cache: tuple[tuple[int, ...], np.ndarray, np.ndarray | None, FlagSample | None] | None = None
 
     def prepare_sweep(self, info: DatasetInfo, seed: int) -> None:
         """Build the initial weights of ``flag-sweep-model`` for the run's data (before training).
@@ -207,18 +221,32 @@ class FLAG(OneShotStrategy):
         """A (``distances``) cut at ``alpha`` (or the sweep's choice), or into ``num-clusters``."""
         a, tree = self._proximity(signals)
         labels, silhouette = cut_distances(a, self.hc_cut, tree)
-        return OneShotClusters(labels, a, silhouette)
+        sample = self._sample(signals)
+        if sample is None:
+            return OneShotClusters(labels, a, silhouette)
+        bases, counts, updates = self._signal_arrays(signals)
+        p = self.params
+        labels = flag_place(
+            sample,
+            labels,
+            bases,
+            counts,
+            updates,
+            self._num_classes,
+            beta=p.beta,
+            delta=p.delta,
+            seed=self.training.seed,
+        )
+        return OneShotClusters(labels, None, silhouette)
 
     def distances(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> np.ndarray:
         """A = beta minmax(V) + (1 - beta) minmax(G); V and G are kept on the strategy."""
         return self._proximity(signals)[0]
 
-    def _proximity(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> tuple[np.ndarray, np.ndarray | None]:
-        """A and its HC tree (None for one client), made once per set of signals: the sweep's cuts
-        and the final one share them."""
-        key = tuple(id(s) for s in signals)
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1], self._cache[2]
+    def _signal_arrays(
+        self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]
+    ) -> tuple[list[dict[int, np.ndarray]], np.ndarray | None, list[np.ndarray]]:
+        """The clients' class bases by class, class counts (None with ``flag-uniform-weights``) and updates."""
         c = self._num_classes
         bases = [dict(zip((int(k) for k in s.classes), s.bases, strict=True)) for s, _ in signals]
         counts = (
@@ -226,13 +254,40 @@ class FLAG(OneShotStrategy):
             if self.params.uniform_weights
             else np.stack([np.bincount(s.classes, weights=s.counts, minlength=c) for s, _ in signals])
         )
-        p = self.params
-        a, self.data_matrix, self.gradient_matrix = flag_distances(
-            bases, counts, [u.delta for _, u in signals], c, beta=p.beta, delta=p.delta, seed=self.training.seed
-        )
+        return bases, counts, [u.delta for _, u in signals]
+
+    def _proximity(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """A and its HC tree (None for one client), made once per set of signals: the sweep's cuts
+        and the final one share them. Above ``flag-sample-above`` clients, A of a seeded sample
+        (``flag_sample``; umbel's sampled form)."""
+        key = tuple(id(s) for s in signals)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1], self._cache[2]
+        bases, counts, updates = self._signal_arrays(signals)
+        p, c, seed = self.params, self._num_classes, self.training.seed
+        sample = None
+        if use_sample(len(signals), p.sample_above):
+            sample = flag_sample(bases, counts, updates, c, beta=p.beta, delta=p.delta, seed=seed)
+            a, self.data_matrix, self.gradient_matrix = sample.proximity, sample.data, sample.gradient
+            log(
+                INFO,
+                "FLAG: A of a seeded sample of %d of %d clients; the others join the sample cluster of smallest "
+                "mean A to its members",
+                len(sample.positions),
+                len(signals),
+            )
+        else:
+            a, self.data_matrix, self.gradient_matrix = flag_distances(
+                bases, counts, updates, c, beta=p.beta, delta=p.delta, seed=seed
+            )
         tree = linkage_tree(a, p.linkage) if a.shape[0] > 1 else None
-        self._cache = (key, a, tree)
+        self._cache = (key, a, tree, sample)
         return a, tree
+
+    def _sample(self, signals: Sequence[tuple[ClassSubspaces, ModelUpdate]]) -> FlagSample | None:
+        """The sampled form's sample of ``signals`` (None: the exact step), after ``_proximity``."""
+        self._proximity(signals)
+        return self.require(self._cache, "_cache", "_proximity")[3]
 
     def cluster(self, server_round: int) -> None:
         """Run the threshold sweep first when neither ``flag-alpha`` nor ``num-clusters`` is given."""
@@ -244,7 +299,9 @@ class FLAG(OneShotStrategy):
             pids = sorted(signals)
             with self.clustering_timer():
                 a, tree = self._proximity([signals[q] for q in pids])
-            self.chosen_alpha = self.choose_alpha(server_round, pids, a, tree)
+            sample = self._sample([signals[q] for q in pids])
+            swept = pids if sample is None else [pids[int(i)] for i in sample.positions]
+            self.chosen_alpha = self.choose_alpha(server_round, swept, a, tree)
             self._pending = signals
         super().cluster(server_round)
 

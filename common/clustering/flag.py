@@ -19,14 +19,16 @@ numpy in, numpy out; the principal angles come from :mod:`common.clustering.subs
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from common.validation import check_choice, check_float, check_int
 
 from .hierarchical import LINKAGES, check_distance_matrix, cut_linkage, linkage_tree
-from .similarity import cosine_matrix, sketch_rows
-from .subspaces import pairwise_subspace_angles
+from .sampled import sample_rows
+from .similarity import CountSketch, cosine_matrix, row_sketch, sketch_rows
+from .subspaces import PLACE_CHUNK, REFERENCES_PER_CLUSTER, SAMPLE_SIZE, angles_between, pairwise_subspace_angles
 
 ONE_MISSING = 180.0
 ELBOW_TOL = 0.01
@@ -164,7 +166,12 @@ def weighted_class_similarity(angles: np.ndarray, weights: np.ndarray) -> np.nda
 
 
 def data_similarity(
-    bases: Sequence[Mapping[int, np.ndarray]], counts: np.ndarray | None, num_classes: int, delta: float = 0.5
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    num_classes: int,
+    delta: float = 0.5,
+    *,
+    w_max: float | None = None,
 ) -> np.ndarray:
     """Eq. 3-6 in one call: V from the clients' class bases and class counts.
 
@@ -175,6 +182,9 @@ def data_similarity(
         None: uniform weights (the paper's privacy variant).
     num_classes : int
     delta : float, default=0.5
+    w_max : float, optional
+        Eq. 5's largest log-count ratio; None: that of ``counts`` (a sampled form passes the
+        whole federation's, so that its sample's V is the exact V's block).
 
     Returns
     -------
@@ -186,41 +196,12 @@ def data_similarity(
     delta = check_float(delta, "delta", owner, low=0.0, high=1.0)
     _check_bases(bases, num_classes, owner)
     n = len(bases)
-    logs = None
-    if counts is not None:
-        cnt = np.asarray(counts, dtype=np.float64)
-        if cnt.shape != (n, num_classes) or not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
-            raise ValueError(
-                f"The 'counts' parameter of {owner} must be a non-negative finite array of shape "
-                f"{(n, num_classes)}. Got shape {cnt.shape} instead."
-            )
-        logs = np.log(cnt + 1.0)  # Eq. 4 with eps = 1, as class_weights
-    # Eq. 5's w_min is 1 (a client with itself); w_max the largest max/min log-count ratio of a class.
-    w_max = (
-        1.0
-        if logs is None
-        else max(
-            (
-                logs[cnt[:, c] > 0, c].max() / logs[cnt[:, c] > 0, c].min()
-                for c in range(num_classes)
-                if np.any(cnt[:, c] > 0)
-            ),
-            default=1.0,
-        )
-    )
+    cnt, logs = _class_logs(counts, n, num_classes, owner)
+    w_max = _largest_weight(cnt, logs) if w_max is None else w_max
 
     def weights(rows: np.ndarray, cols: np.ndarray, c: int) -> np.ndarray | float:
         """Eq. 4-5 for the pairs rows x cols of class c, as :func:`class_weights` gives them."""
-        if logs is None:
-            return 1.0
-        li, lj = logs[rows, c][:, None], logs[cols, c][None, :]
-        hi_, hj = (cnt[rows, c] > 0)[:, None], (cnt[cols, c] > 0)[None, :]
-        both = hi_ & hj
-        out = np.where(hi_ ^ hj, 1.0 + delta, 1.0)
-        if w_max > 1.0:
-            raw = np.divide(np.maximum(li, lj), np.minimum(li, lj), out=np.ones(both.shape), where=both)
-            out = np.where(both, (1 - delta) + (raw - 1.0) * (2 * delta) / (w_max - 1.0), out)
-        return out
+        return _pair_weights(cnt, logs, rows, cnt, logs, cols, c, delta, w_max)
 
     # One class at a time into one (N, N) sum, never the (C, N, N) stacks of Eq. 3-5.
     # A pair where one client holds c (basis and count) and the other neither adds 180 x (1 + delta)
@@ -235,7 +216,7 @@ def data_similarity(
             continue
         angles = pairwise_subspace_angles([bases[int(i)][c] for i in rows], "smallest")
         total[np.ix_(rows, rows)] += angles * weights(rows, rows, c)
-        odd = np.zeros(n, dtype=bool) if logs is None else held != (cnt[:, c] > 0)
+        odd = np.zeros(n, dtype=bool) if cnt is None else held != (cnt[:, c] > 0)
         has[:, c], lacks[:, c] = held & ~odd, ~held & ~odd
         for first, second in ((rows, others[odd[others]]), (rows[odd[rows]], others[~odd[others]])):
             if first.size and second.size:
@@ -248,6 +229,57 @@ def data_similarity(
         total[lo : lo + step] += gap * (has[lo : lo + step] @ lacks.T + lacks[lo : lo + step] @ has.T)
     total /= num_classes
     return total
+
+
+def _class_logs(
+    counts: np.ndarray | None, n: int, num_classes: int, owner: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The checked counts (N, C) as float64 and Eq. 4's ``ln(n + 1)`` (eps = 1, as :func:`class_weights`)."""
+    if counts is None:
+        return None, None
+    cnt = np.asarray(counts, dtype=np.float64)
+    if cnt.shape != (n, num_classes) or not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
+        raise ValueError(
+            f"The 'counts' parameter of {owner} must be a non-negative finite array of shape "
+            f"{(n, num_classes)}. Got shape {cnt.shape} instead."
+        )
+    return cnt, np.log(cnt + 1.0)
+
+
+def _largest_weight(cnt: np.ndarray | None, logs: np.ndarray | None) -> float:
+    """Eq. 5's ``w_max``: the largest max/min log-count ratio of a class (``w_min`` is 1, a client with
+    itself); 1 without counts."""
+    if cnt is None or logs is None:
+        return 1.0
+    held = cnt > 0
+    return max(
+        (logs[held[:, c], c].max() / logs[held[:, c], c].min() for c in range(cnt.shape[1]) if held[:, c].any()),
+        default=1.0,
+    )
+
+
+def _pair_weights(
+    cnt_a: np.ndarray | None,
+    logs_a: np.ndarray | None,
+    rows: np.ndarray,
+    cnt_b: np.ndarray | None,
+    logs_b: np.ndarray | None,
+    cols: np.ndarray,
+    c: int,
+    delta: float,
+    w_max: float,
+) -> np.ndarray | float:
+    """Eq. 4-5 for the pairs ``rows`` (of the counts ``a``) x ``cols`` (of ``b``) of class c."""
+    if cnt_a is None or logs_a is None or cnt_b is None or logs_b is None:
+        return 1.0
+    li, lj = logs_a[rows, c][:, None], logs_b[cols, c][None, :]
+    hi_, hj = (cnt_a[rows, c] > 0)[:, None], (cnt_b[cols, c] > 0)[None, :]
+    both = hi_ & hj
+    out = np.where(hi_ ^ hj, 1.0 + delta, 1.0)
+    if w_max > 1.0:
+        raw = np.divide(np.maximum(li, lj), np.minimum(li, lj), out=np.ones(both.shape), where=both)
+        out = np.where(both, (1 - delta) + (raw - 1.0) * (2 * delta) / (w_max - 1.0), out)
+    return out
 
 
 def gradient_angles(updates: np.ndarray) -> np.ndarray:
@@ -376,6 +408,200 @@ def flag_distances(
     data = data_similarity(bases, counts, num_classes, delta)
     gradient = gradient_angles(sketch_rows(list(updates), seed))
     return proximity(data, gradient, beta), data, gradient
+
+
+def data_similarity_between(
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    others: Sequence[Mapping[int, np.ndarray]],
+    other_counts: np.ndarray | None,
+    num_classes: int,
+    delta: float,
+    w_max: float,
+) -> np.ndarray:
+    """V (Eq. 3-6) between every client of ``bases`` and every client of ``others``: (n, m).
+
+    The entries :func:`data_similarity` gives the same pairs when it is called on both sets at
+    once with this ``w_max``: the smallest principal angle x Eq. 4-5's weight where both hold a
+    class, 180 x the weight where one does, 0 where neither does, averaged over the classes.
+    ``counts`` and ``other_counts`` are both given or both None (uniform weights).
+    """
+    owner = "data_similarity_between"
+    cnt_a, logs_a = _class_logs(counts, len(bases), num_classes, owner)
+    cnt_b, logs_b = _class_logs(other_counts, len(others), num_classes, owner)
+    total = np.zeros((len(bases), len(others)))
+    for c in range(num_classes):
+        held_a = np.array([c in b for b in bases], dtype=bool)
+        held_b = np.array([c in b for b in others], dtype=bool)
+        rows, cols = np.flatnonzero(held_a), np.flatnonzero(held_b)
+        if rows.size and cols.size:
+            angles = angles_between([bases[int(i)][c] for i in rows], [others[int(j)][c] for j in cols], "smallest")
+            total[np.ix_(rows, cols)] += angles * _pair_weights(
+                cnt_a, logs_a, rows, cnt_b, logs_b, cols, c, delta, w_max
+            )
+        for first, second in ((rows, np.flatnonzero(~held_b)), (np.flatnonzero(~held_a), cols)):
+            if first.size and second.size:
+                weight = _pair_weights(cnt_a, logs_a, first, cnt_b, logs_b, second, c, delta, w_max)
+                total[np.ix_(first, second)] += ONE_MISSING * np.broadcast_to(weight, (first.size, second.size))
+    total /= num_classes
+    return total
+
+
+@dataclass(frozen=True)
+class FlagSample:
+    """FLAG's matrices on a seeded sample of the clients (the sampled form) and what placing the
+    others needs.
+
+    Attributes
+    ----------
+    positions : ndarray of shape (S,), int64
+        The sampled clients' positions, sorted.
+    proximity, data, gradient : ndarray of shape (S, S)
+        A, V and G of the sample (A min-max normalised over the sample's V and G).
+    rows : ndarray of shape (S, k)
+        The sample's updates, sketched as all N would be (``row_sketch``).
+    sketch : CountSketch or None
+        That sketch (None: kept whole).
+    w_max : float
+        Eq. 5's largest log-count ratio over all N clients.
+    """
+
+    positions: np.ndarray
+    proximity: np.ndarray
+    data: np.ndarray
+    gradient: np.ndarray
+    rows: np.ndarray
+    sketch: CountSketch | None
+    w_max: float
+
+
+def flag_sample(
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    updates: Sequence[np.ndarray],
+    num_classes: int,
+    *,
+    beta: float,
+    delta: float,
+    seed: int,
+    size: int = SAMPLE_SIZE,
+) -> FlagSample:
+    """FLAG's A, V and G (:func:`flag_distances`) on a sample of ``size`` clients drawn with ``seed``.
+
+    umbel's sampled form (modified; ``flag-sample-above``): the HC, the alpha sweep and its
+    elbow run on this sample's A, and :func:`flag_place` puts every other client in a sample
+    cluster by the same affinity. Eq. 5's ``w_max`` and the update sketch are those of all N
+    clients, so the sample's V and G are the exact V's and G's blocks; only A's min-max
+    normalisation is the sample's.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'updates'`` when its length differs from ``bases``', or as :func:`flag_distances`.
+    """
+    owner = "flag_sample"
+    num_classes = check_int(num_classes, "num_classes", owner, low=1)
+    _check_bases(bases, num_classes, owner)
+    n = len(bases)
+    if len(updates) != n:
+        raise ValueError(
+            f"The 'updates' parameter of {owner} must hold one update per client ({n}). Got {len(updates)} instead."
+        )
+    cnt, logs = _class_logs(counts, n, num_classes, owner)
+    positions = sample_rows(n, np.random.default_rng(seed), check_int(size, "size", owner, low=2))
+    data = data_similarity(
+        [bases[int(i)] for i in positions],
+        None if cnt is None else cnt[positions],
+        num_classes,
+        delta,
+        w_max=_largest_weight(cnt, logs),
+    )
+    sketch = row_sketch(n, int(np.shape(updates[0])[-1]), seed)
+    rows = _sketched(updates, positions, sketch)
+    gradient = gradient_angles(rows)
+    return FlagSample(
+        positions, proximity(data, gradient, beta), data, gradient, rows, sketch, _largest_weight(cnt, logs)
+    )
+
+
+def flag_place(
+    sample: FlagSample,
+    sample_labels: np.ndarray,
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    updates: Sequence[np.ndarray],
+    num_classes: int,
+    *,
+    beta: float,
+    delta: float,
+    seed: int,
+    references: int = REFERENCES_PER_CLUSTER,
+) -> np.ndarray:
+    """Every client's cluster: the sample's ``sample_labels``, the others the cluster nearest by A.
+
+    A client outside the sample gets its A to up to ``references`` members of each sample
+    cluster (drawn with ``seed``): V by :func:`data_similarity_between`, G by the angle of its
+    (sketched) update, both min-max scaled by the sample's V and G as in :func:`proximity`; it
+    joins the cluster of smallest mean A (average linkage, FLAG's tree's). ``O(N K R)`` pairs,
+    ``PLACE_CHUNK`` clients at a time, instead of ``N x N`` matrices.
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+    """
+    n = len(bases)
+    labels = np.empty(n, dtype=np.int64)
+    sample_labels = np.asarray(sample_labels, dtype=np.int64)
+    labels[sample.positions] = sample_labels
+    rest = np.setdiff1d(np.arange(n), sample.positions)
+    if not rest.size:
+        return labels
+    cnt, _ = _class_logs(counts, n, num_classes, "flag_place")
+    rng = np.random.default_rng([seed, 1])
+    clusters = np.unique(sample_labels)
+    local = [
+        np.sort(
+            rng.choice(
+                np.flatnonzero(sample_labels == k), size=min(references, int(np.sum(sample_labels == k))), replace=False
+            )
+        )
+        for k in clusters
+    ]
+    refs = np.concatenate(local)
+    starts = np.concatenate([[0], np.cumsum([len(x) for x in local])[:-1]])
+    sizes = np.array([len(x) for x in local], dtype=np.float64)
+    ref_bases = [bases[int(sample.positions[i])] for i in refs]
+    ref_counts = None if cnt is None else cnt[sample.positions[refs]]
+    scale = [(m.min(), np.ptp(m)) for m in (sample.data, sample.gradient)]
+    for lo in range(0, rest.size, PLACE_CHUNK):
+        at = rest[lo : lo + PLACE_CHUNK]
+        v = data_similarity_between(
+            [bases[int(i)] for i in at],
+            None if cnt is None else cnt[at],
+            ref_bases,
+            ref_counts,
+            num_classes,
+            delta,
+            sample.w_max,
+        )
+        cos = cosine_matrix(_sketched(updates, at, sample.sketch), sample.rows[refs])
+        a = np.zeros_like(v)
+        for weight, m, (low, span) in ((beta, v, scale[0]), (1 - beta, np.degrees(np.arccos(cos)), scale[1])):
+            if span > 0:
+                a += weight * (m - low) / span
+        labels[at] = clusters[np.argmin(np.add.reduceat(a, starts, axis=1) / sizes, axis=1)]
+    return labels
+
+
+def _sketched(
+    updates: Sequence[np.ndarray], at: np.ndarray, sketch: CountSketch | None, chunk: int = 512
+) -> np.ndarray:
+    """The updates at positions ``at`` stacked (float32 stays float32), through ``sketch`` when given."""
+    blocks = []
+    for lo in range(0, len(at), chunk):
+        block = np.stack([np.asarray(updates[int(i)]) for i in at[lo : lo + chunk]])
+        blocks.append(block if sketch is None else sketch.project(block))
+    return np.concatenate(blocks)
 
 
 def threshold_grid(step: float) -> np.ndarray:

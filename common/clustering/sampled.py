@@ -11,6 +11,9 @@ other client by a rule of the algorithm:
 - CFL-GP (``sampled_cflgp``): the top-K left singular vectors of a sample's profile columns; every
   client is projected on them and the rest join the nearest k-means centre of the sample's
   projections, aligned with the previous clusters as Alg. 3.
+- CFL-GP's K estimate (``sampled_estimate``): the silhouettes of the sampled step's sample.
+- FLAG (``flag.flag_sample``, ``flag.flag_place``) and PACFL (``subspaces.sampled_clusters``) in
+  their own modules: the rest join the sample cluster of smallest mean affinity to its members.
 - Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
   criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
   join the half whose mean update direction is closest in angle. Memory: the sample's cosines
@@ -396,3 +399,18 @@ def sampled_cflgp(
     labels = nearest_means(features, centres)
     labels[sample] = sample_labels
     return spectral.align_labels(labels, previous, k), features, values, sample
+
+
+def sampled_estimate(
+    matrix: np.ndarray, max_clusters: int, seed: int, sample_above: int = 0
+) -> spectral.NumClustersEstimate:
+    """CFL-GP's K estimate (``spectral.estimate_num_clusters``), above ``sample_above`` > 0 clients with
+    the silhouettes of a seeded sample.
+
+    The sample is :func:`sampled_cflgp`'s for the same ``seed`` and client count
+    (``sample_rows(N, default_rng(seed))``); the spectrum, projection and k-means stay on all N
+    (linear), only the quadratic silhouettes are the sample's. Up to ``sample_above``: exact.
+    """
+    n = np.shape(matrix)[1]
+    scored = sample_rows(n, np.random.default_rng(seed)) if use_sample(n, sample_above) else None
+    return spectral.estimate_num_clusters(matrix, max_clusters, seed, scored)

@@ -317,32 +317,88 @@ def angles_between(first: Sequence[np.ndarray], second: Sequence[np.ndarray], me
             cos = (cos if measure == "reference-signed" else np.abs(cos)).max(axis=1)
             out[:, j] = np.degrees(np.arccos(np.clip(np.maximum.reduceat(cos, starts), -1.0, 1.0)))
         return out
-    q = [orthonormal_basis(b) for b in first]
-    ranks = np.array([x.shape[1] for x in q])
-    groups = {
-        int(r): (
-            np.flatnonzero(ranks == r),  # (g * r, d): one matrix product per reference
-            np.stack([q[i].T for i in np.flatnonzero(ranks == r)]).reshape(-1, q[0].shape[0]),
-        )
-        for r in np.unique(ranks)
-        if r > 0
+    return _cross_angles(first, second, measure)
+
+
+GRAM_CONDITION = 1e-4
+"""Bases whose Gram matrix ``B^T B`` has eigenvalues within this ratio are orthonormalised through it
+(``Q = B V L^-1/2``, rounding about ``eps / GRAM_CONDITION``); the others by SVD."""
+
+
+def orthonormal_groups(bases: Sequence[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Orthonormal bases of the column spaces of ``bases``, grouped by rank.
+
+    For each basis shape, one batched eigendecomposition of the small Gram matrices ``B^T B``:
+    where they are well conditioned (``GRAM_CONDITION``), ``Q = B V L^-1/2``, the left singular
+    vectors (in another order); the others one at a time by :func:`orthonormal_basis` (SVD, which
+    drops the directions below its rank tolerance). Rank-0 bases are left out.
+
+    Returns
+    -------
+    dict of int to (ndarray of shape (g,), ndarray of shape (g, d, r))
+        For each rank ``r`` > 0, the positions in ``bases`` and their ``(d, r)`` orthonormal bases, float64.
+    """
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for i, b in enumerate(bases):
+        shapes.setdefault(tuple(np.shape(b)), []).append(i)
+    for at_list in shapes.values():
+        at = np.asarray(at_list)
+        stack = np.stack([np.asarray(bases[int(i)], dtype=np.float64) for i in at])  # (g, d, p)
+        values, vectors = np.linalg.eigh(stack.transpose(0, 2, 1) @ stack)  # ascending
+        good = values[:, 0] > GRAM_CONDITION * values[:, -1]
+        if good.any():
+            scaled = vectors[good] / np.sqrt(values[good])[:, None, :]
+            parts.setdefault(stack.shape[2], []).append((at[good], stack[good] @ scaled))
+        for j in np.flatnonzero(~good):
+            q = orthonormal_basis(stack[j])
+            if q.shape[1]:
+                parts.setdefault(q.shape[1], []).append((at[j : j + 1], q[None]))
+    return {
+        r: (np.concatenate([p[0] for p in found]), np.concatenate([p[1] for p in found]))
+        for r, found in sorted(parts.items())
     }
-    out[ranks == 0] = 90.0
-    for j, b in enumerate(second):
-        qb = orthonormal_basis(b)
-        if qb.shape[1] == 0:
-            out[:, j] = 90.0
-            continue
-        for r, (rows, stacked) in groups.items():
-            m = (stacked @ qb).reshape(len(rows), r, qb.shape[1])
-            gram = m @ m.transpose(0, 2, 1) if r <= qb.shape[1] else m.transpose(0, 2, 1) @ m
-            cos2 = np.clip(np.linalg.eigvalsh(gram)[..., ::-1], 0.0, 1.0)
-            angles = np.degrees(np.arccos(np.sqrt(cos2)))
-            out[rows, j] = (
-                angles[:, 0]
-                if measure == "smallest"
-                else (angles.sum(axis=1) if measure == "sum" else angles.mean(axis=1))
-            )
+
+
+def _cross_angles(first: Sequence[np.ndarray], second: Sequence[np.ndarray], measure: str) -> np.ndarray:
+    """:func:`subspace_angle` (``smallest``, ``sum`` or ``mean``) of every basis in ``first`` with every
+    basis in ``second``, both sides vectorised.
+
+    Bases are orthonormalised in batches and grouped by rank (:func:`orthonormal_groups`); each
+    pair of groups is one matrix product ``Q_a^T Q_b`` in blocks of ``BLOCK_ENTRIES``; the
+    squared cosines are the eigenvalues of the smaller Gram matrix of each pair (batched
+    LAPACK), the largest in closed form for the smallest angle at ranks up to
+    ``CLOSED_FORM_MAX_RANK`` (:func:`_largest_gram_eigenvalue`). A rank-0 basis is at 90 degrees
+    from everything.
+
+    Returns
+    -------
+    ndarray of shape (len(first), len(second)), float64
+    """
+    out = np.full((len(first), len(second)), 90.0)
+    if not len(first) or not len(second):
+        return out
+
+    right = orthonormal_groups(second)
+    for ra, (ia, qa) in orthonormal_groups(first).items():
+        for rb, (ib, qb) in right.items():
+            small, large = (qa, qb) if ra <= rb else (qb, qa)
+            r, q = small.shape[2], large.shape[2]
+            cols = large.transpose(1, 0, 2).reshape(large.shape[1], -1)  # (d, n_large * q)
+            value = np.empty((len(small), len(large)))
+            step = max(1, BLOCK_ENTRIES // max(1, len(large) * r * q))
+            for lo in range(0, len(small), step):
+                left = small[lo : lo + step].transpose(0, 2, 1).reshape(-1, small.shape[1])  # (b * r, d)
+                m = (left @ cols).reshape(-1, r, len(large), q)
+                if measure == "smallest" and r <= CLOSED_FORM_MAX_RANK:
+                    cos2 = _largest_gram_eigenvalue(m)[..., None]
+                else:
+                    m = m.transpose(0, 2, 1, 3)
+                    cos2 = np.linalg.eigvalsh(m @ m.transpose(0, 1, 3, 2))[..., ::-1]  # descending cosines^2
+                    cos2 = cos2[..., :1] if measure == "smallest" else cos2
+                angles = np.degrees(np.arccos(np.sqrt(np.clip(cos2, 0.0, 1.0))))
+                value[lo : lo + step] = angles.sum(axis=-1) if measure == "sum" else angles.mean(axis=-1)
+            out[np.ix_(ia, ib)] = value if ra <= rb else value.T
     return out
 
 
@@ -350,6 +406,9 @@ SAMPLE_SIZE = 2_000
 """Above this many clients, :func:`sampled_clusters` clusters a seeded sample of this size."""
 REFERENCES_PER_CLUSTER = 20
 """Members of each sample cluster that the other clients are compared with."""
+PLACE_CHUNK = 4096
+"""Clients placed at a time by :func:`sampled_clusters`: bases are read (and converted to float64) per chunk,
+never all N at once."""
 
 
 def sampled_clusters(
@@ -361,7 +420,8 @@ def sampled_clusters(
     Above: the same on a uniform sample of ``SAMPLE_SIZE``; each other client joins the sample
     cluster with the smallest mean angle to up to ``REFERENCES_PER_CLUSTER`` of its members
     (PACFL's average-linkage rule for newcomers). ``O(S^2 + N K R)`` principal-angle problems
-    instead of ``O(N^2)``.
+    instead of ``O(N^2)``; ``bases`` may be a lazy sequence (the strategy's float32 signals, each
+    stacked when read): ``PLACE_CHUNK`` of them are converted at a time.
 
     Returns
     -------
@@ -390,8 +450,11 @@ def sampled_clusters(
             )
             for k in clusters
         ]
-        angles = angles_between([bases[i] for i in rest], [bases[i] for r in refs for i in r], measure)
+        references = [bases[i] for r in refs for i in r]
         sizes = np.array([len(r) for r in refs])
-        means = np.add.reduceat(angles, np.concatenate([[0], np.cumsum(sizes)[:-1]]), axis=1) / sizes
-        labels[rest] = clusters[np.argmin(means, axis=1)]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        for lo in range(0, rest.size, PLACE_CHUNK):  # the others' orthonormal bases a chunk at a time
+            at = rest[lo : lo + PLACE_CHUNK]
+            angles = angles_between([bases[i] for i in at], references, measure)
+            labels[at] = clusters[np.argmin(np.add.reduceat(angles, starts, axis=1) / sizes, axis=1)]
     return labels, sample, matrix

@@ -175,6 +175,7 @@ def test_update_norms_of_a_sequence_equal_the_array():
         ("strategies.flic", "FLICParams", "flic-sample-above"),
         ("strategies.cfl_sattler", "CFLSattlerParams", "cfl-sattler-sample-above"),
         ("strategies.cfl_gp", "CFLGPParams", "cfl-gp-sample-above"),
+        ("strategies.flag", "FLAGParams", "flag-sample-above"),
     ],
 )
 def test_sample_above_keys(module, cls, key):

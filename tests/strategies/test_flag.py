@@ -38,9 +38,9 @@ def _signals(rng, gradient_noise=0.01):
     return out
 
 
-def _offline(params, signals):
+def _offline(params, signals, truth=TRUTH):
     s = FLAG(TrainingParams(), params)
-    s.clients = {p: ClientInfo(p, 1000 + p, 40, 5, int(TRUTH[p])) for p in signals}
+    s.clients = {p: ClientInfo(p, 1000 + p, 40, 5, int(truth[p])) for p in signals}
     s.initial = ArrayRecord(
         {"head.weight": Array(np.zeros((4, 5), np.float32)), "head.bias": Array(np.zeros(4, np.float32))}
     )
@@ -271,3 +271,41 @@ def test_flag_asks_updates_in_batches_and_sketches_them_as_the_whole_set_would_b
     assert [len(d) for d in clustered["deltas"]] == [32] * 6  # the stored signal is the sketch
     whole = gradient_angles(similarity.sketch_rows([full[p] for p in range(6)], rc["seed"]))
     np.testing.assert_allclose(s.gradient_matrix, whole, atol=1e-12)
+
+
+def _many_signals(n: int, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    truth = rng.permutation(np.arange(n) % 2)
+    out = {}
+    for p, g in enumerate(truth):
+        classes = np.array([0, 1]) if g == 0 else np.array([2, 3])
+        bases = tuple(np.linalg.qr(EYE[:, [c]] + 0.05 * rng.standard_normal((6, 1)))[0] for c in classes)
+        out[p] = (
+            ClassSubspaces(classes, bases, np.array([10 + p, 30])),
+            ModelUpdate(np.eye(5)[g] + 0.3 * rng.normal(size=5)),
+        )
+    return truth, out
+
+
+@pytest.mark.parametrize("sample_above", [0, 39, 40])
+def test_sampled_form_sweeps_on_its_sample_and_places_the_rest(monkeypatch, sample_above):
+    """Above flag-sample-above: A of a sample (no N x N matrix), the sweep's clients from the sample,
+    every other client placed in its own group; at or below it (and with 0): the exact step."""
+    import functools
+
+    import strategies.flag
+
+    monkeypatch.setattr(strategies.flag, "flag_sample", functools.partial(strategies.flag.flag_sample, size=14))
+    truth, signals = _many_signals(40, np.random.default_rng(3))
+    s = _offline(FLAGParams(sweep_step=0.25, sweep_clients=6, sample_above=sample_above), signals, truth)
+    swept = []
+    s.validate = lambda rnd, sample, labels: swept.append(sample) or (0.5 if max(labels) == 0 else 0.9)
+    s.cluster(1)
+    assert adjusted_rand_score(truth, [s.assignment[p] for p in range(40)]) == 1.0
+    sampled = sample_above == 39
+    assert s.data_matrix.shape == s.gradient_matrix.shape == ((14, 14) if sampled else (40, 40))
+    assert (s.distance_matrix is None) == sampled
+    if sampled:
+        sample = strategies.flag.flag_sample(
+            *s._signal_arrays([signals[p] for p in range(40)]), 4, beta=0.5, delta=0.5, seed=0
+        ).positions
+        assert {q for got in swept for q in got} <= set(sample.tolist())

@@ -211,3 +211,28 @@ def test_flhc_passes_the_runs_seed_and_sample_above_to_its_step(monkeypatch):
     assert (cut, metric, seed, sample_above) == (s.hc_cut, "cosine", 7, 5) and len(deltas) == 8
     assert result.distances is None  # the sampled form: no matrix of all clients
     assert adjusted_rand_score(TRUTH, result.labels) == 1.0
+
+
+def test_pacfl_hands_its_step_the_signals_stacked_when_read(monkeypatch):
+    """No list of every client's float64 stacked basis (3.8 GB at 100,000 clients): a lazy sequence."""
+    import strategies.pacfl as pacfl_module
+    from common.clustering.oneshot import OneShotClusters
+
+    rng = np.random.default_rng(0)
+    signals = [
+        ClassSubspaces(
+            np.array([0, 1]), tuple(np.linalg.qr(rng.standard_normal((8, 2)))[0].astype(np.float32) for _ in range(2))
+        )
+        for _ in range(5)
+    ]
+    got = []
+    monkeypatch.setattr(
+        pacfl_module,
+        "pacfl_clusters",
+        lambda b, *a: got.append(b) or OneShotClusters(np.zeros(5, dtype=np.int64), None),
+    )
+    PACFL(TrainingParams(), PACFLParams(num_clusters=2)).cluster_signals(signals)
+    (bases,) = got
+    assert isinstance(bases, pacfl_module.StackedBases) and len(bases) == 5 and not isinstance(bases, list)
+    np.testing.assert_array_equal(bases[3], signals[3].stacked())
+    assert bases[3].dtype == np.float64 and [b.shape for b in bases[1:3]] == [(8, 4), (8, 4)]

@@ -419,7 +419,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
             at = sample_rows(n, np.random.default_rng(SEED))
             sample = fresh.subset(at)[:]
             similarity.update(at.tolist(), sample)
-            split = split_sample(sample, sketch_dim=sketch, seed=SEED)
+            split = split_sample(sample, sketch_dim=sketch, seed=SEED, population=n)
             labels[at], halves = join_halves(sample, split.means, split.sides)
             del sample
             rest = np.setdiff1d(np.arange(n), at)

@@ -253,7 +253,11 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         with self.clustering_timer():
             self.remember(replied, deltas, self.params.sketch_dim, self.training.seed)
             split = split_sample(
-                deltas, sketch_dim=self.params.sketch_dim, seed=self.training.seed, test=self.params.separation
+                deltas,
+                sketch_dim=self.params.sketch_dim,
+                seed=self.training.seed,
+                test=self.params.separation,
+                population=len(members),
             )
             sides, sums = join_halves(deltas, split.means, split.sides)
         del deltas

@@ -37,7 +37,7 @@ from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
 from .similarity import SAMPLE_ABOVE as SAMPLE_ABOVE
-from .similarity import UpdateSimilarity, cosine_matrix, sketch_rows, use_sample
+from .similarity import UpdateSimilarity, auto_sketch_dim, cosine_matrix, sketch_rows, use_sample
 from .subspaces import SAMPLE_SIZE
 
 SAMPLE_ABOVE_HELP = (
@@ -165,7 +165,8 @@ def sampled_cut(
     metric : str, default="euclidean"
         The step's distance (``pairwise_distances``); also the assignment's.
     seed, exact : int, bool
-        The sample's sketch, as ``sketch_rows`` (``exact``: never sketch).
+        The sample's sketch, as ``sketch_rows`` would sketch all ``N`` rows (``auto_sketch_dim(N)``:
+        the exact step's sketch at this size; ``exact``: never sketch).
 
     Returns
     -------
@@ -178,7 +179,8 @@ def sampled_cut(
     n = len(rows)
     sample = sample_rows(n, rng)
     picked = [rows[int(i)] for i in sample]
-    distances = pairwise_distances(sketch_rows(picked, seed, exact=exact), metric)
+    dim = int(np.shape(rows[0])[-1])
+    distances = pairwise_distances(sketch_rows(picked, seed, sketch_dim=auto_sketch_dim(n, dim), exact=exact), metric)
     sample_labels = np.unique(np.asarray(cut(distances)), return_inverse=True)[1].astype(np.int64)
     labels = np.empty(n, dtype=np.int64)
     labels[sample] = sample_labels
@@ -324,7 +326,9 @@ def sampled_bipartition(
     """
     ids = np.asarray(list(pids))
     sample = sample_rows(len(ids), rng)
-    split = split_sample([updates[int(i)] for i in sample], sketch_dim=sketch_dim, seed=seed, test=test)
+    split = split_sample(
+        [updates[int(i)] for i in sample], sketch_dim=sketch_dim, seed=seed, test=test, population=len(ids)
+    )
     half = np.zeros(len(ids), dtype=np.int64)
     half[sample] = split.sides
     rest = np.setdiff1d(np.arange(len(ids)), sample)
@@ -354,16 +358,25 @@ class SampleSplit:
 
 
 def split_sample(
-    updates: Sequence[np.ndarray], *, sketch_dim: int = 0, seed: int = 0, test: str = SEPARATION
+    updates: Sequence[np.ndarray],
+    *,
+    sketch_dim: int = 0,
+    seed: int = 0,
+    test: str = SEPARATION,
+    population: int = 0,
 ) -> SampleSplit:
-    """Complete linkage on ``1 - cos`` of a sample's updates (sketched as ``sketch_rows``), its separation
-    (``test``, ``bipartition.SEPARATIONS``) and each half's mean unit update.
+    """Complete linkage on ``1 - cos`` of a sample's updates, its separation (``test``,
+    ``bipartition.SEPARATIONS``) and each half's mean unit update.
 
     Parameters
     ----------
     updates : sequence of S >= 2 arrays (D,)
+    sketch_dim, seed : int
+        The sample is sketched as ``sketch_rows`` would sketch the ``population`` members it was
+        drawn from (``auto_sketch_dim``: the exact step's sketch at that size; 0: the sample's own).
     """
-    rows = sketch_rows(updates, seed, sketch_dim=sketch_dim)
+    dim = int(np.shape(updates[0])[-1])
+    rows = sketch_rows(updates, seed, sketch_dim=auto_sketch_dim(max(population, len(updates)), dim, sketch_dim))
     cos = cosine_matrix(rows, rows)
     a, b = bipartition(cos)
     cross, intra = SEPARATIONS.get(test, separation)(cos, a, b)

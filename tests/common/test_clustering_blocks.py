@@ -9,6 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.bipartition import NormSums, mean_update_ratio, sattler_bipartition, update_norms
 from common.clustering.blocks import row_blocks
+from common.clustering.oneshot import Cut, flhc_clusters
 from common.clustering.sampled import join_halves, sampled_bipartition, sample_rows, split_sample
 from common.clustering.similarity import CountSketch, UpdateSimilarity, sketch_rows
 
@@ -114,3 +115,23 @@ def test_a_sample_split_and_batched_joins_equal_sampled_bipartition():
     exact = np.isin(pids, exact_second).astype(int)
     assert adjusted_rand_score(truth, exact) == 1.0 and adjusted_rand_score(truth, sides) >= 1.0 - 0.01
     np.testing.assert_allclose(total[1] / (sides == 1).sum(), x[sides == 1].mean(axis=0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_sample_is_sketched_as_the_exact_step_would_sketch_all_members(monkeypatch):
+    from common.clustering import sampled, similarity
+    from common.clustering.subspaces import SAMPLE_SIZE
+
+    n, dim = SAMPLE_SIZE + 200, 5000
+    monkeypatch.setattr(similarity, "AUTO_SKETCH_BYTES", (SAMPLE_SIZE + 100) * dim * 4)  # N over it, the sample not
+    truth, x = _planted(n, 2, dim, 0.5, seed=6)
+    widths: list[int] = []
+    real_cos, real_dist = sampled.cosine_matrix, sampled.pairwise_distances
+    monkeypatch.setattr(sampled, "cosine_matrix", lambda a, b: widths.append(a.shape[1]) or real_cos(a, b))
+    monkeypatch.setattr(sampled, "pairwise_distances", lambda r, m: widths.append(r.shape[1]) or real_dist(r, m))
+    first, second, _, _ = sampled_bipartition(list(range(n)), list(x), np.random.default_rng(0))
+    labels = flhc_clusters(list(x), Cut(0.0, 2), "euclidean", 0, sample_above=1).labels
+    assert widths == [similarity.AUTO_SKETCH_DIM, similarity.AUTO_SKETCH_DIM]
+    assert adjusted_rand_score(truth, np.isin(np.arange(n), second)) == 1.0
+    assert adjusted_rand_score(truth, labels) == 1.0
+    split_sample([x[i] for i in range(50)], seed=0)  # its own size: whole
+    assert widths[-1] == dim

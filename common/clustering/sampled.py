@@ -13,8 +13,10 @@ other client by a rule of the algorithm:
   projections, aligned with the previous clusters as Alg. 3.
 - Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
   criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
-  join the half whose mean update direction is closest in angle. Memory: the sample's cosines
-  and two means, not N sketched updates and an N x N matrix.
+  join the half whose mean update direction is closest in angle (``split_sample`` then
+  ``join_halves``, which ``CFLSattler`` runs with the members' updates asked a batch at a time).
+  Memory: the sample's cosines and two means, not N sketched updates and an N x N matrix. The
+  sample (here and in ``sampled_cut``) is sketched as the exact step would sketch all N.
 
 Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
 ``N x N`` float64 matrices (80 GB at 100,000 clients). The assignments are inner products (BLAS):

@@ -301,7 +301,7 @@ def sattler_bipartition(
         one of ``test`` (``SEPARATIONS``: ``nearest_separation`` or ``separation``): the split
         separates when the latter is larger.
     """
-    rows = sketch_rows(updates, seed, sketch_dim=sketch_dim)
+    rows = sketch_rows(updates, seed, sketch_dim=sketch_dim, chunk=chunk)
     cos = cosine_matrix(rows, rows)
     first, second = split_cluster(list(pids), cos)
     at = {p: i for i, p in enumerate(pids)}

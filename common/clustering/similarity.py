@@ -264,7 +264,7 @@ def row_sketch(num_rows: int, dim: int, seed: int, sketch_dim: int = 0) -> Count
 
 
 def sketch_rows(
-    rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0, exact: bool = False
+    rows: Sequence[np.ndarray] | np.ndarray, seed: int, *, sketch_dim: int = 0, exact: bool = False, chunk: int = 512
 ) -> np.ndarray:
     """Clients' vectors as one array, sketched when large (:func:`auto_sketch_dim`).
 
@@ -278,6 +278,8 @@ def sketch_rows(
         > 0: always sketch to this dimension; 0: automatic.
     exact : bool, default=False
         Never sketch (e.g. for L1 distances, which a sketch does not keep).
+    chunk : int, default=512
+        Rows handed to the sketch per call (each is projected alone, never stacked).
 
     Returns
     -------
@@ -300,7 +302,7 @@ def sketch_rows(
     sketch = None if exact else row_sketch(n, dim, seed, sketch_dim)
     if sketch is None:
         return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(list(rows))
-    return sketch.project_rows(rows)
+    return np.concatenate([sketch.project_rows(rows[i : i + chunk]) for i in range(0, n, chunk)])
 
 
 class UpdateSimilarity:

@@ -379,7 +379,7 @@ def _stored(n, sizes, meter, rng, sketch: int, updates: LazyRows, after: Callabl
     for rows in batches(n, rng):
         with meter.measure(exclude=0):
             for lo in range(0, len(rows), CHUNK):
-                similarity.update(rows[lo : lo + CHUNK].tolist(), np.stack(updates.subset(rows[lo : lo + CHUNK])[:]))
+                similarity.update(rows[lo : lo + CHUNK].tolist(), updates.subset(rows[lo : lo + CHUNK])[:])
             if after is not None:
                 after(updates.subset(rows))
     return similarity
@@ -396,29 +396,47 @@ def _flic(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = SAM
 
 
 def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = SAMPLE_ABOVE):
-    from common.clustering.bipartition import mean_update_ratio, should_split, update_norms
-    from common.clustering.sampled import sattler_split
-    from strategies.cfl_sattler import CHUNK
+    from common.clustering.bipartition import NormSums, should_split
+    from common.clustering.sampled import join_halves, sample_rows, sattler_split, split_sample, use_sample
+    from strategies.cfl_sattler import CHUNK, QUERY_BATCH
     from strategies.flat import mean_rows
 
     truth = planted(n, 2, rng)
     # A split asks every member for a fresh update: received input (rows drawn when read, not timed).
     fresh = LazyRows(truth, sizes.params, rng, meter)
-    ratios: list[tuple[float, float]] = []
-    similarity = _stored(
-        n, sizes, meter, rng, sketch, fresh, after=lambda d: ratios.append((mean_update_ratio(d), update_norms(d)[2]))
-    )
+    sums: list[NormSums] = []
+
+    def norms(rows: LazyRows) -> None:  # CFLSattler.after_train: running sums, a row at a time
+        sums.append(NormSums())
+        for i in range(len(rows)):
+            sums[-1].add_rows([rows[i]])
+
+    similarity = _stored(n, sizes, meter, rng, sketch, fresh, after=norms)
+    labels = np.zeros(n, dtype=np.int64)
     with meter.measure(exclude=0):
-        should_split(*ratios[-1], n, 21, eps1=0.5, eps2=0.0, split_after=20)
-        for lo in range(0, n, CHUNK):  # CFLSattler._try_split
-            similarity.update(list(range(lo, min(n, lo + CHUNK))), np.stack(fresh[lo : lo + CHUNK]))
-        first, second, _, _ = sattler_split(
-            list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK, sample_above=sample_above
-        )
-        for half in (first, second):
-            mean_rows(fresh.subset(half), CHUNK)  # type: ignore[arg-type]
-        labels = np.zeros(n, dtype=np.int64)
-        labels[np.asarray(second, dtype=np.int64)] = 1
+        should_split(sums[-1].ratio(), sums[-1].norms()[2], n, 21, eps1=0.5, eps2=0.0, split_after=20)
+        if not use_sample(n, sample_above):  # CFLSattler._try_split: every member's update at once
+            for lo in range(0, n, CHUNK):
+                similarity.update(list(range(lo, min(n, lo + CHUNK))), fresh[lo : lo + CHUNK])
+            first, second, _, _ = sattler_split(list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK)
+            for half in (first, second):
+                mean_rows(fresh.subset(half), CHUNK)  # type: ignore[arg-type]
+            labels[np.asarray(second, dtype=np.int64)] = 1
+        else:  # CFLSattler._try_sampled_split: the sample's updates, then QUERY_BATCH members at a time
+            at = sample_rows(n, np.random.default_rng(SEED))
+            sample = fresh.subset(at)[:]
+            similarity.update(at.tolist(), sample)
+            split = split_sample(sample, sketch_dim=sketch, seed=SEED, population=n)
+            labels[at], halves = join_halves(sample, split.means, split.sides)
+            del sample
+            rest = np.setdiff1d(np.arange(n), at)
+            for lo in range(0, len(rest), QUERY_BATCH):
+                part = rest[lo : lo + QUERY_BATCH]
+                rows = fresh.subset(part)[:]
+                similarity.update(part.tolist(), rows)
+                labels[part], part_sums = join_halves(rows, split.means)
+                halves += part_sums
+            halves /= np.maximum(np.bincount(labels, minlength=2), 1)[:, None]
     return labels, truth
 
 
@@ -689,7 +707,7 @@ VARIANTS: dict[str, Variant] = {
             _stored_bytes,
             _sattler,
             groups=2,
-            note=f"remember + update_norms per round + split of all N; above {SAMPLE_ABOVE:,}: sampled_bipartition",
+            note=f"remember + NormSums per round + split of all N; above {SAMPLE_ABOVE:,}: split_sample, join_halves",
         ),
         Variant(
             "cfl-sattler-sampled",
@@ -698,7 +716,7 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s: _stored_bytes(n, s, 1),
             lambda n, s, sh, m, r: _sattler(n, s, sh, m, r, sample_above=1),
             groups=2,
-            note="sampled_bipartition at every N (cfl-sattler-sample-above 1)",
+            note="split_sample + join_halves at every N (cfl-sattler-sample-above 1)",
         ),
         Variant(
             CFLGP.name,

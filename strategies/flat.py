@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+from common.clustering.blocks import row_blocks
+
 
 def float_size(record: ArrayRecord) -> int:
     """Number of floating-point entries of a model (the length of its flattened update)."""
@@ -54,6 +56,6 @@ def _laid_over(
 def mean_rows(rows: list[np.ndarray], chunk: int = 512) -> np.ndarray:
     """Mean of equal-length vectors, stacking ``chunk`` at a time (float64 sum; never the whole set)."""
     total = np.zeros(np.shape(rows[0]), dtype=np.float64)
-    for lo in range(0, len(rows), chunk):
-        total += np.stack(rows[lo : lo + chunk]).sum(axis=0, dtype=np.float64)
+    for _, block in row_blocks(rows, chunk=chunk):
+        total += block.sum(axis=0, dtype=np.float64)
     return total / len(rows)

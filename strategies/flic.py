@@ -40,6 +40,7 @@ from flwr.common import log
 
 from common import keys
 from common.clustering.flic import join_by_modularity, loss_plateau
+from common.clustering.blocks import CHUNK
 from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sampled_flic
 from common.clustering.similarity import UpdateSimilarity
 from common.params import check_params, param
@@ -268,9 +269,9 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
             return
         pids = sorted(updates)
         with self.clustering_timer():
-            self.remember(
-                pids, np.stack([updates[p].delta() for p in pids]), self.params.sketch_dim, self.training.seed
-            )
+            for lo in range(0, len(pids), CHUNK):  # deltas never all held: 20,000 DNN updates are 12.7 GB
+                part = pids[lo : lo + CHUNK]
+                self.remember(part, [updates[p].delta() for p in part], self.params.sketch_dim, self.training.seed)
         self.train_loss.append(
             float(np.average([updates[p].loss for p in pids], weights=[max(updates[p].num_examples, 1) for p in pids]))
         )

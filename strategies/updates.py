@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from common.clustering.similarity import UpdateSimilarity, update_similarity
@@ -19,13 +21,15 @@ class StoredUpdates:
     assignment: dict[int, int]
     clients: dict
 
-    def remember(self, pids: list[int], deltas: np.ndarray, sketch_dim: int, seed: int) -> None:
-        """Store this round's updates, shape (len(pids), d); the first call fixes the (seeded) sketch.
+    def remember(self, pids: list[int], deltas: np.ndarray | Sequence[np.ndarray], sketch_dim: int, seed: int) -> None:
+        """Store this round's updates, shape (len(pids), d) or one array (d,) each (sketched a row at a
+        time, never stacked); the first call fixes the (seeded) sketch.
 
         ``sketch_dim`` 0 keeps full updates unless all clients' would pass 2 GiB (``auto_sketch_dim``).
         """
         if self.similarity is None:
-            self.similarity = update_similarity(len(self.clients), deltas.shape[1], sketch_dim, seed)
+            dim = int(np.shape(deltas[0])[-1])
+            self.similarity = update_similarity(len(self.clients), dim, sketch_dim, seed)
         self.similarity.update(pids, deltas)
 
     @property

@@ -22,12 +22,77 @@ scipy only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.cluster import hierarchy
 
+from .blocks import row_blocks
 from .similarity import cosine_matrix, sketch_rows
+
+
+class NormSums:
+    """Running sums for :func:`update_norms`: fed a block or a row at a time, never holding the updates.
+
+    Attributes
+    ----------
+    total : ndarray of shape (d,), float64, or None
+        Sum of the updates seen.
+    squares, largest : float
+        Sum and largest of their squared norms.
+    count : int
+    """
+
+    def __init__(self) -> None:
+        self.total: np.ndarray | None = None
+        self.squares, self.largest, self.count = 0.0, 0.0, 0
+
+    def add(self, block: np.ndarray) -> None:
+        """Add updates of shape (m, d), m >= 1 (float64 sums, no float64 copy of the block).
+
+        Raises
+        ------
+        ValueError
+            If ``block`` is not a non-empty 2-D array.
+        """
+        u = np.asarray(block)
+        u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
+        if u.ndim != 2 or u.shape[0] == 0:
+            raise ValueError(
+                "The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
+                f"Got shape {u.shape} instead."
+            )
+        sq = np.einsum("ij,ij->i", u, u, dtype=np.float64)
+        part = u.sum(axis=0, dtype=np.float64)
+        self.total = part if self.total is None else self.total + part
+        self.squares, self.largest = self.squares + float(sq.sum()), max(self.largest, float(sq.max()))
+        self.count += u.shape[0]
+
+    def add_rows(self, rows: Sequence[np.ndarray]) -> None:
+        """Add updates given one array (d,) each, a row at a time (no stacked block)."""
+        for row in rows:
+            r = np.asarray(row)
+            if r.ndim != 1 or (self.total is not None and r.shape != self.total.shape):
+                self.add(r)  # raises, naming the shape
+            sq = float(np.einsum("i,i->", r, r, dtype=np.float64))
+            if self.total is None:
+                self.total = r.astype(np.float64)
+            else:
+                self.total += r
+            self.squares, self.largest, self.count = self.squares + sq, max(self.largest, sq), self.count + 1
+
+    def norms(self) -> tuple[float, float, float]:
+        """``(||mean update||, RMS ||update_i||, max_i ||update_i||)``; ValueError before any update."""
+        if self.total is None:
+            self.add(np.zeros((0, 0)))
+        assert self.total is not None
+        m = self.count
+        return float(np.linalg.norm(self.total / m)), float(np.sqrt(self.squares / m)), float(np.sqrt(self.largest))
+
+    def ratio(self) -> float:
+        """:func:`mean_update_ratio` of the updates seen."""
+        mean_norm, rms, _ = self.norms()
+        return norms_ratio(mean_norm, rms, self.count)
 
 
 def update_norms(updates: np.ndarray | Sequence[np.ndarray]) -> tuple[float, float, float]:
@@ -36,36 +101,20 @@ def update_norms(updates: np.ndarray | Sequence[np.ndarray]) -> tuple[float, flo
     Parameters
     ----------
     updates : ndarray of shape (m, d), m >= 1, or a sequence of m arrays (d,)
-        A sequence is stacked 512 rows at a time (never whole).
+        A sequence is read 512 rows at a time into one reused block (never stacked whole).
 
     Raises
     ------
     ValueError
         If ``updates`` is not a non-empty 2-D array.
     """
-    chunks = [updates] if isinstance(updates, np.ndarray) else _chunks(updates)
-    total, squares, largest, m = None, 0.0, 0.0, 0
-    for block in chunks:
-        u = np.asarray(block)
-        u = u if np.issubdtype(u.dtype, np.floating) else u.astype(np.float64)
-        if u.ndim != 2 or u.shape[0] == 0:
-            raise ValueError(
-                "The 'updates' parameter of update_norms must be a non-empty (m, d) array. "
-                f"Got shape {u.shape} instead."
-            )
-        # float64 sums without a float64 copy of the updates (2,000 DNN updates: 2.5 GB)
-        sq = np.einsum("ij,ij->i", u, u, dtype=np.float64)
-        part = u.sum(axis=0, dtype=np.float64)
-        total = part if total is None else total + part
-        squares, largest, m = squares + float(sq.sum()), max(largest, float(sq.max())), m + u.shape[0]
-    assert total is not None
-    return float(np.linalg.norm(total / m)), float(np.sqrt(squares / m)), float(np.sqrt(largest))
-
-
-def _chunks(rows: Sequence[np.ndarray], chunk: int = 512) -> list[np.ndarray] | Iterator[np.ndarray]:
-    if len(rows) == 0:
-        return [np.zeros((0, 0))]
-    return (np.stack(list(rows[lo : lo + chunk])) for lo in range(0, len(rows), chunk))
+    sums = NormSums()
+    if isinstance(updates, np.ndarray) or len(updates) == 0:
+        sums.add(np.asarray(updates) if len(updates) else np.zeros((0, 0)))
+    else:
+        for _, block in row_blocks(updates):
+            sums.add(block)
+    return sums.norms()
 
 
 def mean_update_ratio(updates: np.ndarray | Sequence[np.ndarray]) -> float:
@@ -85,7 +134,11 @@ def mean_update_ratio(updates: np.ndarray | Sequence[np.ndarray]) -> float:
         In ``[0, 1]``; NaN for fewer than 2 updates or all-zero updates.
     """
     mean_norm, rms, _ = update_norms(updates)
-    m = len(updates)
+    return norms_ratio(mean_norm, rms, len(updates))
+
+
+def norms_ratio(mean_norm: float, rms: float, m: int) -> float:
+    """:func:`mean_update_ratio` from ``update_norms``' first two values and the count ``m``."""
     if m < 2 or rms == 0:
         return float("nan")
     mu2 = (m * mean_norm**2 - rms**2) / (m - 1)

@@ -16,8 +16,10 @@ other client by a rule of the algorithm:
   their own modules: the rest join the sample cluster of smallest mean affinity to its members.
 - Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
   criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
-  join the half whose mean update direction is closest in angle. Memory: the sample's cosines
-  and two means, not N sketched updates and an N x N matrix.
+  join the half whose mean update direction is closest in angle (``split_sample`` then
+  ``join_halves``, which ``CFLSattler`` runs with the members' updates asked a batch at a time).
+  Memory: the sample's cosines and two means, not N sketched updates and an N x N matrix. The
+  sample (here and in ``sampled_cut``) is sketched as the exact step would sketch all N.
 
 Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
 ``N x N`` float64 matrices (80 GB at 100,000 clients). The assignments are inner products (BLAS):
@@ -28,17 +30,19 @@ Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
 from . import spectral
+from .blocks import CHUNK, row_blocks
 from .bipartition import SEPARATION, SEPARATIONS, bipartition, sattler_bipartition, separation
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
 from .similarity import SAMPLE_ABOVE as SAMPLE_ABOVE
-from .similarity import UpdateSimilarity, cosine_matrix, sketch_rows, use_sample
+from .similarity import UpdateSimilarity, auto_sketch_dim, cosine_matrix, sketch_rows, use_sample
 from .subspaces import SAMPLE_SIZE
 
 SAMPLE_ABOVE_HELP = (
@@ -51,25 +55,12 @@ GRAPH_SAMPLE_SIZE = 2 * DENSE_MAX_NODES
 """FLIC's sample: Louvain on its k-NN graph, as FLIC's exact step above ``DENSE_MAX_NODES`` (a dense
 graph of 2,000 nodes has 2 million edges, slower for Louvain than this sample's 80,000)."""
 
-CHUNK = 512  # rows stacked at a time while assigning (a list of 100,000 DNN updates is never stacked whole)
-
 
 def sample_rows(num_clients: int, rng: np.random.Generator, size: int = SAMPLE_SIZE) -> np.ndarray:
     """``min(size, num_clients)`` distinct client positions drawn with ``rng``, sorted."""
     if num_clients <= size:
         return np.arange(num_clients)
     return np.sort(rng.choice(num_clients, size=size, replace=False))
-
-
-def _stack(rows: Sequence[np.ndarray] | np.ndarray, at: np.ndarray, dtype: type = np.float64) -> np.ndarray:
-    if isinstance(rows, np.ndarray):
-        return np.asarray(rows[at], dtype=dtype)
-    return np.stack([np.asarray(rows[int(i)], dtype=dtype) for i in at])
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
 
 
 def cluster_means(
@@ -79,12 +70,15 @@ def cluster_means(
     k = int(labels.max()) + 1
     dim = int(np.shape(rows[0])[-1])
     sums, counts = np.zeros((k, dim)), np.bincount(labels, minlength=k)
-    for lo in range(0, len(positions), CHUNK):
-        block = _stack(rows, positions[lo : lo + CHUNK])
-        block = _unit(block) if metric == "cosine" else block
-        at = labels[lo : lo + CHUNK]
-        for c in np.unique(at):
-            sums[c] += block[at == c].sum(axis=0)
+    for lo, block in row_blocks(rows, positions, dtype=np.float64):
+        at = labels[lo : lo + len(block)]
+        weights = np.zeros((k, len(block)))  # one-hot rows (1 / ||x|| for cosine): no per-cluster copies
+        if metric == "cosine":
+            norms = np.linalg.norm(block, axis=1)
+            weights[at, np.arange(len(block))] = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+        else:
+            weights[at, np.arange(len(block))] = 1.0
+        sums += weights @ block
     return sums / np.maximum(counts, 1)[:, None]
 
 
@@ -149,9 +143,8 @@ def assign_nearest(
     if not len(positions):
         return out
     dtype = np.float32 if np.asarray(rows[int(positions[0])]).dtype == np.float32 else np.float64
-    for lo in range(0, len(positions), CHUNK):
-        block = _stack(rows, positions[lo : lo + CHUNK], dtype)
-        out[lo : lo + CHUNK] = nearest_means(block, means, metric)
+    for lo, block in row_blocks(rows, positions, dtype=dtype):
+        out[lo : lo + len(block)] = nearest_means(block, means, metric)
     return out
 
 
@@ -177,7 +170,8 @@ def sampled_cut(
     metric : str, default="euclidean"
         The step's distance (``pairwise_distances``); also the assignment's.
     seed, exact : int, bool
-        The sample's sketch, as ``sketch_rows`` (``exact``: never sketch).
+        The sample's sketch, as ``sketch_rows`` would sketch all ``N`` rows (``auto_sketch_dim(N)``:
+        the exact step's sketch at this size; ``exact``: never sketch).
 
     Returns
     -------
@@ -190,7 +184,8 @@ def sampled_cut(
     n = len(rows)
     sample = sample_rows(n, rng)
     picked = [rows[int(i)] for i in sample]
-    distances = pairwise_distances(sketch_rows(picked, seed, exact=exact), metric)
+    dim = int(np.shape(rows[0])[-1])
+    distances = pairwise_distances(sketch_rows(picked, seed, sketch_dim=auto_sketch_dim(n, dim), exact=exact), metric)
     sample_labels = np.unique(np.asarray(cut(distances)), return_inverse=True)[1].astype(np.int64)
     labels = np.empty(n, dtype=np.int64)
     labels[sample] = sample_labels
@@ -322,10 +317,11 @@ def sampled_bipartition(
     """Sattler's split on a sample of the members, the rest by cosine to each half's mean direction.
 
     The sample's cosine matrix is split by complete linkage (``bipartition``) and its separation
-    (``test``, ``bipartition.SEPARATIONS``) is measured on the sample; every other member joins the
-    half whose mean unit update is closest in angle (their stationary gradient directions, which
-    the criterion tells apart). Memory: the ``(S, S)``
-    cosines and two means, not ``N`` sketched updates and an ``(N, N)`` matrix.
+    (``test``, ``bipartition.SEPARATIONS``) is measured on the sample (:func:`split_sample`); every
+    other member joins the half whose mean unit update is closest in angle (their stationary
+    gradient directions, which the criterion tells apart; :func:`join_halves`, ``CHUNK`` rows at a
+    time). Memory: the ``(S, S)`` cosines and two means, not ``N`` sketched updates and an
+    ``(N, N)`` matrix. ``CFLSattler`` runs the same two steps with the updates asked for in batches.
 
     Returns
     -------
@@ -335,19 +331,95 @@ def sampled_bipartition(
     """
     ids = np.asarray(list(pids))
     sample = sample_rows(len(ids), rng)
-    rows = sketch_rows([updates[int(i)] for i in sample], seed, sketch_dim=sketch_dim)
+    split = split_sample(
+        [updates[int(i)] for i in sample], sketch_dim=sketch_dim, seed=seed, test=test, population=len(ids)
+    )
+    half = np.zeros(len(ids), dtype=np.int64)
+    half[sample] = split.sides
+    rest = np.setdiff1d(np.arange(len(ids)), sample)
+    if rest.size:
+        half[rest] = assign_nearest(updates, rest, split.means, "cosine")
+    return ids[half == 0].tolist(), ids[half == 1].tolist(), split.cross, split.intra
+
+
+@dataclass(frozen=True)
+class SampleSplit:
+    """Sattler's bi-partition of a sample of a cluster's members (:func:`split_sample`).
+
+    Attributes
+    ----------
+    sides : ndarray of shape (S,), int64
+        0 for the half holding the sample's first member, 1 for the other.
+    cross, intra : float
+        The sample's largest cross-half cosine and its within-half statistic of the separation test.
+    means : ndarray of shape (2, D), float64
+        Each half's mean unit update (the direction the other members are compared with).
+    """
+
+    sides: np.ndarray
+    cross: float
+    intra: float
+    means: np.ndarray
+
+
+def split_sample(
+    updates: Sequence[np.ndarray],
+    *,
+    sketch_dim: int = 0,
+    seed: int = 0,
+    test: str = SEPARATION,
+    population: int = 0,
+) -> SampleSplit:
+    """Complete linkage on ``1 - cos`` of a sample's updates, its separation (``test``,
+    ``bipartition.SEPARATIONS``) and each half's mean unit update.
+
+    Parameters
+    ----------
+    updates : sequence of S >= 2 arrays (D,)
+    sketch_dim, seed : int
+        The sample is sketched as ``sketch_rows`` would sketch the ``population`` members it was
+        drawn from (``auto_sketch_dim``: the exact step's sketch at that size; 0: the sample's own).
+    """
+    dim = int(np.shape(updates[0])[-1])
+    rows = sketch_rows(updates, seed, sketch_dim=auto_sketch_dim(max(population, len(updates)), dim, sketch_dim))
     cos = cosine_matrix(rows, rows)
     a, b = bipartition(cos)
     cross, intra = SEPARATIONS.get(test, separation)(cos, a, b)
-    half = np.zeros(len(ids), dtype=np.int64)
-    half[sample[b]] = 1
-    rest = np.setdiff1d(np.arange(len(ids)), sample)
-    if rest.size:
-        sides = np.zeros(len(sample), dtype=np.int64)
-        sides[b] = 1
-        means = cluster_means(updates, sample, sides, "cosine")
-        half[rest] = assign_nearest(updates, rest, means, "cosine")
-    return ids[half == 0].tolist(), ids[half == 1].tolist(), cross, intra
+    sides = np.zeros(len(updates), dtype=np.int64)
+    sides[b] = 1
+    return SampleSplit(sides, cross, intra, cluster_means(updates, np.arange(len(updates)), sides, "cosine"))
+
+
+def join_halves(
+    updates: Sequence[np.ndarray], means: np.ndarray, sides: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each update's half (the nearer of ``means`` in cosine, in blocks of its float) and each half's sum.
+
+    Parameters
+    ----------
+    updates : sequence of m arrays (D,)
+    means : ndarray of shape (2, D)
+        The halves' mean unit updates (``SampleSplit.means``).
+    sides : ndarray of shape (m,), optional
+        Given sides (the sample's) are kept; only the sums are computed.
+
+    Returns
+    -------
+    sides : ndarray of shape (m,), int64
+    sums : ndarray of shape (2, D), float64
+        The sum of the updates on each side (the halves' models start from their mean update).
+    """
+    given = sides is not None
+    sides = np.asarray(sides, dtype=np.int64) if given else np.empty(len(updates), dtype=np.int64)
+    sums = np.zeros((2, int(np.shape(updates[0])[-1])))
+    dtype = np.float32 if np.asarray(updates[0]).dtype == np.float32 else np.float64
+    for lo, block in row_blocks(updates, dtype=dtype):
+        at = sides[lo : lo + len(block)] if given else nearest_means(block, means, "cosine")
+        sides[lo : lo + len(block)] = at
+        weights = np.zeros((2, len(block)), dtype=dtype)
+        weights[at, np.arange(len(block))] = 1.0
+        sums += (weights @ block).astype(np.float64)
+    return sides, sums
 
 
 def sampled_cflgp(

@@ -176,8 +176,11 @@ class CountSketch:
         rng = np.random.default_rng([self.seed, self.dim, self.sketch_dim])
         buckets = rng.integers(0, self.sketch_dim, size=self.dim)
         signs = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=self.dim)
-        self._matrix = sparse.csr_matrix(
-            (signs, (np.arange(self.dim), buckets)), shape=(self.dim, self.sketch_dim), dtype=np.float32
+        # R^T as CSR (k, d): bucket b's output is the signed sum of its coordinates, one row at a time
+        # (a sparse matrix-vector product: no stacked block, no transposed copy; the same sums in the
+        # same order as x R)
+        self._by_bucket = sparse.csr_matrix(
+            (signs, (buckets, np.arange(self.dim))), shape=(self.sketch_dim, self.dim), dtype=np.float32
         )
 
     def project(self, x: np.ndarray) -> np.ndarray:
@@ -189,11 +192,27 @@ class CountSketch:
             If the last axis is not ``d``.
         """
         x2, single = _sketch_input(x, self.dim, "CountSketch.project")
-        out = np.empty((x2.shape[0], self.sketch_dim), dtype=np.float32)
-        step = max(1, (1 << 24) // max(1, self.dim))  # rows at a time: bounds the transposed copy to 64 MB
-        for lo in range(0, x2.shape[0], step):
-            out[lo : lo + step] = (self._matrix.T @ x2[lo : lo + step].T).T
+        out = self.project_rows(x2)
         return out[0] if single else out
+
+    def project_rows(self, rows: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+        """Project ``m`` vectors ``(d,)`` one by one (never stacked) to ``(m, k)`` float32, as :meth:`project`.
+
+        Raises
+        ------
+        ValueError
+            If a row is not a vector of ``d`` numbers.
+        """
+        out = np.empty((len(rows), self.sketch_dim), dtype=np.float32)
+        for i in range(len(rows)):
+            row = np.asarray(rows[i], dtype=np.float32)
+            if row.shape != (self.dim,):
+                raise ValueError(
+                    f"The 'rows' parameter of CountSketch.project_rows must hold vectors of {self.dim} numbers. "
+                    f"Got shape {row.shape} at row {i} instead."
+                )
+            out[i] = self._by_bucket @ row
+        return out
 
 
 AUTO_SKETCH_BYTES = 2 * 2**30
@@ -260,7 +279,7 @@ def sketch_rows(
     exact : bool, default=False
         Never sketch (e.g. for L1 distances, which a sketch does not keep).
     chunk : int, default=512
-        Rows stacked at a time while sketching (the full ``(N, d)`` is never stacked).
+        Rows handed to the sketch per call (each is projected alone, never stacked).
 
     Returns
     -------
@@ -283,7 +302,7 @@ def sketch_rows(
     sketch = None if exact else row_sketch(n, dim, seed, sketch_dim)
     if sketch is None:
         return np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(list(rows))
-    return np.concatenate([sketch.project(np.stack(list(rows[i : i + chunk]))) for i in range(0, n, chunk)])
+    return np.concatenate([sketch.project_rows(rows[i : i + chunk]) for i in range(0, n, chunk)])
 
 
 class UpdateSimilarity:
@@ -316,15 +335,16 @@ class UpdateSimilarity:
     def __len__(self) -> int:
         return len(self.pids)
 
-    def update(self, pids: Sequence[int], updates: np.ndarray) -> None:
+    def update(self, pids: Sequence[int], updates: np.ndarray | Sequence[np.ndarray]) -> None:
         """Store this round's updates and refresh their rows and columns of ``S``.
 
         Parameters
         ----------
         pids : sequence of int, length m
             Distinct partition ids.
-        updates : ndarray of shape (m, d)
-            Flattened updates (trained minus sent); projected first when a sketch is set.
+        updates : ndarray of shape (m, d), or a sequence of m arrays (d,)
+            Flattened updates (trained minus sent); projected first when a sketch is set, a row at
+            a time (a sequence is then never stacked).
 
         Raises
         ------
@@ -332,15 +352,21 @@ class UpdateSimilarity:
             If the shapes disagree with ``pids`` or earlier updates, or ``pids`` repeat.
         """
         pids = [int(p) for p in pids]
-        updates = np.asarray(updates, dtype=np.float32)
-        if updates.ndim != 2 or updates.shape[0] != len(pids) or len(set(pids)) != len(pids):
+        sketched = isinstance(self.sketch, CountSketch) and not isinstance(updates, np.ndarray)
+        if not sketched:
+            updates = np.asarray(updates, dtype=np.float32)
+        shape = (len(updates), *np.shape(updates[0])) if sketched and len(updates) else np.shape(updates)
+        if len(shape) != 2 or shape[0] != len(pids) or len(set(pids)) != len(pids):
             raise ValueError(
                 "The 'updates' parameter of UpdateSimilarity.update must have one row per "
-                f"distinct pid. Got shape {updates.shape} for {len(pids)} pids instead."
+                f"distinct pid. Got shape {shape} for {len(pids)} pids instead."
             )
         if not pids:
             return
-        vectors = self.sketch.project(updates) if self.sketch is not None else updates
+        if isinstance(self.sketch, CountSketch):
+            vectors = self.sketch.project_rows(updates)
+        else:
+            vectors = self.sketch.project(np.asarray(updates)) if self.sketch is not None else np.asarray(updates)
         if self.pids and vectors.shape[1] != self._vectors.shape[1]:
             raise ValueError(
                 f"The 'updates' parameter of UpdateSimilarity.update must have "

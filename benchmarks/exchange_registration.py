@@ -25,6 +25,7 @@ from typing import Any
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from benchmarks.report import LARGE
 from benchmarks.runs import ROOT
+from strategies import FedAvg
 
 WAYS = ("flower", "umbel")
 
@@ -35,10 +36,10 @@ from flwr.server.superlink.fleet.vce import vce_api
 from flwr.supercore.run import Run
 from server import linkindex
 linkindex.install_config_cache()
-way, nodes, app = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+way, nodes, app, strategy = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 register = vce_api._register_node_info_stores if way == "flower" else linkindex.register_contexts
 run = Run.create_empty(1)
-run.override_config = {"num-clients": nodes, "strategy": "fedavg", "seed": 0}
+run.override_config = {"num-clients": nodes, "strategy": strategy, "seed": 0}
 mapping = {node_id: k for k, node_id in enumerate(range(10**6, 10**6 + nodes))}
 register({10**6: 0}, run, app_dir=app)  # the first parse of pyproject.toml, outside the timing
 rss, cpu, wall = psutil.Process().memory_info().rss, time.process_time(), time.perf_counter()
@@ -53,7 +54,7 @@ print(json.dumps({"cpu": cpu, "wall": wall, "mb": grown}))
 def measure(way: str, nodes: int) -> dict[str, Any]:
     """One registration of ``nodes`` nodes the ``way`` (``flower`` or ``umbel``) in a fresh process."""
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, way, str(nodes), str(ROOT)],
+        [sys.executable, "-c", CHILD, way, str(nodes), str(ROOT), FedAvg.name],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks.compare import PAPER
 from benchmarks.records import Record, Table, write_record
 from benchmarks.runs import ROOT
+from strategies import CFLGP, FLAG, FLIC, FedClust
 
 
 @dataclass(frozen=True)
@@ -45,33 +46,33 @@ class PaperRow:
 
 
 PAPERS: dict[str, tuple[str, tuple[PaperRow, ...]]] = {
-    "fedclust": (
+    FedClust.name: (
         "FedClust at the paper's setting (Table 1, FMNIST, non-IID label skew 20%)",
-        (PaperRow("label-skew-20", "fedclust", "FedClust 97.92% (PACFL 97.46%, IFCA 96.83%, FedAvg 77.10%)"),),
+        (PaperRow("label-skew-20", FedClust.name, "FedClust 97.92% (PACFL 97.46%, IFCA 96.83%, FedAvg 77.10%)"),),
     ),
-    "flag": (
+    FLAG.name: (
         "FLAG at the paper's setting (Table 2, FMNIST, label skew 20% with Dirichlet quantity shift 1)",
         (
             PaperRow(
                 "label-skew-dirichlet-20",
-                "flag",
+                FLAG.name,
                 "FLAG 96.36% (PACFL 94.41%, IFCA 94.02%, CFL 86.97%, FedAvg 57.12%)",
             ),
         ),
     ),
-    "flic": (
+    FLIC.name: (
         "FLIC at the paper's setting (Table I, MNIST; here Fashion-MNIST)",
         (
-            PaperRow("label-swap-5", "flic", "FedAvg 0.75 -> FLIC 0.99 (MNIST)", cluster_round=200),
-            PaperRow("rotation-4", "flic", "FedAvg 0.93 -> FLIC 0.98 (MNIST)", cluster_round=200),
+            PaperRow("label-swap-5", FLIC.name, "FedAvg 0.75 -> FLIC 0.99 (MNIST)", cluster_round=200),
+            PaperRow("rotation-4", FLIC.name, "FedAvg 0.93 -> FLIC 0.98 (MNIST)", cluster_round=200),
         ),
     ),
-    "cfl-gp": (
+    CFLGP.name: (
         "CFL-GP at the paper's setting (Table 3 and App. F.5, rotated MNIST, 8 angles; here Fashion-MNIST)",
         (
             PaperRow(
                 "rotation-8",
-                "cfl-gp",
+                CFLGP.name,
                 "ARI 1.0 from round 1.00 ± 0.00 (Table 3, C = 32, b = 64); accuracy only plotted (Fig. 2)",
             ),
         ),

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import numpy as np
-
 from common.clustering.similarity import CountSketch
 from common.signals.update import ModelUpdate
 
@@ -38,5 +36,5 @@ def sketched(updates: dict[int, ModelUpdate], sketch: CountSketch | None) -> dic
     if sketch is None or not updates:
         return updates
     pids = sorted(updates)
-    rows = sketch.project(np.stack([updates.pop(p).delta for p in pids]))
+    rows = sketch.project_rows([updates.pop(p).delta for p in pids])  # row by row: no stacked batch
     return {p: ModelUpdate(row) for p, row in zip(pids, rows, strict=True)}

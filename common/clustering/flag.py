@@ -18,7 +18,7 @@ numpy in, numpy out; the principal angles come from :mod:`common.clustering.subs
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +28,13 @@ from common.validation import check_choice, check_float, check_int
 from .hierarchical import LINKAGES, check_distance_matrix, cut_linkage, linkage_tree
 from .sampled import sample_rows
 from .similarity import CountSketch, cosine_matrix, row_sketch, sketch_rows
-from .subspaces import PLACE_CHUNK, REFERENCES_PER_CLUSTER, SAMPLE_SIZE, angles_between, pairwise_subspace_angles
+from .subspaces import (
+    REFERENCES_PER_CLUSTER,
+    SAMPLE_SIZE,
+    angles_between,
+    pairwise_subspace_angles,
+    place_by_references,
+)
 
 ONE_MISSING = 180.0
 ELBOW_TOL = 0.01
@@ -508,20 +514,15 @@ def flag_sample(
             f"The 'updates' parameter of {owner} must hold one update per client ({n}). Got {len(updates)} instead."
         )
     cnt, logs = _class_logs(counts, n, num_classes, owner)
+    w_max = _largest_weight(cnt, logs)
     positions = sample_rows(n, np.random.default_rng(seed), check_int(size, "size", owner, low=2))
     data = data_similarity(
-        [bases[int(i)] for i in positions],
-        None if cnt is None else cnt[positions],
-        num_classes,
-        delta,
-        w_max=_largest_weight(cnt, logs),
+        [bases[int(i)] for i in positions], None if cnt is None else cnt[positions], num_classes, delta, w_max=w_max
     )
     sketch = row_sketch(n, int(np.shape(updates[0])[-1]), seed)
     rows = _sketched(updates, positions, sketch)
     gradient = gradient_angles(rows)
-    return FlagSample(
-        positions, proximity(data, gradient, beta), data, gradient, rows, sketch, _largest_weight(cnt, logs)
-    )
+    return FlagSample(positions, proximity(data, gradient, beta), data, gradient, rows, sketch, w_max)
 
 
 def flag_place(
@@ -549,59 +550,42 @@ def flag_place(
     -------
     ndarray of shape (N,), int64
     """
-    n = len(bases)
-    labels = np.empty(n, dtype=np.int64)
-    sample_labels = np.asarray(sample_labels, dtype=np.int64)
-    labels[sample.positions] = sample_labels
-    rest = np.setdiff1d(np.arange(n), sample.positions)
-    if not rest.size:
-        return labels
-    cnt, _ = _class_logs(counts, n, num_classes, "flag_place")
-    rng = np.random.default_rng([seed, 1])
-    clusters = np.unique(sample_labels)
-    local = [
-        np.sort(
-            rng.choice(
-                np.flatnonzero(sample_labels == k), size=min(references, int(np.sum(sample_labels == k))), replace=False
-            )
-        )
-        for k in clusters
-    ]
-    refs = np.concatenate(local)
-    starts = np.concatenate([[0], np.cumsum([len(x) for x in local])[:-1]])
-    sizes = np.array([len(x) for x in local], dtype=np.float64)
-    ref_bases = [bases[int(sample.positions[i])] for i in refs]
-    ref_counts = None if cnt is None else cnt[sample.positions[refs]]
+    cnt, _ = _class_logs(counts, len(bases), num_classes, "flag_place")
     scale = [(m.min(), np.ptp(m)) for m in (sample.data, sample.gradient)]
-    for lo in range(0, rest.size, PLACE_CHUNK):
-        at = rest[lo : lo + PLACE_CHUNK]
-        v = data_similarity_between(
-            [bases[int(i)] for i in at],
-            None if cnt is None else cnt[at],
-            ref_bases,
-            ref_counts,
-            num_classes,
-            delta,
-            sample.w_max,
-        )
-        cos = cosine_matrix(_sketched(updates, at, sample.sketch), sample.rows[refs])
-        a = np.zeros_like(v)
-        for weight, m, (low, span) in ((beta, v, scale[0]), (1 - beta, np.degrees(np.arccos(cos)), scale[1])):
-            if span > 0:
-                a += weight * (m - low) / span
-        labels[at] = clusters[np.argmin(np.add.reduceat(a, starts, axis=1) / sizes, axis=1)]
-    return labels
+
+    def against(refs: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        ref_bases = [bases[int(i)] for i in refs]
+        ref_counts = None if cnt is None else cnt[refs]
+        ref_rows = sample.rows[np.searchsorted(sample.positions, refs)]
+
+        def distance(at: np.ndarray) -> np.ndarray:
+            v = data_similarity_between(
+                [bases[int(i)] for i in at],
+                None if cnt is None else cnt[at],
+                ref_bases,
+                ref_counts,
+                num_classes,
+                delta,
+                sample.w_max,
+            )
+            g = np.degrees(np.arccos(cosine_matrix(_sketched(updates, at, sample.sketch), ref_rows)))
+            a = np.zeros_like(v)
+            for weight, m, (low, span) in ((beta, v, scale[0]), (1 - beta, g, scale[1])):
+                if span > 0:
+                    a += weight * (m - low) / span
+            return a
+
+        return distance
+
+    rng = np.random.default_rng([seed, 1])
+    return place_by_references(len(bases), sample.positions, sample_labels, against, rng, references)
 
 
-def _sketched(
-    updates: Sequence[np.ndarray], at: np.ndarray, sketch: CountSketch | None, chunk: int = 512
-) -> np.ndarray:
-    """The updates at positions ``at`` stacked (float32 stays float32), through ``sketch`` when given."""
-    blocks = []
-    for lo in range(0, len(at), chunk):
-        block = np.stack([np.asarray(updates[int(i)]) for i in at[lo : lo + chunk]])
-        blocks.append(block if sketch is None else sketch.project(block))
-    return np.concatenate(blocks)
+def _sketched(updates: Sequence[np.ndarray], at: np.ndarray, sketch: CountSketch | None) -> np.ndarray:
+    """The updates at positions ``at`` stacked (float32 stays float32), or projected row by row through
+    ``sketch`` (never stacked)."""
+    picked = [updates[int(i)] for i in at]
+    return np.stack([np.asarray(u) for u in picked]) if sketch is None else sketch.project_rows(picked)
 
 
 def threshold_grid(step: float) -> np.ndarray:

@@ -411,6 +411,55 @@ PLACE_CHUNK = 4096
 never all N at once."""
 
 
+def place_by_references(
+    num_clients: int,
+    sample: np.ndarray,
+    sample_labels: np.ndarray,
+    against: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]],
+    rng: np.random.Generator,
+    references: int = REFERENCES_PER_CLUSTER,
+) -> np.ndarray:
+    """Every client's cluster: the sample's own labels; every other client the sample cluster of
+    smallest mean distance to up to ``references`` of its members (average linkage), drawn with ``rng``.
+
+    Parameters
+    ----------
+    num_clients : int
+    sample : ndarray of shape (S,), int64
+        The clustered clients' positions, sorted.
+    sample_labels : ndarray of shape (S,), int64
+    against : callable
+        ``against(refs)`` for the reference positions ``refs`` (R,) returns the distance function
+        ``(at (m,) positions) -> (m, R)`` the algorithm places by; called once, then ``PLACE_CHUNK``
+        clients at a time.
+    rng : numpy Generator
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+    """
+    sample_labels = np.asarray(sample_labels, dtype=np.int64)
+    labels = np.full(num_clients, -1, dtype=np.int64)
+    labels[sample] = sample_labels
+    rest = np.setdiff1d(np.arange(num_clients), sample)
+    if not rest.size:
+        return labels
+    clusters = np.unique(sample_labels)
+    refs = [
+        np.sort(
+            rng.choice(sample[sample_labels == k], size=min(references, int(np.sum(sample_labels == k))), replace=False)
+        )
+        for k in clusters
+    ]
+    sizes = np.array([len(r) for r in refs])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    distance = against(np.concatenate(refs))
+    for lo in range(0, rest.size, PLACE_CHUNK):  # the others' signals read a chunk at a time
+        at = rest[lo : lo + PLACE_CHUNK]
+        labels[at] = clusters[np.argmin(np.add.reduceat(distance(at), starts, axis=1) / sizes, axis=1)]
+    return labels
+
+
 def sampled_clusters(
     bases: Sequence[np.ndarray], measure: str, cut: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -435,26 +484,10 @@ def sampled_clusters(
     sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, size=SAMPLE_SIZE, replace=False))
     matrix = pairwise_subspace_angles([bases[i] for i in sample], measure)
     sample_labels = np.asarray(cut(matrix), dtype=np.int64)
-    labels = np.full(n, -1, dtype=np.int64)
-    labels[sample] = sample_labels
-    rest = np.setdiff1d(np.arange(n), sample)
-    if rest.size:
-        clusters = np.unique(sample_labels)
-        refs = [
-            np.sort(
-                rng.choice(
-                    sample[sample_labels == k],
-                    size=min(REFERENCES_PER_CLUSTER, int(np.sum(sample_labels == k))),
-                    replace=False,
-                )
-            )
-            for k in clusters
-        ]
-        references = [bases[i] for r in refs for i in r]
-        sizes = np.array([len(r) for r in refs])
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        for lo in range(0, rest.size, PLACE_CHUNK):  # the others' orthonormal bases a chunk at a time
-            at = rest[lo : lo + PLACE_CHUNK]
-            angles = angles_between([bases[i] for i in at], references, measure)
-            labels[at] = clusters[np.argmin(np.add.reduceat(angles, starts, axis=1) / sizes, axis=1)]
+
+    def against(refs: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        references = [bases[i] for i in refs]
+        return lambda at: angles_between([bases[i] for i in at], references, measure)
+
+    labels = place_by_references(n, sample, sample_labels, against, rng)
     return labels, sample, matrix

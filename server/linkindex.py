@@ -39,6 +39,7 @@ SUPPORTED: tuple[str, ...] = ("1.41", "1.42")
 SIMULATION_COMMAND = "flwr-simulation"
 """The command Flower's SuperExec starts for a simulation run (found on ``PATH``)."""
 DISABLE_ENV = "UMBEL_FLOWER_LINKSTATE"
+"""Set to ``flower`` to run Flower's own in-memory state in simulations."""
 NODE_WRITERS: tuple[str, ...] = (
     "create_node",
     "delete_node",
@@ -48,7 +49,6 @@ NODE_WRITERS: tuple[str, ...] = (
     "_check_and_tag_offline_nodes",
 )
 """The methods of Flower's ``InMemoryLinkState`` (in ``SUPPORTED``) that change a node's status or ``online_until``."""
-"""Set to ``flower`` to run Flower's own in-memory state in simulations."""
 
 
 def flower_version() -> str:

@@ -52,7 +52,10 @@ def test_similarity_graph_refuses_a_matrix_that_is_not_square_by_name(shape: tup
 
 @pytest.mark.parametrize("resolution", [0.0, -1.0, float("inf"), float("nan")])
 def test_louvain_labels_refuses_a_resolution_outside_zero_to_infinity_by_name(resolution: float) -> None:
-    sentence = f"The 'resolution' parameter of louvain_labels must be a float in the range (0.0, inf). Got {resolution!r} instead."
+    sentence = (
+        "The 'resolution' parameter of louvain_labels must be a float in the range (0.0, inf). "
+        f"Got {resolution!r} instead."
+    )
     with pytest.raises(ValueError, match=_full(sentence)):
         louvain_labels(blocks((2, 2)), resolution)
 

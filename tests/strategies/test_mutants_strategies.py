@@ -1,0 +1,139 @@
+"""The strategies' round bookkeeping without Flower: automatic warm-up and pre-training lengths, phases
+(written to metrics.jsonl), the pre-training bound, CFL-GP's clustering rounds and a fresh CFLGT's state.
+
+Written for the mutation run's survivors in strategies/ (docs/mutation-strategies.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from common.config import TrainingParams
+from strategies.cfl_gp import CFLGP, CFLGPParams
+from strategies.cflgt import CFLGT, CFLGTParams, automatic_pretrain_rounds
+from strategies.fedclust import FedClust, FedClustParams
+from strategies.flhc import FLHC, FLHCParams, automatic_warmup_rounds
+from strategies.oneshot import OneShotStrategy
+from tests.strategies.test_oneshot import TRUTH, _layers, _offline
+
+
+@pytest.mark.parametrize(("rounds", "warmup"), [(1, 0), (2, 1), (3, 1), (50, 1)])
+def test_flhc_s_automatic_warmup_is_one_round_below_the_run_s_rounds(rounds: int, warmup: int) -> None:
+    assert automatic_warmup_rounds(rounds) == warmup
+
+
+def test_flhc_replaces_only_a_zero_warmup_by_the_automatic_one_and_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO"):
+        auto = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=0))
+    assert auto.params.warmup_rounds == 1 and auto.clustering_round() == 2
+    assert "FLHC: flhc-warmup-rounds 0 (automatic): 1 of 5 rounds" in caplog.text
+    assert FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=3)).clustering_round() == 4
+
+
+def test_flhc_s_phases_are_warmup_cluster_then_train() -> None:
+    s = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=2))
+    assert [s.phase(r) for r in range(1, 6)] == ["warmup", "warmup", "cluster", "train", "train"]
+
+
+@pytest.mark.parametrize(("rounds", "pretrain"), [(1, 0), (2, 1), (7, 1), (8, 2), (100, 25)])
+def test_cflgt_s_automatic_pretraining_is_a_quarter_of_the_rounds_at_least_one_below_them(
+    rounds: int, pretrain: int
+) -> None:
+    assert automatic_pretrain_rounds(rounds) == pretrain
+
+
+def test_cflgt_replaces_only_a_zero_pretraining_and_refuses_one_as_long_as_the_run() -> None:
+    assert CFLGT(TrainingParams(rounds=8), CFLGTParams(pretrain_rounds=0)).params.pretrain_rounds == 2
+    assert CFLGT(TrainingParams(rounds=8), CFLGTParams(pretrain_rounds=1)).params.pretrain_rounds == 1
+    assert CFLGT(TrainingParams(rounds=8), CFLGTParams(pretrain_rounds=7)).clustering_round == 8
+    sentence = (
+        "The 'cflgt-pretrain-rounds' parameter of CFLGT must be an int in the range [0, 7] (below 'rounds'). "
+        "Got 8 instead."
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(sentence)}$"):
+        CFLGT(TrainingParams(rounds=8), CFLGTParams(pretrain_rounds=8))
+
+
+def test_cflgt_s_phases_are_pretrain_cluster_then_train() -> None:
+    s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=2))
+    assert [s.phase(r) for r in range(1, 6)] == ["pretrain", "pretrain", "cluster", "train", "train"]
+
+
+def test_a_fresh_cflgt_holds_the_empty_state_its_checkpoint_declares() -> None:
+    s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=2))
+    assert s.reference is None and s.trajectories == {} and s.pending == set()
+    assert s.exemplars.shape == (0, 0, 2) and s.distance_pids == [] and s.diagnostics == {}
+    assert s.distance_matrix is None
+
+
+def test_cfl_gp_clusters_every_period_below_its_limit_and_names_the_phase_of_a_broadcast_round() -> None:
+    s = CFLGP(TrainingParams(rounds=12), CFLGPParams(num_clusters=2, cluster_period=3, cluster_until=10))
+    assert [r for r in range(1, 13) if s.is_cluster_round(r)] == [1, 4, 7]
+    s.stopped = True
+    assert not any(s.is_cluster_round(r) for r in range(1, 13))
+    free = CFLGP(TrainingParams(rounds=12), CFLGPParams(num_clusters=2, cluster_period=1))
+    assert [r for r in range(1, 13) if free.is_cluster_round(r)] == list(range(1, 13))
+    assert free.phase(1) == "train"
+    free.broadcasts.append((3, 0))
+    assert [free.phase(r) for r in (2, 3, 4)] == ["train", "cluster", "train"]
+    assert np.array_equal(np.asarray(free.broadcasts[-1]), [3, 0])
+
+
+def _fedclust(**params: float) -> FedClust:
+    rng = np.random.default_rng(0)
+    return _offline(FedClust(TrainingParams(seed=7), FedClustParams(**params)), _layers(rng, range(8)))
+
+
+def test_a_one_shot_clustering_logs_its_round_strategy_and_sizes_and_the_automatic_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = _fedclust(fedclust_lambda=0.0)
+    with caplog.at_level("INFO"):
+        s.cluster(1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"round 1: {FedClust.__name__} formed 2 clusters, sizes [4, 4]" in messages
+    assert any(
+        re.fullmatch(r"automatic cut \(threshold and num-clusters 0\): 2 clusters, silhouette 0\.\d{3}", m)
+        for m in messages
+    )
+
+
+def test_fedclust_passes_the_runs_seed_and_sample_above_to_its_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    import strategies.fedclust
+
+    calls = []
+    found = strategies.fedclust.fedclust_clusters
+    monkeypatch.setattr(strategies.fedclust, "fedclust_clusters", lambda *a: calls.append(a) or found(*a))
+    s = _offline(
+        FedClust(TrainingParams(seed=7), FedClustParams(num_clusters=2, sample_above=5)),
+        _layers(np.random.default_rng(0), range(8)),
+    )
+    s.cluster(1)
+    (vectors, cut, sample_above, seed) = calls[0]
+    assert (cut, sample_above, seed) == (s.hc_cut, 5, 7) and len(vectors) == 8
+    assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0
+
+
+def test_fedclust_reports_and_logs_the_newcomers_accuracy_apart_from_the_residents(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = _fedclust(num_clusters=2)
+    s.cluster(1)
+    assert s.run_details() == {}
+    s.newcomers = {9}
+    s.last_eval = {1: (0.5, 10), 9: (0.9, 10), 2: (0.7, 10)}
+    assert s.run_details() == {"newcomers": 1, "newcomer-accuracy": 0.9, "resident-accuracy": pytest.approx(0.6)}
+    rounds = []
+    monkeypatch.setattr(
+        OneShotStrategy, "aggregate_evaluate", lambda self, rnd, replies: rounds.append(rnd), raising=False
+    )
+    with caplog.at_level("INFO"):
+        s.aggregate_evaluate(4, [])
+    assert rounds == [4]
+    assert "round 4: newcomers' accuracy 0.9000 (1 clients), the others' 0.6000" in [
+        r.getMessage() for r in caplog.records
+    ]

@@ -21,6 +21,7 @@ from common.clustering.trajectories import (
     hopkins_statistic,
     nearest_exemplar,
     trajectories_from_forces,
+    trajectory_distances,
 )
 
 SQUARE = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -54,6 +55,23 @@ BAD_INPUT: list[Any] = [
         )
         for shape in [(2, 3, 3), (3, 2), (2, 0, 2), (2, 2)]
     ],
+    *[
+        pytest.param(
+            lambda a=a, b=b: trajectory_distances(a, b),
+            "The '{}' parameter of trajectory_distances must be a finite array of shape (N, C, 2) with C >= 1. "
+            "Got shape {} instead.".format(*bad),
+            id=f"distances-{bad[0]}",
+        )
+        for a, b, bad in [
+            (np.zeros((2, 3)), None, ("a", (2, 3))),
+            (ONE_POINT, np.zeros((2, 1, 3)), ("b", (2, 1, 3))),
+        ]
+    ],
+    pytest.param(
+        lambda: trajectory_distances(np.zeros((2, 3, 2)), np.zeros((4, 5, 2))),
+        "The 'b' parameter of trajectory_distances must have C = 3 points like 'a'. Got 5 instead.",
+        id="distances-C",
+    ),
     pytest.param(
         lambda: cluster_trajectories(ONE_POINT, max_points=0),
         "The 'max_points' parameter of cluster_trajectories must be an int >= 1. Got 0 instead.",
@@ -202,3 +220,55 @@ def test_hopkins_needs_only_two_points_and_samples_without_replacement() -> None
     x = np.array([[0.0], [1.0], [3.0]])
     values = {hopkins_statistic(x, sample_fraction=1.0, seed=s) for s in range(20)}
     assert all(0.0 < v < 1.0 for v in values)
+
+
+FIVE = np.array(
+    [
+        [0.0, 0.1, 9.0, 9.2, 9.1],
+        [0.1, 0.0, 9.0, 9.1, 9.3],
+        [9.0, 9.0, 0.0, 0.2, 0.3],
+        [9.2, 9.1, 0.2, 0.0, 0.25],
+        [9.1, 9.3, 0.3, 0.25, 0.0],
+    ]
+)
+
+
+def test_a_run_that_never_converges_is_one_cluster_flagged_unconverged_with_its_preference() -> None:
+    result = affinity_propagation(FIVE, max_iter=1, retries=())
+    assert result.converged is False and result.preference == -0.3 and result.damping == 0.5
+    assert result.labels.tolist() == [0] * 5 and result.exemplars.tolist() == [0]
+
+
+def test_identical_inputs_are_one_cluster_whatever_the_preference() -> None:
+    # AP itself would make each of equal points its own exemplar under a preference above their similarity.
+    assert affinity_propagation(np.zeros((3, 3)), preference=1.0).labels.tolist() == [0, 0, 0]
+
+
+def test_two_distinct_points_run_ap_and_a_degenerate_run_is_no_error() -> None:
+    apart = affinity_propagation(SQUARE, preference=0.0)
+    assert apart.labels.tolist() == [0, 1] and apart.converged is True
+    # Similarities equal to the preference: scikit-learn warns (a UserWarning, not a ConvergenceWarning).
+    tied = affinity_propagation(SQUARE, preference=-1.0)
+    assert tied.labels.dtype == np.int64 and len(tied.labels) == 2
+
+
+def test_cluster_trajectories_passes_its_preference_to_ap() -> None:
+    points = np.array([[[0.0, 0.0]], [[0.0, 0.1]], [[9.0, 9.0]], [[9.0, 9.1]]])
+    assert cluster_trajectories(points).result.labels.tolist() == [0, 0, 1, 1]
+    assert cluster_trajectories(points, preference=-1000.0).result.labels.tolist() == [0, 0, 0, 0]
+
+
+def test_the_sample_is_drawn_without_replacement_from_the_seed() -> None:
+    points = np.arange(24, dtype=np.float64).reshape(12, 1, 2)
+    first = cluster_trajectories(points, max_points=11, seed=3).sample
+    assert len(np.unique(first)) == 11 and np.array_equal(first, np.sort(first))
+    assert np.array_equal(cluster_trajectories(points, max_points=11, seed=3).sample, first)
+    others = {tuple(cluster_trajectories(points, max_points=6, seed=s).sample.tolist()) for s in range(4)}
+    assert len(others) > 1
+
+
+def test_hopkins_probes_span_each_column_s_own_range() -> None:
+    # An even grid in [0, 1] x [100, 101]: Hopkins near 0.5. Probes drawn over [0, 101] in both
+    # columns would lie far from every point (H near 1).
+    grid = np.stack(np.meshgrid(np.linspace(0, 1, 6), np.linspace(100, 101, 6)), axis=-1).reshape(-1, 2)
+    assert all(hopkins_statistic(grid, sample_fraction=0.5, seed=s) < 0.8 for s in range(5))

@@ -160,3 +160,18 @@ def test_join_by_modularity_refuses_a_similarity_of_the_wrong_shape_by_name() ->
     )
     with pytest.raises(ValueError, match=_full(sentence)):
         join_by_modularity(np.ones((1, 3)), np.ones((2, 2)), np.array([0, 0, 1]))
+
+
+def test_louvain_by_silhouette_measures_distance_as_two_minus_the_similarity() -> None:
+    # Two groups of two subgroups of 3: similarity 1.7 within a subgroup, 1.2 within a group, 0.2 across,
+    # so distances 0.3, 0.8 and 1.8. Silhouette of the 2 groups: a = (2 * 0.3 + 3 * 0.8) / 5 = 0.6,
+    # b = 1.8, s = 0.667; of the 4 subgroups: a = 0.3, b = 0.8, s = 0.625. The 2 groups win.
+    s = np.full((12, 12), 0.2)
+    for group in range(2):
+        s[6 * group : 6 * group + 6, 6 * group : 6 * group + 6] = 1.2
+        for sub in range(2):
+            start = 6 * group + 3 * sub
+            s[start : start + 3, start : start + 3] = 1.7
+    np.fill_diagonal(s, 2.0)
+    labels, _ = louvain_by_silhouette(s)
+    assert labels.tolist() == [0] * 6 + [1] * 6

@@ -10,12 +10,14 @@ import re
 
 import numpy as np
 import pytest
+from flwr.app import Array, ArrayRecord
 from sklearn.metrics import adjusted_rand_score
 
 from common.config import TrainingParams
 from strategies.cfl_gp import CFLGP, CFLGPParams
 from strategies.cflgt import CFLGT, CFLGTParams, automatic_pretrain_rounds
 from strategies.fedclust import FedClust, FedClustParams
+from strategies.federation import ClientInfo
 from strategies.flhc import FLHC, FLHCParams, automatic_warmup_rounds
 from strategies.oneshot import OneShotStrategy
 from tests.strategies.test_oneshot import TRUTH, _layers, _offline
@@ -137,3 +139,91 @@ def test_fedclust_reports_and_logs_the_newcomers_accuracy_apart_from_the_residen
     assert "round 4: newcomers' accuracy 0.9000 (1 clients), the others' 0.6000" in [
         r.getMessage() for r in caplog.records
     ]
+
+
+# Two planted groups of trajectories (C = 2 classes): pull 1 everywhere, push 1 in group 0 and 3 in group 1.
+PLANTED = {p: np.array([[1.0, 1.0 + 2 * TRUTH[p]], [1.0, 1.0 + 2 * TRUTH[p]]]) for p in range(8)}
+
+
+def _cflgt(pids: range, silent: tuple[int, ...] = (), **params: object) -> CFLGT:
+    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(pretrain_rounds=1, **params))  # type: ignore[arg-type]
+    s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, int(TRUTH[p % 8])) for p in pids}
+    s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(2, np.float32))}))
+    s._forces = lambda asked, rnd: {p: PLANTED[p % 8] for p in asked if p not in silent}  # type: ignore[method-assign]
+    return s
+
+
+def test_cflgt_clusters_planted_trajectories_and_records_its_diagnostics(caplog: pytest.LogCaptureFixture) -> None:
+    s = _cflgt(range(8), damping=0.6)
+    with caplog.at_level("INFO"):
+        s._cluster(2)
+    assert adjusted_rand_score(TRUTH, [s.assignment[p] for p in range(8)]) == 1.0 and len(s.models) == 2
+    assert s.distance_pids == list(range(8)) and s.distance_matrix.shape == (8, 8)
+    assert s.exemplars.shape == (2, 2, 2) and s.pending == set()
+    d = s.diagnostics
+    # pull is 1 everywhere (CV 0); push is 1 or 3, four of each: mean 2, std 1, CV 0.5.
+    assert d["cv-pull"] == 0.0 and d["cv-push"] == pytest.approx(0.5)
+    assert 0.0 <= d["hopkins"] <= 1.0 and d["converged"] is True and d["damping"] == 0.6 and d["preference"] < 0
+    assert set(s.run_details()) == {
+        "ap-" + k for k in ("hopkins", "cv-pull", "cv-push", "preference", "converged", "damping")
+    }
+    assert any(
+        re.fullmatch(
+            r"round 2: CFLGT found 2 clusters of sizes \[4, 4\] in 8 trajectories; Hopkins \d\.\d{3}, "
+            r"CV of Z1' 0\.000 and Z2' 0\.500, AP preference -\d.*",
+            r.getMessage(),
+        )
+        for r in caplog.records
+    )
+
+
+def test_cflgt_s_seed_draws_its_ap_sample() -> None:
+    samples = set()
+    for seed in (1, 2, 3):
+        s = _cflgt(range(8), ap_sample=4)
+        s.training = TrainingParams(rounds=5, seed=seed)
+        s._cluster(2)
+        assert len(s.distance_pids) == 4
+        samples.add(tuple(s.distance_pids))
+    assert len(samples) > 1
+
+
+def test_cflgt_puts_clients_without_a_trajectory_in_the_largest_cluster_to_ask_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = _cflgt(range(9), silent=(8,))
+    with caplog.at_level("WARNING"):
+        s._cluster(2)
+    assert s.pending == {8} and s.assignment[8] in (0, 1) and sorted(s.trajectories) == list(range(8))
+    assert "round 2: no trajectory from clients [8]; they wait in cluster" in caplog.text
+    nobody = _cflgt(range(3), silent=(0, 1, 2))
+    with caplog.at_level("WARNING"):
+        nobody._cluster(2)
+    assert nobody.distance_matrix is None and nobody.diagnostics == {}
+    assert "round 2: no client sent a trajectory; one more FedAvg round, then again" in caplog.text
+
+
+def test_cflgt_warns_when_ap_does_not_converge_or_needs_more_damping(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import strategies.cflgt
+    from common.clustering.trajectories import APResult, TrajectoryClusters
+
+    def fake(result: APResult) -> object:
+        return lambda points, **kw: TrajectoryClusters(result, np.arange(len(points)), np.zeros((len(points),) * 2))
+
+    zeros = np.zeros(8, dtype=np.int64)
+    monkeypatch.setattr(strategies.cflgt, "cluster_trajectories", fake(APResult(zeros, zeros[:1], -1.0, False, 0.9)))
+    with caplog.at_level("WARNING"):
+        _cflgt(range(8))._cluster(2)
+    assert "round 2: affinity propagation did not converge up to damping 0.90; one cluster" in caplog.text
+    monkeypatch.setattr(strategies.cflgt, "cluster_trajectories", fake(APResult(zeros, zeros[:1], -1.0, True, 0.7)))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _cflgt(range(8))._cluster(2)
+    assert "round 2: affinity propagation converged only at damping 0.70" in caplog.text
+    monkeypatch.setattr(strategies.cflgt, "cluster_trajectories", fake(APResult(zeros, zeros[:1], -1.0, True, 0.5)))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _cflgt(range(8))._cluster(2)
+    assert "affinity propagation" not in caplog.text

@@ -227,3 +227,21 @@ def test_cflgt_warns_when_ap_does_not_converge_or_needs_more_damping(
     with caplog.at_level("WARNING"):
         _cflgt(range(8))._cluster(2)
     assert "affinity propagation" not in caplog.text
+
+
+@pytest.mark.parametrize(("num_train", "vectors", "most"), [((1000, 260), 0, 10), ((40, 30), 0, 1), ((1000,), 3, 3)])
+def test_flag_asks_for_at_most_one_percent_of_the_largest_train_split_as_basis_vectors(
+    num_train: tuple[int, ...], vectors: int, most: int
+) -> None:
+    from strategies.flag import FLAG, FLAGParams
+
+    s = FLAG(TrainingParams(), FLAGParams(flag_vectors=vectors))
+    s.clients = {p: ClientInfo(p, 1000 + p, n, 5, 0) for p, n in enumerate(num_train)}
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+    )
+    s.init_clusters(s.initial)
+    asked = []
+    s.query_signal = lambda *a, **kw: asked.append(kw) or {}  # type: ignore[method-assign]
+    s.collect(sorted(s.clients), 1)
+    assert asked[0]["max_vectors"] == most

@@ -245,3 +245,17 @@ def test_flag_asks_for_at_most_one_percent_of_the_largest_train_split_as_basis_v
     s.query_signal = lambda *a, **kw: asked.append(kw) or {}  # type: ignore[method-assign]
     s.collect(sorted(s.clients), 1)
     assert asked[0]["max_vectors"] == most
+
+
+def test_flag_builds_its_sweep_model_for_the_run_s_data_and_refuses_one_that_cannot_take_it() -> None:
+    from common.data import DatasetInfo
+    from strategies.flag import FLAG, FLAGParams
+
+    info = DatasetInfo("digits", "classification", 10, (64,))
+    s = FLAG(TrainingParams(), FLAGParams(flag_sweep_model="linear"))
+    s.prepare_sweep(info, 0)
+    assert s.sweep_initial is not None and len(s.sweep_initial) > 0
+    with pytest.raises(
+        ValueError, match=r"^The 'flag-sweep-model' parameter of FLAG must be a model for inputs of shape \(64,\)"
+    ):
+        FLAG(TrainingParams(), FLAGParams(flag_sweep_model="lenet5")).prepare_sweep(info, 0)

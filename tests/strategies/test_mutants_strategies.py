@@ -259,3 +259,46 @@ def test_flag_builds_its_sweep_model_for_the_run_s_data_and_refuses_one_that_can
         ValueError, match=r"^The 'flag-sweep-model' parameter of FLAG must be a model for inputs of shape \(64,\)"
     ):
         FLAG(TrainingParams(), FLAGParams(flag_sweep_model="lenet5")).prepare_sweep(info, 0)
+
+
+def test_cflgt_s_hopkins_is_seeded_by_the_run_and_undefined_for_one_client() -> None:
+    noisy = {p: PLANTED[p] + np.random.default_rng(p).normal(scale=0.3, size=(2, 2)) for p in range(8)}
+
+    def hopkins(seed: int, n: int = 8) -> float:
+        s = _cflgt(range(n))
+        s._forces = lambda asked, rnd: {p: noisy[p] for p in asked}  # type: ignore[method-assign]
+        s.training = TrainingParams(rounds=5, seed=seed)
+        s._cluster(2)
+        return float(s.diagnostics["hopkins"])
+
+    assert hopkins(3) == hopkins(3) != hopkins(4)
+    assert 0.0 <= hopkins(3, n=2) <= 1.0
+    one = _cflgt(range(1))
+    one._cluster(2)
+    assert np.isnan(one.diagnostics["hopkins"]) and one.run_details()["ap-hopkins"] is None
+
+
+def test_cflgt_asks_for_forces_on_the_reference_model_with_the_head_s_class_count() -> None:
+    s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=1))
+    sentence = f"{CFLGT.__name__}.reference is not initialised yet: the clustering round (before_round) must run first."
+    with pytest.raises(RuntimeError, match=f"^{re.escape(sentence)}$"):
+        s._forces([0], 2)
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((3, 4), np.float32)), "head.bias": Array(np.zeros(3, np.float32))}
+    )
+    s.reference = s.initial.copy()
+    asked = []
+    s.query_signal = lambda *a, **kw: asked.append(kw) or {}  # type: ignore[method-assign]
+    assert s._forces([0, 1], 2) == {}
+    assert asked[0]["num_classes"] == 3 and asked[0]["models"] == [s.reference]
+
+
+def test_fedclust_places_no_newcomer_before_its_centroids_exist() -> None:
+    sentence = f"{FedClust.__name__}.centroids is not initialised yet: the clustering round (cluster) must run first."
+    with pytest.raises(RuntimeError, match=f"^{re.escape(sentence)}$"):
+        FedClust(TrainingParams(), FedClustParams()).place([9], 3)
+
+
+def test_a_fresh_one_shot_strategy_has_clustered_nobody() -> None:
+    s = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=1))
+    assert s.distance_matrix is None and s.distance_pids == [] and s.signals == {} and s.clustered is False

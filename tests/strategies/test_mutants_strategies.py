@@ -186,6 +186,29 @@ def test_cflgt_s_seed_draws_its_ap_sample() -> None:
         assert len(s.distance_pids) == 4
         samples.add(tuple(s.distance_pids))
     assert len(samples) > 1
+    again = _cflgt(range(8), ap_sample=4)
+    again.training = TrainingParams(rounds=5, seed=3)
+    again._cluster(2)
+    assert again.distance_pids == s.distance_pids
+
+
+def test_cflgt_passes_its_preference_to_ap() -> None:
+    s = _cflgt(range(8), preference=-1000.0)
+    s._cluster(2)
+    assert len(s.models) == 1 and s.diagnostics["preference"] == -1000.0
+
+
+def test_flhc_keeps_no_update_after_clustering_and_fedclust_keeps_its_layers() -> None:
+    from common.signals.update import ModelUpdate
+
+    rng = np.random.default_rng(0)
+    updates = {p: ModelUpdate(np.eye(5)[TRUTH[p]] + rng.normal(scale=0.01, size=5)) for p in range(8)}
+    flhc = _offline(FLHC(TrainingParams(seed=7), FLHCParams(num_clusters=2, warmup_rounds=1)), updates)
+    flhc.cluster(2)
+    assert adjusted_rand_score(TRUTH, [flhc.assignment[p] for p in range(8)]) == 1.0 and flhc.signals == {}
+    fedclust = _fedclust(num_clusters=2)
+    fedclust.cluster(1)
+    assert sorted(fedclust.signals) == list(range(8))
 
 
 def test_cflgt_puts_clients_without_a_trajectory_in_the_largest_cluster_to_ask_again(

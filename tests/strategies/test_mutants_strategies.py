@@ -32,7 +32,7 @@ def test_flhc_replaces_only_a_zero_warmup_by_the_automatic_one_and_logs_it(caplo
     with caplog.at_level("INFO"):
         auto = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=0))
     assert auto.params.warmup_rounds == 1 and auto.clustering_round() == 2
-    assert "FLHC: flhc-warmup-rounds 0 (automatic): 1 of 5 rounds" in caplog.text
+    assert "FLHC: flhc-warmup-rounds 0 (automatic): 1 of 5 rounds" in [r.getMessage() for r in caplog.records]
     assert FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=3)).clustering_round() == 4
 
 
@@ -129,6 +129,11 @@ def test_fedclust_reports_and_logs_the_newcomers_accuracy_apart_from_the_residen
     s.newcomers = {9}
     s.last_eval = {1: (0.5, 10), 9: (0.9, 10), 2: (0.7, 10)}
     assert s.run_details() == {"newcomers": 1, "newcomer-accuracy": 0.9, "resident-accuracy": pytest.approx(0.6)}
+    s.last_eval = {1: (0.5, 10)}
+    assert s.run_details() == {"newcomers": 1, "newcomer-accuracy": None, "resident-accuracy": 0.5}
+    s.last_eval = {9: (0.9, 10)}
+    assert s.run_details() == {"newcomers": 1, "newcomer-accuracy": 0.9, "resident-accuracy": None}
+    s.last_eval = {1: (0.5, 10), 9: (0.9, 10), 2: (0.7, 10)}
     rounds = []
     monkeypatch.setattr(
         OneShotStrategy, "aggregate_evaluate", lambda self, rnd, replies: rounds.append(rnd), raising=False
@@ -218,12 +223,17 @@ def test_cflgt_puts_clients_without_a_trajectory_in_the_largest_cluster_to_ask_a
     with caplog.at_level("WARNING"):
         s._cluster(2)
     assert s.pending == {8} and s.assignment[8] in (0, 1) and sorted(s.trajectories) == list(range(8))
-    assert "round 2: no trajectory from clients [8]; they wait in cluster" in caplog.text
+    assert any(
+        r.getMessage().startswith("round 2: no trajectory from clients [8]; they wait in cluster")
+        for r in caplog.records
+    )
     nobody = _cflgt(range(3), silent=(0, 1, 2))
     with caplog.at_level("WARNING"):
         nobody._cluster(2)
     assert nobody.distance_matrix is None and nobody.diagnostics == {}
-    assert "round 2: no client sent a trajectory; one more FedAvg round, then again" in caplog.text
+    assert "round 2: no client sent a trajectory; one more FedAvg round, then again" in [
+        r.getMessage() for r in caplog.records
+    ]
 
 
 def test_cflgt_warns_when_ap_does_not_converge_or_needs_more_damping(
@@ -239,12 +249,14 @@ def test_cflgt_warns_when_ap_does_not_converge_or_needs_more_damping(
     monkeypatch.setattr(strategies.cflgt, "cluster_trajectories", fake(APResult(zeros, zeros[:1], -1.0, False, 0.9)))
     with caplog.at_level("WARNING"):
         _cflgt(range(8))._cluster(2)
-    assert "round 2: affinity propagation did not converge up to damping 0.90; one cluster" in caplog.text
+    assert "round 2: affinity propagation did not converge up to damping 0.90; one cluster" in [
+        r.getMessage() for r in caplog.records
+    ]
     monkeypatch.setattr(strategies.cflgt, "cluster_trajectories", fake(APResult(zeros, zeros[:1], -1.0, True, 0.7)))
     caplog.clear()
     with caplog.at_level("WARNING"):
         _cflgt(range(8))._cluster(2)
-    assert "round 2: affinity propagation converged only at damping 0.70" in caplog.text
+    assert "round 2: affinity propagation converged only at damping 0.70" in [r.getMessage() for r in caplog.records]
     monkeypatch.setattr(strategies.cflgt, "cluster_trajectories", fake(APResult(zeros, zeros[:1], -1.0, True, 0.5)))
     caplog.clear()
     with caplog.at_level("WARNING"):
@@ -325,3 +337,42 @@ def test_fedclust_places_no_newcomer_before_its_centroids_exist() -> None:
 def test_a_fresh_one_shot_strategy_has_clustered_nobody() -> None:
     s = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=1))
     assert s.distance_matrix is None and s.distance_pids == [] and s.signals == {} and s.clustered is False
+
+
+def test_flag_collects_bases_then_updates_in_batches_and_drops_a_client_with_another_row_count() -> None:
+    from common import keys
+    from common.signals.subspaces import ClassSubspaces
+    from common.signals.update import ModelUpdate
+    from strategies.flag import FLAG, FLAGParams
+
+    s = FLAG(TrainingParams(seed=5), FLAGParams(flag_vectors=2, gradient_epochs=3))
+    s.query_batch = 2  # type: ignore[misc]
+    s.clients = {p: ClientInfo(p, 1000 + p, 100, 5, 0) for p in range(5)}
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+    )
+    s.init_clusters(s.initial)
+    calls: list[tuple[str, list[int], int, dict[str, object]]] = []
+
+    def basis(rows: int) -> ClassSubspaces:
+        return ClassSubspaces(np.array([0]), (np.eye(rows, 1, dtype=np.float32),))
+
+    def query(action: str, pids: list[int], rnd: int, parse: object, **kw: object) -> dict[int, object]:
+        calls.append((action, list(pids), rnd, kw))
+        if action == keys.SUBSPACES_ACTION:
+            assert parse == ClassSubspaces.from_arrays
+            return {p: basis(6 if p == 2 else 4) for p in pids}
+        assert parse == ModelUpdate.from_arrays
+        return {p: ModelUpdate(np.full(8, float(p), np.float32)) for p in pids}
+
+    s.query_signal = query  # type: ignore[method-assign]
+    got = s.collect([0, 1, 2, 3, 4], 7)
+    assert sorted(got) == [0, 1, 3, 4] and all(got[p][1].delta[0] == p and got[p][0].dim == 4 for p in got)
+    (action, pids, rnd, kw), *updates = calls
+    assert (action, pids, rnd) == (keys.SUBSPACES_ACTION, [0, 1, 2, 3, 4], 7)
+    assert kw["config"] == {keys.SUBSPACE_VECTORS: 2, keys.WITH_COUNTS: True} and kw["with_counts"] is True
+    assert kw["num_classes"] == 2 and kw["max_vectors"] == 2 and kw["dim"] is None
+    assert [(a, b, r) for a, b, r, _ in updates] == [(keys.UPDATE_ACTION, [0, 1], 7), (keys.UPDATE_ACTION, [3, 4], 7)]
+    assert all(
+        k["models"] == [s.initial] and k["config"] == {keys.LOCAL_EPOCHS: 3} and k["size"] == 8 for *_, k in updates
+    )

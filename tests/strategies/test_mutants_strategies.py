@@ -376,3 +376,14 @@ def test_flag_collects_bases_then_updates_in_batches_and_drops_a_client_with_ano
     assert all(
         k["models"] == [s.initial] and k["config"] == {keys.LOCAL_EPOCHS: 3} and k["size"] == 8 for *_, k in updates
     )
+
+
+def test_fedclust_checks_each_final_layer_reply_against_the_head_s_shape() -> None:
+    s = FedClust(TrainingParams(), FedClustParams())
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+    )
+    asked = []
+    s.query_signal = lambda *a, **kw: asked.append(kw) or {}  # type: ignore[method-assign]
+    s.collect([0], 1)
+    assert (asked[0]["outputs"], asked[0]["features"]) == (2, 3)

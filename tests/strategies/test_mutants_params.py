@@ -135,3 +135,14 @@ def test_cflgt_s_preference_is_median_or_a_finite_float_read_from_text() -> None
     sentence = f"The 'cflgt-preference' parameter of {OWNERS[CFLGTParams]} must be a float. Got inf instead."
     with pytest.raises(ValueError, match=f"^{re.escape(sentence)}$"):
         CFLGTParams(preference="inf")
+
+
+def test_fesem_s_automatic_cluster_limit_is_zero_or_at_least_two() -> None:
+    sentence = (
+        f"The 'fesem-auto-max-clusters' parameter of {FESEM_OWNER} must be 0 (half the clients) or an int >= 2. "
+        "Got 1 instead."
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(sentence)}$"):
+        FeSEMParams(auto_max_clusters=1)
+    assert FeSEMParams(auto_max_clusters=0).auto_max_clusters == 0
+    assert FeSEMParams(auto_max_clusters=2).auto_max_clusters == 2

@@ -387,3 +387,27 @@ def test_fedclust_checks_each_final_layer_reply_against_the_head_s_shape() -> No
     s.query_signal = lambda *a, **kw: asked.append(kw) or {}  # type: ignore[method-assign]
     s.collect([0], 1)
     assert (asked[0]["outputs"], asked[0]["features"]) == (2, 3)
+
+
+def test_pacfl_places_a_newcomer_by_the_configured_angle_skipping_an_empty_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import strategies.pacfl
+    from common.signals.subspaces import ClassSubspaces
+    from strategies.pacfl import PACFL, PACFLParams
+
+    def basis(axis: int, tilt: float = 0.0) -> ClassSubspaces:
+        v = np.eye(4)[axis] + tilt * np.eye(4)[3]
+        return ClassSubspaces(np.array([0]), ((v / np.linalg.norm(v))[:, None].astype(np.float32),))
+
+    s = PACFL(TrainingParams(), PACFLParams(pacfl_measure="sum"))
+    s.distance_pids = [0, 1, 2, 3]
+    s.signals = {0: basis(0), 1: basis(0, 0.1), 2: basis(1), 3: basis(1, 0.1)}
+    s.assignment = {0: 0, 1: 0, 2: 1, 3: 1}
+    s.models = [ArrayRecord(), ArrayRecord(), ArrayRecord()]  # cluster 2 has no member among the clustered
+    rounds, measures = [], []
+    s.collect = lambda pids, rnd: rounds.append(rnd) or {9: basis(1, 0.05)}  # type: ignore[method-assign]
+    angle = strategies.pacfl.subspace_angle
+    monkeypatch.setattr(strategies.pacfl, "subspace_angle", lambda a, b, *m: measures.append(m) or angle(a, b, *m))
+    assert s.place([9], 4) == {9: 1}
+    assert rounds == [4] and set(measures) == {("sum",)}

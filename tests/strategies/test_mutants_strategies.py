@@ -411,3 +411,14 @@ def test_pacfl_places_a_newcomer_by_the_configured_angle_skipping_an_empty_clust
     monkeypatch.setattr(strategies.pacfl, "subspace_angle", lambda a, b, *m: measures.append(m) or angle(a, b, *m))
     assert s.place([9], 4) == {9: 1}
     assert rounds == [4] and set(measures) == {("sum",)}
+
+
+def test_a_newcomer_without_a_signal_after_clustering_waits_in_the_largest_cluster() -> None:
+    rng = np.random.default_rng(0)
+    layers = _layers(rng, [0, 1, 2, 4, 5, 6, 7])  # group 0 has 3 clients, group 1 has 4
+    s = _offline(FedClust(TrainingParams(), FedClustParams(num_clusters=2)), layers)
+    s.cluster(1)
+    largest = s.assignment[4]
+    s.clients[9] = ClientInfo(9, 1009, 10, 5, 0)
+    s.admit(3, [9])
+    assert s.assignment[9] == largest and s.pending == {9}

@@ -422,3 +422,23 @@ def test_a_newcomer_without_a_signal_after_clustering_waits_in_the_largest_clust
     s.clients[9] = ClientInfo(9, 1009, 10, 5, 0)
     s.admit(3, [9])
     assert s.assignment[9] == largest and s.pending == {9}
+
+
+@pytest.mark.parametrize(
+    ("init", "k", "models", "seeded"), [("clients", 3, 1, False), ("clients", 1, 1, True), ("random", 3, 3, True)]
+)
+def test_fesem_starts_from_one_model_until_clients_seed_it_or_from_k_random_centres(
+    init: str, k: int, models: int, seeded: bool
+) -> None:
+    from strategies.fesem import FeSEM, FeSEMParams
+
+    s = FeSEM(TrainingParams(seed=7), FeSEMParams(init=init, num_clusters=k))
+    assert s.training.seed == 7 and s.seeded is False and s._centres is None and s._nearest == {}
+    s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in range(6)}
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.ones((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))}
+    )
+    s.init_clusters(s.initial)
+    assert len(s.models) == models and s.seeded is seeded
+    if init == "clients":
+        assert set(s.assignment.values()) == {0}

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.records import Record, current_command, load_average, write_record
+from benchmarks.records import RECORDS_DIR, Record, Table, current_command, load_average, read_record, write_record
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
@@ -1009,6 +1009,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="measure nothing: table (and record) the JSON rows a run printed, of the variants and sizes asked",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --record: replace only these rows (same variant and N) in the existing record, keeping its others",
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -1082,12 +1087,28 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], 
         text = markdown(rows, args.model, sizes) + (f"\n{args.record_notes}\n" if args.record_notes else "")
         tables = tables_from_markdown(title, text)
         name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
-        if args.record_load:
+        if args.merge:
+            load = args.record_load or load_average()
+            record = merge_record(
+                read_record(RECORDS_DIR / f"{name}.json"), Record(name, SCALING, current_command(), tables, load=load)
+            )
+            print(f"wrote {write_record(record)}")
+        elif args.record_load:
             record = Record(name, SCALING, current_command(), tables, load=args.record_load)
             print(f"wrote {write_record(record)}")
         else:
             print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
+
+
+def merge_record(old: Record, new: Record) -> Record:
+    """``old`` with ``new``'s rows in place of its rows of the same variant and N (others kept, new ones
+    appended), ``new``'s notes after its notes, and both commands and loads."""
+    kept, fresh = old.tables[0], {(r[1], r[3]): r for r in new.tables[0].rows}
+    rows = [fresh.pop((r[1], r[3]), r) for r in kept.rows] + list(fresh.values())
+    notes = "\n\n".join(n for n in (kept.notes, new.tables[0].notes) if n)
+    table = Table(kept.title, kept.columns, rows, notes)
+    return Record(old.name, old.section, f"{old.command}; {new.command}", [table], load=f"{old.load}; {new.load}")
 
 
 if __name__ == "__main__":

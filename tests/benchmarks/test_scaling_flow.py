@@ -55,3 +55,31 @@ def test_flags_rows_run_flag_proximity_and_flag_labels(monkeypatch, variant, sam
     row = scaling.measure(variant, 30, SIZES, SHAPES, trace_limit=0)
     assert [c["sample_above"] for c in proximity] == [sample_above] and len(labels) == 1
     assert row["ari"] >= 0.9
+
+
+def test_a_merged_record_replaces_only_the_rows_measured_again():
+    from benchmarks.records import Record, Table
+
+    columns = ["algorithm", "variant", "signal", "N", "seconds"]
+    old = Record(
+        "scaling-x",
+        "Server scaling",
+        "python -m benchmarks.scaling --sizes 100000",
+        [Table("t", columns, [["a", "a", "s", "100,000", "1"], ["b", "b", "s", "100,000", "2"]], "old notes")],
+        load="3",
+    )
+    new = Record(
+        "scaling-x",
+        "Server scaling",
+        "python -m benchmarks.scaling --only b",
+        [Table("u", columns, [["b", "b", "s", "100,000", "9"], ["b", "b", "s", "10,000", "7"]], "new notes")],
+        load="12",
+    )
+    merged = scaling.merge_record(old, new)
+    assert merged.tables[0].rows == [
+        ["a", "a", "s", "100,000", "1"],
+        ["b", "b", "s", "100,000", "9"],
+        ["b", "b", "s", "10,000", "7"],
+    ]
+    assert merged.tables[0].title == "t" and merged.tables[0].notes == "old notes\n\nnew notes"
+    assert merged.load == "3; 12" and merged.command.endswith("--only b")

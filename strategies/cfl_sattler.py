@@ -25,7 +25,8 @@ back to partition ids (the reference code's pitfall; tested).
 Above ``cfl-sattler-sample-above`` members (modified; 0 is the paper's split of all members) a
 split asks a seeded sample of ``SPLIT_SAMPLE`` members first and bi-partitions it (its criteria
 are the sample's); a kept split then asks the other members ``QUERY_BATCH`` at a time, each joining
-the half whose mean unit update is nearer in cosine: at most one batch of updates is held, not
+the half whose mean unit update is nearer in cosine (sketched as the sample's, the store's
+sketch of each update): at most one batch of updates is held, not
 every member's (64 GB at 100,000 DNN clients), and a split that does not separate costs the
 sample's updates only. Both forms are ``common.clustering.sampled.sattler_split``, which this
 strategy calls with its requests (``query.update``) and its store of latest updates, and which

@@ -302,17 +302,21 @@ class SampleSplit:
         0 for the half holding the sample's first member, 1 for the other.
     cross, intra : float
         The sample's largest cross-half cosine and its within-half statistic of the separation test.
-    means : ndarray of shape (2, D), float64
-        Each half's mean unit update (the direction the other members are compared with).
+    directions : ndarray of shape (2, k), float64
+        Each half's mean unit update as the split compares updates (``sketch``'s k coordinates, or all
+        D): the direction the other members are compared with.
     sums : ndarray of shape (2, D), float64
         Each half's sum of updates.
+    sketch : CountSketch or None
+        The split's sketch (None: updates compared whole).
     """
 
     sides: np.ndarray
     cross: float
     intra: float
-    means: np.ndarray
+    directions: np.ndarray
     sums: np.ndarray
+    sketch: CountSketch | None
 
 
 def split_sample(
@@ -326,7 +330,7 @@ def split_sample(
     store: Store | None = None,
 ) -> SampleSplit:
     """Complete linkage on ``1 - cos`` of a sample's updates, its separation (``test``,
-    ``bipartition.SEPARATIONS``), each half's mean unit update and sum.
+    ``bipartition.SEPARATIONS``), each half's mean unit update (sketched) and sum.
 
     Parameters
     ----------
@@ -341,41 +345,50 @@ def split_sample(
     """
     dim = int(np.shape(updates[0])[-1])
     k = auto_sketch_dim(max(population, len(updates)), dim, sketch_dim)
-    kept: list[np.ndarray] = []
-    if store is not None:
-        for lo, block in row_blocks(updates, chunk=SCAN_BLOCK):
-            rows, sketch = store([int(p) for p in pids[lo : lo + len(block)]], block)
-            if k and isinstance(sketch, CountSketch) and (sketch.dim, sketch.sketch_dim, sketch.seed) == (dim, k, seed):
-                kept.append(np.array(rows, dtype=np.float32))
-    once = bool(kept) and sum(map(len, kept)) == len(updates)
-    rows = np.concatenate(kept) if once else sketch_rows(updates, seed, sketch_dim=k)
-    del kept
+    sketch = CountSketch(dim, k, seed) if k else None
+    rows = np.concatenate(
+        [
+            np.array(_split_rows(block, pids[lo : lo + len(block)], store, sketch))
+            for lo, block in row_blocks(updates, chunk=SCAN_BLOCK)
+        ]
+    )
     cos = cosine_matrix(rows, rows)
-    del rows
     a, b = bipartition(cos)
     cross, intra = SEPARATIONS.get(test, separation)(cos, a, b)
+    del cos
     sides = np.zeros(len(updates), dtype=np.int64)
     sides[b] = 1
-    means, sums = half_sums(updates, sides)
-    return SampleSplit(sides, cross, intra, means, sums)
+    directions = cluster_means(rows, np.arange(len(rows)), sides, "cosine")
+    return SampleSplit(sides, cross, intra, directions, half_sums(updates, sides), sketch)
 
 
-def half_sums(updates: Sequence[np.ndarray], sides: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each half's mean unit update and sum of updates (``(2, D)`` float64 each), ``SCAN_BLOCK`` rows at a time.
+def _split_rows(block: np.ndarray, pids: Sequence[int], store: Store | None, sketch: CountSketch | None) -> np.ndarray:
+    """``block`` as the split compares it (projected by ``sketch``; as given without one), stored first;
+    the store's rows serve where it keeps them with this very sketch (each update projected once)."""
+    if store is not None:
+        rows, kept = store([int(p) for p in pids], block)
+        if isinstance(kept, CountSketch) and sketch is not None and _key(kept) == _key(sketch):
+            return np.asarray(rows, dtype=np.float32)
+    return block if sketch is None else sketch.project_rows(block)
 
-    Each block's two sums and two sums of unit rows are one product in the block's float.
-    """
-    dim = int(np.shape(updates[0])[-1])
-    counts = np.bincount(sides, minlength=2)
-    totals = np.zeros((4, dim))
+
+def _key(sketch: CountSketch) -> tuple[int, int, int]:
+    return sketch.dim, sketch.sketch_dim, sketch.seed
+
+
+def half_sums(updates: Sequence[np.ndarray], sides: np.ndarray) -> np.ndarray:
+    """Each half's sum of updates, shape (2, D), float64: ``SCAN_BLOCK`` rows at a time, one product each
+    in the block's float."""
+    sums = np.zeros((2, int(np.shape(updates[0])[-1])))
     for lo, block in row_blocks(updates, chunk=SCAN_BLOCK, dtype=_block_dtype(updates)):
-        at, cols = sides[lo : lo + len(block)], np.arange(len(block))
-        norms = np.sqrt(np.einsum("ij,ij->i", block, block))
-        weights = np.zeros((4, len(block)), dtype=block.dtype)
-        weights[at, cols] = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
-        weights[2 + at, cols] = 1.0
-        totals += (weights @ block).astype(np.float64)
-    return totals[:2] / np.maximum(counts, 1)[:, None], totals[2:]
+        sums += _sums(block, sides[lo : lo + len(block)])
+    return sums
+
+
+def _sums(block: np.ndarray, sides: np.ndarray) -> np.ndarray:
+    weights = np.zeros((2, len(block)), dtype=block.dtype)
+    weights[sides, np.arange(len(block))] = 1.0
+    return (weights @ block).astype(np.float64)
 
 
 def _block_dtype(updates: Sequence[np.ndarray]) -> type:
@@ -384,21 +397,26 @@ def _block_dtype(updates: Sequence[np.ndarray]) -> type:
 
 def join_halves(
     updates: Sequence[np.ndarray],
-    means: np.ndarray,
+    directions: np.ndarray,
     *,
+    sketch: CountSketch | None = None,
     pids: Sequence[int] = (),
     store: Store | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each update's half (the nearer of ``means`` in cosine) and each half's sum, ``SCAN_BLOCK`` rows at a time.
+    """Each update's half (the nearer of ``directions`` in cosine, as the split compares updates) and
+    each half's sum, ``SCAN_BLOCK`` rows at a time.
 
-    Each block of rows is read once: ``store(pids, block)`` keeps it (when given), then its halves
-    (``nearest_means``) and their sums (one product) are taken in the block's float.
+    Each block of rows is read once: ``store(pids, block)`` keeps it (when given) and its stored
+    sketch is the one compared where it is the split's ``sketch`` (:func:`split_sample`); then the
+    halves' sums are one product in the block's float.
 
     Parameters
     ----------
     updates : sequence of m arrays (D,)
-    means : ndarray of shape (2, D)
-        The halves' mean unit updates (``SampleSplit.means``).
+    directions : ndarray of shape (2, k)
+        The halves' mean unit updates, projected by ``sketch`` (``SampleSplit.directions``).
+    sketch : CountSketch, optional
+        The split's sketch (None: ``directions`` has all D coordinates).
     pids, store : optional
         As :func:`split_sample`'s.
 
@@ -411,13 +429,10 @@ def join_halves(
     sides = np.empty(len(updates), dtype=np.int64)
     sums = np.zeros((2, int(np.shape(updates[0])[-1])))
     for lo, block in row_blocks(updates, chunk=SCAN_BLOCK, dtype=_block_dtype(updates)):
-        if store is not None:
-            store([int(p) for p in pids[lo : lo + len(block)]], block)
-        at = nearest_means(block, means, "cosine")
+        rows = _split_rows(block, pids[lo : lo + len(block)], store, sketch)
+        at = nearest_means(rows, directions, "cosine")
         sides[lo : lo + len(block)] = at
-        weights = np.zeros((2, len(block)), dtype=block.dtype)
-        weights[at, np.arange(len(block))] = 1.0
-        sums += (weights @ block).astype(np.float64)
+        sums += _sums(block, at)
     return sides, sums
 
 
@@ -474,7 +489,8 @@ def sattler_split(
     (``split_sample`` of every reply; the same split as ``bipartition.sattler_bipartition``).
     Sampled (modified): ``sample_size`` members drawn with ``seed`` are asked and split; the split's
     criteria are the sample's; a split kept asks the other members ``batch`` at a time, each joining
-    the half whose mean unit update is nearer in cosine (``join_halves``), so that at most one
+    the half whose mean unit update is nearer in cosine, both sketched as the sample
+    (``join_halves``: each update's stored sketch serves), so that at most one
     batch of updates is held (64 GB for 100,000 DNN members at once).
 
     Parameters
@@ -522,7 +538,9 @@ def sattler_split(
             part, deltas = ask(rest[lo : lo + batch])
             if len(part):
                 with timer():
-                    joined, part_sums = join_halves(deltas, split.means, pids=part, store=store)
+                    joined, part_sums = join_halves(
+                        deltas, split.directions, sketch=split.sketch, pids=part, store=store
+                    )
                 ids.extend(part)
                 sides.append(joined)
                 sums = sums + part_sums

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.records import Record, current_command, load_average, write_record
+from benchmarks.records import RECORDS_DIR, Record, Table, current_command, load_average, read_record, write_record
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
@@ -367,13 +367,11 @@ def _flhc(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
 
 
 def _stored(n, sizes, meter, rng, sketch: int, updates: LazyRows, after: Callable | None = None):
-    """FLIC's / Sattler's per-round storage of the sampled clients' updates (``StoredUpdates.remember``).
-
-    Each round's replies are read ``CHUNK`` rows at a time (``CFLSattler.after_train``); ``after``
-    gets the round's rows as a lazy sequence.
+    """FLIC's per-round storage of the sampled clients' updates (``StoredUpdates.remember``), ``CHUNK``
+    replies at a time (``FLIC.after_train``); ``after`` gets the round's rows as a lazy sequence.
     """
     from common.clustering.similarity import update_similarity
-    from strategies.cfl_sattler import CHUNK
+    from common.clustering.blocks import CHUNK
 
     similarity = update_similarity(n, sizes.params, sketch, SEED)
     for rows in batches(n, rng):
@@ -396,55 +394,60 @@ def _flic(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = SAM
 
 
 def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = SAMPLE_ABOVE):
-    from common.clustering.bipartition import NormSums, should_split
-    from common.clustering.sampled import join_halves, sample_rows, sattler_split, split_sample, use_sample
-    from strategies.cfl_sattler import CHUNK, QUERY_BATCH
-    from strategies.flat import mean_rows
+    """CFLSattler's server work, by the functions the strategy calls: five rounds of ``FRACTION`` of the
+    clients, each round's updates stored with their cluster's running norms (``scan_round``, as
+    ``after_train``), the criterion, then the split of the one cluster (``sattler_split``, as
+    ``_try_split``: exact, or above ``sample_above`` the sample asked first and the rest
+    ``QUERY_BATCH`` at a time). Requests cost nothing here: the rows are drawn when read."""
+    from common.clustering.bipartition import NormSums, scan_round, should_split
+    from common.clustering.sampled import sattler_split
+    from common.clustering.similarity import update_similarity
+    from strategies.cfl_sattler import QUERY_BATCH, SPLIT_SAMPLE, CFLSattlerParams
 
     truth = planted(n, 2, rng)
-    # A split asks every member for a fresh update: received input (rows drawn when read, not timed).
+    # every update received (each round's, then the split's fresh ones): drawn when read, not timed
     fresh = LazyRows(truth, sizes.params, rng, meter)
-    sums: list[NormSums] = []
+    similarity = update_similarity(n, sizes.params, sketch, SEED)
 
-    def norms(rows: LazyRows) -> None:  # CFLSattler.after_train: running sums, a row at a time
-        sums.append(NormSums())
-        for i in range(len(rows)):
-            sums[-1].add_rows([rows[i]])
+    def store(pids: list[int], block: np.ndarray) -> tuple[np.ndarray, object]:  # CFLSattler._store
+        return similarity.update(pids, block), similarity.sketch
 
-    similarity = _stored(n, sizes, meter, rng, sketch, fresh, after=norms)
+    sums: dict[int, NormSums] = {}
+    for rows in batches(n, rng):
+        with meter.measure(exclude=0):
+            sums = scan_round(rows.tolist(), fresh.subset(rows), np.zeros(len(rows), dtype=np.int64), store)
+    p = CFLSattlerParams()
     labels = np.zeros(n, dtype=np.int64)
     with meter.measure(exclude=0):
-        should_split(sums[-1].ratio(), sums[-1].norms()[2], n, 21, eps1=0.5, eps2=0.0, split_after=20)
-        if not use_sample(n, sample_above):  # CFLSattler._try_split: every member's update at once
-            for lo in range(0, n, CHUNK):
-                similarity.update(list(range(lo, min(n, lo + CHUNK))), fresh[lo : lo + CHUNK])
-            first, second, _, _ = sattler_split(list(range(n)), fresh, sketch_dim=sketch, seed=SEED, chunk=CHUNK)
-            for half in (first, second):
-                mean_rows(fresh.subset(half), CHUNK)  # type: ignore[arg-type]
-            labels[np.asarray(second, dtype=np.int64)] = 1
-        else:  # CFLSattler._try_sampled_split: the sample's updates, then QUERY_BATCH members at a time
-            at = sample_rows(n, np.random.default_rng(SEED))
-            sample = fresh.subset(at)[:]
-            similarity.update(at.tolist(), sample)
-            split = split_sample(sample, sketch_dim=sketch, seed=SEED, population=n)
-            labels[at], halves = join_halves(sample, split.means, split.sides)
-            del sample
-            rest = np.setdiff1d(np.arange(n), at)
-            for lo in range(0, len(rest), QUERY_BATCH):
-                part = rest[lo : lo + QUERY_BATCH]
-                rows = fresh.subset(part)[:]
-                similarity.update(part.tolist(), rows)
-                labels[part], part_sums = join_halves(rows, split.means)
-                halves += part_sums
-            halves /= np.maximum(np.bincount(labels, minlength=2), 1)[:, None]
+        should_split(
+            sums[0].ratio(),
+            sums[0].norms()[2],
+            n,
+            p.split_after + 1,
+            eps1=p.eps1,
+            eps2=p.eps2,
+            split_after=p.split_after,
+        )
+        split = sattler_split(
+            range(n),
+            lambda ids: (ids, fresh.subset(ids)),
+            store=store,
+            sketch_dim=sketch,
+            seed=SEED,
+            test=p.separation,
+            sample_above=sample_above,
+            sample_size=SPLIT_SAMPLE,
+            batch=QUERY_BATCH,
+        )
+    if split is not None and split.kept:
+        labels[np.asarray(split.halves[1], dtype=np.int64)] = 1
     return labels, truth
 
 
 def _flag(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
-    from common.clustering.flag import flag_distances, flag_place, flag_sample, sweep_cuts, threshold_grid
+    from common.clustering.flag import flag_labels, flag_proximity, sweep_cuts, threshold_grid
     from common.clustering.hierarchical import linkage_tree
     from common.clustering.oneshot import Cut, cut_distances
-    from common.clustering.sampled import use_sample
     from common.clustering.similarity import AUTO_SKETCH_DIM, auto_sketch_dim
 
     truth = planted(n, GROUPS, rng)
@@ -455,29 +458,14 @@ def _flag(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
     # what the step gets: FLAG.collect count-sketches each batch of updates as it arrives when all N would
     # not fit (auto_sketch_dim), so Gaussian rows of the sketch's size stand for the sketched updates
     dim = AUTO_SKETCH_DIM if auto_sketch_dim(n, sizes.params) else sizes.params
-    updates = vectors(truth, dim, rng, noise=1.0)
+    updates = list(vectors(truth, dim, rng, noise=1.0))
     cut = Cut(threshold=1.0, num_clusters=GROUPS)
-    with meter.measure():
-        if not use_sample(n, sample_above):
-            a, _, _ = flag_distances(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
-            tree = linkage_tree(a, "average")
-            sweep_cuts(a, threshold_grid(0.1), "average", tree=tree)
-            labels = cut_distances(a, cut, tree)[0]
-        else:
-            found = flag_sample(bases, counts, list(updates), sizes.classes, beta=0.5, delta=0.5, seed=SEED)
-            tree = linkage_tree(found.proximity, "average")
-            sweep_cuts(found.proximity, threshold_grid(0.1), "average", tree=tree)
-            labels = flag_place(
-                found,
-                cut_distances(found.proximity, cut, tree)[0],
-                bases,
-                counts,
-                list(updates),
-                sizes.classes,
-                beta=0.5,
-                delta=0.5,
-                seed=SEED,
-            )
+    weights = {"beta": 0.5, "delta": 0.5, "seed": SEED}
+    with meter.measure():  # FLAG._proximity, choose_alpha's sweep and cluster_signals' cut
+        a, _, _, sample = flag_proximity(bases, counts, updates, sizes.classes, sample_above=sample_above, **weights)
+        tree = linkage_tree(a, "average")
+        sweep_cuts(a, threshold_grid(0.1), "average", tree=tree)
+        labels = flag_labels(sample, cut_distances(a, cut, tree)[0], bases, counts, updates, sizes.classes, **weights)
     return labels, truth
 
 
@@ -707,7 +695,7 @@ VARIANTS: dict[str, Variant] = {
             _stored_bytes,
             _sattler,
             groups=2,
-            note=f"remember + NormSums per round + split of all N; above {SAMPLE_ABOVE:,}: split_sample, join_halves",
+            note=f"scan_round per round + sattler_split of all N; above {SAMPLE_ABOVE:,}: its sample + join_halves",
         ),
         Variant(
             "cfl-sattler-sampled",
@@ -716,7 +704,7 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s: _stored_bytes(n, s, 1),
             lambda n, s, sh, m, r: _sattler(n, s, sh, m, r, sample_above=1),
             groups=2,
-            note="split_sample + join_halves at every N (cfl-sattler-sample-above 1)",
+            note="sattler_split's sample + join_halves at every N (cfl-sattler-sample-above 1)",
         ),
         Variant(
             CFLGP.name,
@@ -1021,6 +1009,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="measure nothing: table (and record) the JSON rows a run printed, of the variants and sizes asked",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --record: replace only these rows (same variant and N) in the existing record, keeping its others",
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -1094,12 +1087,28 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], 
         text = markdown(rows, args.model, sizes) + (f"\n{args.record_notes}\n" if args.record_notes else "")
         tables = tables_from_markdown(title, text)
         name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
-        if args.record_load:
+        if args.merge:
+            load = args.record_load or load_average()
+            record = merge_record(
+                read_record(RECORDS_DIR / f"{name}.json"), Record(name, SCALING, current_command(), tables, load=load)
+            )
+            print(f"wrote {write_record(record)}")
+        elif args.record_load:
             record = Record(name, SCALING, current_command(), tables, load=args.record_load)
             print(f"wrote {write_record(record)}")
         else:
             print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
+
+
+def merge_record(old: Record, new: Record) -> Record:
+    """``old`` with ``new``'s rows in place of its rows of the same variant and N (others kept, new ones
+    appended), ``new``'s notes after its notes, and both commands and loads."""
+    kept, fresh = old.tables[0], {(r[1], r[3]): r for r in new.tables[0].rows}
+    rows = [fresh.pop((r[1], r[3]), r) for r in kept.rows] + list(fresh.values())
+    notes = "\n\n".join(n for n in (kept.notes, new.tables[0].notes) if n)
+    table = Table(kept.title, kept.columns, rows, notes)
+    return Record(old.name, old.section, f"{old.command}; {new.command}", [table], load=f"{old.load}; {new.load}")
 
 
 if __name__ == "__main__":

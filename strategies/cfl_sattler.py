@@ -25,15 +25,21 @@ back to partition ids (the reference code's pitfall; tested).
 Above ``cfl-sattler-sample-above`` members (modified; 0 is the paper's split of all members) a
 split asks a seeded sample of ``SPLIT_SAMPLE`` members first and bi-partitions it (its criteria
 are the sample's); a kept split then asks the other members ``QUERY_BATCH`` at a time, each joining
-the half whose mean unit update is nearer in cosine: at most one batch of updates is held, not
+the half whose mean unit update is nearer in cosine (sketched as the sample's, the store's
+sketch of each update): at most one batch of updates is held, not
 every member's (64 GB at 100,000 DNN clients), and a split that does not separate costs the
-sample's updates only.
+sample's updates only. Both forms are ``common.clustering.sampled.sattler_split``, which this
+strategy calls with its requests (``query.update``) and its store of latest updates, and which
+``benchmarks.scaling`` measures; each update is read once, a block at a time, for its stored
+sketch, its half and the halves' sums (``bipartition.scan_round`` does the same for each round's
+updates and norms).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,17 +47,8 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.bipartition import SEPARATION, SEPARATION_CHOICES, NormSums, should_split
-from common.clustering.sampled import (
-    SAMPLE_ABOVE,
-    SAMPLE_ABOVE_HELP,
-    SAMPLE_ABOVE_PAPER,
-    join_halves,
-    sample_rows,
-    sattler_split,
-    split_sample,
-)
-from common.clustering.similarity import use_sample
+from common.clustering.bipartition import SEPARATION, SEPARATION_CHOICES, scan_round, should_split
+from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, SattlerSplit, sattler_split
 from common.clustering.subspaces import SAMPLE_SIZE
 from common.clustering.similarity import UpdateSimilarity
 from common.params import check_params, param
@@ -60,15 +57,13 @@ from common.signals.update import ModelUpdate
 from common.params import shared
 
 from .base import ClusteredStrategy
-from .flat import add_flat, float_size, mean_rows
+from .flat import add_flat, float_size
 from .replies import TrainUpdate
 from .updates import StoredUpdates
 
 RETRY_AFTER = 5
-CHUNK = 512
-"""Updates stacked at a time in a split (sketching, storing, averaging)."""
 SPLIT_SAMPLE = SAMPLE_SIZE
-"""Members split exactly in a sampled split (``sampled_bipartition``'s sample)."""
+"""Members split exactly in a sampled split (``sampled.sattler_split``'s ``sample_size``)."""
 QUERY_BATCH = SAMPLE_SIZE
 """Members asked at a time for their fresh update in a sampled split (2,000 DNN updates: 1.3 GB)."""
 
@@ -78,7 +73,7 @@ class CFLSattlerParams:
     """``eps1`` > 0 (relative, or absolute with ``eps_absolute``), ``eps2`` >= 0 (absolute; 0: off),
     ``split_after`` >= 0, the shared ``sketch_dim`` >= 0, ``sample_above`` >= 0 (the split of a
     larger cluster runs on a sample, the other members asked a batch at a time and joined by
-    cosine, ``CFLSattler._try_sampled_split``; 0: exact), the split's ``separation``
+    cosine, ``sampled.sattler_split``; 0: exact), the split's ``separation``
     test (``common.clustering.bipartition.SEPARATIONS``, or ``off``); keys ``cfl-sattler-*``.
     """
 
@@ -163,20 +158,15 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     def after_train(self, server_round: int, updates: dict[int, TrainUpdate]) -> None:
         """Store the round's updates and mark the clusters whose updates call for a split.
 
-        The updates are read ``CHUNK`` at a time (their deltas are never all held: 20,000 DNN
-        updates are 12.7 GB) and each cluster's norms are running sums (``NormSums``).
+        ``bipartition.scan_round`` reads the updates a block at a time (their deltas are never all
+        held: 20,000 DNN updates are 12.7 GB) and keeps each cluster's norms as running sums
+        (``NormSums``).
         """
         if not updates:
             return
         pids = sorted(updates)
-        sums: dict[int, NormSums] = {}
         with self.clustering_timer():
-            for lo in range(0, len(pids), CHUNK):
-                part = pids[lo : lo + CHUNK]
-                deltas = [updates[p].delta() for p in part]
-                self.remember(part, deltas, self.params.sketch_dim, self.training.seed)
-                for p, delta in zip(part, deltas, strict=True):
-                    sums.setdefault(self.assignment[p], NormSums()).add_rows([delta])
+            sums = scan_round(pids, _Deltas(updates, pids), [self.assignment[p] for p in pids], self._store)
             for k in sorted(sums):
                 mean_norm, rms, max_norm = sums[k].norms()
                 ratio = sums[k].ratio()
@@ -220,80 +210,38 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         replied = sorted(ups)
         return replied, [ups.pop(p).delta for p in replied]
 
+    def _store(self, pids: list[int], block: np.ndarray) -> tuple[np.ndarray, object]:
+        """Keep a block of updates as the latest of ``pids``: the rows as stored and the store's sketch."""
+        rows = self.remember(pids, block, self.params.sketch_dim, self.training.seed)
+        return rows, self.require(self.similarity, "similarity", "remember").sketch
+
     def _try_split(self, server_round: int, k: int) -> None:
+        """Sattler's bi-partition of cluster ``k`` (``sampled.sattler_split``: every member, or above
+        ``sample-above`` a seeded sample of ``SPLIT_SAMPLE`` first and the others ``QUERY_BATCH`` at a
+        time); a kept split with two non-empty halves replaces the cluster."""
         members = sorted(p for p, c in self.assignment.items() if c == k)
-        if use_sample(len(members), self.params.sample_above):
-            self._try_sampled_split(server_round, k, members)
+        split = sattler_split(
+            members,
+            lambda pids: self._ask(server_round, k, pids),
+            store=self._store,
+            sketch_dim=self.params.sketch_dim,
+            seed=self.training.seed,
+            test=self.params.separation,
+            sample_above=self.params.sample_above,
+            sample_size=SPLIT_SAMPLE,
+            batch=QUERY_BATCH,
+            timer=self.clustering_timer,
+        )
+        if split is None or not self._kept(server_round, k, split):
             return
-        replied, deltas = self._ask(server_round, k, members)
-        if len(replied) < 3:
+        first, second = split.halves
+        if not first or not second:
             return
-        # never stacked whole: 10,000 DNN updates are 6.4 GB
-        with self.clustering_timer():
-            self.remember(replied, deltas, self.params.sketch_dim, self.training.seed)
-            first, second, cross, intra = sattler_split(
-                replied,
-                deltas,
-                sketch_dim=self.params.sketch_dim,
-                seed=self.training.seed,
-                chunk=CHUNK,
-                test=self.params.separation,
-            )
-        if not self._kept(server_round, k, [len(first), len(second)], cross, intra):
-            return
-        at = {p: i for i, p in enumerate(replied)}
-        means = [mean_rows([deltas[at[p]] for p in half], CHUNK) for half in (first, second)]
-        self._apply_split(server_round, k, first, second, members, replied, means)
+        self._apply_split(server_round, k, list(first), list(second), members, first + second, split.means)
 
-    def _try_sampled_split(self, server_round: int, k: int, members: list[int]) -> None:
-        """The split of a cluster above ``sample-above`` members, asking ``QUERY_BATCH`` members at a time.
-
-        A seeded sample (``sampled.sample_rows``) sends its updates first and is split
-        (``sampled.split_sample``); a split that does not separate ends the attempt there. Otherwise
-        the other members are asked in batches, each joining the half whose mean unit update is
-        nearer in cosine (``sampled.join_halves``), and the halves' sums of updates are kept:
-        at most ``QUERY_BATCH`` updates are held at once.
-        """
-        at = sample_rows(len(members), np.random.default_rng(self.training.seed), SPLIT_SAMPLE)
-        replied, deltas = self._ask(server_round, k, [members[i] for i in at])
-        if len(replied) < 3:
-            return
-        with self.clustering_timer():
-            self.remember(replied, deltas, self.params.sketch_dim, self.training.seed)
-            split = split_sample(
-                deltas,
-                sketch_dim=self.params.sketch_dim,
-                seed=self.training.seed,
-                test=self.params.separation,
-                population=len(members),
-            )
-            sides, sums = join_halves(deltas, split.means, split.sides)
-        del deltas
-        counts = np.bincount(sides, minlength=2)
-        if not self._kept(server_round, k, counts.tolist(), split.cross, split.intra):
-            return
-        side = dict(zip(replied, sides.tolist(), strict=True))
-        asked = {members[i] for i in at}
-        rest = [p for p in members if p not in asked]
-        for lo in range(0, len(rest), QUERY_BATCH):
-            part, deltas = self._ask(server_round, k, rest[lo : lo + QUERY_BATCH])
-            if not part:
-                continue
-            with self.clustering_timer():
-                self.remember(part, deltas, self.params.sketch_dim, self.training.seed)
-                joined, part_sums = join_halves(deltas, split.means)
-            sums += part_sums
-            side.update(zip(part, joined.tolist(), strict=True))
-            del deltas
-        halves = [sorted(p for p, h in side.items() if h == half) for half in (0, 1)]
-        counts = np.array([len(h) for h in halves])
-        if counts.min() == 0:
-            return
-        self._apply_split(server_round, k, halves[0], halves[1], members, sorted(side), sums / counts[:, None])
-
-    def _kept(self, server_round: int, k: int, sizes: list[int], cross: float, intra: float) -> bool:
+    def _kept(self, server_round: int, k: int, split: SattlerSplit) -> bool:
         """Record the attempt; whether its split is kept (else the cluster waits ``RETRY_AFTER`` rounds)."""
-        kept = intra > cross or self.params.separation == "off"
+        sizes, cross, intra, kept = split.sizes, split.cross, split.intra, split.kept
         self.attempts.append(
             {
                 "round": server_round,
@@ -346,3 +294,18 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
             len(second),
             new,
         )
+
+
+class _Deltas(Sequence[np.ndarray]):
+    """The round's deltas in ``pids`` order, each computed when read (never all held)."""
+
+    def __init__(self, updates: dict[int, TrainUpdate], pids: list[int]) -> None:
+        self.updates, self.pids = updates, pids
+
+    def __len__(self) -> int:
+        return len(self.pids)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.updates[p].delta() for p in self.pids[i]]
+        return self.updates[self.pids[i]].delta()

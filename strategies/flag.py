@@ -36,16 +36,15 @@ from common import keys
 from common.clustering.flag import (
     FlagSample,
     choose_threshold,
-    flag_distances,
-    flag_place,
-    flag_sample,
+    flag_labels,
+    flag_proximity,
     sweep_cuts,
     threshold_grid,
 )
 from common.clustering.hierarchical import linkage_tree, relabel_by_appearance
 from common.clustering.oneshot import OneShotClusters, cut_distances
 from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER
-from common.clustering.similarity import row_sketch, use_sample
+from common.clustering.similarity import row_sketch
 from common.data import DatasetInfo
 from common.models import MODELS, build_model, check_model
 from common.signals.flag import SWEEP_MODEL, HoldoutResult
@@ -226,7 +225,7 @@ class FLAG(OneShotStrategy):
             return OneShotClusters(labels, a, silhouette)
         bases, counts, updates = self._signal_arrays(signals)
         p = self.params
-        labels = flag_place(
+        labels = flag_labels(
             sample,
             labels,
             bases,
@@ -265,20 +264,16 @@ class FLAG(OneShotStrategy):
             return self._cache[1], self._cache[2]
         bases, counts, updates = self._signal_arrays(signals)
         p, c, seed = self.params, self._num_classes, self.training.seed
-        sample = None
-        if use_sample(len(signals), p.sample_above):
-            sample = flag_sample(bases, counts, updates, c, beta=p.beta, delta=p.delta, seed=seed)
-            a, self.data_matrix, self.gradient_matrix = sample.proximity, sample.data, sample.gradient
+        a, self.data_matrix, self.gradient_matrix, sample = flag_proximity(
+            bases, counts, updates, c, beta=p.beta, delta=p.delta, seed=seed, sample_above=p.sample_above
+        )
+        if sample is not None:
             log(
                 INFO,
                 "FLAG: A of a seeded sample of %d of %d clients; the others join the sample cluster of smallest "
                 "mean A to its members",
                 len(sample.positions),
                 len(signals),
-            )
-        else:
-            a, self.data_matrix, self.gradient_matrix = flag_distances(
-                bases, counts, updates, c, beta=p.beta, delta=p.delta, seed=seed
             )
         tree = linkage_tree(a, p.linkage) if a.shape[0] > 1 else None
         self._cache = (key, a, tree, sample)

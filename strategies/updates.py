@@ -21,16 +21,19 @@ class StoredUpdates:
     assignment: dict[int, int]
     clients: dict
 
-    def remember(self, pids: list[int], deltas: np.ndarray | Sequence[np.ndarray], sketch_dim: int, seed: int) -> None:
+    def remember(
+        self, pids: list[int], deltas: np.ndarray | Sequence[np.ndarray], sketch_dim: int, seed: int
+    ) -> np.ndarray:
         """Store this round's updates, shape (len(pids), d) or one array (d,) each (sketched a row at a
-        time, never stacked); the first call fixes the (seeded) sketch.
+        time, never stacked); the first call fixes the (seeded) sketch. Returns them as stored
+        (``UpdateSimilarity.update``).
 
         ``sketch_dim`` 0 keeps full updates unless all clients' would pass 2 GiB (``auto_sketch_dim``).
         """
         if self.similarity is None:
             dim = int(np.shape(deltas[0])[-1])
             self.similarity = update_similarity(len(self.clients), dim, sketch_dim, seed)
-        self.similarity.update(pids, deltas)
+        return self.similarity.update(pids, deltas)
 
     @property
     def distance_pids(self) -> list[int]:

@@ -27,7 +27,7 @@ from common.validation import check_choice, check_float, check_int
 
 from .hierarchical import LINKAGES, check_distance_matrix, cut_linkage, linkage_tree
 from .sampled import sample_rows
-from .similarity import CountSketch, cosine_matrix, row_sketch, sketch_rows
+from .similarity import CountSketch, cosine_matrix, row_sketch, sketch_rows, use_sample
 from .subspaces import (
     REFERENCES_PER_CLUSTER,
     SAMPLE_SIZE,
@@ -579,6 +579,53 @@ def flag_place(
 
     rng = np.random.default_rng([seed, 1])
     return place_by_references(len(bases), sample.positions, sample_labels, against, rng, references)
+
+
+def flag_proximity(
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    updates: Sequence[np.ndarray],
+    num_classes: int,
+    *,
+    beta: float,
+    delta: float,
+    seed: int,
+    sample_above: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlagSample | None]:
+    """FLAG's A, V and G as ``FLAG`` computes them: of every client (:func:`flag_distances`), or above
+    ``sample_above`` > 0 clients of a seeded sample (:func:`flag_sample`, umbel's sampled form).
+
+    Returns
+    -------
+    proximity, data, gradient : ndarray of shape (n, n)
+        Of all N clients, or of the sample's S.
+    sample : FlagSample or None
+        The sample (None: exact); :func:`flag_labels` places the other clients.
+    """
+    if use_sample(len(bases), sample_above):
+        sample = flag_sample(bases, counts, updates, num_classes, beta=beta, delta=delta, seed=seed)
+        return sample.proximity, sample.data, sample.gradient, sample
+    a, v, g = flag_distances(bases, counts, updates, num_classes, beta=beta, delta=delta, seed=seed)
+    return a, v, g, None
+
+
+def flag_labels(
+    sample: FlagSample | None,
+    labels: np.ndarray,
+    bases: Sequence[Mapping[int, np.ndarray]],
+    counts: np.ndarray | None,
+    updates: Sequence[np.ndarray],
+    num_classes: int,
+    *,
+    beta: float,
+    delta: float,
+    seed: int,
+) -> np.ndarray:
+    """Every client's cluster from the cut of :func:`flag_proximity`'s A: ``labels`` themselves (exact),
+    or the sample's with every other client placed by :func:`flag_place`."""
+    if sample is None:
+        return np.asarray(labels)
+    return flag_place(sample, labels, bases, counts, updates, num_classes, beta=beta, delta=delta, seed=seed)
 
 
 def _sketched(updates: Sequence[np.ndarray], at: np.ndarray, sketch: CountSketch | None) -> np.ndarray:

@@ -14,12 +14,13 @@ other client by a rule of the algorithm:
 - CFL-GP's K estimate (``sampled_estimate``): the silhouettes of the sampled step's sample.
 - FLAG (``flag.flag_sample``, ``flag.flag_place``) and PACFL (``subspaces.sampled_clusters``) in
   their own modules: the rest join the sample cluster of smallest mean affinity to its members.
-- Sattler's CFL (``sampled_bipartition``): the complete-linkage bi-partition and Sattler et al.'s
-  criteria (largest cross-half cosine against smallest within-half one) on the sample; the rest
-  join the half whose mean update direction is closest in angle (``split_sample`` then
-  ``join_halves``, which ``CFLSattler`` runs with the members' updates asked a batch at a time).
+- Sattler's CFL (``sattler_split``, which ``CFLSattler`` calls with its requests and store): the
+  complete-linkage bi-partition and Sattler et al.'s criteria (largest cross-half cosine against
+  smallest within-half one) on the sample; the other members, asked a batch at a time, join the
+  half whose mean update direction is closest in angle (``split_sample`` then ``join_halves``).
   Memory: the sample's cosines and two means, not N sketched updates and an N x N matrix. The
-  sample (here and in ``sampled_cut``) is sketched as the exact step would sketch all N.
+  sample (here and in ``sampled_cut``) is sketched as the exact step would sketch all N, and each
+  update is read once, ``SCAN_BLOCK`` at a time, for its stored sketch, half and sum.
 
 Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
 ``N x N`` float64 matrices (80 GB at 100,000 clients). The assignments are inner products (BLAS):
@@ -30,6 +31,7 @@ Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,12 +39,12 @@ from scipy.spatial.distance import cdist
 
 from . import spectral
 from .blocks import CHUNK, row_blocks
-from .bipartition import SEPARATION, SEPARATIONS, bipartition, sattler_bipartition, separation
+from .bipartition import SCAN_BLOCK, SEPARATION, SEPARATIONS, bipartition, separation
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
 from .similarity import SAMPLE_ABOVE as SAMPLE_ABOVE
-from .similarity import UpdateSimilarity, auto_sketch_dim, cosine_matrix, sketch_rows, use_sample
+from .similarity import CountSketch, UpdateSimilarity, auto_sketch_dim, cosine_matrix, sketch_rows, use_sample
 from .subspaces import SAMPLE_SIZE
 
 SAMPLE_ABOVE_HELP = (
@@ -283,63 +285,11 @@ def join_by_sums(
     return out
 
 
-def sattler_split(
-    pids: Sequence[int],
-    updates: Sequence[np.ndarray],
-    *,
-    sketch_dim: int = 0,
-    seed: int = 0,
-    chunk: int = CHUNK,
-    sample_above: int = 0,
-    test: str = SEPARATION,
-) -> tuple[list[int], list[int], float, float]:
-    """Sattler's split of one cluster: ``sampled_bipartition`` above ``sample_above`` > 0 members, else exact.
-
-    The exact form is ``bipartition.sattler_bipartition`` (every member's sketched update and the
-    ``(N, N)`` cosines); the sample is drawn from ``seed``. ``test`` names the separation
-    (``bipartition.SEPARATIONS``).
-    """
-    if use_sample(len(pids), sample_above):
-        rng = np.random.default_rng(seed)
-        return sampled_bipartition(pids, updates, rng, sketch_dim=sketch_dim, seed=seed, test=test)
-    return sattler_bipartition(pids, updates, sketch_dim=sketch_dim, seed=seed, chunk=chunk, test=test)
-
-
-def sampled_bipartition(
-    pids: Sequence[int],
-    updates: Sequence[np.ndarray],
-    rng: np.random.Generator,
-    *,
-    sketch_dim: int = 0,
-    seed: int = 0,
-    test: str = SEPARATION,
-) -> tuple[list[int], list[int], float, float]:
-    """Sattler's split on a sample of the members, the rest by cosine to each half's mean direction.
-
-    The sample's cosine matrix is split by complete linkage (``bipartition``) and its separation
-    (``test``, ``bipartition.SEPARATIONS``) is measured on the sample (:func:`split_sample`); every
-    other member joins the half whose mean unit update is closest in angle (their stationary
-    gradient directions, which the criterion tells apart; :func:`join_halves`, ``CHUNK`` rows at a
-    time). Memory: the ``(S, S)`` cosines and two means, not ``N`` sketched updates and an
-    ``(N, N)`` matrix. ``CFLSattler`` runs the same two steps with the updates asked for in batches.
-
-    Returns
-    -------
-    tuple
-        The two halves' client ids (the half holding the first sampled member first), the
-        sample's largest cross-half cosine and smallest within-half one.
-    """
-    ids = np.asarray(list(pids))
-    sample = sample_rows(len(ids), rng)
-    split = split_sample(
-        [updates[int(i)] for i in sample], sketch_dim=sketch_dim, seed=seed, test=test, population=len(ids)
-    )
-    half = np.zeros(len(ids), dtype=np.int64)
-    half[sample] = split.sides
-    rest = np.setdiff1d(np.arange(len(ids)), sample)
-    if rest.size:
-        half[rest] = assign_nearest(updates, rest, split.means, "cosine")
-    return ids[half == 0].tolist(), ids[half == 1].tolist(), split.cross, split.intra
+Ask = Callable[[list[int]], tuple[list[int], Sequence[np.ndarray]]]
+"""Asks members for their fresh update: the ids that replied and their updates (d,), in that order."""
+Store = Callable[[list[int], np.ndarray], tuple[np.ndarray, object]]
+"""Keeps a block of updates ``(m, d)`` of the given ids: their rows as stored ``(m, k)`` and the store's
+sketch (None: kept as given; ``CFLSattler``: its ``UpdateSimilarity``)."""
 
 
 @dataclass(frozen=True)
@@ -352,14 +302,21 @@ class SampleSplit:
         0 for the half holding the sample's first member, 1 for the other.
     cross, intra : float
         The sample's largest cross-half cosine and its within-half statistic of the separation test.
-    means : ndarray of shape (2, D), float64
-        Each half's mean unit update (the direction the other members are compared with).
+    directions : ndarray of shape (2, k), float64
+        Each half's mean unit update as the split compares updates (``sketch``'s k coordinates, or all
+        D): the direction the other members are compared with.
+    sums : ndarray of shape (2, D), float64
+        Each half's sum of updates.
+    sketch : CountSketch or None
+        The split's sketch (None: updates compared whole).
     """
 
     sides: np.ndarray
     cross: float
     intra: float
-    means: np.ndarray
+    directions: np.ndarray
+    sums: np.ndarray
+    sketch: CountSketch | None
 
 
 def split_sample(
@@ -369,9 +326,11 @@ def split_sample(
     seed: int = 0,
     test: str = SEPARATION,
     population: int = 0,
+    pids: Sequence[int] = (),
+    store: Store | None = None,
 ) -> SampleSplit:
     """Complete linkage on ``1 - cos`` of a sample's updates, its separation (``test``,
-    ``bipartition.SEPARATIONS``) and each half's mean unit update.
+    ``bipartition.SEPARATIONS``), each half's mean unit update (sketched) and sum.
 
     Parameters
     ----------
@@ -379,29 +338,87 @@ def split_sample(
     sketch_dim, seed : int
         The sample is sketched as ``sketch_rows`` would sketch the ``population`` members it was
         drawn from (``auto_sketch_dim``: the exact step's sketch at that size; 0: the sample's own).
+    pids, store : optional
+        ``store(pids, block)`` keeps the updates, ``SCAN_BLOCK`` at a time; where it stores them with
+        this very sketch (a ``CountSketch`` of the same seed, dimension and size), its rows are the
+        ones split: each update is sketched once.
     """
     dim = int(np.shape(updates[0])[-1])
-    rows = sketch_rows(updates, seed, sketch_dim=auto_sketch_dim(max(population, len(updates)), dim, sketch_dim))
+    k = auto_sketch_dim(max(population, len(updates)), dim, sketch_dim)
+    sketch = CountSketch(dim, k, seed) if k else None
+    rows = np.concatenate(
+        [
+            np.array(_split_rows(block, pids[lo : lo + len(block)], store, sketch))
+            for lo, block in row_blocks(updates, chunk=SCAN_BLOCK)
+        ]
+    )
     cos = cosine_matrix(rows, rows)
     a, b = bipartition(cos)
     cross, intra = SEPARATIONS.get(test, separation)(cos, a, b)
+    del cos
     sides = np.zeros(len(updates), dtype=np.int64)
     sides[b] = 1
-    return SampleSplit(sides, cross, intra, cluster_means(updates, np.arange(len(updates)), sides, "cosine"))
+    directions = cluster_means(rows, np.arange(len(rows)), sides, "cosine")
+    return SampleSplit(sides, cross, intra, directions, half_sums(updates, sides), sketch)
+
+
+def _split_rows(block: np.ndarray, pids: Sequence[int], store: Store | None, sketch: CountSketch | None) -> np.ndarray:
+    """``block`` as the split compares it (projected by ``sketch``; as given without one), stored first;
+    the store's rows serve where it keeps them with this very sketch (each update projected once)."""
+    if store is not None:
+        rows, kept = store([int(p) for p in pids], block)
+        if isinstance(kept, CountSketch) and sketch is not None and _key(kept) == _key(sketch):
+            return np.asarray(rows, dtype=np.float32)
+    return block if sketch is None else sketch.project_rows(block)
+
+
+def _key(sketch: CountSketch) -> tuple[int, int, int]:
+    return sketch.dim, sketch.sketch_dim, sketch.seed
+
+
+def half_sums(updates: Sequence[np.ndarray], sides: np.ndarray) -> np.ndarray:
+    """Each half's sum of updates, shape (2, D), float64: ``SCAN_BLOCK`` rows at a time, one product each
+    in the block's float."""
+    sums = np.zeros((2, int(np.shape(updates[0])[-1])))
+    for lo, block in row_blocks(updates, chunk=SCAN_BLOCK, dtype=_block_dtype(updates)):
+        sums += _sums(block, sides[lo : lo + len(block)])
+    return sums
+
+
+def _sums(block: np.ndarray, sides: np.ndarray) -> np.ndarray:
+    weights = np.zeros((2, len(block)), dtype=block.dtype)
+    weights[sides, np.arange(len(block))] = 1.0
+    return (weights @ block).astype(np.float64)
+
+
+def _block_dtype(updates: Sequence[np.ndarray]) -> type:
+    return np.float32 if np.asarray(updates[0]).dtype == np.float32 else np.float64
 
 
 def join_halves(
-    updates: Sequence[np.ndarray], means: np.ndarray, sides: np.ndarray | None = None
+    updates: Sequence[np.ndarray],
+    directions: np.ndarray,
+    *,
+    sketch: CountSketch | None = None,
+    pids: Sequence[int] = (),
+    store: Store | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each update's half (the nearer of ``means`` in cosine, in blocks of its float) and each half's sum.
+    """Each update's half (the nearer of ``directions`` in cosine, as the split compares updates) and
+    each half's sum, ``SCAN_BLOCK`` rows at a time.
+
+    Each block of rows is read once: ``store(pids, block)`` keeps it (when given) and its stored
+    sketch is the one compared where it is the split's ``sketch`` (:func:`split_sample`); then the
+    halves' sums are one product in the block's float.
 
     Parameters
     ----------
     updates : sequence of m arrays (D,)
-    means : ndarray of shape (2, D)
-        The halves' mean unit updates (``SampleSplit.means``).
-    sides : ndarray of shape (m,), optional
-        Given sides (the sample's) are kept; only the sums are computed.
+    directions : ndarray of shape (2, k)
+        The halves' mean unit updates, projected by ``sketch`` (``SampleSplit.directions``).
+    sketch : CountSketch, optional
+        The split's sketch (None: ``directions`` has all D coordinates).
+    pids, store : optional
+        As :func:`split_sample`'s.
 
     Returns
     -------
@@ -409,17 +426,128 @@ def join_halves(
     sums : ndarray of shape (2, D), float64
         The sum of the updates on each side (the halves' models start from their mean update).
     """
-    given = sides is not None
-    sides = np.asarray(sides, dtype=np.int64) if given else np.empty(len(updates), dtype=np.int64)
+    sides = np.empty(len(updates), dtype=np.int64)
     sums = np.zeros((2, int(np.shape(updates[0])[-1])))
-    dtype = np.float32 if np.asarray(updates[0]).dtype == np.float32 else np.float64
-    for lo, block in row_blocks(updates, dtype=dtype):
-        at = sides[lo : lo + len(block)] if given else nearest_means(block, means, "cosine")
+    for lo, block in row_blocks(updates, chunk=SCAN_BLOCK, dtype=_block_dtype(updates)):
+        rows = _split_rows(block, pids[lo : lo + len(block)], store, sketch)
+        at = nearest_means(rows, directions, "cosine")
         sides[lo : lo + len(block)] = at
-        weights = np.zeros((2, len(block)), dtype=dtype)
-        weights[at, np.arange(len(block))] = 1.0
-        sums += (weights @ block).astype(np.float64)
+        sums += _sums(block, at)
     return sides, sums
+
+
+@dataclass(frozen=True)
+class SattlerSplit:
+    """One bi-partition attempt of Sattler's CFL on a cluster (:func:`sattler_split`).
+
+    Attributes
+    ----------
+    halves : (list of int, list of int)
+        The members that replied, by half (sorted ids; the first half holds the first split member).
+    sizes : list of int
+        The sizes of the halves judged: the sample's (all replies in the exact split).
+    cross, intra : float
+        The largest cross-half cosine and the within-half statistic of the separation test.
+    kept : bool
+        ``intra > cross``, or the test is ``off``; a split not kept asked no member outside the sample.
+    sums : ndarray of shape (2, D), float64
+        Each half's sum of updates (of the sample only when the split is not kept).
+    """
+
+    halves: tuple[list[int], list[int]]
+    sizes: list[int]
+    cross: float
+    intra: float
+    kept: bool
+    sums: np.ndarray
+
+    @property
+    def means(self) -> np.ndarray:
+        """Each half's mean update, shape (2, D): what each half's model starts from."""
+        counts = np.array([len(h) for h in self.halves])
+        return self.sums / np.maximum(counts, 1)[:, None]
+
+
+def sattler_split(
+    members: Sequence[int],
+    ask: Ask,
+    *,
+    store: Store | None = None,
+    sketch_dim: int = 0,
+    seed: int = 0,
+    test: str = SEPARATION,
+    sample_above: int = 0,
+    sample_size: int = SAMPLE_SIZE,
+    batch: int = SAMPLE_SIZE,
+    timer: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> SattlerSplit | None:
+    """Sattler's split of one cluster, as ``CFLSattler`` runs it: exact, or above ``sample_above`` > 0
+    members on a seeded sample with the other members joined a batch at a time.
+
+    Exact (the paper's): every member is asked (``ask``), their updates stored (``store``) and split
+    by complete linkage on their cosines, sketched as ``sketch_rows`` sketches all of them
+    (``split_sample`` of every reply; the same split as ``bipartition.sattler_bipartition``).
+    Sampled (modified): ``sample_size`` members drawn with ``seed`` are asked and split; the split's
+    criteria are the sample's; a split kept asks the other members ``batch`` at a time, each joining
+    the half whose mean unit update is nearer in cosine, both sketched as the sample
+    (``join_halves``: each update's stored sketch serves), so that at most one
+    batch of updates is held (64 GB for 100,000 DNN members at once).
+
+    Parameters
+    ----------
+    members : sequence of int
+        The cluster's client ids.
+    ask : callable
+        ``ask(ids) -> (replied ids, their updates)``; its time is not the step's (``timer`` is not
+        held around it).
+    store, timer : optional
+        ``store`` as :func:`split_sample`'s; ``timer()`` wraps the step's own work.
+    sketch_dim, seed, test : int, int, str
+        The split's sketch (0: automatic) and seed; the separation test (``bipartition.SEPARATIONS``,
+        or ``off``).
+
+    Returns
+    -------
+    SattlerSplit or None
+        None when fewer than 3 members replied to the first request.
+    """
+    members = [int(p) for p in members]
+    sampled = use_sample(len(members), sample_above)
+    at = sample_rows(len(members), np.random.default_rng(seed), sample_size) if sampled else np.arange(len(members))
+    replied, deltas = ask([members[int(i)] for i in at])
+    if len(replied) < 3:
+        return None
+    with timer():
+        split = split_sample(
+            deltas,
+            sketch_dim=sketch_dim,
+            seed=seed,
+            test=test,
+            population=len(members) if sampled else len(replied),
+            pids=replied,
+            store=store,
+        )
+    del deltas
+    kept = split.intra > split.cross or test == "off"
+    ids, sides, sums = list(replied), [split.sides], split.sums
+    sizes = np.bincount(split.sides, minlength=2).tolist()
+    if kept and sampled:
+        asked = {members[int(i)] for i in at}
+        rest = [p for p in members if p not in asked]
+        for lo in range(0, len(rest), batch):
+            part, deltas = ask(rest[lo : lo + batch])
+            if len(part):
+                with timer():
+                    joined, part_sums = join_halves(
+                        deltas, split.directions, sketch=split.sketch, pids=part, store=store
+                    )
+                ids.extend(part)
+                sides.append(joined)
+                sums = sums + part_sums
+            del deltas
+    side = np.concatenate(sides)
+    halves = tuple(sorted(np.asarray(ids)[side == h].tolist()) for h in (0, 1))
+    return SattlerSplit((halves[0], halves[1]), sizes, split.cross, split.intra, kept, sums)
 
 
 def sampled_cflgp(

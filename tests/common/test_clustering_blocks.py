@@ -1,5 +1,5 @@
 """Issue 31's reads in reused blocks: row_blocks, CountSketch a row at a time, NormSums, Sattler's
-split of a sample with the rest joined in batches (``split_sample`` + ``join_halves``)."""
+split of a sample with the rest joined in batches (``sattler_split``: ``split_sample`` + ``join_halves``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,21 @@ from sklearn.metrics import adjusted_rand_score
 from common.clustering.bipartition import NormSums, mean_update_ratio, sattler_bipartition, update_norms
 from common.clustering.blocks import row_blocks
 from common.clustering.oneshot import Cut, flhc_clusters
-from common.clustering.sampled import join_halves, sampled_bipartition, sample_rows, split_sample
+from common.clustering.sampled import half_sums, join_halves, sample_rows, sattler_split, split_sample
 from common.clustering.similarity import CountSketch, UpdateSimilarity, sketch_rows
+
+
+def _in_memory(pids: list[int], x: np.ndarray):
+    """An ``ask`` that answers from ``x`` (row ``i`` is ``pids[i]``'s update), recording the requests."""
+    at = {p: i for i, p in enumerate(pids)}
+    asked: list[list[int]] = []
+
+    def ask(ids: list[int]) -> tuple[list[int], list[np.ndarray]]:
+        asked.append(list(ids))
+        return list(ids), [x[at[p]] for p in ids]
+
+    ask.asked = asked  # type: ignore[attr-defined]
+    return ask
 
 
 def _planted(n: int, groups: int, dim: int, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,30 +104,30 @@ def test_join_halves_sides_and_sums():
     for h in (0, 1):
         np.testing.assert_allclose(sums[h], x[sides == h].astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-3)
     given = (np.arange(700) % 2).astype(np.int64)
-    kept, sums2 = join_halves(list(x), means, given)
-    np.testing.assert_array_equal(kept, given)
+    sums2 = half_sums(list(x), given)
     np.testing.assert_allclose(sums2[1], x[1::2].astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(sums2[0], x[0::2].astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-3)
 
 
-def test_a_sample_split_and_batched_joins_equal_sampled_bipartition():
-    """CFLSattler's batched form (sample first, the rest a batch at a time) is sampled_bipartition's split."""
+def test_a_sampled_split_asked_in_batches_equals_the_split_asked_at_once():
+    """CFLSattler's batched form (sample first, the rest a batch at a time) splits as one request would."""
     truth, x = _planted(2600, 2, 40, 0.8, seed=4)
     pids = list(range(10, 2610))
-    first, second, cross, intra = sampled_bipartition(pids, list(x), np.random.default_rng(0))
+    # noisy groups: the sample's nearest-partner test fails, so "off" keeps the split and asks the rest
+    whole = sattler_split(pids, _in_memory(pids, x), sample_above=1, batch=len(pids), test="off")
+    ask = _in_memory(pids, x)
+    split = sattler_split(pids, ask, sample_above=1, batch=140, test="off")
+    assert whole is not None and split is not None and split.kept
+    assert split.halves == whole.halves and (split.cross, split.intra) == (whole.cross, whole.intra)
     at = sample_rows(len(pids), np.random.default_rng(0))
-    split = split_sample([x[i] for i in at], seed=0)
-    assert (split.cross, split.intra) == (cross, intra)
-    sides = np.empty(len(pids), dtype=np.int64)
-    sides[at], total = join_halves([x[i] for i in at], split.means, split.sides)
-    rest = np.setdiff1d(np.arange(len(pids)), at)
-    for lo in range(0, len(rest), 150):
-        sides[rest[lo : lo + 150]], part = join_halves([x[i] for i in rest[lo : lo + 150]], split.means)
-        total += part
-    assert sorted(np.asarray(pids)[sides == 0].tolist()) == sorted(first)
+    assert ask.asked[0] == [pids[i] for i in at]  # the sample first, then 140 at a time
+    assert [len(a) for a in ask.asked[1:]] == [140] * 4 + [600 - 4 * 140]
+    assert split.sizes == np.bincount(split_sample([x[i] for i in at], seed=0).sides).tolist()
+    labels = np.isin(pids, split.halves[1]).astype(int)
+    assert adjusted_rand_score(truth, labels) == 1.0
     exact_first, exact_second, _, _ = sattler_bipartition(pids, list(x))
-    exact = np.isin(pids, exact_second).astype(int)
-    assert adjusted_rand_score(truth, exact) == 1.0 and adjusted_rand_score(truth, sides) >= 1.0 - 0.01
-    np.testing.assert_allclose(total[1] / (sides == 1).sum(), x[sides == 1].mean(axis=0), rtol=1e-4, atol=1e-4)
+    assert adjusted_rand_score(truth, np.isin(pids, exact_second)) == 1.0
+    np.testing.assert_allclose(split.means[1], x[labels == 1].mean(axis=0), rtol=1e-4, atol=1e-4)
 
 
 def test_a_sample_is_sketched_as_the_exact_step_would_sketch_all_members(monkeypatch):
@@ -128,7 +141,9 @@ def test_a_sample_is_sketched_as_the_exact_step_would_sketch_all_members(monkeyp
     real_cos, real_dist = sampled.cosine_matrix, sampled.pairwise_distances
     monkeypatch.setattr(sampled, "cosine_matrix", lambda a, b: widths.append(a.shape[1]) or real_cos(a, b))
     monkeypatch.setattr(sampled, "pairwise_distances", lambda r, m: widths.append(r.shape[1]) or real_dist(r, m))
-    first, second, _, _ = sampled_bipartition(list(range(n)), list(x), np.random.default_rng(0))
+    split = sattler_split(list(range(n)), _in_memory(list(range(n)), x), sample_above=1)
+    assert split is not None
+    second = split.halves[1]
     labels = flhc_clusters(list(x), Cut(0.0, 2), "euclidean", 0, sample_above=1).labels
     assert widths == [similarity.AUTO_SKETCH_DIM, similarity.AUTO_SKETCH_DIM]
     assert adjusted_rand_score(truth, np.isin(np.arange(n), second)) == 1.0

@@ -195,7 +195,8 @@ def test_bipartition_equals_scikit_learn_complete_linkage_and_separation_the_mas
         assert separation(c, a, b) == (c[np.ix_(a, b)].max(), min(intra) if intra else 1.0)
 
 
-def test_update_norms_of_float32_updates_are_float64_sums_without_a_float64_copy():
+def test_update_norms_of_float32_updates_are_float64_totals_without_a_float64_copy():
+    """float32 products and block sums (about 1e-6 relative: the criterion's eps1 is 0.5), float64 totals."""
     import tracemalloc
 
     u = np.random.default_rng(2).normal(size=(50, 20_000)).astype(np.float32)
@@ -207,9 +208,10 @@ def test_update_norms_of_float32_updates_are_float64_sums_without_a_float64_copy
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     np.testing.assert_allclose(
-        got, (np.linalg.norm(u64.mean(axis=0)), np.sqrt(np.mean(norms**2)), norms.max()), rtol=1e-12
+        got, (np.linalg.norm(u64.mean(axis=0)), np.sqrt(np.mean(norms**2)), norms.max()), rtol=1e-5
     )
-    assert ratio == pytest.approx(mean_update_ratio(u64), rel=1e-12)
+    # the ratio cancels (m ||mean||^2 - mean ||u||^2): float32 sums move it by about 1e-6 / (2 ratio)
+    assert ratio == pytest.approx(mean_update_ratio(u64), abs=1e-5)
     assert peak < u.nbytes / 4
 
 
@@ -220,7 +222,6 @@ def test_sattler_bipartition_cuts_the_seeded_sketch_of_the_given_dimension():
     sketched = list(sketch_rows(updates, 0, sketch_dim=64))
     # seed 0 is the default; sketch_dim reaches the sketch: the same split and cosines as on the sketched rows
     assert sattler_bipartition(pids, updates, sketch_dim=64) == sattler_bipartition(pids, sketched)
-    assert sattler_bipartition(pids, updates, sketch_dim=64, chunk=3) == sattler_bipartition(pids, sketched)
     assert sattler_bipartition(pids, updates) != sattler_bipartition(pids, sketched)
 
 

@@ -13,7 +13,6 @@ from common.clustering.sampled import (
     GRAPH_SAMPLE_SIZE,
     SAMPLE_ABOVE,
     sample_rows,
-    sampled_bipartition,
     sampled_flic,
     sattler_split,
     use_sample,
@@ -93,6 +92,11 @@ def test_flhc_sampled_matches_exact(metric):
     assert abs(adjusted_rand_score(truth, got.labels) - adjusted_rand_score(truth, exact.labels)) <= 0.01
 
 
+def _ask(pids: list[int], x: np.ndarray):
+    at = {p: i for i, p in enumerate(pids)}
+    return lambda ids: (list(ids), [x[at[p]] for p in ids])
+
+
 def test_sampled_bipartition_matches_exact_and_is_bounded(monkeypatch):
     truth, x = planted(N, 2, 30, 0.3, seed=7)
     pids = list(range(100, 100 + N))  # client ids, not positions
@@ -105,7 +109,9 @@ def test_sampled_bipartition_matches_exact_and_is_bounded(monkeypatch):
         return real(a, b)
 
     monkeypatch.setattr(sampled, "cosine_matrix", spy)
-    s_first, s_second, s_cross, s_intra = sampled_bipartition(pids, list(x), np.random.default_rng(0))
+    split = sattler_split(pids, _ask(pids, x), sample_above=SAMPLE_ABOVE if N > SAMPLE_ABOVE else 1)
+    assert split is not None
+    (s_first, s_second), s_cross, s_intra = split.halves, split.cross, split.intra
     assert shapes == [(SAMPLE_SIZE, SAMPLE_SIZE)]  # never (N, N)
     assert sorted(s_first + s_second) == pids
 
@@ -123,11 +129,15 @@ def test_sampled_bipartition_matches_exact_and_is_bounded(monkeypatch):
 def test_sattler_split_threshold_and_seed():
     _, x = planted(N, 2, 30, 1.0, seed=8)
     pids = list(range(N))
-    exact = sattler_split(pids, list(x), sample_above=0)
-    assert exact == sattler_bipartition(pids, list(x))
-    a = sattler_split(pids, list(x), seed=3, sample_above=N - 1)
-    assert a == sattler_split(pids, list(x), seed=3, sample_above=N - 1)
-    assert a[2:] != exact[2:]  # the criteria come from the sample's cosines
+    exact = sattler_split(pids, _ask(pids, x), sample_above=0)
+    assert exact is not None and exact.sizes == [len(h) for h in exact.halves]
+    assert (*exact.halves, exact.cross, exact.intra) == sattler_bipartition(pids, list(x))
+    again = sattler_split(pids, _ask(pids, x), sample_above=N)  # up to sample_above: exact
+    assert again is not None and (again.halves, again.cross, again.sizes) == (exact.halves, exact.cross, exact.sizes)
+    a = sattler_split(pids, _ask(pids, x), seed=3, sample_above=N - 1)
+    assert a is not None and sum(a.sizes) == SAMPLE_SIZE
+    assert a.halves == sattler_split(pids, _ask(pids, x), seed=3, sample_above=N - 1).halves  # type: ignore[union-attr]
+    assert (a.cross, a.intra) != (exact.cross, exact.intra)  # the criteria come from the sample's cosines
 
 
 def test_sampled_flic_matches_exact():

@@ -241,7 +241,7 @@ def test_updates_are_sketched_only_when_they_would_pass_the_budget(monkeypatch):
     rows = [r.astype(np.float32) for r in x]
     np.testing.assert_array_equal(sketch_rows(rows, 0), np.stack(rows))
     monkeypatch.setattr("common.clustering.similarity.AUTO_SKETCH_BYTES", 1000)
-    sketched = sketch_rows(rows, 0, chunk=7)
+    sketched = sketch_rows(rows, 0)
     assert sketched.shape == (60, AUTO_SKETCH_DIM)
     np.testing.assert_array_equal(sketch_rows(rows, 0, exact=True), np.stack(rows))
     labels = agglomerative(pairwise_distances(sketched), num_clusters=3)

@@ -292,9 +292,10 @@ def test_sampled_form_sweeps_on_its_sample_and_places_the_rest(monkeypatch, samp
     every other client placed in its own group; at or below it (and with 0): the exact step."""
     import functools
 
-    import strategies.flag
+    import common.clustering.flag as flag
 
-    monkeypatch.setattr(strategies.flag, "flag_sample", functools.partial(strategies.flag.flag_sample, size=14))
+    # the strategy's exact-or-sampled branch is flag.flag_proximity, which calls flag_sample
+    monkeypatch.setattr(flag, "flag_sample", functools.partial(flag.flag_sample, size=14))
     truth, signals = _many_signals(40, np.random.default_rng(3))
     s = _offline(FLAGParams(sweep_step=0.25, sweep_clients=6, sample_above=sample_above), signals, truth)
     swept = []
@@ -305,7 +306,7 @@ def test_sampled_form_sweeps_on_its_sample_and_places_the_rest(monkeypatch, samp
     assert s.data_matrix.shape == s.gradient_matrix.shape == ((14, 14) if sampled else (40, 40))
     assert (s.distance_matrix is None) == sampled
     if sampled:
-        sample = strategies.flag.flag_sample(
+        sample = flag.flag_sample(
             *s._signal_arrays([signals[p] for p in range(40)]), 4, beta=0.5, delta=0.5, seed=0
         ).positions
         assert {q for got in swept for q in got} <= set(sample.tolist())

@@ -57,6 +57,10 @@ queue or event wait, a sleep in Flower's log uploader, parent monitor or pull lo
 wait for an actor's result, the main thread's wait for the engine's threads (Flower 1.42's lines)."""
 RATE = 20
 """py-spy samples a second."""
+RECORD = "exchange-profile"
+"""The record's name, unless ``--record`` names another."""
+TITLE = "Where an exchange with every simulated client spends the simulation process's time"
+"""The table's title, unless ``--title`` gives another."""
 
 
 def shares(raw: Path) -> tuple[dict[str, float], int, float]:
@@ -158,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--notes", default="", help="what differs between the runs")
     parser.add_argument("--app-root", default=str(ROOT), help="the umbel tree to run (e.g. a checkout of main)")
+    parser.add_argument("--record", default=RECORD, help="the record's name (docs/results/data/<record>.json)")
+    parser.add_argument("--title", default=TITLE, help="the table's title")
     args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "exchange-profile").resolve()
     loads = [args.load] if args.load else []
@@ -197,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(rows[-1], flush=True)
     table = Table(
-        "Where an exchange with every simulated client spends the simulation process's time",
+        args.title,
         [
             "run",
             "identity s",
@@ -221,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     record = Record(
-        name="exchange-profile",
+        name=args.record,
         section=LARGE,
         command=current_command(),
         tables=[table],

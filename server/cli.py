@@ -468,12 +468,24 @@ def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> i
     return cpus * min(num_clients, base + asleep)
 
 
+RAY_INLINE_ENV = "RAY_max_direct_call_object_size"
+"""Ray's setting: the largest argument (bytes) sent with an actor call instead of through its object store."""
+RAY_INLINE_BYTES = 4 * 2**20
+"""umbel's value for it (Ray's is 100 KiB): a message carrying a model of up to 4 MiB goes with the call."""
+
+
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
     """Flower's environment for a run: no runtime dependency installs, no telemetry, own home and port,
     and umbel's ``flwr-simulation`` launcher (``server.linkindex``) first on ``PATH``.
+
+    Ray sends each message of up to :data:`RAY_INLINE_BYTES` with its actor call (Ray's own 100 KiB
+    limit put every model-carrying message through its object store: a put and a fetch per
+    message, the largest part of the simulation process's time per message); a value in the
+    environment is kept.
     """
     launcher = write_launcher(flwr_home / "bin")
     return {
+        RAY_INLINE_ENV: str(RAY_INLINE_BYTES),
         **os.environ,
         "PATH": simulation_path(launcher.parent, os.environ.get("PATH", "")),
         "FLWR_HOME": str(flwr_home),

@@ -33,3 +33,11 @@ def test_a_negative_or_non_integer_actor_count_is_refused_naming_the_flag(bad, c
         cli.main(["run", "--client-actors", bad, "--check"])
     err = capsys.readouterr().err
     assert f"The '--client-actors' parameter must be an int >= 0. Got '{bad}' instead." in err
+
+
+def test_ray_sends_a_model_carrying_message_with_its_call_unless_told_otherwise(monkeypatch, tmp_path):
+    monkeypatch.delenv(cli.RAY_INLINE_ENV, raising=False)
+    env = cli.simulation_env(tmp_path / "home", 1234)
+    assert int(env[cli.RAY_INLINE_ENV]) == cli.RAY_INLINE_BYTES >= 636_040  # fashion-mnist's dnn, in bytes
+    monkeypatch.setenv(cli.RAY_INLINE_ENV, "1000")
+    assert cli.simulation_env(tmp_path / "home", 1234)[cli.RAY_INLINE_ENV] == "1000"

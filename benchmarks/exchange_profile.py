@@ -57,6 +57,10 @@ queue or event wait, a sleep in Flower's log uploader, parent monitor or pull lo
 wait for an actor's result, the main thread's wait for the engine's threads (Flower 1.42's lines)."""
 RATE = 20
 """py-spy samples a second."""
+RECORD = "exchange-profile"
+"""The record's name, unless ``--record`` names another."""
+TITLE = "Where an exchange with every simulated client spends the simulation process's time"
+"""The table's title, unless ``--title`` gives another."""
 
 
 def shares(raw: Path) -> tuple[dict[str, float], int, float]:
@@ -82,35 +86,56 @@ IDENTIFIED = "clients identified (of"
 """The ServerApp's log line that ends the identity phase (``strategies.federation.discover_clients``)."""
 
 
+ACTOR = "ray::ClientAppActor"
+"""How a Ray actor running the ClientApp names itself (its command line)."""
+
+
+def actors_cpu(proc: psutil.Process, seen: dict[int, float]) -> float:
+    """CPU seconds (user + system) of every ClientApp actor under ``proc`` so far; ``seen`` keeps each
+    actor's last reading, so that an actor gone still counts."""
+    for child in proc.children(recursive=True):
+        try:
+            if ACTOR in " ".join(child.cmdline()):
+                times = child.cpu_times()
+                seen[child.pid] = times.user + times.system
+        except psutil.Error:
+            continue
+    return sum(seen.values())
+
+
 def phase_cpu(proc: psutil.Process, log: Path, metrics: Path, out: Path) -> None:
-    """Write to ``out`` the CPU seconds (user + system) of ``proc`` when the identity phase ends (its log
-    line in ``log``) and when round 1 ends (its line in ``metrics``), and its last reading; every 0.5 s.
+    """Write to ``out`` the CPU seconds (user + system) of ``proc`` and of its ClientApp actors when the
+    identity phase ends (its log line in ``log``) and when round 1 ends (its line in ``metrics``), and
+    their last readings; every 0.5 s.
     """
     got: dict[str, float] = {}
+    actors: dict[int, float] = {}
     while True:
         try:
             times = proc.cpu_times()
             if proc.status() == psutil.STATUS_ZOMBIE:
                 break
+            got["actors-last"] = actors_cpu(proc, actors)
         except psutil.Error:
             break
         got["last"] = times.user + times.system
         if "identity" not in got and log.exists() and IDENTIFIED in log.read_text(errors="replace"):
-            got["identity"] = got["last"]
+            got["identity"], got["actors-identity"] = got["last"], got["actors-last"]
         if "round" not in got and metrics.exists() and metrics.read_text().strip():
-            got["round"] = got["last"]
+            got["round"], got["actors-round"] = got["last"], got["actors-last"]
         out.write_text(json.dumps(got))
         time.sleep(0.5)
 
 
-def phases(run: Path) -> tuple[float | None, float | None]:
-    """The simulation process's CPU seconds in the identity phase and in round 1 (None where not sampled)."""
+def phases(run: Path, prefix: str = "") -> tuple[float | None, float | None]:
+    """CPU seconds in the identity phase and in round 1 (None where not sampled): the simulation
+    process's, or with ``prefix`` ``"actors-"`` its ClientApp actors' together."""
     file = run.with_name(run.name + ".cpu.json")
     if not file.exists():
         return None, None
     got = json.loads(file.read_text())
-    identity = got.get("identity")
-    return identity, (got["round"] - identity if identity is not None and "round" in got else None)
+    identity, end = got.get(prefix + "identity"), got.get(prefix + "round")
+    return identity, (end - identity if identity is not None and end is not None else None)
 
 
 def profile(clients: int, folder: Path, name: str, extra: Sequence[str], app_root: Path = ROOT) -> Path:
@@ -158,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--notes", default="", help="what differs between the runs")
     parser.add_argument("--app-root", default=str(ROOT), help="the umbel tree to run (e.g. a checkout of main)")
+    parser.add_argument("--record", default=RECORD, help="the record's name (docs/results/data/<record>.json)")
+    parser.add_argument("--title", default=TITLE, help="the table's title")
     args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "exchange-profile").resolve()
     loads = [args.load] if args.load else []
@@ -175,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = outcome(run)
         resources = json.loads((run / "resources.json").read_text())
         identity_cpu, round_cpu = phases(run)
+        round_actors = phases(run, "actors-")[1]
         first = first or (figures["identity"], figures["round"], resources["cpu-seconds"])
         rows.append(
             [
@@ -183,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 None if identity_cpu is None else round(identity_cpu, 1),
                 round(figures["round"], 1),
                 None if round_cpu is None else round(round_cpu, 1),
+                None if round_actors is None else round(round_actors, 1),
                 round(resources["cpu-seconds"]),
                 " / ".join(
                     f"{now / then:.2f}"
@@ -197,13 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(rows[-1], flush=True)
     table = Table(
-        "Where an exchange with every simulated client spends the simulation process's time",
+        args.title,
         [
             "run",
             "identity s",
             "identity, simulation process CPU s",
             "round s (10 train, all evaluate)",
             "round, simulation process CPU s",
+            "round, ClientApp actors CPU s",
             "simulation process CPU s, whole run",
             "identity / round / CPU, against the first run",
             "busy thread-seconds sampled",
@@ -221,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     record = Record(
-        name="exchange-profile",
+        name=args.record,
         section=LARGE,
         command=current_command(),
         tables=[table],

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import ArrayRecord
+from flwr.common.constant import NUM_PARTITIONS_KEY
 
 from common import keys
 from common.config import RunParams, run_config_value
@@ -47,15 +48,16 @@ class ClientTask:
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
         """The client's model holding ``arrays`` (the cluster model the server sent).
 
-        One module per task is reused: ``strict`` loading overwrites every parameter and
-        buffer, so nothing of an earlier message survives.
+        One module per process, model and device is reused by every task (:func:`shared_module`):
+        ``strict`` loading overwrites every parameter and buffer, so nothing of an earlier
+        message, or of another client, survives.
         """
         self._model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
         return self._model
 
     @cached_property
     def _model(self) -> torch.nn.Module:
-        return build_model(self.model_name, self.info.input_shape, self.info.num_classes, self.seed)
+        return shared_module(self.model_name, self.info.input_shape, self.info.num_classes, self.seed, str(self.device))
 
     def head(self, needed_by: str) -> Head:
         """The classifier head of the task's reused model (found once; raises naming ``needed_by``)."""
@@ -111,12 +113,44 @@ def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, A
     )
     device = node_config.get(keys.DEVICE, run_config_value(run_config, "device", RunParams.device))
     return _task(
-        data_source(run_config, node_config),
+        _source(run_config, node_config),
         pid,
         str(run_config_value(run_config, "model", RunParams.model)),
         check_device_name(device, "the node config"),
         int(run_config_value(run_config, "seed", ScenarioConfig.seed)),
     )
+
+
+def _source(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> DataSource:
+    """``data_source`` of these configs, read and checked once per process for each pair of configs.
+
+    Every message brings its own copy of the run config (a Ray actor unpickles it), so the cache
+    is keyed by the values; a client's own keys (partition id) do not change its source.
+    """
+    node = {k: v for k, v in node_config.items() if k not in (keys.PARTITION_ID, NUM_PARTITIONS_KEY)}
+    try:
+        return _source_of(tuple(sorted(run_config.items())), tuple(sorted(node.items())))
+    except TypeError:  # an unhashable value (not a TOML scalar): no cache
+        return data_source(run_config, node_config)
+
+
+@lru_cache(maxsize=8)
+def _source_of(run_items: tuple[tuple[str, Any], ...], node_items: tuple[tuple[str, Any], ...]) -> DataSource:
+    return data_source(dict(run_items), dict(node_items))
+
+
+@lru_cache(maxsize=4)
+def shared_module(
+    model: str, input_shape: tuple[int, ...], num_classes: int, seed: int, device: str
+) -> torch.nn.Module:
+    """One module of ``model`` for every client this process serves on ``device``.
+
+    A Ray actor serves thousands of simulated clients one message at a time, and drawing a new
+    module's initial weights costs more than evaluating a client's test split; every use loads
+    the server's arrays into it first (:meth:`ClientTask.model`). ``device`` only keys the cache:
+    training moves the module there.
+    """
+    return build_model(model, input_shape, num_classes, seed)
 
 
 # Bounded: one Ray actor serves many simulated clients and must not hold all their data.

@@ -78,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="GPU fraction per simulated client, e.g. 0.25 for four clients per GPU",
     )
     local.add_argument(
+        "--client-actors",
+        type=_at_least_zero("--client-actors"),
+        default=0,
+        help="Ray actors running the simulated clients (0: one per --client-cpus cores, Ray's count)",
+    )
+    local.add_argument(
         "--flwr-home",
         type=Path,
         default=None,
@@ -129,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("umbel run: starting Flower's simulation; the clients identify themselves first", flush=True)
     home = (args.flwr_home or _work_root() / ".flwr" / folder.name).resolve()
     started = time.time()
-    code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus)
+    code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus, args.client_actors)
     if code in (130, 128 + signal.SIGTERM):
         return _interrupted(folder, config, code)
     failure = run_failure(folder, started)
@@ -281,8 +287,14 @@ def prepare(config: dict[str, Any]) -> tuple[Path, int]:
     return folder, experiment.scenario.num_clients
 
 
-def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus: int, gpus: float) -> int:
-    """Run ``flwr run`` against a private local SuperLink; always stop that SuperLink."""
+def simulate(
+    config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus: int, gpus: float, actors: int = 0
+) -> int:
+    """Run ``flwr run`` against a private local SuperLink; always stop that SuperLink.
+
+    ``actors`` > 0 asks for that many Ray actors (Ray is told ``actors * cpus`` CPUs), or more
+    where injected slow clients need them (:func:`simulation_cpus`).
+    """
     flwr_home.mkdir(parents=True, exist_ok=True)
     write_flower_config(flwr_home)
     config_file = flwr_home / "run-config.toml"
@@ -300,7 +312,7 @@ def simulate(config: Mapping[str, Any], num_clients: int, flwr_home: Path, cpus:
         "--run-config",
         str(config_file),
         "--federation-config",
-        federation_config(num_clients, cpus, gpus, simulation_cpus(config, num_clients, cpus)),
+        federation_config(num_clients, cpus, gpus, max(simulation_cpus(config, num_clients, cpus), actors * cpus)),
     ]
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
@@ -456,12 +468,24 @@ def simulation_cpus(config: Mapping[str, Any], num_clients: int, cpus: int) -> i
     return cpus * min(num_clients, base + asleep)
 
 
+RAY_INLINE_ENV = "RAY_max_direct_call_object_size"
+"""Ray's setting: the largest argument (bytes) sent with an actor call instead of through its object store."""
+RAY_INLINE_BYTES = 4 * 2**20
+"""umbel's value for it (Ray's is 100 KiB): a message carrying a model of up to 4 MiB goes with the call."""
+
+
 def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
     """Flower's environment for a run: no runtime dependency installs, no telemetry, own home and port,
     and umbel's ``flwr-simulation`` launcher (``server.linkindex``) first on ``PATH``.
+
+    Ray sends each message of up to :data:`RAY_INLINE_BYTES` with its actor call (Ray's own 100 KiB
+    limit put every model-carrying message through its object store: a put and a fetch per
+    message, the largest part of the simulation process's time per message); a value in the
+    environment is kept.
     """
     launcher = write_launcher(flwr_home / "bin")
     return {
+        RAY_INLINE_ENV: str(RAY_INLINE_BYTES),
         **os.environ,
         "PATH": simulation_path(launcher.parent, os.environ.get("PATH", "")),
         "FLWR_HOME": str(flwr_home),
@@ -501,6 +525,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _at_least_zero(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"The '{flag}' parameter must be an int >= 0. Got {text!r} instead.")
+        return value
+
+    return parse
 
 
 def _parser_for(key: schema.Key) -> Callable[[str], Any]:

@@ -25,6 +25,7 @@ run config (:func:`register_contexts`).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import os
@@ -349,17 +350,19 @@ def register_contexts(nodes_mapping: dict[int, int], run: Any, app_dir: str | No
     dict per node at 100,000 nodes. Here the first node's registration is Flower's own, and every
     other node's Context gets that node's own config and state but the first one's run config:
     the same values, one dict, which nothing in this process changes (the ClientApp changes only
-    its own unpickled copy, and Flower's ``update_context`` refuses a changed one).
+    its own unpickled copy, and Flower's ``update_context`` refuses a changed one); each store is a
+    :func:`shared_config_store_class`, which keeps that dict when the engine stores a returned Context.
     """
     from flwr.app import Context, RecordDict
     from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY
-    from flwr.compat.client.run_info_store import DeprecatedRunInfoStore, RunInfo
+    from flwr.compat.client.run_info_store import RunInfo
 
+    store_class = shared_config_store_class()
     stores: dict[int, Any] = {}
     num_partitions = len(set(nodes_mapping.values()))
     first: Any = None
     for node_id, partition_id in nodes_mapping.items():
-        store = DeprecatedRunInfoStore(
+        store = store_class(
             node_id=node_id, node_config={PARTITION_ID_KEY: partition_id, NUM_PARTITIONS_KEY: num_partitions}
         )
         if first is None:
@@ -376,6 +379,27 @@ def register_contexts(nodes_mapping: dict[int, int], run: Any, app_dir: str | No
             store.run_infos[run.run_id] = RunInfo(context=context, initial_run_config=first.initial_run_config)
         stores[node_id] = store
     return stores
+
+
+@functools.cache
+def shared_config_store_class() -> type:
+    """``SharedConfigRunInfoStore``: Flower's ``DeprecatedRunInfoStore`` that keeps the shared run config.
+
+    Flower's engine stores the Context each ClientApp call returns, unpickled with its own copy of
+    the run config: after an exchange with every client, a dict per node again (about 1 GB at
+    100,000 nodes). Its ``update_context`` is Flower's (which refuses a changed run config), then
+    puts back the run config the node's Context held: the same values, the one shared dict.
+    """
+    from flwr.app import Context
+    from flwr.compat.client.run_info_store import DeprecatedRunInfoStore
+
+    class SharedConfigRunInfoStore(DeprecatedRunInfoStore):
+        def update_context(self, run_id: int, context: Context) -> None:
+            shared = self.run_infos[run_id].context.run_config
+            super().update_context(run_id, context)
+            context.run_config = shared
+
+    return SharedConfigRunInfoStore
 
 
 def install_context_registry() -> bool:

@@ -61,3 +61,21 @@ def test_the_cpu_of_each_phase_is_read_when_its_end_appears_and_taken_apart(tmp_
     out.write_text(json.dumps({"identity": 2.0, "round": 5.5, "last": 9.0}))
     assert exchange_profile.phases(tmp_path / "r") == (2.0, 3.5)
     assert exchange_profile.phases(tmp_path / "other") == (None, None)
+
+
+def test_the_actors_cpu_counts_only_clientapp_actors_and_keeps_those_gone():
+    import subprocess
+    import sys
+
+    import psutil
+
+    busy = "import time; t = time.time()\nwhile time.time() - t < 1.0: pass"
+    actor = subprocess.Popen([sys.executable, "-c", busy, exchange_profile.ACTOR])
+    other = subprocess.Popen([sys.executable, "-c", busy, "ray::raylet"])
+    seen: dict[int, float] = {}
+    me = psutil.Process()
+    while actor.poll() is None:
+        exchange_profile.actors_cpu(me, seen)
+    other.wait()
+    assert list(seen) == [actor.pid] and 0 < seen[actor.pid] <= 1.5
+    assert exchange_profile.actors_cpu(me, seen) == seen[actor.pid]  # gone, still counted

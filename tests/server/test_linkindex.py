@@ -410,3 +410,29 @@ def test_install_context_registry_replaces_flowers_registration_only_when_enable
     monkeypatch.delenv(linkindex.DISABLE_ENV)
     assert linkindex.install_context_registry() is True
     assert vce_api._register_node_info_stores is linkindex.register_contexts
+
+
+def test_a_context_the_engine_stores_back_keeps_the_one_shared_run_config():
+    import pickle
+
+    from flwr.app import ConfigRecord
+    from flwr.supercore.run import Run
+
+    run = Run.create_empty(7)
+    run.override_config = {"seed": 3, "num-clients": 4}
+    stores = linkindex.register_contexts({10: 0, 11: 1, 12: 2, 13: 3}, run, app_dir=str(Path(__file__).parents[2]))
+    shared = stores[10].retrieve_context(7).run_config
+    assert all(store.retrieve_context(7).run_config is shared for store in stores.values())
+    # the ClientApp's reply: an unpickled copy of the Context, its state changed, its run config equal
+    returned = pickle.loads(pickle.dumps(stores[12].retrieve_context(7)))
+    returned.state["seen"] = ConfigRecord({"messages": 1})
+    assert returned.run_config == shared and returned.run_config is not shared
+    stores[12].update_context(7, returned)
+    kept = stores[12].retrieve_context(7)
+    assert kept is returned and "seen" in kept.state and kept.run_config is shared
+    assert stores[13].retrieve_context(7).run_config is shared
+    changed = pickle.loads(pickle.dumps(kept))
+    changed.run_config["seed"] = 4
+    with pytest.raises(ValueError, match="cannot be modified"):
+        stores[11].update_context(7, changed)
+    assert shared["seed"] == 3 and stores[11].retrieve_context(7).run_config is shared

@@ -174,3 +174,49 @@ def test_hierarchical_helpers_take_the_value_at_each_bound():
     )
     np.testing.assert_array_equal(hc.auto_cut(D3, max_clusters=2, tolerance=0.0)[0], [0, 0, 1])
     np.testing.assert_array_equal(hc.nearest(np.array([[0.0], [5.0]]), np.array([[np.nan], [4.0]])), [1, 1])
+
+
+def test_pairwise_distances_of_two_rows_is_their_distance():
+    np.testing.assert_array_equal(hc.pairwise_distances(np.array([[0.0], [3.0]])), [[0.0, 3.0], [3.0, 0.0]])
+
+
+def test_cityblock_distances_above_the_inner_product_switch_are_scipys():
+    """Cityblock has no inner-product form: above PDIST_MAX_ROWS it must still be scipy's, exactly."""
+    from scipy.spatial.distance import cdist
+
+    x = np.random.default_rng(0).integers(0, 5, size=(hc.PDIST_MAX_ROWS + 1, 2)).astype(float)
+    np.testing.assert_array_equal(hc.pairwise_distances(x, "cityblock"), cdist(x, x, "cityblock"))
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "sqeuclidean"])
+def test_inner_product_distances_of_repeated_rows_are_finite_and_never_negative(metric):
+    """Above PDIST_MAX_ROWS the distances come from inner products, where rounding may put a repeated
+    row's distance a hair below zero: clipped at 0 (a negative entry fails check_distance_matrix, and
+    its square root is NaN)."""
+    rng = np.random.default_rng(1)
+    x = np.repeat(rng.normal(size=(hc.PDIST_MAX_ROWS // 2 + 1, 7)) * 1e3, 2, axis=0)
+    d = hc.pairwise_distances(x, metric)
+    assert np.isfinite(d).all() and (d >= 0).all() and d.max() <= (2.0 if metric == "cosine" else np.inf)
+
+
+def test_a_distance_matrix_is_read_as_float64_and_symmetric_to_1e_8_relative_and_1e_10_absolute():
+    assert hc.check_distance_matrix(np.array([[0, 1], [1, 0]]), "x").dtype == np.float64
+    assert not hc.is_symmetric(np.array([[0.0, 1.0], [1.0 + 1e-6, 0.0]]))
+    assert not hc.is_symmetric(np.array([[0.0, 1e-9], [0.0, 0.0]]))
+    assert hc.is_symmetric(np.array([[0.0, 1.0], [1.0 + 1e-9, 0.0]]))
+
+
+def test_agglomerative_labels_are_int64_for_one_client_and_take_a_matrix_symmetric_within_tolerance():
+    assert hc.agglomerative(np.zeros((1, 1)), num_clusters=1).dtype == np.int64
+    near = np.array([[0.1, 1.0, 5.0], [1.0 + 1e-12, 0.1, 5.0], [5.0, 5.0, 0.1]])  # scipy's own checks would refuse it
+    np.testing.assert_array_equal(hc.agglomerative(near, num_clusters=2), [0, 0, 1])
+
+
+def test_nearest_refuses_references_that_are_not_2d_by_name():
+    with pytest.raises(
+        ValueError,
+        match=_whole(
+            "The 'references' parameter of nearest must be a (K, 2) array with a finite row. Got shape (2,) instead."
+        ),
+    ):
+        hc.nearest(np.zeros((2, 2)), np.zeros(2))

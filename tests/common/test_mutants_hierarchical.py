@@ -220,3 +220,23 @@ def test_nearest_refuses_references_that_are_not_2d_by_name():
         ),
     ):
         hc.nearest(np.zeros((2, 2)), np.zeros(2))
+
+
+def test_nearest_and_auto_cut_label_as_int64():
+    assert hc.nearest(np.array([[0.0]]), np.array([[1.0]])).dtype == np.int64
+    labels, silhouette = hc.auto_cut(D2)
+    assert (labels.dtype, silhouette) == (np.int64, None)
+
+
+def test_auto_cut_keeps_one_cluster_of_identical_clients_and_takes_a_nearly_symmetric_matrix():
+    labels, silhouette = hc.auto_cut(np.zeros((3, 3)))
+    np.testing.assert_array_equal(labels, [0, 0, 0])
+    assert silhouette is None
+    near = np.array([[0.0, 1.0, 9.0], [1.0 + 1e-12, 0.0, 9.0], [9.0, 9.0, 0.0]])
+    np.testing.assert_array_equal(hc.auto_cut(near, max_clusters=2)[0], [0, 0, 1])
+
+
+def test_cut_tree_cuts_at_the_threshold_unless_given_a_positive_count_which_it_caps_at_n():
+    np.testing.assert_array_equal(hc.cut_tree(D3, threshold=2.0), [0, 0, 1])  # num_clusters' default: not given
+    np.testing.assert_array_equal(hc.cut_tree(D3, threshold=2.0, num_clusters=1), [0, 0, 0])
+    np.testing.assert_array_equal(hc.cut_tree(np.zeros((1, 1)), threshold=0.0, num_clusters=3), [0])

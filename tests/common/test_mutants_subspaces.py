@@ -113,3 +113,13 @@ def test_pairwise_subspace_angles_take_zero_for_a_missing_basis():
 
 def test_stack_bases_keeps_every_column_in_order():
     np.testing.assert_array_equal(sub.stack_bases([E[:, :1], E[:, 1:3]]), E)
+
+
+def test_principal_angles_of_float32_bases_are_computed_in_float64():
+    """The bases are read as float64: float32 input gives the float64 angles, not float32 rounding's."""
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(50, 3)), rng.normal(size=(50, 3))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    np.testing.assert_array_equal(
+        sub.principal_angles(a32, b32), sub.principal_angles(a32.astype(np.float64), b32.astype(np.float64))
+    )

@@ -240,3 +240,7 @@ def test_cut_tree_cuts_at_the_threshold_unless_given_a_positive_count_which_it_c
     np.testing.assert_array_equal(hc.cut_tree(D3, threshold=2.0), [0, 0, 1])  # num_clusters' default: not given
     np.testing.assert_array_equal(hc.cut_tree(D3, threshold=2.0, num_clusters=1), [0, 0, 0])
     np.testing.assert_array_equal(hc.cut_tree(np.zeros((1, 1)), threshold=0.0, num_clusters=3), [0])
+
+
+def test_linkage_tree_defaults_to_average_linkage():
+    np.testing.assert_array_equal(hc.linkage_tree(D3), hc.linkage_tree(D3, "average"))

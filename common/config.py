@@ -2,7 +2,8 @@
 
 Each key read here is declared once, on its field (``common.params.param``); ``common.schema``
 places it among the run-config keys. Strategy-specific parameters live with each strategy; the
-scenario's in ``common.scenarios.ScenarioConfig``.
+scenario's in ``common.scenarios.ScenarioConfig``; the clustering keys several strategies share
+in ``common.params.ClusteringParams``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import keys
+from .local_data import FORMATS
 from .metrics import final_stretch
 from .params import check_params, check_renamed, param, run_config_keys
 from .validation import check_int
@@ -251,4 +253,55 @@ class OutputParams:
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> OutputParams:
         """Build from the ``results-dir`` and ``run-name`` run-config keys."""
+        return params_from_run_config(cls, rc)
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """Where a run's data comes from, what scores its clustering and who may join it: the dataset
+    folder, the clients' own folders and how to read them (``common.sources``), the truth file and
+    the roster (``server.experiment``). ``input_shape`` stays text here: ``common.sources.parse_shape``
+    reads it.
+    """
+
+    data_dir: str = param(
+        "", "folder with the dataset files; empty: Debian's /usr/share/datasets, then torchvision's download"
+    )
+    data_path: str = param(
+        "",
+        "own data (docs/own-data.md): a folder of partition_<i>/ client folders, each "
+        "simulated client reads only its own; a SuperNode's node-config data-path names its own folder instead; "
+        "empty: the scenario",
+    )
+    data_format: str = param("auto", "format of the clients' own folders", choices=FORMATS)
+    x_column: str = param("", "own data: input column (hf) or array (npz); empty: image, img or x")
+    y_column: str = param("", "own data: label column (hf) or array (npz); empty: label or y")
+    num_classes: int = param(0, "classes of the clients' own data and the model's outputs; 0: those of dataset", low=0)
+    input_shape: str = param(
+        "", "one sample's shape, 'C,H,W' or 'F', of the clients' own data; empty: that of dataset", checked=False
+    )
+    val_fraction: float = param(
+        0.0,
+        "own data: share of a client's samples held out for validation, in [0, 1)",
+        low=0.0,
+        high=1.0,
+        closed=(True, False),
+    )
+    truth_path: str = param(
+        "",
+        "a federation.json with each partition's true group (umbel export writes one): "
+        "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)",
+    )
+    roster_path: str = param(
+        "",
+        "deployments: a roster.json binding each partition id to a SuperNode key or node id (umbel deploy "
+        "register writes one); a node whose key does not match is refused; empty: first claim wins",
+    )
+
+    def __post_init__(self) -> None:
+        check_params(self, OWNER)
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> DataParams:
+        """Build from the ``data-dir``, ``data-path``, ..., ``roster-path`` run-config keys."""
         return params_from_run_config(cls, rc)

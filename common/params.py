@@ -9,7 +9,7 @@ run-config key's entry in ``common.schema``, the ``umbel run`` flag and its help
 
 The run-wide dataclasses of ``common.config`` (training, output, faults) declare their keys
 the same way. A field declared with ``shared`` (below) reads a key several strategies share; that
-key is declared once in ``common.schema`` and ``shared`` may add the strategy's own range.
+key is declared once on ``ClusteringParams`` and ``shared`` may add the strategy's own range.
 ``RENAMED`` lists the keys' former names.
 """
 
@@ -146,13 +146,37 @@ def shared(default: T, *, low: float | None = None, high: float | None = None, h
     """A strategy parameter whose run-config key several strategies read: the key has no prefix.
 
     Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``, whose
-    help is declared once in ``common.schema``; ``help`` is what the key means to this strategy,
+    help and default are declared once on ``ClusteringParams`` (``common.schema.build`` refuses a
+    ``shared`` default other than that one); ``help`` is what the key means to this strategy,
     added to that help under the strategy's name (``common.schema.build``). With ``low`` or ``high``
     the strategy's own range is checked by ``common.params.check_params``; without, the dataclass
     checks the value itself.
     """
     spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
     return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
+
+
+@dataclass(frozen=True)
+class ClusteringParams:
+    """The clustering keys several strategies share, each declared once here (``common.schema``
+    places them); each strategy reads one with a ``shared`` field of the same name and default, and
+    checks it in its own range.
+    """
+
+    num_clusters: int = param(
+        0, "cut into / keep this many clusters; 0 = not given (each strategy's own rule)", checked=False
+    )
+    linkage: str = param(
+        "average",
+        "hierarchical clustering's linkage (ward needs raw features)",
+        choices=("average", "complete", "single", "weighted"),
+        checked=False,
+    )
+    cluster_steps: int = param(
+        100, "mini-batches of local training for the clustering signal; 0: epochs", checked=False
+    )
+    max_clusters: int = param(8, "the most clusters a strategy keeps or searches", checked=False)
+    sketch_dim: int = param(0, "keep a seeded k-dim projection of each update; 0 = full updates", checked=False)
 
 
 def declared_in(cls: type[Any], name: str) -> Any:

@@ -1,10 +1,11 @@
 """Every run-config key once: its default, its help line, its group and its type.
 
 The one source of ``umbel run``'s flags, help and defaults (no file is read at run time, so an
-installed wheel has them too). The keys every run reads are declared here, except those of
-``common.config``'s dataclasses (strategy, model and device; training, output, faults) and of
-``common.scenarios.ScenarioConfig``, which are declared on their fields and placed here
-(``_fields``); a strategy's own keys are declared on its parameters dataclass
+installed wheel has them too). No key is declared here: each is declared on the field of the
+dataclass that reads it, and placed here in its group and order (``_fields``): ``common.config``'s
+dataclasses (strategy, model and device; data; training, output, faults),
+``common.scenarios.ScenarioConfig``, ``common.params.ClusteringParams`` (the clustering keys several
+strategies share); a strategy's own keys are declared on its parameters dataclass
 (``common.params.param``). Each key is declared once. ``build`` makes the
 whole ``KEYS`` from a registry (``strategies.schema`` does, from ``strategies.REGISTRY``), the
 group of each named after its strategy. ``pyproject.toml``'s ``[tool.flwr.app.config]`` and
@@ -23,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from .config import OWNER, FaultParams, OutputParams, RunParams, TrainingParams
+from .config import OWNER, DataParams, FaultParams, OutputParams, RunParams, TrainingParams
 from .params import RENAMED as RENAMED
-from .params import SHARED_KEY, run_config_keys, spec_of
+from .params import SHARED_KEY, ClusteringParams, run_config_keys, spec_of
 from .params import check_renamed as check_renamed
 from .params import renamed_message as renamed_message
 from .scenarios import ScenarioConfig
@@ -90,17 +91,6 @@ def _error(name: str, allowed: str, text: str) -> ValueError:
     return ValueError(f"The '{name}' parameter of {OWNER} must be {allowed}. Got {text!r} instead.")
 
 
-def _k(
-    name: str,
-    default: Scalar,
-    group: str,
-    help: str,
-    choices: tuple[str, ...] = (),
-) -> Key:
-    """A key every run reads; a shared key's readers are found in the registry (``build``)."""
-    return Key(name, default, group, help, choices)
-
-
 def _fields(cls: type, group: str, first: str = "", last: str = "") -> tuple[Key, ...]:
     """The keys of ``cls``'s fields ``first`` through ``last`` (default: all), in ``group``.
 
@@ -131,85 +121,24 @@ RUN_KEYS: tuple[Key, ...] = (
     # data and scenario
     *_fields(RunParams, DATA, "strategy", "strategy"),
     *_fields(ScenarioConfig, DATA, "dataset", "dataset"),
-    _k(
-        "data-dir",
-        "",
-        DATA,
-        "folder with the dataset files; empty: Debian's /usr/share/datasets, then torchvision's download",
-    ),
+    *_fields(DataParams, DATA, "data_dir", "data_dir"),
     *_fields(RunParams, DATA, "model", "model"),
     *_fields(TrainingParams, DATA, "seed", "seed"),
     *_fields(ScenarioConfig, DATA, "scenario", "scenario"),
     *_fields(ScenarioConfig, DATA, "num_clients", "test_fraction"),
-    _k(
-        "data-path",
-        "",
-        DATA,
-        "own data (docs/own-data.md): a folder of partition_<i>/ client folders, each "
-        "simulated client reads only its own; a SuperNode's node-config data-path names its own folder instead; "
-        "empty: the scenario",
-    ),
-    _k("data-format", "auto", DATA, "format of the clients' own folders", ("auto", "hf", "imagefolder", "npz")),
-    _k("x-column", "", DATA, "own data: input column (hf) or array (npz); empty: image, img or x"),
-    _k("y-column", "", DATA, "own data: label column (hf) or array (npz); empty: label or y"),
-    _k("num-classes", 0, DATA, "classes of the clients' own data and the model's outputs; 0: those of dataset"),
-    _k("input-shape", "", DATA, "one sample's shape, 'C,H,W' or 'F', of the clients' own data; empty: that of dataset"),
-    _k("val-fraction", 0.0, DATA, "own data: share of a client's samples held out for validation, in [0, 1)"),
-    _k(
-        "truth-path",
-        "",
-        DATA,
-        "a federation.json with each partition's true group (umbel export writes one): "
-        "ARI and AMI are scored against it; empty: the clients' own claims (n/a for own data)",
-    ),
+    *_fields(DataParams, DATA, "data_path", "truth_path"),
     *_fields(ScenarioConfig, DATA, "group_draw", "sample_draw"),
     # training
     *_fields(TrainingParams, TRAINING, "rounds", "max_rejected_rounds"),
     *_fields(RunParams, TRAINING, "device", "device"),
     *_fields(TrainingParams, TRAINING, "late_clients", "min_nodes"),
-    _k(
-        "roster-path",
-        "",
-        TRAINING,
-        "deployments: a roster.json binding each partition id to a SuperNode key or node id (umbel deploy "
-        "register writes one); a node whose key does not match is refused; empty: first claim wins",
-    ),
+    *_fields(DataParams, TRAINING, "roster_path", "roster_path"),
     # output
     *_fields(OutputParams, OUTPUT),
     # faults
     *_fields(FaultParams, FAULTS),
     # shared by several clustering strategies
-    _k(
-        "num-clusters",
-        0,
-        SHARED,
-        "cut into / keep this many clusters; 0 = not given (each strategy's own rule)",
-    ),
-    _k(
-        "linkage",
-        "average",
-        SHARED,
-        "hierarchical clustering's linkage (ward needs raw features)",
-        ("average", "complete", "single", "weighted"),
-    ),
-    _k(
-        "cluster-steps",
-        100,
-        SHARED,
-        "mini-batches of local training for the clustering signal; 0: epochs",
-    ),
-    _k(
-        "max-clusters",
-        8,
-        SHARED,
-        "the most clusters a strategy keeps or searches",
-    ),
-    _k(
-        "sketch-dim",
-        0,
-        SHARED,
-        "keep a seeded k-dim projection of each update; 0 = full updates",
-    ),
+    *_fields(ClusteringParams, SHARED),
 )
 
 
@@ -270,14 +199,28 @@ def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[t
     Raises
     ------
     ValueError
-        If a strategy field has no declaration (``param``) or a key is declared twice.
+        If a strategy field has no declaration (``param``), a ``shared`` field's default is not its
+        key's, or a key is declared twice.
     """
+    declared = {key.name: key.default for key in RUN_KEYS}
     for name, cls in registry.items():
         bare = [f.name for f in dataclasses.fields(cls.params_type) if f.init and spec_of(f) is None]
         if bare:
             raise ValueError(
                 f"The parameters of strategy {name!r} must each be declared with common.params.param. "
                 f"Got {bare} without a declaration instead."
+            )
+        keys = run_config_keys(cls.params_type)
+        other = [
+            f"{keys[f.name]}={f.default!r} (declared {declared[keys[f.name]]!r})"
+            for f in dataclasses.fields(cls.params_type)
+            if f.metadata.get(SHARED_KEY) and keys.get(f.name) in declared
+            if key_default(f.default) != declared[keys[f.name]]
+        ]
+        if other:
+            raise ValueError(
+                f"The shared parameters of strategy {name!r} must default to their keys' declared defaults. "
+                f"Got {other} instead."
             )
     read_by = readers(registry)
     meanings = shared_meanings(registry)

@@ -20,13 +20,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from common.config import run_config_value
+from common.config import DataParams, run_config_value
 from common.data import DatasetInfo, dataset_info
 from common.local_data import FolderSpec, load_client_folder
+from common.params import run_config_key
 from common.scenarios import ClientData, ScenarioConfig, build_partition, client_data
-from common.validation import check_int, check_str
+from common.validation import check_str
 
-DATA_PATH = "data-path"
+DATA_PATH = run_config_key(DataParams, "data_path")
 OWN_DATA = "local"  # the dataset name of a run on the clients' own folders (``DatasetInfo.name``)
 PARTITION_FOLDER = "partition_{}"
 _OWNER = "the run config"
@@ -140,25 +141,26 @@ def run_info(rc: Mapping[str, Any]) -> DatasetInfo:
     given (``0`` / ``""`` take the dataset's), else those of ``dataset``.
     """
     base = dataset_info(str(run_config_value(rc, "dataset", ScenarioConfig.dataset)))
-    num_classes = check_int(run_config_value(rc, "num-classes", 0), "num-classes", _OWNER, low=0)
-    shape = parse_shape(run_config_value(rc, "input-shape", ""))
-    if not num_classes and not shape:
+    data = DataParams.from_run_config(rc)
+    shape = parse_shape(data.input_shape)
+    if not data.num_classes and not shape:
         return base
-    classes = num_classes or base.num_classes
+    classes = data.num_classes or base.num_classes
     return DatasetInfo(OWN_DATA, "classification" if classes else "regression", classes, shape or base.input_shape)
 
 
 def folder_spec(rc: Mapping[str, Any]) -> FolderSpec:
     """The :class:`FolderSpec` the run config describes."""
     info = run_info(rc)
+    data = DataParams.from_run_config(rc)
     return FolderSpec(
         num_classes=info.num_classes,
         input_shape=info.input_shape,
-        data_format=str(run_config_value(rc, "data-format", "auto")),
-        x_column=run_config_value(rc, "x-column", ""),
-        y_column=run_config_value(rc, "y-column", ""),
+        data_format=data.data_format,
+        x_column=data.x_column,
+        y_column=data.y_column,
         test_fraction=run_config_value(rc, "test-fraction", ScenarioConfig.test_fraction),
-        val_fraction=run_config_value(rc, "val-fraction", 0.0),
+        val_fraction=data.val_fraction,
         seed=run_config_value(rc, "seed", ScenarioConfig.seed),
     )
 
@@ -166,12 +168,12 @@ def folder_spec(rc: Mapping[str, Any]) -> FolderSpec:
 def data_source(rc: Mapping[str, Any], node_config: Mapping[str, Any] | None = None) -> DataSource:
     """The source a client reads: its node's ``data-path``, the run's ``data-path`` root, or the scenario."""
     node_path = check_str((node_config or {}).get(DATA_PATH, ""), DATA_PATH, "the node config")
-    run_path = check_str(run_config_value(rc, DATA_PATH, ""), DATA_PATH, _OWNER)
+    data = DataParams.from_run_config(rc)
     if node_path:
         return FolderSource(node_path, folder_spec(rc))
-    if run_path:
-        return FolderSource(run_path, folder_spec(rc), per_partition=True)
-    data_dir = (node_config or {}).get("data-dir", run_config_value(rc, "data-dir", ""))
+    if data.data_path:
+        return FolderSource(data.data_path, folder_spec(rc), per_partition=True)
+    data_dir = (node_config or {}).get("data-dir", data.data_dir)
     return ScenarioSource(ScenarioConfig.from_run_config(rc), check_str(data_dir, "data-dir", "the node config"))
 
 

@@ -107,7 +107,7 @@ def parameters_page(registry: Mapping[str, type], keys: tuple[Key, ...]) -> str:
         "# Strategy parameters",
         "",
         f"Written by `{COMMAND}` from each strategy's parameters dataclass (its fields' declarations,",
-        "`common.params.param`) and the shared keys of `common/schema.py`: edit those, not this page.",
+        "`common.params.param`) and the shared keys of `common.params.ClusteringParams`: edit those, not this page.",
         "Every key is also a flag of `umbel run` and a key of `pyproject.toml`'s `[tool.flwr.app.config]`.",
         "A shared key (no strategy prefix) is read by several strategies; its allowed values are each",
         "strategy's own. Paper: the paper's value or rule where umbel's default departs from it.",

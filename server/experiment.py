@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord
 from torch.nn import Module
 
 from common.config import (
+    DataParams,
     FaultParams,
     OutputParams,
     RunParams,
@@ -27,7 +28,7 @@ from common.data import DatasetInfo, DataUnavailableError
 from common.local_data import FolderSpec, read_truth
 from common.models import build_model, check_model, find_head
 from common.scenarios import Partition, ScenarioConfig, build_partition
-from common.sources import DATA_PATH, OWN_DATA, FolderSource, folder_spec, run_info
+from common.sources import OWN_DATA, FolderSource, folder_spec, run_info
 from common.training import check_device_name
 from common.validation import check_str
 from strategies import CFLGT, DEFAULT_STRATEGY, PACFL, ClusteredStrategy, FedClust, get_strategy
@@ -82,15 +83,13 @@ class Experiment:
         head_key = _head_key(
             build_model(model, info.input_shape, info.num_classes, scenario.seed), info, strategy_cls.name
         )
-        data_path = check_str(run_config_value(rc, DATA_PATH, ""), DATA_PATH, "the run config")
-        spec = folder_spec(rc) if data_path else None
-        truth_path = check_str(run_config_value(rc, "truth-path", ""), "truth-path", "the run config")
-        if truth_path:
-            read_truth(truth_path)
+        data = DataParams.from_run_config(rc)
+        spec = folder_spec(rc) if data.data_path else None
+        if data.truth_path:
+            read_truth(data.truth_path)
         device = check_device_name(run.device, "the run config")
-        roster_path = check_str(run_config_value(rc, "roster-path", ""), "roster-path", "the run config")
-        if roster_path:
-            read_roster(roster_path)
+        if data.roster_path:
+            read_roster(data.roster_path)
         return cls(
             strategy=strategy_cls.name,
             strategy_params=params_from_run_config(strategy_cls.params_type, rc),
@@ -98,15 +97,15 @@ class Experiment:
             training=TrainingParams.from_run_config(rc),
             output=OutputParams.from_run_config(rc),
             model=model,
-            data_dir=check_str(run_config_value(rc, "data-dir", ""), "data-dir", "the run config"),
+            data_dir=data.data_dir,
             device=device,
             faults=FaultParams.from_run_config(rc),
             info=info,
-            data_path=data_path,
+            data_path=data.data_path,
             spec=spec,
-            truth_path=truth_path,
+            truth_path=data.truth_path,
             head_key=head_key,
-            roster_path=roster_path,
+            roster_path=data.roster_path,
         )
 
     def build_strategy(self) -> ClusteredStrategy:

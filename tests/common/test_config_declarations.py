@@ -1,6 +1,6 @@
-"""Every run-config key is declared exactly once: a ``_k`` entry of common/schema.py, or a field
-declared with ``common.params.param`` (common.config's run-wide dataclasses, ScenarioConfig, each
-strategy's own parameters); no reader writes a field-declared key's default again."""
+"""Every run-config key is declared exactly once, on a field declared with ``common.params.param``
+(common.config's run-wide dataclasses, ScenarioConfig, common.params.ClusteringParams, each strategy's
+own parameters); common/schema.py declares none by hand, and no reader writes a key's default again."""
 
 from __future__ import annotations
 
@@ -12,26 +12,28 @@ from pathlib import Path
 import pytest
 
 import common.schema
-from common.config import FaultParams, OutputParams, RunParams, TrainingParams
+from common.clustering.hierarchical import LINKAGES
+from common.config import DataParams, FaultParams, OutputParams, RunParams, TrainingParams
 from common.models import MODELS
-from common.params import SHARED_KEY, run_config_keys, spec_of
+from common.params import SHARED_KEY, ClusteringParams, param, run_config_keys, shared, spec_of
 from common.scenarios import ScenarioConfig
 from strategies import DEFAULT_STRATEGY, REGISTRY
 from strategies.schema import KEYS, SCHEMA
 
-RUN_DATACLASSES = (TrainingParams, OutputParams, FaultParams, RunParams, ScenarioConfig)
+RUN_DATACLASSES = (TrainingParams, OutputParams, FaultParams, RunParams, ScenarioConfig, DataParams, ClusteringParams)
 UMBEL = Path(common.schema.__file__).parents[1]
 
 
 def _schema_declarations() -> list[str]:
-    """The names of the ``_k("name", ...)`` calls in common/schema.py's source."""
+    """The keys common/schema.py declares by hand: a ``Key(...)`` or ``_k(...)`` call whose name is a literal."""
     tree = ast.parse(Path(common.schema.__file__).read_text())
     return [
         call.args[0].value
         for call in ast.walk(tree)
         if isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)
-        and call.func.id == "_k"
+        and call.func.id in ("Key", "_k")
+        and call.args
         and isinstance(call.args[0], ast.Constant)
     ]
 
@@ -48,7 +50,8 @@ def _field_declarations() -> list[str]:
 
 
 def test_every_run_config_key_has_exactly_one_declaration():
-    declared = Counter(_schema_declarations() + _field_declarations())
+    assert _schema_declarations() == []
+    declared = Counter(_field_declarations())
     assert {key: n for key, n in declared.items() if n != 1} == {}
     assert set(declared) == set(SCHEMA)
     assert len(KEYS) == len(SCHEMA)
@@ -74,6 +77,11 @@ def test_each_run_wide_field_is_declared_and_its_key_is_what_the_declaration_say
             continue
         default = common.schema.key_default(f.default)
         assert (key.default, type(key.default)) == (default, type(default)), f.name
+        if cls is ClusteringParams:  # the readers' meanings follow the declared help
+            readers = {n for n, c in REGISTRY.items() if keys[f.name] in run_config_keys(c.params_type).values()}
+            assert (key.help.startswith(spec.help), key.choices, set(key.read_by)) == (True, spec.choices, readers)
+            assert readers, f.name
+            continue
         assert (key.help, key.choices, key.read_by) == (spec.help, spec.choices, ()), f.name
 
 
@@ -114,7 +122,9 @@ def test_no_reader_writes_a_declared_keys_default_again():
     assert _literal_defaults() == []
 
 
-@pytest.mark.parametrize("cls", [c for c in RUN_DATACLASSES if c is not RunParams], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", [c for c in RUN_DATACLASSES if c not in (RunParams, ClusteringParams)], ids=lambda c: c.__name__
+)
 def test_each_declared_range_and_choice_is_checked_naming_its_key(cls):
     """A value just outside a checked field's declaration fails naming its key, whatever order the
     dataclass checks its fields in (ScenarioConfig checks them one by one, between its own rules)."""
@@ -170,3 +180,57 @@ def test_a_run_wide_field_is_checked_from_its_declaration_naming_its_key():
     ):
         OutputParams.from_run_config({"save-models": "yes"})
     assert TrainingParams.from_run_config({"rounds": 3, "late-round": 3}).late_round == 3
+
+
+def test_each_shared_field_defaults_to_its_keys_declared_default_and_another_is_refused():
+    """A strategy's ``shared`` field repeats its key's default (a dataclass field needs one): the
+    registry's agree with ClusteringParams, and ``build`` refuses one that does not."""
+    for name, cls in REGISTRY.items():
+        keys = run_config_keys(cls.params_type)
+        for f in dataclasses.fields(cls.params_type):
+            if f.metadata.get(SHARED_KEY):
+                assert common.schema.key_default(f.default) == SCHEMA[keys[f.name]].default, (name, f.name)
+
+    @dataclasses.dataclass(frozen=True)
+    class OddParams:
+        num_clusters: int = shared(3)
+        linkage: str = shared("average")
+        odd_k: int = param(1, "a key of its own")
+
+    class Odd:
+        name = "odd"
+        params_type = OddParams
+
+    with pytest.raises(
+        ValueError,
+        match=r"^The shared parameters of strategy 'odd' must default to their keys' declared defaults\. "
+        r"Got \['num-clusters=3 \(declared 0\)'\] instead\.$",
+    ):
+        common.schema.build({"odd": Odd}, "odd")
+
+
+def test_the_shared_linkage_key_offers_the_linkages_the_clustering_code_accepts():
+    assert (
+        SCHEMA["linkage"].choices
+        == LINKAGES
+        == spec_of(next(f for f in dataclasses.fields(ClusteringParams) if f.name == "linkage")).choices
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("data-format", "csv", r"one of \{'auto', 'hf', 'imagefolder', 'npz'\}"),
+        ("num-classes", -1, r"an int >= 0"),
+        ("val-fraction", 1.0, r"a float in the range \[0\.0, 1\.0\)"),
+        ("truth-path", 3, r"a str"),
+    ],
+)
+def test_the_data_keys_are_checked_from_their_declarations_before_any_data_is_read(key, value, allowed):
+    """A run on a built-in scenario refuses a malformed data key too (DataParams checks every field)."""
+    from common.sources import run_info
+
+    with pytest.raises(
+        ValueError, match=rf"^The '{key}' parameter of the run config must be {allowed}\. Got {value!r} instead\.$"
+    ):
+        run_info({"dataset": "digits", key: value})

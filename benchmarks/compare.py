@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import hashlib
 import math
+import shutil
 import statistics
 import sys
 import time
@@ -356,13 +358,19 @@ def run_cell(
     flags = list(args)
     if checkpoint_every:
         flags += ["--checkpoint-every", str(checkpoint_every)]
+    # Flower's home is per results folder: a cell of the same name elsewhere (a test, another
+    # results dir) would otherwise share it, and each run stops the SuperLinks living there
+    home = ROOT / ".flwr" / f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:10]}"
+    flags += ["--flwr-home", str(home)]
     log = folder.parent / f"{folder.name}.log"
     if after is not None:
         flags += ["--resume-from", str(folder / CHECKPOINT_FILE)]
         log = folder.parent / f"{folder.name}.after-{after}.log"
         cell["resumed-after"] = [*earlier, after]
     started = time.perf_counter()
-    guard = PeakMemory(folder.name, max_mb=None if max_gb is None else max_gb * 1024)
+    # the marker is the run's name and folder as run_cli writes them: a cell of the same name elsewhere is not this one
+    marker = f"{folder.name} --results-dir {folder.parent.resolve()}"
+    guard = PeakMemory(marker, max_mb=None if max_gb is None else max_gb * 1024)
     try:
         with guard:
             run_cli(flags, folder.name, folder.parent, log=log)
@@ -373,6 +381,7 @@ def run_cell(
             f"{folder.name}: stopped by the memory guard ({guard.stopped_at_mb / 1024:.1f} GB > --max-gb {max_gb}); "
             "the same command continues it from its last checkpoint."
         ) from err
+    shutil.rmtree(home, ignore_errors=True)  # as umbel run does with its own default home
     (folder / "process-memory.json").write_text(json.dumps(guard.summary(), indent=2) + "\n")
     seconds = time.perf_counter() - started
     if after is not None:

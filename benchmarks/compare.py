@@ -263,7 +263,9 @@ PAPER = Preset(
         Scenario("rotation-8", ("--scenario", "rotation", "--angles", "0,15,90,105,180,195,270,275", *_PAPER_CFLGP), 8),
     ),
     seeds=(0, 1, 2),
-    common=("--eval-every", "5"),
+    # no paper sets a timeout; at these settings a round on a loaded 2-core box can pass the default 600 s,
+    # and a reply that misses it is skipped (FLAG's first round lost 31 of its 100 gradient signals so)
+    common=("--eval-every", "5", "--round-timeout", "7200"),
     # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in

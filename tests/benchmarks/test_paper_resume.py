@@ -93,7 +93,9 @@ def test_a_paper_cell_stopped_after_round_2_resumes_with_the_same_command_and_en
     again = subprocess.run(_command(stopped), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{NAME}: resuming after round 2" in again.stdout
-    assert (checkpoint.parent.parent / f"{NAME}.after-2.log").is_file()
+    # the second session ran round 3 only, from the checkpoint: not the run again from round 1
+    session = (checkpoint.parent.parent / f"{NAME}.after-2.log").read_text()
+    assert "(after round 2)" in session and "round    3/3" in session and "round    1/3" not in session
     resumed = _metrics(stopped)
     assert [m["round"] for m in resumed] == [1, 2, 3]
     assert resumed == _metrics(straight)

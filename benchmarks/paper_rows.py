@@ -165,7 +165,7 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
         rounds,
         accuracy,
         f"{'-' if ari is None else f'{ari:.3f}'}, {summary.get('final-num-clusters')} clusters; ARI 1.0 "
-        + ("never" if reached is None else f"from round {reached}"),
+        + (f"from round {reached}" if reached is not None else "not yet" if in_progress else "never"),
         row.paper,
         wall,
     ]

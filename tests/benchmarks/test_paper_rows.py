@@ -109,6 +109,10 @@ def test_a_running_cell_is_in_progress_with_its_rounds_so_far_and_the_full_runs_
     assert figures[2].startswith("60.00% (1 rounds")
     # 7 rounds of 2 s so far; 200 of them
     assert figures[5] == "0 min of rounds so far (full run: about 7 min)"
+    assert figures[3] == "1.000, 5 clusters; ARI 1.0 from round 1"
+    lines = [{**json.loads(line), "ari": 0.9} for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines) + "\n")
+    assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][3].endswith("ARI 1.0 not yet")
     assert command == "umbel run --strategy fedclust --rounds 200"
     # an interrupted summary beside a checkpoint is still in progress: the same command continues it
     (folder / "summary.json").write_text(json.dumps({"interrupted": True, "rounds": 7}))

@@ -52,8 +52,11 @@ def _metrics(results: Path) -> list[dict[str, Any]]:
 def _kill_tree(pid: int) -> None:
     """Stop ``pid`` and every process under it, then SIGKILL them, as a power cut would (Flower's
     SuperLink and simulation run in sessions of their own: a signal to the process group misses them)."""
-    root = psutil.Process(pid)
-    tree = [root, *root.children(recursive=True)]
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:  # it had already ended
+        return
     for proc in tree:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.suspend()
@@ -86,6 +89,10 @@ def test_a_paper_cell_stopped_after_round_2_resumes_with_the_same_command_and_en
             time.sleep(0.02)
     finally:
         _kill_tree(proc.pid)
+    log = checkpoint.parent.parent / f"{NAME}.log"
+    assert _checkpoint_round(checkpoint) is not None, "no checkpoint; the run's log ends: " + (
+        log.read_text()[-2000:] if log.is_file() else "(no log)"
+    )
     # the preset checkpoints every 2 rounds: the state after round 2, round 3 not finished
     assert _checkpoint_round(checkpoint) == 2
     cell = json.loads((checkpoint.parent / "cell.json").read_text())

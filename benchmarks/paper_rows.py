@@ -136,7 +136,10 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
     wall = f"{seconds / 60:.0f} min" + ("" if timed else " of rounds so far")
     if ran < full and clean:
         overhead = seconds - sum(clean) if timed else 0.0
-        wall += f" (full run: about {(overhead + statistics.fmean(clean) * full) / 60:.0f} min)"
+        # round 1 (a clustering round: FLAG's sweep, FedClust's signal) is counted once, not as every round's time
+        rest = clean[1:] or clean
+        estimate = overhead + clean[0] + statistics.fmean(rest) * (full - 1)
+        wall += f" (full run: about {estimate / 60:.0f} min)"
     evaluated = [m for m in metrics if m.get("accuracy") is not None]
     clients = summary.get("coverage", {}).get("final-accuracy", "")
     accuracy = (

@@ -110,6 +110,14 @@ def test_a_running_cell_is_in_progress_with_its_rounds_so_far_and_the_full_runs_
     # 7 rounds of 2 s so far; 200 of them
     assert figures[5] == "0 min of rounds so far (full run: about 7 min)"
     assert figures[3] == "1.000, 5 clusters; ARI 1.0 from round 1"
+    # a long first round (clustering) counts once: 300 s + 199 rounds of 2 s, not 200 x the mean
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    (folder / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({**m, "round-seconds": 300.0 if m["round"] == 1 else 2.0}) for m in lines) + "\n"
+    )
+    assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][5].endswith(
+        "(full run: about 12 min)"
+    )
     lines = [{**json.loads(line), "ari": 0.9} for line in (folder / "metrics.jsonl").read_text().splitlines()]
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines) + "\n")
     assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][3].endswith("ARI 1.0 not yet")

@@ -14,7 +14,8 @@ quick
     CPU machine.
 paper
     Each paper's own scenario with that paper's training settings, every registered strategy:
-    for a GPU machine (hours).
+    for a GPU machine (hours). Its cells save a checkpoint every ``checkpoint_every`` rounds, and
+    the same command run again continues an unfinished cell from its last checkpoint.
 
 Example::
 
@@ -27,7 +28,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import hashlib
 import math
+import shutil
 import statistics
 import sys
 import time
@@ -39,9 +42,11 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from benchmarks.federation_scale import PeakMemory
 from benchmarks.records import load_average
 from benchmarks.report import ACCURACY, add_record_flag, save_tables, tables_from_markdown
 from benchmarks.runs import ROOT, read_run, run_cli, training_round_seconds
+from common.modelstore import read_bundle
 from strategies import (
     CFLGP,
     CFLGT,
@@ -57,6 +62,7 @@ from strategies import (
     Local,
     PACFL,
 )
+from strategies.state import CHECKPOINT_FILE
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class Preset:
     ``common`` goes to every run, then the scenario's flags, then ``strategy_args[strategy]``;
     ``given_k`` lists the strategies that are told the scenario's true number of groups
     through the flag named there (IFCA's K, FL+HC's number of clusters): the scenario's ``k``.
+    ``checkpoint_every``: each cell saves its state every that many rounds (0: never), so that an
+    unfinished cell continues from its last checkpoint (:func:`run_cell`).
     """
 
     name: str
@@ -90,6 +98,7 @@ class Preset:
     common: tuple[str, ...]
     strategy_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     given_k: dict[str, str] = field(default_factory=dict)
+    checkpoint_every: int = 0
 
     def args(self, strategy: str, scenario: Scenario, seed: int) -> list[str]:
         """The ``umbel run`` flags of one cell (a ``VARIANTS`` name runs its strategy with its flags)."""
@@ -254,7 +263,9 @@ PAPER = Preset(
         Scenario("rotation-8", ("--scenario", "rotation", "--angles", "0,15,90,105,180,195,270,275", *_PAPER_CFLGP), 8),
     ),
     seeds=(0, 1, 2),
-    common=("--eval-every", "5"),
+    # no paper sets a timeout; at these settings a round on a loaded 2-core box can pass the default 600 s,
+    # and a reply that misses it is skipped (FLAG's first round lost 31 of its 100 gradient signals so)
+    common=("--eval-every", "5", "--round-timeout", "7200"),
     # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
@@ -265,6 +276,8 @@ PAPER = Preset(
     },
     # CFL-GP's paper is told K (its App. G estimate is umbel's default)
     given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters", CFLGP.name: "--num-clusters"},
+    # a round of the papers' settings takes minutes here: lose at most two on a kill
+    checkpoint_every=2,
 )
 
 PRESETS = {p.name: p for p in (QUICK, PAPER)}
@@ -298,6 +311,89 @@ class CellResult:
     seconds: float
 
 
+CELL_FILE = "cell.json"
+
+
+def cell_status(folder: Path, args: Sequence[str]) -> tuple[str, int | None]:
+    """Where the cell in ``folder`` stands: ``("finished", None)``, ``("resumable", round)`` or ``("new", None)``.
+
+    A cell is finished when its run wrote a summary that is not an interrupted one and
+    ``cell.json`` holds its time; it is resumable when it is not finished, holds a
+    ``checkpoint.npz`` (the state after ``round``) and was started with the same ``args``.
+    """
+    cell_file, summary_file = folder / CELL_FILE, folder / "summary.json"
+    cell = json.loads(cell_file.read_text()) if cell_file.is_file() else {}
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
+    if summary is not None and not summary.get("interrupted") and cell.get("seconds") is not None:
+        return "finished", None
+    if (folder / CHECKPOINT_FILE).is_file() and cell.get("args") == list(args):
+        _, meta = read_bundle(folder / CHECKPOINT_FILE, "checkpoint")
+        return "resumable", int(meta["round"])
+    return "new", None
+
+
+def run_cell(
+    folder: Path, args: Sequence[str], checkpoint_every: int, after: int | None, max_gb: float | None = None
+) -> dict[str, Any]:
+    """Run one cell as ``umbel run`` into ``folder``; with ``after``, continue from its checkpoint.
+
+    ``cell.json`` is written before the run (its ``args``, ``seconds`` None) and after it: the
+    seconds of this session plus, for a resumed cell, the rounds' own seconds up to round
+    ``after`` (what the earlier sessions kept); ``resumed-after`` lists the rounds it resumed after.
+    A new cell first drops an earlier run's checkpoint and summary. With ``max_gb``, the memory
+    guard: the run's processes are killed once their resident memory together passes it (the
+    cell stays resumable from its last checkpoint). Returns the ``cell.json`` written.
+
+    Raises
+    ------
+    RuntimeError
+        If the run fails or the memory guard stopped it.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    cell_file = folder / CELL_FILE
+    earlier = json.loads(cell_file.read_text()).get("resumed-after", []) if after is not None else []
+    if after is None:
+        for stale in (CHECKPOINT_FILE, "summary.json"):
+            (folder / stale).unlink(missing_ok=True)
+    cell: dict[str, Any] = {"args": list(args), "seconds": None, "resumed-after": earlier}
+    cell_file.write_text(json.dumps(cell))
+    flags = list(args)
+    if checkpoint_every:
+        flags += ["--checkpoint-every", str(checkpoint_every)]
+    # Flower's home is per results folder: a cell of the same name elsewhere (a test, another
+    # results dir) would otherwise share it, and each run stops the SuperLinks living there
+    home = ROOT / ".flwr" / f"{folder.name}-{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:10]}"
+    flags += ["--flwr-home", str(home)]
+    log = folder.parent / f"{folder.name}.log"
+    if after is not None:
+        flags += ["--resume-from", str(folder / CHECKPOINT_FILE)]
+        log = folder.parent / f"{folder.name}.after-{after}.log"
+        cell["resumed-after"] = [*earlier, after]
+    started = time.perf_counter()
+    # the marker is the run's name and folder as run_cli writes them: a cell of the same name elsewhere is not this one
+    marker = f"{folder.name} --results-dir {folder.parent.resolve()}"
+    guard = PeakMemory(marker, max_mb=None if max_gb is None else max_gb * 1024)
+    try:
+        with guard:
+            run_cli(flags, folder.name, folder.parent, log=log)
+    except RuntimeError as err:
+        if guard.stopped_at_mb is None:
+            raise
+        raise RuntimeError(
+            f"{folder.name}: stopped by the memory guard ({guard.stopped_at_mb / 1024:.1f} GB > --max-gb {max_gb}); "
+            "the same command continues it from its last checkpoint."
+        ) from err
+    shutil.rmtree(home, ignore_errors=True)  # as umbel run does with its own default home
+    (folder / "process-memory.json").write_text(json.dumps(guard.summary(), indent=2) + "\n")
+    seconds = time.perf_counter() - started
+    if after is not None:
+        kept = read_run(folder)["metrics"]
+        seconds += sum(m.get("round-seconds") or 0.0 for m in kept if m["round"] <= after)
+    cell["seconds"] = round(seconds, 3)
+    cell_file.write_text(json.dumps(cell))
+    return cell
+
+
 def run_cells(
     preset: Preset,
     strategies: Sequence[str],
@@ -306,29 +402,31 @@ def run_cells(
     folder: Path,
     extra: Sequence[str],
     resume: bool,
+    checkpoint_every: int | None = None,
+    max_gb: float | None = None,
 ) -> list[CellResult]:
-    """Run (or, with ``resume``, re-read) every cell, printing one line per cell."""
+    """Run (or, with ``resume``, re-read) every cell, printing one line per cell.
+
+    An unfinished cell with a checkpoint continues from it, with or without ``resume``.
+    ``checkpoint_every`` (default: the preset's) is passed to every run; ``max_gb``: the memory
+    guard of each (:func:`run_cell`).
+    """
+    every = preset.checkpoint_every if checkpoint_every is None else checkpoint_every
     results = []
     total = len(strategies) * len(scenarios) * len(seeds)
+    runs = folder / "runs"
     for scenario in scenarios:
         for seed in seeds:
             for strategy in strategies:
                 name = f"{preset.name}-{scenario.label}-{strategy}-s{seed}"
-                runs = folder / "runs"
-                started = time.perf_counter()
-                done = (runs / name / "summary.json").exists() and (runs / name / "cell.json").exists()
-                if not (resume and done):
-                    run_cli([*preset.args(strategy, scenario, seed), *extra], name, runs)
-                    (runs / name / "cell.json").write_text(
-                        json.dumps(
-                            {
-                                "seconds": round(time.perf_counter() - started, 3),
-                                "args": preset.args(strategy, scenario, seed) + list(extra),
-                            }
-                        )
-                    )
+                args = preset.args(strategy, scenario, seed) + list(extra)
+                status, after = cell_status(runs / name, args)
+                if status == "resumable":
+                    print(f"{name}: resuming after round {after}", flush=True)
+                if not (resume and status == "finished"):
+                    run_cell(runs / name, args, every, after, max_gb)
                 run = read_run(runs / name)
-                cell = json.loads((runs / name / "cell.json").read_text())
+                cell = json.loads((runs / name / CELL_FILE).read_text())
                 results.append(
                     CellResult(
                         strategy,
@@ -481,7 +579,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenarios", default="", help="comma-separated subset of the preset's scenario labels")
     parser.add_argument("--seeds", default="", help="comma-separated seeds (default: the preset's)")
     parser.add_argument("--results-dir", default="results/bench")
-    parser.add_argument("--resume", action="store_true", help="re-read cells that already finished")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="re-read cells that already finished (an unfinished cell with a checkpoint always continues from it)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="each run saves its state every N rounds (0: never; default: the preset's, "
+        + ", ".join(f"{p.name} {p.checkpoint_every}" for p in PRESETS.values())
+        + ")",
+    )
+    parser.add_argument(
+        "--max-gb",
+        type=float,
+        default=None,
+        help="memory guard: stop a run whose processes hold more than this resident memory together (GB)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print each cell's flags and stop")
     add_record_flag(parser)
     args, extra = parser.parse_known_args(argv)
@@ -495,6 +611,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(preset.seeds)
     except ValueError:
         parser.error(f"The 'seeds' parameter of compare must be comma-separated integers. Got {args.seeds!r} instead.")
+    if args.checkpoint_every is not None and args.checkpoint_every < 0:
+        parser.error(
+            "The 'checkpoint-every' parameter of compare must be an int in the range [0, inf). "
+            f"Got {args.checkpoint_every} instead."
+        )
+    if args.max_gb is not None and not args.max_gb > 0:
+        parser.error(
+            f"The 'max-gb' parameter of compare must be a float in the range (0, inf). Got {args.max_gb} instead."
+        )
     if args.dry_run:
         for scenario in scenarios:
             for seed in seeds:
@@ -504,7 +629,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results_dir = Path(args.results_dir)
     folder = (results_dir if results_dir.is_absolute() else ROOT / results_dir) / preset.name
     command = "python -m benchmarks.compare " + " ".join(sys.argv[1:] if argv is None else argv)
-    results = run_cells(preset, strategies, scenarios, seeds, folder, extra, args.resume)
+    results = run_cells(
+        preset, strategies, scenarios, seeds, folder, extra, args.resume, args.checkpoint_every, args.max_gb
+    )
     for path in write_outputs(results, preset, folder, command):
         print(f"wrote {path}")
     if args.record:

@@ -6,7 +6,9 @@ kept in the cell's ``cell.json`` and shown in the record's command). This module
 folders and writes, per paper, umbel's final accuracy (the mean over the final stretch of rounds,
 never the best round, with how many clients it covers), the final ARI and clusters, and the
 paper's figure side by side. Where a run stopped short of the paper's rounds, the row says how
-many ran and estimates the full run's time from the run's own mean round time.
+many ran and estimates the full run's time from the run's own mean round time. A cell still running
+(or stopped with a checkpoint, which ``compare`` continues) is read from the rounds it has written so
+far and says "in progress: N of M rounds".
 
 Example::
 
@@ -25,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import PAPER
+from benchmarks.compare import CELL_FILE, PAPER, cell_status
 from benchmarks.records import Record, Table, write_record
 from benchmarks.runs import ROOT
+from server.results import summarise
 from strategies import CFLGP, FLAG, FLIC, FedClust
+from strategies.record import RoundRecord
 
 
 @dataclass(frozen=True)
@@ -94,30 +98,48 @@ def _pct(value: float | None) -> str:
 
 
 def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
-    """One table row from a finished run folder, and the run's ``umbel run`` command.
+    """One table row from a run folder, finished or not, and the run's ``umbel run`` command.
+
+    A finished run is read from its ``summary.json``; an unfinished one that ``compare`` can
+    continue (a checkpoint, the same flags) is "in progress" and read from its ``metrics.jsonl``;
+    an interrupted one without a checkpoint from the summary ``umbel run`` wrote when stopped.
 
     Raises
     ------
     FileNotFoundError
-        If the folder holds no ``summary.json`` or ``cell.json`` (the cell did not finish).
+        If the folder holds no ``cell.json`` or ``metrics.jsonl`` (the cell did not start a round).
     """
-    summary = json.loads((folder / "summary.json").read_text())
-    cell = json.loads((folder / "cell.json").read_text())
+    cell = json.loads((folder / CELL_FILE).read_text())
     metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
     args = [str(a) for a in cell["args"]]
+    status, saved = cell_status(folder, args)
+    summary_file = folder / "summary.json"
+    in_progress = status == "resumable" or not summary_file.exists()
+    if in_progress:
+        summary = summarise([RoundRecord.from_dict(m) for m in metrics])
+    else:
+        summary = json.loads(summary_file.read_text())
     scenario = next(s for s in PAPER.scenarios if s.label == row.scenario)
     full = int(_option(PAPER.args(row.strategy, scenario, 0), "--rounds") or 0)
     ran = int(summary["rounds"])
     rounds = f"{ran} of {full}"
-    seconds = float(cell["seconds"])
-    wall = f"{seconds / 60:.0f} min"
-    if summary.get("interrupted"):
+    clean = [m["round-seconds"] for m in metrics if m.get("round-seconds") and not m.get("failures")]
+    if in_progress:
+        rounds = f"in progress: {ran} of {full} rounds" + (
+            "" if saved is None else f" (checkpoint after round {saved})"
+        )
+    elif summary.get("interrupted"):
         rounds += " (interrupted)"
-    if ran < full:
-        clean = [m for m in metrics if m.get("round-seconds") and not m.get("failures")]
-        per_round = [m["round-seconds"] for m in clean]
-        overhead = seconds - sum(per_round)
-        wall += f" (full run: about {(overhead + statistics.fmean(per_round) * full) / 60:.0f} min)"
+    timed = cell.get("seconds") is not None and not in_progress
+    # without the cell's own time (still running, or stopped before compare wrote it): its rounds' time
+    seconds = float(cell["seconds"]) if timed else sum(m.get("round-seconds") or 0.0 for m in metrics)
+    wall = f"{seconds / 60:.0f} min" + ("" if timed else " of rounds so far")
+    if ran < full and clean:
+        overhead = seconds - sum(clean) if timed else 0.0
+        # round 1 (a clustering round: FLAG's sweep, FedClust's signal) is counted once, not as every round's time
+        rest = clean[1:] or clean
+        estimate = overhead + clean[0] + statistics.fmean(rest) * (full - 1)
+        wall += f" (full run: about {estimate / 60:.0f} min)"
     evaluated = [m for m in metrics if m.get("accuracy") is not None]
     clients = summary.get("coverage", {}).get("final-accuracy", "")
     accuracy = (
@@ -129,12 +151,16 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
         cut = int(_option(args, "--flic-cluster-round") or row.cluster_round)
         before = [m["accuracy"] for m in evaluated if m["round"] == cut]
         after = [m["accuracy"] for m in evaluated if m["round"] > cut]
-        accuracy = (
-            f"{_pct(before[0] if before else None)} at round {cut} (FedAvg) -> "
-            f"{_pct(statistics.fmean(after) if after else None)} after clustering "
-            f"(mean of rounds {cut + 1}-{ran}; {clients})"
-        )
-        rounds += f", clustered at round {cut}"
+        if ran <= cut and evaluated:
+            accuracy = f"{_pct(evaluated[-1]['accuracy'])} at round {evaluated[-1]['round']} (FedAvg; {clients})"
+            rounds += f", clusters at round {cut}"
+        else:
+            accuracy = (
+                f"{_pct(before[0] if before else None)} at round {cut} (FedAvg) -> "
+                f"{_pct(statistics.fmean(after) if after else None)} after clustering "
+                f"(mean of rounds {cut + 1}-{ran}; {clients})"
+            )
+            rounds += f", clustered at round {cut}"
     ari = summary.get("final-ari")
     reached = summary.get("rounds-to-truth")
     figures = [
@@ -142,7 +168,7 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
         rounds,
         accuracy,
         f"{'-' if ari is None else f'{ari:.3f}'}, {summary.get('final-num-clusters')} clusters; ARI 1.0 "
-        + ("never" if reached is None else f"from round {reached}"),
+        + (f"from round {reached}" if reached is not None else "not yet" if in_progress else "never"),
         row.paper,
         wall,
     ]
@@ -150,18 +176,18 @@ def row_figures(folder: Path, row: PaperRow) -> tuple[list[Any], str]:
 
 
 def paper_record(paper: str, runs: Path, seed: int, load: str, notes: str) -> Record:
-    """The record ``paper-<paper>`` from the paper's finished cells in ``runs`` (missing cells are left out)."""
+    """The record ``paper-<paper>`` from the paper's cells in ``runs`` that ran a round (the others are left out)."""
     title, rows = PAPERS[paper]
     table_rows, commands = [], []
     for row in rows:
         folder = runs / f"{PAPER.name}-{row.scenario}-{row.strategy}-s{seed}"
-        if not (folder / "summary.json").exists():
+        if not (folder / "metrics.jsonl").exists() or not (folder / CELL_FILE).exists():
             continue
         figures, command = row_figures(folder, row)
         table_rows.append(figures)
         commands.append(command)
     if not table_rows:
-        raise FileNotFoundError(f"No finished cell of paper {paper!r} under {runs} for seed {seed}.")
+        raise FileNotFoundError(f"No cell of paper {paper!r} under {runs} for seed {seed}.")
     return Record(
         name=f"paper-{paper}",
         section="Accuracy and clustering",

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 import benchmarks.records
+from common.modelstore import write_bundle
 from benchmarks.paper_rows import PAPERS, PaperRow, main, row_figures
 
 
 def _run(folder: Path, rounds: int, accuracy: dict[int, float], args: list[str], final: float) -> Path:
     folder.mkdir(parents=True)
     lines = [
-        {"round": r, "accuracy": accuracy.get(r), "round-seconds": 2.0, "ari": 1.0, "num-clusters": 5}
+        {"round": r, "phase": "train", "accuracy": accuracy.get(r), "round-seconds": 2.0, "ari": 1.0, "num-clusters": 5}
         for r in range(1, rounds + 1)
     ]
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines) + "\n")
@@ -77,7 +78,7 @@ def test_main_writes_one_record_per_paper_and_refuses_a_paper_without_runs(tmp_p
     record = json.loads((tmp_path / "records" / "paper-cfl-gp.json").read_text())
     assert record["load"] == "3-5" and record["tables"][0]["rows"][0][0] == "rotation-8"
     assert record["command"] == "umbel run --rounds 200"
-    with pytest.raises(FileNotFoundError, match="No finished cell of paper 'flag'"):
+    with pytest.raises(FileNotFoundError, match="No cell of paper 'flag'"):
         main(["--paper", "flag", "--runs", str(runs), "--load", "1"])
 
 
@@ -87,3 +88,67 @@ def test_every_row_names_a_cell_of_the_paper_preset():
     labels = {s.label for s in PAPER.scenarios}
     for _, rows in PAPERS.values():
         assert all(r.scenario in labels and r.strategy in PAPER.strategies for r in rows)
+
+
+def _in_progress(folder: Path, rounds: int, accuracy: dict[int, float], args: list[str], saved: int | None) -> Path:
+    """A cell as ``compare`` leaves it while running: ``cell.json`` without seconds, no summary."""
+    _run(folder, rounds, accuracy, args, final=0.0)
+    (folder / "summary.json").unlink()
+    (folder / "cell.json").write_text(json.dumps({"args": args, "seconds": None, "resumed-after": []}))
+    if saved is not None:
+        write_bundle(folder / "checkpoint.npz", {}, {"format": "umbel-state-2", "round": saved})
+    return folder
+
+
+def test_a_running_cell_is_in_progress_with_its_rounds_so_far_and_the_full_runs_estimate(tmp_path):
+    args = ["--strategy", "fedclust", "--rounds", "200"]
+    folder = _in_progress(tmp_path / "cell", 7, {5: 0.6}, args, saved=6)
+    figures, command = row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))
+    assert figures[1] == "in progress: 7 of 200 rounds (checkpoint after round 6)"
+    # the summary of the rounds so far, not a stale one: round 5's evaluation
+    assert figures[2].startswith("60.00% (1 rounds")
+    # 7 rounds of 2 s so far; 200 of them
+    assert figures[5] == "0 min of rounds so far (full run: about 7 min)"
+    assert figures[3] == "1.000, 5 clusters; ARI 1.0 from round 1"
+    # a long first round (clustering) counts once: 300 s + 199 rounds of 2 s, not 200 x the mean
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    (folder / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({**m, "round-seconds": 300.0 if m["round"] == 1 else 2.0}) for m in lines) + "\n"
+    )
+    assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][5].endswith(
+        "(full run: about 12 min)"
+    )
+    lines = [{**json.loads(line), "ari": 0.9} for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines) + "\n")
+    assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][3].endswith("ARI 1.0 not yet")
+    assert command == "umbel run --strategy fedclust --rounds 200"
+    # an interrupted summary beside a checkpoint is still in progress: the same command continues it
+    (folder / "summary.json").write_text(json.dumps({"interrupted": True, "rounds": 7}))
+    assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][1].startswith("in progress: 7 of")
+    # without a checkpoint (killed before compare's first one): the interrupted run's summary
+    (folder / "checkpoint.npz").unlink()
+    (folder / "summary.json").write_text(json.dumps({**_summary(7), "interrupted": True}))
+    assert row_figures(folder, PaperRow("label-skew-20", "fedclust", "paper"))[0][1] == "7 of 200 (interrupted)"
+
+
+def _summary(rounds: int) -> dict[str, object]:
+    return {"rounds": rounds, "final-accuracy": None, "final-ari": 1.0, "final-num-clusters": 5}
+
+
+def test_flic_before_its_clustering_round_reports_its_latest_fedavg_accuracy(tmp_path):
+    args = ["--strategy", "flic", "--rounds", "205", "--flic-cluster-round", "200"]
+    folder = _in_progress(tmp_path / "cell", 10, {5: 0.5, 10: 0.7}, args, saved=10)
+    figures, _ = row_figures(folder, PaperRow("label-swap-5", "flic", "paper", cluster_round=200))
+    assert figures[1] == "in progress: 10 of 205 rounds (checkpoint after round 10), clusters at round 200"
+    assert figures[2].startswith("70.00% at round 10 (FedAvg;")
+
+
+def test_the_record_holds_rows_in_progress_and_leaves_out_cells_that_ran_no_round(tmp_path, monkeypatch):
+    monkeypatch.setattr(benchmarks.records, "RECORDS_DIR", tmp_path / "records")
+    runs = tmp_path / "runs"
+    _in_progress(runs / "paper-label-swap-5-flic-s0", 3, {}, ["--rounds", "205"], saved=2)
+    (runs / "paper-rotation-4-flic-s0").mkdir()  # started, no round yet
+    (runs / "paper-rotation-4-flic-s0" / "cell.json").write_text(json.dumps({"args": [], "seconds": None}))
+    assert main(["--paper", "flic", "--runs", str(runs), "--load", "1"]) == 0
+    rows = json.loads((tmp_path / "records" / "paper-flic.json").read_text())["tables"][0]["rows"]
+    assert [r[0] for r in rows] == ["label-swap-5"] and rows[0][1].startswith("in progress: 3 of 205 rounds")

@@ -14,12 +14,15 @@ Example::
 
     nice -n 10 python -m benchmarks.federation_scale --clients 1000 --rounds 10
     python -m benchmarks.federation_scale --clients 10000 --only cflgt --sample-draw with-replacement
+    python -m benchmarks.federation_scale --clients 10000 --only flag --sample-draw with-replacement \
+        --variant "sampled form above 5,000" -- --flag-sample-above 5000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import threading
 import time
@@ -193,6 +196,17 @@ def markdown(rows: dict[str, dict[str, Any]], clients: int, kept: Sequence[Seque
     return "\n".join(lines) + "\n"
 
 
+def variant_row(name: str, variant: str) -> str:
+    """The row of ``name`` run with ``variant`` (a non-default setting): ``"name (variant)"``, or ``name``."""
+    return f"{name} ({variant})" if variant else name
+
+
+def variant_folder(variant: str) -> str:
+    """The suffix of a ``variant``'s run folder: ``"-"`` and its words, lower case, joined by ``-``."""
+    words = re.findall(r"[a-z0-9]+", variant.lower())
+    return "-" + "-".join(words) if words else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every chosen algorithm in turn; print and write the table."""
     parser = argparse.ArgumentParser(
@@ -215,6 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
     )
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
+    parser.add_argument(
+        "--variant",
+        default="",
+        help="what the arguments after -- change from the defaults (e.g. a sampled form): named in each row "
+        "and run folder, so the default runs' rows and folders stay",
+    )
     parser.add_argument(
         "--max-gb",
         type=float,
@@ -261,14 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         started = time.monotonic()
+        row = variant_row(name, args.variant)
         try:
-            run = folder / f"{name}-{args.clients}{label}"
+            run = folder / f"{name}-{args.clients}{label}{variant_folder(args.variant)}"
             memory = PeakMemory(run.name, max_mb=args.max_gb * 1024)
             if not args.report_only:
                 with memory:
                     run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
                 (run / "process-memory.json").write_text(json.dumps(memory.summary(), indent=2) + "\n")
-            rows[name] = read_outcome(run)
+            rows[row] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:
             guard = memory.stopped_at_mb
             kind, largest = memory.stopped_largest
@@ -278,9 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if guard
                 else ""
             )
-            rows[name] = {"error": reason or str(err).splitlines()[0][:200]}
-        rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
-        print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")
+            rows[row] = {"error": reason or str(err).splitlines()[0][:200]}
+        rows[row]["runner-seconds"] = round(time.monotonic() - started, 1)
+        print(f"{row}: {json.dumps({k: v for k, v in rows[row].items() if k != 'state-bytes-by-attribute'})}")
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
     for item in args.not_run:
         name, _, reason = item.partition("=")

@@ -84,3 +84,17 @@ def test_kept_rows_of_an_earlier_record_come_first_unless_run_again(tmp_path):
     lines = table.splitlines()
     assert lines[2].startswith("| cflgt | yes | 1.000 |") and lines[3].startswith("| flic | no: exit code 1 |")
     assert len(lines) == 4
+
+
+def test_a_variant_run_is_read_from_its_own_folder_and_named_in_its_row_beside_the_default_run(tmp_path, capsys):
+    scale = tmp_path / "federation-scale"
+    _fake_run(scale / "flag-100-sampled-above-50", {"2": 4.0, "3": 4.0}, evaluated=0)
+    _fake_run(scale / "flag-100", {"2": 1.0, "3": 1.0}, evaluated=0)
+    argv = ["--clients", "100", "--only", "flag", "--report-only", "--results-dir", str(tmp_path)]
+    assert federation_scale.main([*argv, "--variant", "Sampled above 50"]) == 0
+    table = (scale / "federation-scale.md").read_text()
+    assert "| flag (Sampled above 50) | yes | 0.900 | 5 |" in table and "| 4.00 | 4.00 |" in table
+    assert "| flag | yes" not in table
+    assert federation_scale.main(argv) == 0
+    assert "| flag | yes | 0.900 | 5 |" in (scale / "federation-scale.md").read_text()
+    assert federation_scale.variant_folder("") == "" and federation_scale.variant_row("flag", "") == "flag"

@@ -130,6 +130,9 @@ def read_outcome(folder: Path) -> dict[str, Any]:
     """One finished run's figures: final ARI and clusters, peak RSS, identity phase, round times.
 
     Training rounds are those whose phase is ``train`` without evaluation (after any clustering).
+    ``round-times.json`` times rounds 2.. (the mean round); each kind of round is timed from
+    ``metrics.jsonl``'s ``round-seconds`` where it has them (round 1 too: a one-shot strategy's
+    clustering round), its server step (``clustering-seconds``, where not 0) in brackets.
     """
     summary = json.loads((folder / "summary.json").read_text())
     resources = json.loads((folder / "resources.json").read_text())
@@ -139,12 +142,19 @@ def read_outcome(folder: Path) -> dict[str, Any]:
     train_only = [float(s) for r, s in times.items() if int(r) in plain]
     state = resources.get("state-bytes", {})
     kinds: dict[str, list[float]] = {}
+    steps: dict[str, list[float]] = {}
     for m in metrics:
-        if str(m["round"]) in times:
+        seconds = m.get("round-seconds", times.get(str(m["round"])))
+        if seconds is not None:
             kind = str(m.get("phase", "train")) + (" + evaluate" if m["eval-clients"] else "")
-            kinds.setdefault(kind, []).append(float(times[str(m["round"])]))
+            kinds.setdefault(kind, []).append(float(seconds))
+            if m.get("clustering-seconds"):
+                steps.setdefault(kind, []).append(float(m["clustering-seconds"]))
     return {
-        "round-seconds-by-kind": {k: round(statistics.fmean(v), 1) for k, v in kinds.items()},
+        "round-seconds-by-kind": {
+            k: f"{statistics.fmean(v):.1f}" + (f" (step {statistics.fmean(steps[k]):.1f})" if k in steps else "")
+            for k, v in kinds.items()
+        },
         "final-ari": metrics[-1]["ari"] if metrics else None,
         "clusters": metrics[-1]["num-clusters"] if metrics else None,
         "final-accuracy": summary.get("final-accuracy"),

@@ -236,7 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--notes", default="", help="with --record: what the table's reader must know")
     parser.add_argument(
-        "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
+        "--not-run",
+        action="append",
+        default=[],
+        metavar="NAME=REASON",
+        help="a row saying why NAME did not complete: 'not run: REASON', or REASON itself when it says 'stopped'",
     )
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
     parser.add_argument(
@@ -264,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(names) - set(ALGORITHMS))
     if unknown:
         parser.error(f"The 'only' parameter of federation_scale must name {sorted(ALGORITHMS)}. Got {unknown} instead.")
+    unknown = sorted({item.partition("=")[0] for item in args.not_run} - set(ALGORITHMS))
+    if unknown:
+        parser.error(
+            f"The 'not-run' parameter of federation_scale must name {sorted(ALGORITHMS)} before '='. "
+            f"Got {unknown} instead."
+        )
     common = [
         "--num-clients",
         str(args.clients),
@@ -315,7 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
     for item in args.not_run:
         name, _, reason = item.partition("=")
-        rows[name] = {"error": f"not run: {reason}"}
+        rows[name] = {"error": reason if reason.startswith("stopped") else f"not run: {reason}"}
+    order = list(ALGORITHMS)
+    rows = dict(sorted(rows.items(), key=lambda kv: (order.index(kv[0].split(" (")[0]), kv[0])))
     record = f"federation-scale-{args.clients}{label}"
     kept = read_record(RECORDS_DIR / f"{record}.json").tables[0].rows if args.keep_record else ()
     table = markdown(rows, args.clients, kept)

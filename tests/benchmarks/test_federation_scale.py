@@ -113,3 +113,20 @@ def test_each_kind_of_round_is_timed_from_the_metrics_round_1_and_its_server_ste
     row = federation_scale.read_outcome(folder)
     assert row["round-seconds-by-kind"] == {"cluster": "600.0 (step 15.0)", "train": "1.2", "train + evaluate": "5.2"}
     assert row["mean-round-seconds"] == pytest.approx(3.0) and row["mean-train-round-seconds"] == pytest.approx(1.0)
+
+
+def test_a_run_stopped_before_its_end_is_not_called_not_run(tmp_path):
+    _fake_run(tmp_path / "federation-scale" / "fedavg-100", {"2": 1.0}, evaluated=0)
+    argv = ["--clients", "100", "--only", "fedavg", "--report-only", "--results-dir", str(tmp_path)]
+    federation_scale.main([*argv, "--not-run", "flag=stopped by the memory guard", "--not-run", "fedclust=too slow"])
+    table = (tmp_path / "federation-scale" / "federation-scale.md").read_text()
+    assert "| flag | no: stopped by the memory guard |" in table and "| fedclust | no: not run: too slow |" in table
+    names = [line.split(" | ")[0] for line in table.splitlines()[2:]]
+    assert names == ["| fedavg", "| fedclust", "| flag"]  # the order of ALGORITHMS, whatever the order given
+
+
+def test_a_not_run_row_of_an_unknown_algorithm_is_refused_naming_the_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        federation_scale.main(["--report-only", "--results-dir", str(tmp_path), "--not-run", "ifca=slow"])
+    err = capsys.readouterr().err
+    assert "The 'not-run' parameter of federation_scale must name" in err and "Got ['ifca'] instead" in err

@@ -14,12 +14,15 @@ Example::
 
     nice -n 10 python -m benchmarks.federation_scale --clients 1000 --rounds 10
     python -m benchmarks.federation_scale --clients 10000 --only cflgt --sample-draw with-replacement
+    python -m benchmarks.federation_scale --clients 10000 --only flag --sample-draw with-replacement \
+        --variant "sampled form above 5,000" -- --flag-sample-above 5000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import threading
 import time
@@ -127,6 +130,9 @@ def read_outcome(folder: Path) -> dict[str, Any]:
     """One finished run's figures: final ARI and clusters, peak RSS, identity phase, round times.
 
     Training rounds are those whose phase is ``train`` without evaluation (after any clustering).
+    ``round-times.json`` times rounds 2.. (the mean round); each kind of round is timed from
+    ``metrics.jsonl``'s ``round-seconds`` where it has them (round 1 too: a one-shot strategy's
+    clustering round), its server step (``clustering-seconds``, where not 0) in brackets.
     """
     summary = json.loads((folder / "summary.json").read_text())
     resources = json.loads((folder / "resources.json").read_text())
@@ -136,12 +142,19 @@ def read_outcome(folder: Path) -> dict[str, Any]:
     train_only = [float(s) for r, s in times.items() if int(r) in plain]
     state = resources.get("state-bytes", {})
     kinds: dict[str, list[float]] = {}
+    steps: dict[str, list[float]] = {}
     for m in metrics:
-        if str(m["round"]) in times:
+        seconds = m.get("round-seconds", times.get(str(m["round"])))
+        if seconds is not None:
             kind = str(m.get("phase", "train")) + (" + evaluate" if m["eval-clients"] else "")
-            kinds.setdefault(kind, []).append(float(times[str(m["round"])]))
+            kinds.setdefault(kind, []).append(float(seconds))
+            if m.get("clustering-seconds"):
+                steps.setdefault(kind, []).append(float(m["clustering-seconds"]))
     return {
-        "round-seconds-by-kind": {k: round(statistics.fmean(v), 1) for k, v in kinds.items()},
+        "round-seconds-by-kind": {
+            k: f"{statistics.fmean(v):.1f}" + (f" (step {statistics.fmean(steps[k]):.1f})" if k in steps else "")
+            for k, v in kinds.items()
+        },
         "final-ari": metrics[-1]["ari"] if metrics else None,
         "clusters": metrics[-1]["num-clusters"] if metrics else None,
         "final-accuracy": summary.get("final-accuracy"),
@@ -193,6 +206,17 @@ def markdown(rows: dict[str, dict[str, Any]], clients: int, kept: Sequence[Seque
     return "\n".join(lines) + "\n"
 
 
+def variant_row(name: str, variant: str) -> str:
+    """The row of ``name`` run with ``variant`` (a non-default setting): ``"name (variant)"``, or ``name``."""
+    return f"{name} ({variant})" if variant else name
+
+
+def variant_folder(variant: str) -> str:
+    """The suffix of a ``variant``'s run folder: ``"-"`` and its words, lower case, joined by ``-``."""
+    words = re.findall(r"[a-z0-9]+", variant.lower())
+    return "-" + "-".join(words) if words else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every chosen algorithm in turn; print and write the table."""
     parser = argparse.ArgumentParser(
@@ -212,9 +236,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--notes", default="", help="with --record: what the table's reader must know")
     parser.add_argument(
-        "--not-run", action="append", default=[], metavar="NAME=REASON", help="a row saying why NAME was not run"
+        "--not-run",
+        action="append",
+        default=[],
+        metavar="NAME=REASON",
+        help="a row saying why NAME did not complete: 'not run: REASON', or REASON itself when it says 'stopped'",
     )
     parser.add_argument("--report-only", action="store_true", help="rebuild the table from runs already there")
+    parser.add_argument(
+        "--variant",
+        default="",
+        help="what the arguments after -- change from the defaults (e.g. a sampled form): named in each row "
+        "and run folder, so the default runs' rows and folders stay",
+    )
     parser.add_argument(
         "--max-gb",
         type=float,
@@ -234,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(names) - set(ALGORITHMS))
     if unknown:
         parser.error(f"The 'only' parameter of federation_scale must name {sorted(ALGORITHMS)}. Got {unknown} instead.")
+    unknown = sorted({item.partition("=")[0] for item in args.not_run} - set(ALGORITHMS))
+    if unknown:
+        parser.error(
+            f"The 'not-run' parameter of federation_scale must name {sorted(ALGORITHMS)} before '='. "
+            f"Got {unknown} instead."
+        )
     common = [
         "--num-clients",
         str(args.clients),
@@ -261,14 +301,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         started = time.monotonic()
+        row = variant_row(name, args.variant)
         try:
-            run = folder / f"{name}-{args.clients}{label}"
+            run = folder / f"{name}-{args.clients}{label}{variant_folder(args.variant)}"
             memory = PeakMemory(run.name, max_mb=args.max_gb * 1024)
             if not args.report_only:
                 with memory:
                     run = run_cli(["--strategy", name, *ALGORITHMS[name], *common], run.name, folder)
                 (run / "process-memory.json").write_text(json.dumps(memory.summary(), indent=2) + "\n")
-            rows[name] = read_outcome(run)
+            rows[row] = read_outcome(run)
         except (RuntimeError, OSError, KeyError, ValueError) as err:
             guard = memory.stopped_at_mb
             kind, largest = memory.stopped_largest
@@ -278,13 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if guard
                 else ""
             )
-            rows[name] = {"error": reason or str(err).splitlines()[0][:200]}
-        rows[name]["runner-seconds"] = round(time.monotonic() - started, 1)
-        print(f"{name}: {json.dumps({k: v for k, v in rows[name].items() if k != 'state-bytes-by-attribute'})}")
+            rows[row] = {"error": reason or str(err).splitlines()[0][:200]}
+        rows[row]["runner-seconds"] = round(time.monotonic() - started, 1)
+        print(f"{row}: {json.dumps({k: v for k, v in rows[row].items() if k != 'state-bytes-by-attribute'})}")
         (folder / "federation-scale.json").write_text(json.dumps({"flags": common, "runs": rows}, indent=2) + "\n")
     for item in args.not_run:
         name, _, reason = item.partition("=")
-        rows[name] = {"error": f"not run: {reason}"}
+        rows[name] = {"error": reason if reason.startswith("stopped") else f"not run: {reason}"}
+    order = list(ALGORITHMS)
+    rows = dict(sorted(rows.items(), key=lambda kv: (order.index(kv[0].split(" (")[0]), kv[0])))
     record = f"federation-scale-{args.clients}{label}"
     kept = read_record(RECORDS_DIR / f"{record}.json").tables[0].rows if args.keep_record else ()
     table = markdown(rows, args.clients, kept)

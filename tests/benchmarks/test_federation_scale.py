@@ -34,7 +34,7 @@ def test_training_rounds_leave_out_evaluation_and_clustering_rounds_and_each_kin
     assert row["mean-train-round-seconds"] == pytest.approx(2.0)
     assert row["mean-round-seconds"] == pytest.approx(15.75)
     assert row["state-bytes"] == 4000 and row["final-ari"] == 0.9 and row["clusters"] == 5
-    assert row["round-seconds-by-kind"] == {"train": 2.0, "train + evaluate": 50.0, "cluster": 9.0}
+    assert row["round-seconds-by-kind"] == {"train": "2.0", "train + evaluate": "50.0", "cluster": "9.0"}
     assert "| train 2.0; train + evaluate 50.0; cluster 9.0 |" in federation_scale.markdown({"cflgt": row}, 100)
 
 
@@ -84,3 +84,49 @@ def test_kept_rows_of_an_earlier_record_come_first_unless_run_again(tmp_path):
     lines = table.splitlines()
     assert lines[2].startswith("| cflgt | yes | 1.000 |") and lines[3].startswith("| flic | no: exit code 1 |")
     assert len(lines) == 4
+
+
+def test_a_variant_run_is_read_from_its_own_folder_and_named_in_its_row_beside_the_default_run(tmp_path, capsys):
+    scale = tmp_path / "federation-scale"
+    _fake_run(scale / "flag-100-sampled-above-50", {"2": 4.0, "3": 4.0}, evaluated=0)
+    _fake_run(scale / "flag-100", {"2": 1.0, "3": 1.0}, evaluated=0)
+    argv = ["--clients", "100", "--only", "flag", "--report-only", "--results-dir", str(tmp_path)]
+    assert federation_scale.main([*argv, "--variant", "Sampled above 50"]) == 0
+    table = (scale / "federation-scale.md").read_text()
+    assert "| flag (Sampled above 50) | yes | 0.900 | 5 |" in table and "| 4.00 | 4.00 |" in table
+    assert "| flag | yes" not in table
+    assert federation_scale.main(argv) == 0
+    assert "| flag | yes | 0.900 | 5 |" in (scale / "federation-scale.md").read_text()
+    assert federation_scale.variant_folder("") == "" and federation_scale.variant_row("flag", "") == "flag"
+
+
+def test_each_kind_of_round_is_timed_from_the_metrics_round_1_and_its_server_step_included(tmp_path):
+    folder = _fake_run(tmp_path / "run", {"2": 1.0, "3": 5.0}, evaluated=3)
+    records = [
+        {"round": 1, "phase": "cluster", "round-seconds": 600.0, "clustering-seconds": 15.0},
+        {"round": 2, "phase": "train", "round-seconds": 1.2, "clustering-seconds": 0.0},
+        {"round": 3, "phase": "train", "round-seconds": 5.2, "clustering-seconds": 0.0},
+    ]
+    for r in records:
+        r.update({"ari": 1.0, "num-clusters": 5, "eval-clients": 10 if r["round"] == 3 else None})
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    row = federation_scale.read_outcome(folder)
+    assert row["round-seconds-by-kind"] == {"cluster": "600.0 (step 15.0)", "train": "1.2", "train + evaluate": "5.2"}
+    assert row["mean-round-seconds"] == pytest.approx(3.0) and row["mean-train-round-seconds"] == pytest.approx(1.0)
+
+
+def test_a_run_stopped_before_its_end_is_not_called_not_run(tmp_path):
+    _fake_run(tmp_path / "federation-scale" / "fedavg-100", {"2": 1.0}, evaluated=0)
+    argv = ["--clients", "100", "--only", "fedavg", "--report-only", "--results-dir", str(tmp_path)]
+    federation_scale.main([*argv, "--not-run", "flag=stopped by the memory guard", "--not-run", "fedclust=too slow"])
+    table = (tmp_path / "federation-scale" / "federation-scale.md").read_text()
+    assert "| flag | no: stopped by the memory guard |" in table and "| fedclust | no: not run: too slow |" in table
+    names = [line.split(" | ")[0] for line in table.splitlines()[2:]]
+    assert names == ["| fedavg", "| fedclust", "| flag"]  # the order of ALGORITHMS, whatever the order given
+
+
+def test_a_not_run_row_of_an_unknown_algorithm_is_refused_naming_the_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        federation_scale.main(["--report-only", "--results-dir", str(tmp_path), "--not-run", "ifca=slow"])
+    err = capsys.readouterr().err
+    assert "The 'not-run' parameter of federation_scale must name" in err and "Got ['ifca'] instead" in err

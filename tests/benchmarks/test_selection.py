@@ -41,3 +41,25 @@ def test_fesem_alone_measures_its_automatic_k_on_planted_digits_groups():
     rows = measure(Cell("dev", "digits", "label-groups", 3, 12, 100), ["fesem"])
     assert [r["algorithm"] for r in rows] == ["fesem"]
     assert rows[0]["true-groups"] == 3 and rows[0]["k-found"] == 3 and rows[0]["ari"] == 1.0
+
+
+def test_a_cut_that_merges_two_groups_is_told_apart_from_a_signal_that_cannot_separate_them():
+    import numpy as np
+
+    from benchmarks.selection import _rows, tables
+
+    truth = np.array([0, 0, 1, 1, 2, 2])
+    merged, exact = np.array([0, 0, 0, 0, 1, 1]), np.array([2, 2, 0, 0, 1, 1])
+    cell = Cell("dev", "digits", "label-groups", 3, 6, 100)
+    rows = _rows(cell, truth, {"fedclust": merged, "fesem": exact}, {"fedclust": exact}, 1.0)
+    assert rows[0]["k-found"] == 2 and rows[0]["ari"] == 0.444 and rows[0]["ari-at-true-k"] == 1.0
+    assert rows[1]["ari"] == 1.0 and rows[1]["ari-at-true-k"] is None
+    detail = tables(rows, "dev")[1].rows[0]
+    assert "2, 0.444 (true K: 1.000)" in detail and "3, 1.000" in detail
+
+
+@pytest.mark.slow
+def test_fedclust_and_pacfl_cut_their_own_distances_at_the_true_k_on_planted_digits_groups():
+    rows = measure(Cell("dev", "digits", "label-groups", 3, 12, 100), ["fedclust", "pacfl"])
+    assert [r["algorithm"] for r in rows] == ["fedclust", "pacfl"]
+    assert all(r["k-found"] == 3 and r["ari"] == 1.0 and r["ari-at-true-k"] == 1.0 for r in rows)

@@ -153,6 +153,12 @@ def shared_module(
     return build_model(model, input_shape, num_classes, seed)
 
 
+def clear_caches() -> None:
+    """Forget every cached task, data source and shared module of this process (a new model builder)."""
+    for cached in (_task, _source_of, shared_module):
+        cached.cache_clear()
+
+
 # Bounded: one Ray actor serves many simulated clients and must not hold all their data.
 @lru_cache(maxsize=8)
 def _task(source: DataSource, pid: int, model: str, device: str, seed: int) -> ClientTask:

@@ -7,9 +7,9 @@ actor serving many simulated clients loads the dataset once. The data come from 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from flwr.common.constant import NUM_PARTITIONS_KEY
 from common import keys
 from common.config import RunParams, run_config_value
 from common.data import DatasetInfo
-from common.models import Head, build_model, find_head
+from common.models import Head, build_model, find_head, is_factory, load_factory
 from common.records import read_float, read_int
 from common.scenarios import ClientData, ScenarioConfig
 from common.sources import DataSource, data_source
@@ -43,29 +43,30 @@ class ClientTask:
     model_name: str
     device: torch.device
     seed: int
-    _head: Head | None = field(default=None, init=False, repr=False)
+    _head: tuple[torch.nn.Module, Head] | None = field(default=None, init=False, repr=False)
 
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
         """The client's model holding ``arrays`` (the cluster model the server sent).
 
-        One module per process, model and device is reused by every task (:func:`shared_module`):
-        ``strict`` loading overwrites every parameter and buffer, so nothing of an earlier
-        message, or of another client, survives.
+        One module per process, builder, model and device is reused by every task
+        (:func:`shared_module`): ``strict`` loading overwrites every parameter and buffer, so
+        nothing of an earlier message, or of another client, survives.
         """
-        self._model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
-        return self._model
+        model = self._model
+        model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+        return model
 
-    @cached_property
+    @property
     def _model(self) -> torch.nn.Module:
         return shared_module(self.model_name, self.info.input_shape, self.info.num_classes, self.seed, str(self.device))
 
     def head(self, needed_by: str) -> Head:
-        """The classifier head of the task's reused model (found once; raises naming ``needed_by``)."""
-        head = self._head
-        if head is None:
-            head = find_head(self._model, self.info.input_shape, max(self.info.num_classes, 1), needed_by)
-            object.__setattr__(self, "_head", head)
-        return head
+        """The classifier head of the task's reused model (found once per module; raises naming ``needed_by``)."""
+        model, found = self._model, self._head
+        if found is None or found[0] is not model:
+            found = (model, find_head(model, self.info.input_shape, max(self.info.num_classes, 1), needed_by))
+            object.__setattr__(self, "_head", found)
+        return found[1]
 
     def round_seed(self, server_round: int) -> int:
         """A seed for this client's local shuffling in ``server_round``, from the run's seed."""
@@ -139,23 +140,48 @@ def _source_of(run_items: tuple[tuple[str, Any], ...], node_items: tuple[tuple[s
     return data_source(dict(run_items), dict(node_items))
 
 
-@lru_cache(maxsize=4)
+Builder = tuple[Callable[..., torch.nn.Module], Callable[..., object] | None]
+
+
+def builder_of(model: str) -> Builder:
+    """What builds ``model`` in this process now: ``build_model`` (as this module names it) and, for
+    the user's ``"package.module:factory"``, the factory object it imports.
+
+    The object, not its qualified name: another file imported under the same name, or the
+    module reloaded after an edit, is another builder.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'model'`` if the user's factory cannot be imported (``common.models.load_factory``).
+    """
+    return build_model, load_factory(model) if is_factory(model) else None
+
+
 def shared_module(
     model: str, input_shape: tuple[int, ...], num_classes: int, seed: int, device: str
 ) -> torch.nn.Module:
-    """One module of ``model`` for every client this process serves on ``device``.
+    """One module of ``model`` for every client this process serves on ``device`` with one builder.
 
     A Ray actor serves thousands of simulated clients one message at a time, and drawing a new
     module's initial weights costs more than evaluating a client's test split; every use loads
-    the server's arrays into it first (:meth:`ClientTask.model`). ``device`` only keys the cache:
-    training moves the module there.
+    the server's arrays into it first (:meth:`ClientTask.model`). The cache is keyed by the
+    builder too (:func:`builder_of`), so a builder swapped in the same process builds its own
+    module. ``device`` only keys the cache: training moves the module there.
     """
-    return build_model(model, input_shape, num_classes, seed)
+    return _module(builder_of(model), model, tuple(input_shape), num_classes, seed, device)
+
+
+@lru_cache(maxsize=4)
+def _module(
+    builder: Builder, model: str, input_shape: tuple[int, ...], num_classes: int, seed: int, device: str
+) -> torch.nn.Module:
+    return builder[0](model, input_shape, num_classes, seed)
 
 
 def clear_caches() -> None:
-    """Forget every cached task, data source and shared module of this process (a new model builder)."""
-    for cached in (_task, _source_of, shared_module):
+    """Forget every cached task, data source and shared module of this process (frees their memory)."""
+    for cached in (_task, _source_of, _module):
         cached.cache_clear()
 
 

@@ -142,25 +142,50 @@ def check_field(params: Any, name: str, owner: str) -> Any:
 SHARED_KEY = "umbel-shared-key"
 
 
-def shared(default: T, *, low: float | None = None, high: float | None = None, help: str = "") -> T:
+def shared(*, low: float | None = None, high: float | None = None, help: str = "") -> Any:
     """A strategy parameter whose run-config key several strategies read: the key has no prefix.
 
-    Use as a field's default: ``num_clusters: int = shared(0)`` reads key ``num-clusters``, whose
-    help and default are declared once on ``ClusteringParams`` (``common.schema.build`` refuses a
-    ``shared`` default other than that one); ``help`` is what the key means to this strategy,
-    added to that help under the strategy's name (``common.schema.build``). With ``low`` or ``high``
-    the strategy's own range is checked by ``common.params.check_params``; without, the dataclass
-    checks the value itself.
+    Use as a field's default: ``num_clusters: int = shared(low=0)`` reads key ``num-clusters``,
+    whose help and default are declared once, on the field of ``ClusteringParams`` of the same
+    name; the field gets that default when its class is made. ``help`` is what the key means to
+    this strategy, added to that help under the strategy's name (``common.schema.build``). With
+    ``low`` or ``high`` the strategy's own range is checked by ``common.params.check_params``;
+    without, the dataclass checks the value itself.
+
+    Raises
+    ------
+    ValueError
+        When the class is made, if ``ClusteringParams`` has no field of the field's name
+        (Python 3.11 wraps it in a ``RuntimeError``).
     """
     spec = Spec(help, low=low, high=high, checked=low is not None or high is not None)
-    return field(default=default, metadata={SHARED_KEY: True, SPEC: spec})
+    placeholder = _DeclaredDefault()
+    made: Any = field(default=placeholder, metadata={SHARED_KEY: True, SPEC: spec})
+    placeholder.field = made
+    return made
+
+
+class _DeclaredDefault:
+    """A ``shared`` field's default until its class is made: ``dataclasses.Field`` passes its
+    name on to its default's ``__set_name__``, which puts the declared default in its place."""
+
+    field: Field[Any]
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        declared = {f.name: f.default for f in fields(ClusteringParams)}
+        if name not in declared:
+            raise ValueError(
+                f"The shared parameter '{name}' of {owner.__qualname__} must be one of the keys "
+                f"ClusteringParams declares, {sorted(declared)}. Got {name!r} instead."
+            )
+        self.field.default = declared[name]
 
 
 @dataclass(frozen=True)
 class ClusteringParams:
     """The clustering keys several strategies share, each declared once here (``common.schema``
-    places them); each strategy reads one with a ``shared`` field of the same name and default, and
-    checks it in its own range.
+    places them); each strategy reads one with a ``shared`` field of the same name, which takes its
+    default from here, and checks it in its own range.
     """
 
     num_clusters: int = param(

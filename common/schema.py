@@ -199,28 +199,14 @@ def build(registry: Mapping[str, _Registered], default_strategy: str) -> tuple[t
     Raises
     ------
     ValueError
-        If a strategy field has no declaration (``param``), a ``shared`` field's default is not its
-        key's, or a key is declared twice.
+        If a strategy field has no declaration (``param``) or a key is declared twice.
     """
-    declared = {key.name: key.default for key in RUN_KEYS}
     for name, cls in registry.items():
         bare = [f.name for f in dataclasses.fields(cls.params_type) if f.init and spec_of(f) is None]
         if bare:
             raise ValueError(
                 f"The parameters of strategy {name!r} must each be declared with common.params.param. "
                 f"Got {bare} without a declaration instead."
-            )
-        keys = run_config_keys(cls.params_type)
-        other = [
-            f"{keys[f.name]}={f.default!r} (declared {declared[keys[f.name]]!r})"
-            for f in dataclasses.fields(cls.params_type)
-            if f.metadata.get(SHARED_KEY) and keys.get(f.name) in declared
-            if key_default(f.default) != declared[keys[f.name]]
-        ]
-        if other:
-            raise ValueError(
-                f"The shared parameters of strategy {name!r} must default to their keys' declared defaults. "
-                f"Got {other} instead."
             )
     read_by = readers(registry)
     meanings = shared_meanings(registry)

@@ -2,14 +2,16 @@
 
 It maps its flags to run-config, validates everything (data included) before anything
 starts, sizes a private local SuperLink's simulation to the scenario's client count in a
-project-local ``FLWR_HOME`` of its own (``.flwr/<run-name>``, on a free port, so concurrent runs
-never touch each other's SuperLink), runs ``flwr run`` with output streamed, stops the SuperLink it
+project-local ``FLWR_HOME`` of its own (``.flwr/<run-name>``, held by this process's lock so
+that a second run of that name is refused, on a free port, so concurrent runs never touch each
+other's SuperLink), runs ``flwr run`` with output streamed, stops the SuperLink it
 started (by PID, also on failure, Ctrl-C or SIGTERM) and prints where the results are.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import math
 import os
 import re
@@ -22,7 +24,7 @@ import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 import tomli_w
@@ -134,21 +136,66 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("umbel run: starting Flower's simulation; the clients identify themselves first", flush=True)
     home = (args.flwr_home or _work_root() / ".flwr" / folder.name).resolve()
-    started = time.time()
-    code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus, args.client_actors)
-    if code in (130, 128 + signal.SIGTERM):
-        return _interrupted(folder, config, code)
-    failure = run_failure(folder, started)
-    if code != 0 or failure:
-        log_file = home / "local-superlink" / "superlink.log"
-        where = f"the log above and {log_file}" if log_file.exists() else "the log above"
-        why = failure or "the run stopped"
-        print(f"umbel run: the run failed (flwr exit code {code}: {why}); see {where}.", file=sys.stderr)
-        return code or 1
-    if args.flwr_home is None:
-        shutil.rmtree(home, ignore_errors=True)
+    try:
+        held = hold_home(home, folder.name)
+    except HomeInUse as err:
+        print(f"umbel run: error: {err}", file=sys.stderr)
+        return 2
+    with held:
+        started = time.time()
+        code = simulate(config, num_clients, home, args.client_cpus, args.client_gpus, args.client_actors)
+        if code in (130, 128 + signal.SIGTERM):
+            return _interrupted(folder, config, code)
+        failure = run_failure(folder, started)
+        if code != 0 or failure:
+            log_file = home / "local-superlink" / "superlink.log"
+            where = f"the log above and {log_file}" if log_file.exists() else "the log above"
+            why = failure or "the run stopped"
+            print(f"umbel run: the run failed (flwr exit code {code}: {why}); see {where}.", file=sys.stderr)
+            return code or 1
+        if args.flwr_home is None:
+            shutil.rmtree(home, ignore_errors=True)
     print(f"umbel run: results in {folder}")
     return 0
+
+
+HOME_LOCK = "umbel-run.lock"
+"""The file in a run's Flower home that its ``umbel run`` holds locked, holding its PID."""
+
+
+class HomeInUse(RuntimeError):
+    """Another live ``umbel run`` holds this Flower home."""
+
+
+def hold_home(home: Path, run_name: str) -> IO[str]:
+    """Lock Flower's home ``home`` for this process; close the returned file to release it.
+
+    Two runs in one home would share the private SuperLink's state and stop each other's
+    SuperLink. The lock (``flock``) ends with the process that holds it, however it ends, so a
+    crashed run leaves no stale lock; the file says the holder's PID for the message.
+
+    Raises
+    ------
+    HomeInUse
+        Naming the run name, ``home`` and the holder's PID, when a live process holds it.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    held = (home / HOME_LOCK).open("a+")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        held.seek(0)
+        holder = held.read().strip() or "unknown"
+        held.close()
+        raise HomeInUse(
+            f"another umbel run with run name {run_name!r} is using {home} (pid {holder}); wait for it to "
+            "end, or give this run another --run-name or --flwr-home."
+        ) from None
+    held.seek(0)
+    held.truncate()
+    held.write(f"{os.getpid()}\n")
+    held.flush()
+    return held
 
 
 def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -55,8 +55,8 @@ class CFLGPParams:
     """CFL-GP's run-config keys, ``cfl-gp-*`` (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
 
     key_prefix: ClassVar[str] = "cfl-gp"
-    num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(8, low=2, help="upper end of the K search")
+    num_clusters: int = shared(low=0)
+    max_clusters: int = shared(low=2, help="upper end of the K search")
     cluster_period: int = param(2, "a profile update every P rounds", low=1, paper="2")
     cluster_until: int = param(0, "no profile update from this round on; 0 = no limit", low=0)
     stable_updates: int = param(5, "stop re-clustering after this many unchanged updates; 0 = never", low=0)

@@ -83,7 +83,7 @@ class CFLSattlerParams:
     )
     eps2: float = param(0.0, "and its largest update norm exceeds eps2; 0 = off", low=0.0)
     split_after: int = param(20, "no split before this round", low=0)
-    sketch_dim: int = shared(0, low=0)
+    sketch_dim: int = shared(low=0)
     eps_absolute: bool = param(
         False,
         "true: the paper's criterion, eps1 bounds the mean update's norm "

@@ -53,10 +53,10 @@ class FedClustParams:
         low=0.0,
         paper="a fixed lambda (Alg. 1)",
     )
-    num_clusters: int = shared(0)
-    linkage: str = shared("average")
+    num_clusters: int = shared()
+    linkage: str = shared()
     cluster_epochs: int = param(1, "epochs of training for the signal when cluster-steps is 0", low=1)
-    cluster_steps: int = shared(100, low=0, help="0: fedclust-cluster-epochs epochs")
+    cluster_steps: int = shared(low=0, help="0: fedclust-cluster-epochs epochs")
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:

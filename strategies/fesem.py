@@ -54,8 +54,8 @@ class FeSEMParams:
     ``max-clusters`` with random), ``fesem-init`` in {clients, random}."""
 
     key_prefix: ClassVar[str] = "fesem"
-    num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(8, low=2, help="with num-clusters 0 and fesem-init random: K")
+    num_clusters: int = shared(low=0)
+    max_clusters: int = shared(low=2, help="with num-clusters 0 and fesem-init random: K")
     init: str = param(
         "clients",
         "the K initial centres: clients (modified) = every client trains in round 1, K from the automatic cut "

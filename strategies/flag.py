@@ -96,8 +96,8 @@ class FLAGParams:
         paper="an unnamed lightweight model with fewer layers",
     )
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
-    num_clusters: int = shared(0)
-    linkage: str = shared("average")
+    num_clusters: int = shared()
+    linkage: str = shared()
 
     def __post_init__(self) -> None:
         check_params(self, "FLAG")

@@ -61,7 +61,7 @@ class FLHCParams:
         "automatic value was a tenth of rounds)",
         low=0,
     )
-    num_clusters: int = shared(0)
+    num_clusters: int = shared()
     flhc_threshold: float = param(
         0.0,
         "0 with num-clusters 0: automatic cut (modified); > 0: the paper's fixed cut height (former default 1.0)",
@@ -69,8 +69,8 @@ class FLHCParams:
         paper="a fixed cut height",
     )
     flhc_metric: str = param("euclidean", "distance between client updates", choices=METRICS)
-    linkage: str = shared("average")
-    cluster_steps: int = shared(100, low=0, help="0: local-epochs epochs")
+    linkage: str = shared()
+    cluster_steps: int = shared(low=0, help="0: local-epochs epochs")
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:

@@ -74,7 +74,7 @@ class FLICParams:
         paper="a round given by hand",
     )
     resolution: float = param(0.0, "Louvain's resolution; 0 = the best silhouette over 0.5..2.0", low=0.0)
-    sketch_dim: int = shared(0, low=0)
+    sketch_dim: int = shared(low=0)
     stable_tol: float = param(
         0.1,
         "plateau: the last 3 rounds lowered the mean training loss by less than "

@@ -34,8 +34,8 @@ class IFCAParams:
     """``num-clusters`` K (0: ``max-clusters``); both keys shared, IFCA has none of its own."""
 
     key_prefix: ClassVar[str] = "ifca"
-    num_clusters: int = shared(0, low=0)
-    max_clusters: int = shared(8, low=2, help="K when num-clusters is 0")
+    num_clusters: int = shared(low=0)
+    max_clusters: int = shared(low=2, help="K when num-clusters is 0")
 
     def __post_init__(self) -> None:
         check_params(self, OWNER)

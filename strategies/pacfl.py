@@ -64,8 +64,8 @@ class PACFLParams:
     pacfl_measure: str = param(
         "mean", "the subspace distance (smallest = PACFL Eq. 3)", choices=MEASURES, paper="smallest (Eq. 3)"
     )
-    num_clusters: int = shared(0)
-    linkage: str = shared("average")
+    num_clusters: int = shared()
+    linkage: str = shared()
 
     def __post_init__(self) -> None:
         check_params(self, "PACFL")

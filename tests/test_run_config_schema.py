@@ -189,7 +189,7 @@ def test_a_new_strategy_adds_its_group_keys_and_readers_from_its_declaration_alo
     class NewParams:
         key_prefix = "new"
         rate: float = param(0.5, "a rate, in (0, 1]", low=0.0, high=1.0, closed=(False, True))
-        num_clusters: int = shared(0, low=0, help="its K")
+        num_clusters: int = shared(low=0, help="its K")
 
         def __post_init__(self):
             check_params(self, "New")

@@ -2,15 +2,19 @@
 
 The end-to-end case runs ``python -m benchmarks.compare --preset paper`` (real ``umbel run``s, Flower's
 simulation) on digits for 3 rounds, stops it after round 2's checkpoint, runs the same command again and
-compares every round's metrics with an uninterrupted run. The in-process cases check that the checkpoint
-of FedClust and FLAG at the paper preset's flags holds every field a resumed round reads.
+compares every round's metrics with an uninterrupted run of the cell's flags (in this process: umbel's
+ServerApp and ClientApp exchanging real Flower messages without Flower's simulation). The in-process
+cases check that the checkpoint of FedClust and FLAG at the paper preset's flags holds every field a
+resumed round reads.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import contextlib
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,12 +24,15 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from flwr.app import Array, ArrayRecord
+import torch
+from flwr.app import Array, ArrayRecord, Context, RecordDict
 
 from benchmarks import compare
 from benchmarks.runs import ROOT
 from client.app import app as client_app
 from common.modelstore import read_bundle
+from server import cli
+from server.app import main as server_app_main
 from server.experiment import Experiment
 from server.inprocess import InProcessGrid
 from strategies import FLAG, FedClust
@@ -44,9 +51,30 @@ def _command(results: Path) -> list[str]:
     return [sys.executable, "-m", "benchmarks.compare", *CELL, "--results-dir", str(results), "--", *SMALL]
 
 
-def _metrics(results: Path) -> list[dict[str, Any]]:
-    text = (results / "paper" / "runs" / NAME / "metrics.jsonl").read_text()
+def _metrics(folder: Path) -> list[dict[str, Any]]:
+    text = (folder / "metrics.jsonl").read_text()
     return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in text.splitlines()]
+
+
+def _straight_in_process(results: Path) -> Path:
+    """The cell's run without a kill, in this process: the run config ``umbel run`` makes of the cell's
+    flags, umbel's ServerApp and ClientApp exchanging real Flower messages without Flower's simulation
+    (one torch thread, as the cell's ``OMP_NUM_THREADS=1`` Ray workers)."""
+    scenario = next(s for s in compare.PAPER.scenarios if s.label == "label-skew-20")
+    flags = [*compare.PAPER.args(FedClust.name, scenario, 0), *SMALL]
+    flags += ["--checkpoint-every", str(compare.PAPER.checkpoint_every), "--run-name", NAME]
+    parser = argparse.ArgumentParser()
+    cli.add_run_config_arguments(parser)
+    parsed = parser.parse_args([*flags, "--results-dir", str(results)])
+    rc = {key: getattr(parsed, key.replace("-", "_")) for key in cli.keys_schema.SCHEMA}
+    folder, num_clients = cli.prepare(rc)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        server_app_main(InProcessGrid(client_app, rc, num_clients), Context(0, 0, {}, RecordDict(), rc))
+    finally:
+        torch.set_num_threads(threads)
+    return folder
 
 
 def _kill_tree(pid: int) -> None:
@@ -74,13 +102,12 @@ def _checkpoint_round(path: Path) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # three Flower start-ups; minutes each on a loaded 2-core box
+@pytest.mark.timeout(1200)  # two Flower start-ups; minutes each on a loaded 2-core box
 def test_a_paper_cell_stopped_after_round_2_resumes_with_the_same_command_and_ends_as_an_uninterrupted_run(
     tmp_path,
 ):
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    stopped = tmp_path / "stopped"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(_command(straight), cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     checkpoint = stopped / "paper" / "runs" / NAME / CHECKPOINT_FILE
     proc = subprocess.Popen(_command(stopped), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -95,17 +122,23 @@ def test_a_paper_cell_stopped_after_round_2_resumes_with_the_same_command_and_en
     )
     # the preset checkpoints every 2 rounds: the state after round 2, round 3 not finished
     assert _checkpoint_round(checkpoint) == 2
+    kept = [r.round_seconds for r in load_checkpoint(checkpoint, FedClust.name)["state"]["history"]]
     cell = json.loads((checkpoint.parent / "cell.json").read_text())
     assert cell["seconds"] is None and compare.cell_status(checkpoint.parent, cell["args"]) == ("resumable", 2)
     again = subprocess.run(_command(stopped), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{NAME}: resuming after round 2" in again.stdout
-    # the second session ran round 3 only, from the checkpoint: not the run again from round 1
+    # the second session trained round 3 only, from the checkpoint: no round <= 2 again (its log has
+    # one progress line per round it ran), and rounds 1-2 are the first session's, timings and all
     session = (checkpoint.parent.parent / f"{NAME}.after-2.log").read_text()
-    assert "(after round 2)" in session and "round    3/3" in session and "round    1/3" not in session
-    resumed = _metrics(stopped)
-    assert [m["round"] for m in resumed] == [1, 2, 3]
-    assert resumed == _metrics(straight)
+    assert "(after round 2)" in session
+    assert re.findall(r"\bround +(\d+)/3 \|", session) == ["3"], session[-3000:]
+    timings = [json.loads(line) for line in (checkpoint.parent / "metrics.jsonl").read_text().splitlines()]
+    assert [m["round"] for m in timings] == [1, 2, 3] and [m["round-seconds"] for m in timings[:2]] == kept
+    resumed = _metrics(checkpoint.parent)
+    straight = _metrics(_straight_in_process(tmp_path / "straight"))
+    assert [m["round"] for m in straight] == [1, 2, 3]
+    assert resumed == straight
     cell = json.loads((checkpoint.parent / "cell.json").read_text())
     assert cell["resumed-after"] == [2] and cell["seconds"] > 0
     assert compare.cell_status(checkpoint.parent, cell["args"]) == ("finished", None)

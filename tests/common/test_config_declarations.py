@@ -182,31 +182,45 @@ def test_a_run_wide_field_is_checked_from_its_declaration_naming_its_key():
     assert TrainingParams.from_run_config({"rounds": 3, "late-round": 3}).late_round == 3
 
 
-def test_each_shared_field_defaults_to_its_keys_declared_default_and_another_is_refused():
-    """A strategy's ``shared`` field repeats its key's default (a dataclass field needs one): the
-    registry's agree with ClusteringParams, and ``build`` refuses one that does not."""
-    for name, cls in REGISTRY.items():
-        keys = run_config_keys(cls.params_type)
+def test_a_shared_field_takes_its_default_from_clustering_params_and_writes_none(monkeypatch):
+    """A strategy's ``shared`` field writes no default: it gets the one ClusteringParams declares for
+    its name when its class is made (a changed declaration changes it), and a name ClusteringParams
+    does not declare is refused."""
+    declared = {f.name: f.default for f in dataclasses.fields(ClusteringParams)}
+    seen = set()
+    for cls in REGISTRY.values():
+        made = cls.params_type()
         for f in dataclasses.fields(cls.params_type):
             if f.metadata.get(SHARED_KEY):
-                assert common.schema.key_default(f.default) == SCHEMA[keys[f.name]].default, (name, f.name)
+                assert type(f.default) is type(declared[f.name]) and f.default == declared[f.name]
+                assert getattr(made, f.name) == declared[f.name]
+                seen.add(f.name)
+    assert seen == set(declared)
+
+    monkeypatch.setattr(ClusteringParams.__dataclass_fields__["max_clusters"], "default", 5)
 
     @dataclasses.dataclass(frozen=True)
     class OddParams:
-        num_clusters: int = shared(3)
-        linkage: str = shared("average")
+        max_clusters: int = shared(low=2, help="its K")
+        linkage: str = shared()
         odd_k: int = param(1, "a key of its own")
 
-    class Odd:
-        name = "odd"
-        params_type = OddParams
+    assert dataclasses.asdict(OddParams()) == {"max_clusters": 5, "linkage": "average", "odd_k": 1}
+    assert OddParams(3).max_clusters == 3 and spec_of(dataclasses.fields(OddParams)[0]).help == "its K"
+    assert run_config_keys(OddParams) == {"max_clusters": "max-clusters", "linkage": "linkage", "odd_k": "odd-k"}
 
-    with pytest.raises(
-        ValueError,
-        match=r"^The shared parameters of strategy 'odd' must default to their keys' declared defaults\. "
-        r"Got \['num-clusters=3 \(declared 0\)'\] instead\.$",
-    ):
-        common.schema.build({"odd": Odd}, "odd")
+    with pytest.raises((ValueError, RuntimeError)) as raised:
+
+        @dataclasses.dataclass(frozen=True)
+        class Typo:
+            num_cluster: int = shared(low=0)
+
+    error = raised.value if isinstance(raised.value, ValueError) else raised.value.__cause__
+    assert str(error) == (
+        "The shared parameter 'num_cluster' of test_a_shared_field_takes_its_default_from_clustering_params_and_"
+        "writes_none.<locals>.Typo must be one of the keys ClusteringParams declares, "
+        f"{sorted(declared)}. Got 'num_cluster' instead."
+    )
 
 
 def test_the_shared_linkage_key_offers_the_linkages_the_clustering_code_accepts():

@@ -266,9 +266,54 @@ def install_client_loader() -> bool:
         flowers_build(self, app_fn)
         if app_fn() is umbel_client_app():
             self.app_fn = umbel_client_app
+            pipeline(self.pool, calls_per_actor())
 
     RayBackend.build = build  # type: ignore[method-assign]
     return True
+
+
+CALLS_PER_ACTOR = 2
+"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1)."""
+CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
+"""Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""
+
+
+def calls_per_actor() -> int:
+    """:data:`CALLS_PER_ACTOR`, or the int >= 1 in :data:`CALLS_PER_ACTOR_ENV`.
+
+    Raises
+    ------
+    ValueError
+        If the environment holds anything but an int >= 1.
+    """
+    text = os.environ.get(CALLS_PER_ACTOR_ENV, "")
+    if not text:
+        return CALLS_PER_ACTOR
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"The '{CALLS_PER_ACTOR_ENV}' environment variable must be an int >= 1. Got {text!r} instead.")
+    return int(text)
+
+
+def pipeline(pool: Any, calls: int) -> None:
+    """Let Flower's engine keep ``calls`` ClientApp calls queued at each Ray actor of ``pool``.
+
+    Flower's engine runs one worker thread per actor; each sends a message to an idle actor and
+    waits for the reply, so an actor idles while the simulation process reads its reply and
+    sends it the next message. Each actor is listed ``calls`` times in the idle pool (and the
+    engine starts as many threads), so that the next call is already queued at the actor, which
+    runs its calls one after the other as before (Ray's default, one call at a time per actor).
+    Flower's ``terminate_all_actors`` then stops each actor once.
+    """
+    actors = list(dict.fromkeys(pool.pool))
+    pool.pool = [actor for _ in range(calls) for actor in actors]
+    pool.num_actors = len(pool.pool)
+    flowers_terminate = pool.terminate_all_actors
+
+    def terminate_all_actors() -> None:
+        pool.pool = list(dict.fromkeys(pool.pool))
+        flowers_terminate()
+
+    pool.terminate_all_actors = terminate_all_actors
 
 
 def install_config_cache() -> bool:

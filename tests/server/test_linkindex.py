@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -243,7 +244,12 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     from client.app import app as umbel_app
 
     monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(raybackend.RayBackend, "build", lambda self, app_fn: setattr(self, "app_fn", app_fn))
+
+    def flowers_build(self, app_fn):
+        self.app_fn, self.pool = app_fn, _Pool(["a1", "a2"])
+
+    monkeypatch.setattr(raybackend.RayBackend, "build", flowers_build)
+    monkeypatch.delenv(linkindex.CALLS_PER_ACTOR_ENV, raising=False)
     assert linkindex.install_client_loader() is True
     backend = object.__new__(raybackend.RayBackend)
 
@@ -253,9 +259,11 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     backend.build(flowers_closure)
     assert backend.app_fn is linkindex.umbel_client_app and backend.app_fn() is umbel_app
     assert len(cloudpickle.dumps(backend.app_fn)) < 200 < len(cloudpickle.dumps(flowers_closure))
+    assert backend.pool.num_actors == 2 * linkindex.CALLS_PER_ACTOR == len(backend.pool.pool)
     other = object()
     backend.build(lambda: other)
     assert backend.app_fn() is other, "another ClientApp keeps Flower's loader"
+    assert backend.pool.pool == ["a1", "a2"] and backend.pool.num_actors == 2, "and Flower's one call per actor"
     monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
     assert linkindex.install_client_loader() is False
 
@@ -436,3 +444,39 @@ def test_a_context_the_engine_stores_back_keeps_the_one_shared_run_config():
     with pytest.raises(ValueError, match="cannot be modified"):
         stores[11].update_context(7, changed)
     assert shared["seed"] == 3 and stores[11].retrieve_context(7).run_config is shared
+
+
+class _Pool:
+    """Flower's ``BasicActorPool`` as the engine uses it: idle actors popped and put back, each stopped once."""
+
+    def __init__(self, actors):
+        self.pool, self.num_actors, self.stopped = list(actors), len(actors), []
+
+    def terminate_all_actors(self):
+        self.stopped.extend(self.pool)
+
+
+def test_each_actor_holds_the_calls_asked_for_and_is_stopped_once():
+    pool = _Pool(["a1", "a2", "a3"])
+    linkindex.pipeline(pool, 2)
+    assert pool.num_actors == 6 and sorted(pool.pool) == ["a1", "a1", "a2", "a2", "a3", "a3"]
+    popped = [pool.pool.pop() for _ in range(3)]  # Flower's engine pops an idle actor per message
+    assert sorted(popped) == ["a1", "a2", "a3"], "every actor is busy before any gets a second call"
+    pool.pool.extend(popped)
+    pool.terminate_all_actors()
+    assert sorted(pool.stopped) == ["a1", "a2", "a3"]
+    one = _Pool(["a1", "a2"])
+    linkindex.pipeline(one, 1)
+    assert one.pool == ["a1", "a2"] and one.num_actors == 2
+
+
+def test_the_calls_per_actor_come_from_the_environment_as_an_int_of_at_least_one(monkeypatch):
+    monkeypatch.delenv(linkindex.CALLS_PER_ACTOR_ENV, raising=False)
+    assert linkindex.calls_per_actor() == linkindex.CALLS_PER_ACTOR
+    monkeypatch.setenv(linkindex.CALLS_PER_ACTOR_ENV, "1")
+    assert linkindex.calls_per_actor() == 1
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv(linkindex.CALLS_PER_ACTOR_ENV, bad)
+        wording = f"The 'UMBEL_CALLS_PER_ACTOR' environment variable must be an int >= 1. Got '{bad}' instead."
+        with pytest.raises(ValueError, match=re.escape(wording)):
+            linkindex.calls_per_actor()

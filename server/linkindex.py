@@ -266,10 +266,47 @@ def install_client_loader() -> bool:
         flowers_build(self, app_fn)
         if app_fn() is umbel_client_app():
             self.app_fn = umbel_client_app
+            warm_up(self.pool, WARM_CONTEXT.get("context"))
             pipeline(self.pool, calls_per_actor())
 
     RayBackend.build = build  # type: ignore[method-assign]
     return True
+
+
+WARM_CONTEXT: dict[str, Any] = {}
+"""The first simulated node's Context (``"context"``), kept by :func:`register_contexts` for :func:`warm_up`."""
+
+
+def warming_app() -> Any:
+    """A stand-in for the ClientApp that only loads what umbel's ClientApp needs: its modules and the data.
+
+    Flower's actor calls ``app(message=..., context=...)``; this one answers nothing (None).
+    """
+
+    def load(message: Any, context: Any) -> None:
+        from client.task import task_from_context
+
+        umbel_client_app()
+        _ = task_from_context(context.run_config, context.node_config).data
+
+    return load
+
+
+def warm_up(pool: Any, context: Any) -> int:
+    """Have each Ray actor of ``pool`` import umbel's ClientApp and read the run's data now; the calls sent.
+
+    Flower's engine starts the actors as the ServerApp starts, but an actor imports the ClientApp
+    (torch) and reads the data set only when the first message reaches it, after the ServerApp's own
+    start-up: the identity phase waited for both. One call per actor with ``context`` (a node's) is
+    queued first; its reply is never read (an error there comes again with the first real message).
+    Nothing is sent without a context.
+    """
+    if context is None:
+        return 0
+    actors = list(dict.fromkeys(pool.pool))
+    for actor in actors:
+        actor.run.remote(warming_app, None, "warm-up", context)
+    return len(actors)
 
 
 CALLS_PER_ACTOR = 2
@@ -413,6 +450,7 @@ def register_contexts(nodes_mapping: dict[int, int], run: Any, app_dir: str | No
         if first is None:
             store.register_context(run_id=run.run_id, run=run, app_dir=app_dir)
             first = store.run_infos[run.run_id]
+            WARM_CONTEXT["context"] = first.context
         else:
             context = Context(
                 run_id=run.run_id,

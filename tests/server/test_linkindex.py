@@ -480,3 +480,47 @@ def test_the_calls_per_actor_come_from_the_environment_as_an_int_of_at_least_one
         wording = f"The 'UMBEL_CALLS_PER_ACTOR' environment variable must be an int >= 1. Got '{bad}' instead."
         with pytest.raises(ValueError, match=re.escape(wording)):
             linkindex.calls_per_actor()
+
+
+class _Method:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def remote(self, *args):
+        self.calls.append(args)
+
+
+class _Actor:
+    def __init__(self):
+        self.calls = []
+        self.run = _Method(self.calls)
+
+
+def test_each_actor_is_sent_one_warm_up_call_that_loads_the_clients_modules_and_data():
+    from flwr.app import Context
+
+    from client import task
+    from tests.helpers import small_run_config
+
+    a1, a2 = _Actor(), _Actor()
+    pool = _Pool([a1, a2])
+    assert linkindex.warm_up(pool, None) == 0 and a1.calls == [] == a2.calls, "no context: nothing is sent"
+    rc = small_run_config()
+    context = Context(1, 7, {"partition-id": 2, "num-partitions": rc["num-clients"]}, RecordDict(), rc)
+    assert linkindex.warm_up(pool, context) == 2
+    assert a1.calls == a2.calls == [(linkindex.warming_app, None, "warm-up", context)]
+    task.clear_caches()
+    assert linkindex.warming_app()(message=None, context=context) is None
+    loaded = task.task_from_context(rc, {"partition-id": 2, "num-partitions": rc["num-clients"]})
+    assert loaded is task.task_from_context(rc, {"partition-id": 2, "num-partitions": rc["num-clients"]})
+    assert "data" in vars(loaded), "the warm-up read the node's partition (a cached property)"
+
+
+def test_registering_the_contexts_keeps_the_first_nodes_for_the_warm_up():
+    from types import SimpleNamespace
+
+    linkindex.WARM_CONTEXT.clear()
+    app = Path(__file__).resolve().parents[2]
+    run = SimpleNamespace(run_id=5, override_config={}, fab_id="", fab_version="", fab_hash="", flwr_aid="")
+    stores = linkindex.register_contexts({11: 0, 12: 1}, run, str(app))
+    assert linkindex.WARM_CONTEXT["context"] is stores[11].run_infos[5].context

@@ -309,10 +309,12 @@ def warm_up(pool: Any, context: Any) -> int:
     return len(actors)
 
 
-CALLS_PER_ACTOR = 2
-"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1)."""
+CALLS_PER_ACTOR = 1
+"""ClientApp calls each Ray actor holds at once in umbel's simulations: Flower's one. Two calls gave the
+same times at 10,000 clients on a loaded 2-core box (docs/RESULTS.md, "Identity and a round ..."), where
+the CPU, not an actor waiting for its next message, bounds an exchange."""
 CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
-"""Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""
+"""Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (2: the next call waits queued at the actor)."""
 
 
 def calls_per_actor() -> int:

@@ -19,8 +19,9 @@ process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` 
 ``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
 and a warning says so. With it, the same launcher makes Flower's engine sweep only the nodes with
-a message waiting (:func:`sweep_waiting_nodes`) and registers every node's Context with one shared
-run config (:func:`register_contexts`).
+a message waiting (:func:`sweep_waiting_nodes`), registers every node's Context with one shared
+run config (:func:`register_contexts`) and has each Ray actor load umbel's ClientApp and the data as
+the engine starts (:func:`warm_up`).
 """
 
 from __future__ import annotations
@@ -309,12 +310,12 @@ def warm_up(pool: Any, context: Any) -> int:
     return len(actors)
 
 
-CALLS_PER_ACTOR = 1
-"""ClientApp calls each Ray actor holds at once in umbel's simulations: Flower's one. Two calls gave the
-same times at 10,000 clients on a loaded 2-core box (docs/RESULTS.md, "Identity and a round ..."), where
-the CPU, not an actor waiting for its next message, bounds an exchange."""
+CALLS_PER_ACTOR = 2
+"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1). With the
+warm-up call, a 10,000-client identity phase took 26 and 29 s with two against 39 and 50 s with one on a
+loaded 2-core box (docs/RESULTS.md, "Identity and a round ..."); without it, two and one gave the same."""
 CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
-"""Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (2: the next call waits queued at the actor)."""
+"""Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""
 
 
 def calls_per_actor() -> int:

@@ -312,7 +312,7 @@ def warm_up(pool: Any, context: Any) -> int:
 
 CALLS_PER_ACTOR = 2
 """ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1). With the
-warm-up call, a 10,000-client identity phase took 26 and 29 s with two against 39 and 50 s with one on a
+warm-up call, a 10,000-client identity phase took 26 and 29 s with two against 39 and 51 s with one on a
 loaded 2-core box (docs/RESULTS.md, "Identity and a round ..."); without it, two and one gave the same."""
 CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
 """Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""

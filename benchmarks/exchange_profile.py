@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -63,23 +63,58 @@ TITLE = "Where an exchange with every simulated client spends the simulation pro
 """The table's title, unless ``--title`` gives another."""
 
 
-def shares(raw: Path) -> tuple[dict[str, float], int, float]:
-    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, their count,
-    and the share of all its samples in which a thread was waiting (:data:`WAITING`, left out of the rest)."""
-    counts: Counter[str] = Counter()
-    waiting = 0
+OWNERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("umbel's code", ("strategies/", "server/", "common/", "client/", "benchmarks/")),
+    ("Flower's code", ("flwr/",)),
+    ("Ray's code", ("ray/",)),
+)
+"""Whose code a frame runs, by the start of its file's path as py-spy prints it (relative to ``sys.path``)."""
+NO_OWNER = "no owner (Python's start-up, frames of no package above)"
+
+
+def _simulation_samples(raw: Path) -> Iterator[tuple[list[str], int, bool]]:
+    """Each stack of the simulation process in py-spy's ``raw`` output: its frames, its count, and
+    whether its thread was waiting (:data:`WAITING`); child processes' stacks are left out."""
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
         if len(frames) > 1 and frames[1].startswith("process "):
             continue  # a child process (Ray's raylet, GCS, actors): reported apart
-        if any(key in frames[-1] for key in WAITING):
-            waiting += int(n)
+        yield frames, int(n), any(key in frames[-1] for key in WAITING)
+
+
+def shares(raw: Path) -> tuple[dict[str, float], int, float]:
+    """Each kind's share of the simulation process's busy samples in py-spy's ``raw`` output, their count,
+    and the share of all its samples in which a thread was waiting (:data:`WAITING`, left out of the rest)."""
+    counts: Counter[str] = Counter()
+    waiting = 0
+    for frames, n, waits in _simulation_samples(raw):
+        if waits:
+            waiting += n
             continue
-        counts[next((kind for key, kind in KINDS if key in stack), OTHER)] += int(n)
+        stack = ";".join(frames)
+        counts[next((kind for key, kind in KINDS if key in stack), OTHER)] += n
     total = sum(counts.values())
     waited = waiting / (total + waiting) if total + waiting else 0.0
     return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total, waited
+
+
+def owner(frame: str) -> str | None:
+    """Whose code ``frame`` (py-spy's ``function (path:line)``) runs (:data:`OWNERS`); None for any other
+    file (the standard library, numpy, torch, a native frame)."""
+    path = frame.rpartition(" (")[2].rpartition(":")[0]
+    return next((name for name, starts in OWNERS if path.startswith(starts)), None)
+
+
+def owner_shares(raw: Path) -> dict[str, float]:
+    """Each owner's share of the simulation process's busy samples: the innermost frame of umbel's,
+    Flower's or Ray's code on the stack (a standard-library or numpy frame counts for its caller)."""
+    counts: Counter[str] = Counter()
+    for frames, n, waits in _simulation_samples(raw):
+        if not waits:
+            counts[next((o for o in map(owner, reversed(frames)) if o is not None), NO_OWNER)] += n
+    total = sum(counts.values())
+    return {name: counts[name] / total for name, _ in (*OWNERS, (NO_OWNER, ()))} if total else {}
 
 
 IDENTIFIED = "clients identified (of"
@@ -199,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first: tuple[float, float, float] | None = None
     for name, run in runs.items():
         got, total, waited = shares(run.with_name(run.name + ".raw"))
+        owned = owner_shares(run.with_name(run.name + ".raw"))
         figures = outcome(run)
         resources = json.loads((run / "resources.json").read_text())
         identity_cpu, round_cpu = phases(run)
@@ -222,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 round(total / RATE),
                 round(100 * waited, 1),
                 *(round(100 * got.get(kind, 0.0), 1) for _, kind in (*KINDS, ("", OTHER))),
+                *(round(100 * owned.get(name, 0.0), 1) for name, _ in (*OWNERS, (NO_OWNER, ()))),
             ]
         )
         print(rows[-1], flush=True)
@@ -239,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "busy thread-seconds sampled",
             "% of samples waiting (left out)",
             *(f"% {kind}" for _, kind in (*KINDS, ("", OTHER))),
+            *(f"% in {name}" for name, _ in (*OWNERS, (NO_OWNER, ()))),
         ],
         rows,
         notes=(
@@ -247,7 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--nonblocking) on the flwr-simulation process; a share is that kind's part of the samples in which one "
             "of its threads was busy; samples of a thread waiting (a lock, queue or event, a sleep, Ray's wait for "
             "an actor) are left out: py-spy's --nonblocking mode counts them as busy. The Ray actors running the "
-            "ClientApp are other processes, not counted. " + args.notes
+            "ClientApp are other processes, not counted. The '% in' columns split the same samples by whose code "
+            "runs: the innermost frame of umbel's, Flower's or Ray's code on the stack (a standard-library, numpy "
+            "or torch frame counts for its caller; Ray's code includes its cloudpickle and its native actor call). "
+            + args.notes
         ),
     )
     record = Record(

@@ -19,8 +19,9 @@ process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` 
 ``flwr-simulation``) and only for the Flower versions in ``SUPPORTED``, whose
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
 and a warning says so. With it, the same launcher makes Flower's engine sweep only the nodes with
-a message waiting (:func:`sweep_waiting_nodes`) and registers every node's Context with one shared
-run config (:func:`register_contexts`).
+a message waiting (:func:`sweep_waiting_nodes`), registers every node's Context with one shared
+run config (:func:`register_contexts`) and has each Ray actor load umbel's ClientApp and the data as
+the engine starts (:func:`warm_up`).
 """
 
 from __future__ import annotations
@@ -266,9 +267,93 @@ def install_client_loader() -> bool:
         flowers_build(self, app_fn)
         if app_fn() is umbel_client_app():
             self.app_fn = umbel_client_app
+            warm_up(self.pool, WARM_CONTEXT.get("context"))
+            pipeline(self.pool, calls_per_actor())
 
     RayBackend.build = build  # type: ignore[method-assign]
     return True
+
+
+WARM_CONTEXT: dict[str, Any] = {}
+"""The first simulated node's Context (``"context"``), kept by :func:`register_contexts` for :func:`warm_up`."""
+
+
+def warming_app() -> Any:
+    """A stand-in for the ClientApp that only loads what umbel's ClientApp needs: its modules and the data.
+
+    Flower's actor calls ``app(message=..., context=...)``; this one answers nothing (None).
+    """
+
+    def load(message: Any, context: Any) -> None:
+        from client.task import task_from_context
+
+        umbel_client_app()
+        _ = task_from_context(context.run_config, context.node_config).data
+
+    return load
+
+
+def warm_up(pool: Any, context: Any) -> int:
+    """Have each Ray actor of ``pool`` import umbel's ClientApp and read the run's data now; the calls sent.
+
+    Flower's engine starts the actors as the ServerApp starts, but an actor imports the ClientApp
+    (torch) and reads the data set only when the first message reaches it, after the ServerApp's own
+    start-up: the identity phase waited for both. One call per actor with ``context`` (a node's) is
+    queued first; its reply is never read (an error there comes again with the first real message).
+    Nothing is sent without a context.
+    """
+    if context is None:
+        return 0
+    actors = list(dict.fromkeys(pool.pool))
+    for actor in actors:
+        actor.run.remote(warming_app, None, "warm-up", context)
+    return len(actors)
+
+
+CALLS_PER_ACTOR = 2
+"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1). With the
+warm-up call, a 10,000-client identity phase took 26 and 29 s with two against 39 and 51 s with one on a
+loaded 2-core box (docs/RESULTS.md, "Identity and a round ..."); without it, two and one gave the same."""
+CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
+"""Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""
+
+
+def calls_per_actor() -> int:
+    """:data:`CALLS_PER_ACTOR`, or the int >= 1 in :data:`CALLS_PER_ACTOR_ENV`.
+
+    Raises
+    ------
+    ValueError
+        If the environment holds anything but an int >= 1.
+    """
+    text = os.environ.get(CALLS_PER_ACTOR_ENV, "")
+    if not text:
+        return CALLS_PER_ACTOR
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"The '{CALLS_PER_ACTOR_ENV}' environment variable must be an int >= 1. Got {text!r} instead.")
+    return int(text)
+
+
+def pipeline(pool: Any, calls: int) -> None:
+    """Let Flower's engine keep ``calls`` ClientApp calls queued at each Ray actor of ``pool``.
+
+    Flower's engine runs one worker thread per actor; each sends a message to an idle actor and
+    waits for the reply, so an actor idles while the simulation process reads its reply and
+    sends it the next message. Each actor is listed ``calls`` times in the idle pool (and the
+    engine starts as many threads), so that the next call is already queued at the actor, which
+    runs its calls one after the other as before (Ray's default, one call at a time per actor).
+    Flower's ``terminate_all_actors`` then stops each actor once.
+    """
+    actors = list(dict.fromkeys(pool.pool))
+    pool.pool = [actor for _ in range(calls) for actor in actors]
+    pool.num_actors = len(pool.pool)
+    flowers_terminate = pool.terminate_all_actors
+
+    def terminate_all_actors() -> None:
+        pool.pool = list(dict.fromkeys(pool.pool))
+        flowers_terminate()
+
+    pool.terminate_all_actors = terminate_all_actors
 
 
 def install_config_cache() -> bool:
@@ -368,6 +453,7 @@ def register_contexts(nodes_mapping: dict[int, int], run: Any, app_dir: str | No
         if first is None:
             store.register_context(run_id=run.run_id, run=run, app_dir=app_dir)
             first = store.run_infos[run.run_id]
+            WARM_CONTEXT["context"] = first.context
         else:
             context = Context(
                 run_id=run.run_id,

@@ -57,7 +57,9 @@ class Traffic:
         is measured once (the caller keeps the records alive while it keeps ``sizes``).
         """
         sizes = {} if sizes is None else sizes
-        for name, record in content.array_records.items():
+        for name, record in content.items():  # not ``array_records``, which builds a new dict per call
+            if not isinstance(record, ArrayRecord):
+                continue
             size = sizes.get(id(record))
             if size is None:
                 size = sizes[id(record)] = sum(
@@ -96,7 +98,12 @@ class Exchange:
 
 
 class Outbox:
-    """One message per destination, each with its own ``RecordDict``.
+    """One message per destination; destinations sent the same content may share one ``RecordDict``.
+
+    A ``RecordDict`` added for several keys is sent as it is to each (as Flower's own strategies
+    send one to every node): Flower copies nothing per message, and each destination gets its
+    own copy (the simulation engine pickles each message; a SuperNode gets it over the wire).
+    Its traffic is counted once and added for each destination.
 
     Parameters
     ----------
@@ -132,6 +139,7 @@ class Outbox:
         self._key_of: list[int] = []
         self.down = Traffic()
         self._sizes: dict[int, int] = {}
+        self._counted: dict[int, Traffic] = {}  # id of a content already added -> its traffic
         self.created = time.monotonic()
 
     def add(self, key: int, content: RecordDict) -> None:
@@ -149,7 +157,11 @@ class Outbox:
             )
         )
         self._key_of.append(key)
-        self.down.add(content, self._sizes)
+        traffic = self._counted.get(id(content))
+        if traffic is None:  # the messages keep each content alive, so its id stays its own
+            traffic = self._counted[id(content)] = Traffic()
+            traffic.add(content, self._sizes)
+        self.down += traffic
 
     def collect(self, replies: Iterable[Message], timeout: float) -> Exchange:
         """Attribute ``replies`` to keys; errors and missing replies become failures.
@@ -351,8 +363,9 @@ def identify(
     """
     node_ids = sorted(node_ids)
     outbox = Outbox({n: n for n in node_ids}, keys.MSG_IDENTITY, "identity", ttl=reply_timeout)
+    query = RecordDict({keys.CONFIG: ConfigRecord({})})
     for node in node_ids:
-        outbox.add(node, RecordDict({keys.CONFIG: ConfigRecord({})}))
+        outbox.add(node, query)
     exchange = send(grid, outbox, reply_timeout, progress=progress)
     for node, cause in sorted(exchange.failures.items()):
         membership.unanswered[node] = membership.unanswered.get(node, 0) + 1

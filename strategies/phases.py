@@ -103,14 +103,20 @@ def apply_train(strategy: Core, server_round: int, replies: Iterable[Message]) -
 
 
 def evaluate_messages(strategy: Core, server_round: int, config: ConfigRecord) -> list[Message]:
-    """One evaluate message per assigned client that holds test data, with its own cluster's model."""
+    """One evaluate message per assigned client that holds test data, with its own cluster's model.
+
+    The clients of one cluster are sent one shared content: the same model and config.
+    """
     outbox = strategy.messenger.outbox(nodes(strategy), MessageType.EVALUATE, server_round)
     tested = admission.with_test_data(strategy.assignment, strategy.clients, tell=not strategy._told_untested)
     strategy._told_untested = strategy._told_untested or len(tested) < len(strategy.assignment)
+    contents: dict[int, RecordDict] = {}
     for pid in tested:
         k = strategy.assignment[pid]
-        cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: k}
-        outbox.add(pid, RecordDict({keys.ARRAYS: strategy.models[k], keys.CONFIG: ConfigRecord(cfg)}))
+        if k not in contents:
+            cfg = {**dict(config), keys.SERVER_ROUND: server_round, keys.CLUSTER_ID: k}
+            contents[k] = RecordDict({keys.ARRAYS: strategy.models[k], keys.CONFIG: ConfigRecord(cfg)})
+        outbox.add(pid, contents[k])
     return strategy.messenger.expect(outbox)
 
 
@@ -146,7 +152,8 @@ def query_signal(
     cfg = {**base_config(strategy, server_round), **(dict(config or {}))}
     if len(models) > 1:
         cfg[keys.NUM_MODELS] = len(models)
-    contents = {pid: RecordDict({**records, keys.CONFIG: ConfigRecord(cfg)}) for pid in pids}
+    content = RecordDict({**records, keys.CONFIG: ConfigRecord(cfg)})
+    contents = dict.fromkeys(pids, content)
     exchange = strategy.messenger.query(nodes(strategy), keys.query_type(action), contents, server_round)
     reject = partial(strategy.messenger.reject, server_round=server_round)
     return guard.signals(exchange, from_arrays, reject, **expected)

@@ -79,3 +79,23 @@ def test_the_actors_cpu_counts_only_clientapp_actors_and_keeps_those_gone():
     other.wait()
     assert list(seen) == [actor.pid] and 0 < seen[actor.pid] <= 1.5
     assert exchange_profile.actors_cpu(me, seen) == seen[actor.pid]  # gone, still counted
+
+
+def test_owners_take_the_innermost_frame_of_umbel_flower_or_ray_and_leave_out_waits_and_children(tmp_path):
+    sim = 'process 7:"flwr-simulation"'
+    lines = [
+        f"{sim};worker (flwr/server/superlink/fleet/vce/vce_api.py:132);_actor_method_call (ray/actor.py:2411) 40",
+        f"{sim};worker (flwr/x.py:1);Pickler.dump (ray/cloudpickle/cp.py:1313);ChainMap.get (collections/i.py:1) 10",
+        f"{sim};main (server/app.py:43);send (strategies/federation.py:200);push (flwr/a.py:9);uuid4 (uuid.py:723) 20",
+        f"{sim};main (server/app.py:43);Outbox.add (strategies/federation.py:150);np.prod (numpy/core.py:1) 20",
+        f"{sim};Thread.run (threading.py:982);_bootstrap (<frozen importlib._bootstrap>:1) 10",
+        f"{sim};worker (flwr/x.py:1);Worker.get_objects (ray/_private/worker.py:993) 500",
+        f'{sim};process 9:"ray::ClientAppActor";run (strategies/federation.py:1) 1000',
+    ]
+    raw = tmp_path / "run.raw"
+    raw.write_text("\n".join(lines) + "\n")
+    got = exchange_profile.owner_shares(raw)
+    assert got == pytest.approx(
+        {"umbel's code": 0.2, "Flower's code": 0.2, "Ray's code": 0.5, exchange_profile.NO_OWNER: 0.1}
+    )
+    assert exchange_profile.owner("f (flwr_extra/x.py:1)") is None and exchange_profile.owner("x") is None

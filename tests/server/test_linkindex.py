@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -243,7 +244,12 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     from client.app import app as umbel_app
 
     monkeypatch.delenv(linkindex.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(raybackend.RayBackend, "build", lambda self, app_fn: setattr(self, "app_fn", app_fn))
+
+    def flowers_build(self, app_fn):
+        self.app_fn, self.pool = app_fn, _Pool(["a1", "a2"])
+
+    monkeypatch.setattr(raybackend.RayBackend, "build", flowers_build)
+    monkeypatch.setenv(linkindex.CALLS_PER_ACTOR_ENV, "2")
     assert linkindex.install_client_loader() is True
     backend = object.__new__(raybackend.RayBackend)
 
@@ -253,9 +259,11 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     backend.build(flowers_closure)
     assert backend.app_fn is linkindex.umbel_client_app and backend.app_fn() is umbel_app
     assert len(cloudpickle.dumps(backend.app_fn)) < 200 < len(cloudpickle.dumps(flowers_closure))
+    assert backend.pool.num_actors == 4 == len(backend.pool.pool), "two calls for each of the two actors"
     other = object()
     backend.build(lambda: other)
     assert backend.app_fn() is other, "another ClientApp keeps Flower's loader"
+    assert backend.pool.pool == ["a1", "a2"] and backend.pool.num_actors == 2, "and Flower's one call per actor"
     monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
     assert linkindex.install_client_loader() is False
 
@@ -436,3 +444,83 @@ def test_a_context_the_engine_stores_back_keeps_the_one_shared_run_config():
     with pytest.raises(ValueError, match="cannot be modified"):
         stores[11].update_context(7, changed)
     assert shared["seed"] == 3 and stores[11].retrieve_context(7).run_config is shared
+
+
+class _Pool:
+    """Flower's ``BasicActorPool`` as the engine uses it: idle actors popped and put back, each stopped once."""
+
+    def __init__(self, actors):
+        self.pool, self.num_actors, self.stopped = list(actors), len(actors), []
+
+    def terminate_all_actors(self):
+        self.stopped.extend(self.pool)
+
+
+def test_each_actor_holds_the_calls_asked_for_and_is_stopped_once():
+    pool = _Pool(["a1", "a2", "a3"])
+    linkindex.pipeline(pool, 2)
+    assert pool.num_actors == 6 and sorted(pool.pool) == ["a1", "a1", "a2", "a2", "a3", "a3"]
+    popped = [pool.pool.pop() for _ in range(3)]  # Flower's engine pops an idle actor per message
+    assert sorted(popped) == ["a1", "a2", "a3"], "every actor is busy before any gets a second call"
+    pool.pool.extend(popped)
+    pool.terminate_all_actors()
+    assert sorted(pool.stopped) == ["a1", "a2", "a3"]
+    one = _Pool(["a1", "a2"])
+    linkindex.pipeline(one, 1)
+    assert one.pool == ["a1", "a2"] and one.num_actors == 2
+
+
+def test_the_calls_per_actor_come_from_the_environment_as_an_int_of_at_least_one(monkeypatch):
+    monkeypatch.delenv(linkindex.CALLS_PER_ACTOR_ENV, raising=False)
+    assert linkindex.calls_per_actor() == linkindex.CALLS_PER_ACTOR
+    monkeypatch.setenv(linkindex.CALLS_PER_ACTOR_ENV, "1")
+    assert linkindex.calls_per_actor() == 1
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv(linkindex.CALLS_PER_ACTOR_ENV, bad)
+        wording = f"The 'UMBEL_CALLS_PER_ACTOR' environment variable must be an int >= 1. Got '{bad}' instead."
+        with pytest.raises(ValueError, match=re.escape(wording)):
+            linkindex.calls_per_actor()
+
+
+class _Method:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def remote(self, *args):
+        self.calls.append(args)
+
+
+class _Actor:
+    def __init__(self):
+        self.calls = []
+        self.run = _Method(self.calls)
+
+
+def test_each_actor_is_sent_one_warm_up_call_that_loads_the_clients_modules_and_data():
+    from flwr.app import Context
+
+    from client import task
+    from tests.helpers import small_run_config
+
+    a1, a2 = _Actor(), _Actor()
+    pool = _Pool([a1, a2])
+    assert linkindex.warm_up(pool, None) == 0 and a1.calls == [] == a2.calls, "no context: nothing is sent"
+    rc = small_run_config()
+    context = Context(1, 7, {"partition-id": 2, "num-partitions": rc["num-clients"]}, RecordDict(), rc)
+    assert linkindex.warm_up(pool, context) == 2
+    assert a1.calls == a2.calls == [(linkindex.warming_app, None, "warm-up", context)]
+    task.clear_caches()
+    assert linkindex.warming_app()(message=None, context=context) is None
+    loaded = task.task_from_context(rc, {"partition-id": 2, "num-partitions": rc["num-clients"]})
+    assert loaded is task.task_from_context(rc, {"partition-id": 2, "num-partitions": rc["num-clients"]})
+    assert "data" in vars(loaded), "the warm-up read the node's partition (a cached property)"
+
+
+def test_registering_the_contexts_keeps_the_first_nodes_for_the_warm_up():
+    from types import SimpleNamespace
+
+    linkindex.WARM_CONTEXT.clear()
+    app = Path(__file__).resolve().parents[2]
+    run = SimpleNamespace(run_id=5, override_config={}, fab_id="", fab_version="", fab_hash="", flwr_aid="")
+    stores = linkindex.register_contexts({11: 0, 12: 1}, run, str(app))
+    assert linkindex.WARM_CONTEXT["context"] is stores[11].run_infos[5].context

@@ -47,7 +47,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from benchmarks.auto_cut import _task, flhc_updates, signals
 from benchmarks.records import Record, Table, current_command, load_average, write_record
-from common.clustering.hierarchical import cut_tree
+from common.clustering.hierarchical import AUTO_TOLERANCE, cut_tree
 from common.clustering.oneshot import Cut, OneShotClusters, fedclust_clusters, flhc_clusters, pacfl_clusters
 from common.clustering.subspaces import pairwise_subspace_angles
 from client.signals.subspaces import subspaces
@@ -219,20 +219,25 @@ FLIC_FEDERATIONS = (
 )
 """``--flic-louvain``: label groups of few clients (dataset, groups, clients), where groups of one client occur."""
 FLIC_ROUNDS = 16  # FLIC's automatic clustering round comes at the latest at rounds // 2 + 1
+FLIC_VARIANTS: dict[str, tuple[float, bool]] = {
+    "best silhouette": (0.0, False),
+    f"tolerance {AUTO_TOLERANCE:g}": (AUTO_TOLERANCE, False),
+    "split disagreeing": (0.0, True),
+}
+"""``--flic-louvain``'s rules: name -> (``flic-tolerance``, ``flic-split-disagreeing``)."""
 
 
 def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """FLIC's Louvain step with ``flic-tolerance`` 0 (the best silhouette) and its default, on the same graph.
+    """FLIC's Louvain step by each rule of ``FLIC_VARIANTS`` on the same graph.
 
     Each federation of ``FLIC_FEDERATIONS`` and seed of ``FLIC_SEEDS[half]`` is an in-process FLIC
     run of the real ClientApp (``FLIC_ROUNDS`` rounds, every default but the federation); the
     update-similarity graph it clustered (the clients sampled before the clustering round) is
-    clustered again with each tolerance and scored against the planted groups of those clients.
+    clustered again by each rule and scored against the planted groups of those clients.
     """
     from client.app import app as client_app
     from common.clustering.flic import flic_clusters
     from server.inprocess import InProcessGrid
-    from strategies.flic import FLICParams
 
     rows = []
     for dataset, groups, clients in FLIC_FEDERATIONS:
@@ -250,26 +255,27 @@ def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str
                 "seen": len(pids),
                 "seen-group-sizes": sorted(np.bincount(truth)[np.bincount(truth) > 0].tolist()),
             }
-            for tolerance in (0.0, FLICParams().tolerance):
-                labels, _ = flic_clusters(graph, 0.0, seed, tolerance)
-                row[f"k-tol-{tolerance:g}"] = int(labels.max()) + 1
-                row[f"ari-tol-{tolerance:g}"] = _ari(truth, labels)
+            for name, (tolerance, split) in FLIC_VARIANTS.items():
+                labels, _ = flic_clusters(graph, 0.0, seed, tolerance, split)
+                row[f"k {name}"] = int(labels.max()) + 1
+                row[f"ari {name}"] = _ari(truth, labels)
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
 
 
 def flic_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
-    """The rows of ``flic_louvain`` and a summary: cells at ARI >= 0.95 with a one-client group seen and without."""
-    tolerances = sorted({k[len("ari-tol-") :] for r in rows for k in r if k.startswith("ari-tol-")}, key=float)
+    """The rows of ``flic_louvain`` and a summary per rule: cells at ARI >= 0.95 with a one-client group seen and
+    without."""
+    names = [k[len("ari ") :] for k in rows[0] if k.startswith("ari ")] if rows else []
     summary = []
-    for tolerance in tolerances:
+    for name in names:
         for single in (True, False):
-            aris = [r[f"ari-tol-{tolerance}"] for r in rows if (1 in r["seen-group-sizes"]) == single]
+            aris = [r[f"ari {name}"] for r in rows if (1 in r["seen-group-sizes"]) == single]
             if aris:
                 summary.append(
                     [
-                        tolerance,
+                        name,
                         "yes" if single else "no",
                         len(aris),
                         round(float(np.mean(aris)), 3),
@@ -277,38 +283,27 @@ def flic_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
                         sum(a >= 0.95 for a in aris),
                     ]
                 )
+    columns = ("dataset", "groups", "clients", "seed", "seen")
     return [
         Table(
-            title=f"FLIC's Louvain step by flic-tolerance, {half} half: ARI on the clients seen",
-            columns=("flic-tolerance", "a one-client group seen", "cells", "mean ARI", "min ARI", "cells ARI >= 0.95"),
+            title=f"FLIC's Louvain step by rule, {half} half: ARI on the clients seen",
+            columns=("rule", "a one-client group seen", "cells", "mean ARI", "min ARI", "cells ARI >= 0.95"),
             rows=summary,
         ),
         Table(
-            title=f"FLIC's Louvain step by flic-tolerance, {half} half: every cell",
-            columns=(
-                "dataset",
-                "groups",
-                "clients",
-                "seed",
-                "seen",
-                "seen group sizes",
-                *(f"{what} tol {t}" for t in tolerances for what in ("K", "ARI")),
-            ),
+            title=f"FLIC's Louvain step by rule, {half} half: every cell",
+            columns=(*columns, "seen group sizes", *(f"{what} {n}" for n in names for what in ("K", "ARI"))),
             rows=[
                 [
-                    r["dataset"],
-                    r["groups"],
-                    r["clients"],
-                    r["seed"],
-                    r["seen"],
+                    *(r[c] for c in columns),
                     str(r["seen-group-sizes"]),
-                    *(r[f"{what}-tol-{t}"] for t in tolerances for what in ("k", "ari")),
+                    *(r[f"{what} {n}"] for n in names for what in ("k", "ari")),
                 ]
                 for r in rows
             ],
             notes="In-process FLIC runs (label groups, 16 rounds, every default but the federation); the graph of "
-            "the clients sampled before the clustering round, clustered with each tolerance (benchmarks/selection.py, "
-            "flic_louvain).",
+            "the clients sampled before the clustering round, clustered by each rule (benchmarks/selection.py, "
+            "flic_louvain, FLIC_VARIANTS).",
         ),
     ]
 
@@ -554,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--vectors", type=int, default=0, help="with --proximity: p (0 = pacfl-vectors' default)")
     parser.add_argument(
-        "--flic-louvain", action="store_true", help="FLIC's Louvain step by flic-tolerance on --half (FLIC_SEEDS)"
+        "--flic-louvain", action="store_true", help="FLIC's Louvain step by rule on --half (FLIC_SEEDS)"
     )
     args = parser.parse_args(argv)
     if args.flic_louvain:

@@ -85,6 +85,12 @@ class FLICParams:
         high=1.0,
         closed=(True, False),
     )
+    split_disagreeing: bool = param(
+        False,
+        "true: after Louvain, a client whose mean cosine to the rest of its community is below 0 forms a cluster "
+        "alone (a one-client group); false: Louvain's communities as they are",
+        paper="false: Louvain's communities",
+    )
     sketch_dim: int = shared(0, low=0)
     stable_tol: float = param(
         0.1,
@@ -186,6 +192,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
                 self.training.seed,
                 self.params.sample_above,
                 tolerance=self.params.tolerance,
+                split=self.params.split_disagreeing,
             )
         row = {p: i for i, p in enumerate(seen)}
         graph_labels = labels[[row[p] for p in graph_pids]]

@@ -197,14 +197,58 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     return bool(recent < tol * early) if early > 0 else True
 
 
+def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each client whose update disagrees on average with the rest of its community becomes a community alone.
+
+    Parameters
+    ----------
+    similarity : ndarray of shape (n, n)
+        FLIC's ``S = 1 + cos``.
+    labels : ndarray of shape (n,)
+        Communities ``0..K-1``.
+
+    Returns
+    -------
+    ndarray of shape (n,), int64
+        Repeatedly, the member with the lowest mean cosine to the other members of its community,
+        when that mean is below 0, leaves it; labels renumbered by first appearance. A client
+        alone in its group has no community to agree with, yet Louvain must put it in one.
+    """
+    cos = np.asarray(similarity, dtype=np.float64) - 1.0
+    out = np.asarray(labels, dtype=np.int64).copy()
+    if cos.shape != (len(out), len(out)):
+        raise ValueError(
+            "The 'labels' parameter of split_disagreeing must have one label per row of 'similarity'. "
+            f"Got {len(out)} labels for shape {cos.shape} instead."
+        )
+    while True:
+        worst: tuple[float, int] | None = None
+        for community in np.unique(out):
+            members = np.flatnonzero(out == community)
+            if len(members) < 2:
+                continue
+            block = cos[np.ix_(members, members)]
+            mean = (block.sum(axis=1) - np.diag(block)) / (len(members) - 1)
+            i = int(np.argmin(mean))
+            if mean[i] < 0.0 and (worst is None or mean[i] < worst[0]):
+                worst = (float(mean[i]), int(members[i]))
+        if worst is None:
+            break
+        out[worst[1]] = out.max() + 1
+    _, first, inverse = np.unique(out, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
+
+
 def flic_clusters(
-    similarity: np.ndarray, resolution: float | None, seed: int, tolerance: float = 0.0
+    similarity: np.ndarray, resolution: float | None, seed: int, tolerance: float = 0.0, split: bool = False
 ) -> tuple[np.ndarray, float]:
     """FLIC's server step: Louvain communities of the update-similarity graph, and the resolution used.
 
     ``resolution`` > 0 is used as given; None or 0 picks it by silhouette within ``tolerance``
-    (``louvain_by_silhouette``).
+    (``louvain_by_silhouette``). ``split``: then ``split_disagreeing``.
     """
     if resolution:
-        return louvain_labels(similarity, resolution, seed), resolution
-    return louvain_by_silhouette(similarity, seed, tolerance=tolerance)
+        labels, used = louvain_labels(similarity, resolution, seed), resolution
+    else:
+        labels, used = louvain_by_silhouette(similarity, seed, tolerance=tolerance)
+    return (split_disagreeing(similarity, labels) if split else labels), used

@@ -9,6 +9,7 @@ from common.clustering.flic import (
     join_by_modularity,
     loss_plateau,
     louvain_by_silhouette,
+    split_disagreeing,
 )
 from common.clustering.louvain import louvain_labels
 
@@ -214,3 +215,40 @@ def test_silhouette_tolerance_keeps_a_one_client_group_that_the_best_silhouette_
     np.testing.assert_array_equal(flic_clusters(s, 0.0, 101)[0], best)
     with pytest.raises(ValueError, match="'tolerance' parameter of louvain_by_silhouette"):
         louvain_by_silhouette(s, tolerance=1.0)
+
+
+DISAGREEING_COS = np.array(
+    [
+        [1.00, 0.70, 0.80, 0.77, 0.82, -0.17, -0.26, -0.26],
+        [0.70, 1.00, 0.91, 0.90, 0.96, -0.24, -0.58, -0.56],
+        [0.80, 0.91, 1.00, 0.83, 0.93, -0.49, -0.37, -0.31],
+        [0.77, 0.90, 0.83, 1.00, 0.96, -0.07, -0.66, -0.65],
+        [0.82, 0.96, 0.93, 0.96, 1.00, -0.22, -0.57, -0.56],
+        [-0.17, -0.24, -0.49, -0.07, -0.22, 1.00, -0.19, -0.38],
+        [-0.26, -0.58, -0.37, -0.66, -0.57, -0.19, 1.00, 0.93],
+        [-0.26, -0.56, -0.31, -0.65, -0.56, -0.38, 0.93, 1.00],
+    ]
+)
+"""Round-9 update cosines of a development federation (tabular label groups, 10 clients in 3 groups, seed 103;
+the 8 clients seen, sorted by group): group 1 is one client, whose update disagrees with everyone's."""
+DISAGREEING_TRUTH = np.array([0, 0, 0, 0, 0, 1, 2, 2])
+
+
+def test_split_disagreeing_gives_a_one_client_group_its_own_cluster():
+    s = 1.0 + DISAGREEING_COS
+    merged, _ = flic_clusters(s, 0.0, 103)
+    assert merged.max() + 1 == 2 and merged[5] == merged[0]  # Louvain: the lone client joins group 0
+    split, _ = flic_clusters(s, 0.0, 103, split=True)
+    assert adjusted_rand_score(DISAGREEING_TRUTH, split) == 1.0
+    np.testing.assert_array_equal(split_disagreeing(s, merged), split)
+    # communities that agree are left alone: the planted partition, and the well-separated rotation-like groups
+    np.testing.assert_array_equal(split_disagreeing(s, DISAGREEING_TRUTH), DISAGREEING_TRUTH)
+    rot, truth = _rotation_like(np.random.default_rng(2))
+    assert adjusted_rand_score(truth, split_disagreeing(rot, truth)) == 1.0
+    weak = np.full((3, 3), 0.1)  # agreeing, barely: kept; disagreeing, barely: three clusters of one
+    np.fill_diagonal(weak, 1.0)
+    np.testing.assert_array_equal(split_disagreeing(1.0 + weak, np.zeros(3, dtype=int)), [0, 0, 0])
+    weak[weak == 0.1] = -0.1
+    np.testing.assert_array_equal(split_disagreeing(1.0 + weak, np.zeros(3, dtype=int)), [0, 1, 2])
+    with pytest.raises(ValueError, match="'labels' parameter of split_disagreeing"):
+        split_disagreeing(s, merged[:5])

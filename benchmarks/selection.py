@@ -209,7 +209,7 @@ def full_runs(
     return rows
 
 
-FLIC_SEEDS: dict[str, tuple[int, ...]] = {"dev": (100, 101, 102, 103, 104, 105), "held-out": (0, 1, 2, 3, 4, 5)}
+FLIC_SEEDS: dict[str, tuple[int, ...]] = {"dev": tuple(range(100, 111)), "held-out": tuple(range(12))}
 FLIC_FEDERATIONS = (
     ("tabular", 5, 15),
     ("tabular", 3, 10),
@@ -551,12 +551,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--flic-louvain", action="store_true", help="FLIC's Louvain step by rule on --half (FLIC_SEEDS)"
     )
+    parser.add_argument("--seeds", default="", help="with --flic-louvain: comma-separated seeds (default FLIC_SEEDS)")
     args = parser.parse_args(argv)
     if args.flic_louvain:
         if args.rows is not None:
             flic_rows = json.loads(args.rows.read_text())
         else:
-            flic_rows = flic_louvain(args.half)
+            flic_rows = flic_louvain(args.half, [int(s) for s in args.seeds.split(",")] if args.seeds else None)
             if args.out is not None:
                 args.out.write_text(json.dumps(flic_rows, indent=1) + "\n")
         if args.record:

@@ -188,3 +188,14 @@ def test_too_few_clients_for_two_groups_keep_one_cluster_and_say_so(strategy, ca
         s, _, _ = _run(strategy=strategy, rounds=1, dataset="digits", groups=2, **{"num-clients": 2})
     assert s.num_clusters == 1
     assert any("cannot" in r.getMessage() and "one cluster" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow
+def test_flic_split_disagreeing_reaches_the_strategy_and_separates_the_paired_one_client_groups(tabular):
+    """The key is honoured by the strategy (not a default: not adopted, docs/results/selection.md): on the
+    strict-xfail federation above, the two paired one-client groups are split apart (5 clusters, ARI 1.0)."""
+    s, ari, groups = _run(
+        strategy="flic", rounds=16, **{"flic-split-disagreeing": True}, **_federation("tabular-5", tabular)
+    )
+    assert s.params.split_disagreeing and groups == 5
+    assert ari == 1.0 and s.num_clusters == 5

@@ -521,6 +521,11 @@ def tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
     return [summary, detail]
 
 
+def _record(name: str, *, command: str, tables: list[Table], load: str) -> None:
+    """Write ``docs/results/data/<name>.json`` in this benchmark's section of RESULTS.md."""
+    write_record(Record(name=name, section="Selection with defaults", command=command, tables=tables, load=load))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure one half; print the rows, write them (``--out``) and the record (``--record``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -561,14 +566,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out is not None:
                 args.out.write_text(json.dumps(flic_rows, indent=1) + "\n")
         if args.record:
-            write_record(
-                Record(
-                    name=f"selection-flic-{args.half}",
-                    section="Selection with defaults",
-                    command=args.measured_by or current_command(),
-                    tables=flic_tables(flic_rows, args.half),
-                    load=args.load or load_average(),
-                )
+            _record(
+                f"selection-flic-{args.half}",
+                command=args.measured_by or current_command(),
+                tables=flic_tables(flic_rows, args.half),
+                load=args.load or load_average(),
             )
         return 0
     if args.proximity is not None:
@@ -589,33 +591,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out, strategies)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
-            write_record(
-                Record(
-                    name="selection-full-runs",
-                    section="Selection with defaults",
-                    command=args.measured_by or current_command(),
-                    tables=[
-                        Table(
-                            title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
-                            columns=(*columns, "not learning"),
-                            rows=[[*(r[c] for c in columns), r["not-learning"]] for r in rows],
-                            notes="label-groups, seed 3; every key at its default but the federation and rounds.",
-                        )
-                    ],
-                    load=args.load or load_average(),
-                )
+            _record(
+                "selection-full-runs",
+                command=args.measured_by or current_command(),
+                tables=[
+                    Table(
+                        title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
+                        columns=(*columns, "not learning"),
+                        rows=[[*(r[c] for c in columns), r["not-learning"]] for r in rows],
+                        notes="label-groups, seed 3; every key at its default but the federation and rounds.",
+                    )
+                ],
+                load=args.load or load_average(),
             )
         return 0
     if args.rows is not None:
         saved = json.loads(args.rows.read_text())
-        write_record(
-            Record(
-                name=f"selection-{args.half}",
-                section="Selection with defaults",
-                command=f"{args.measured_by} (tables: {current_command()})",
-                tables=tables(saved, args.half),
-                load=args.load,
-            )
+        _record(
+            f"selection-{args.half}",
+            command=f"{args.measured_by} (tables: {current_command()})",
+            tables=tables(saved, args.half),
+            load=args.load,
         )
         return 0
     scenarios = args.scenarios.split(",")
@@ -646,14 +642,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out is not None:
             args.out.write_text(json.dumps(rows, indent=1) + "\n")
     if args.record:
-        write_record(
-            Record(
-                name=f"selection-{args.half}",
-                section="Selection with defaults",
-                command=current_command(),
-                tables=tables(rows, args.half),
-                load=f"load averages (1, 5, 15 min) at the start and after each cell: {'; '.join(loads)}",
-            )
+        _record(
+            f"selection-{args.half}",
+            command=current_command(),
+            tables=tables(rows, args.half),
+            load=f"load averages (1, 5, 15 min) at the start and after each cell: {'; '.join(loads)}",
         )
     return 0
 

@@ -41,14 +41,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
+from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from flwr.app import ConfigRecord, RecordDict
 
 from benchmarks.auto_cut import _task, flhc_updates, signals
 from benchmarks.records import Record, Table, current_command, load_average, write_record
-from common.clustering.hierarchical import cut_tree
+from common.clustering.hierarchical import AUTO_TOLERANCE, cut_tree
 from common.clustering.oneshot import Cut, OneShotClusters, fedclust_clusters, flhc_clusters, pacfl_clusters
+from common.clustering.subspaces import pairwise_subspace_angles
 from client.signals.subspaces import subspaces
 from client.task import train_local
 from common import keys
@@ -208,6 +209,105 @@ def full_runs(
     return rows
 
 
+FLIC_SEEDS: dict[str, tuple[int, ...]] = {"dev": tuple(range(100, 111)), "held-out": tuple(range(12))}
+FLIC_FEDERATIONS = (
+    ("tabular", 5, 15),
+    ("tabular", 3, 10),
+    ("tabular", 7, 20),
+    ("fashion-mnist", 2, 10),
+    ("fashion-mnist", 3, 12),
+)
+"""``--flic-louvain``: label groups of few clients (dataset, groups, clients), where groups of one client occur."""
+FLIC_ROUNDS = 16  # FLIC's automatic clustering round comes at the latest at rounds // 2 + 1
+FLIC_VARIANTS: dict[str, tuple[float, bool]] = {
+    "best silhouette": (0.0, False),
+    f"tolerance {AUTO_TOLERANCE:g}": (AUTO_TOLERANCE, False),
+    "split disagreeing": (0.0, True),
+}
+"""``--flic-louvain``'s rules: name -> (``flic-tolerance``, ``flic-split-disagreeing``)."""
+
+
+def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """FLIC's Louvain step by each rule of ``FLIC_VARIANTS`` on the same graph.
+
+    Each federation of ``FLIC_FEDERATIONS`` and seed of ``FLIC_SEEDS[half]`` is an in-process FLIC
+    run of the real ClientApp (``FLIC_ROUNDS`` rounds, every default but the federation); the
+    update-similarity graph it clustered (the clients sampled before the clustering round) is
+    clustered again by each rule and scored against the planted groups of those clients.
+    """
+    from client.app import app as client_app
+    from common.clustering.flic import flic_clusters
+    from server.inprocess import InProcessGrid
+
+    rows = []
+    for dataset, groups, clients in FLIC_FEDERATIONS:
+        for seed in seeds or FLIC_SEEDS[half]:
+            cell = Cell(half, dataset, "label-groups", groups, clients, seed)
+            rc = {**cell.run_config(), "strategy": FLIC.name, "rounds": FLIC_ROUNDS, "eval-every": 100}
+            exp = Experiment.from_run_config(rc)
+            strategy = exp.build_strategy()
+            strategy.start(InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients)
+            assert isinstance(strategy, FLIC) and strategy.clustering_similarity is not None
+            pids, graph = strategy.clustering_similarity
+            truth = np.array([strategy.true_group(p) for p in pids])
+            row: dict[str, Any] = {
+                **{k: getattr(cell, k) for k in ("half", "dataset", "groups", "clients", "seed")},
+                "seen": len(pids),
+                "seen-group-sizes": sorted(np.bincount(truth)[np.bincount(truth) > 0].tolist()),
+            }
+            for name, (tolerance, split) in FLIC_VARIANTS.items():
+                labels, _ = flic_clusters(graph, 0.0, seed, tolerance, split)
+                row[f"k {name}"] = int(labels.max()) + 1
+                row[f"ari {name}"] = _ari(truth, labels)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def flic_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
+    """The rows of ``flic_louvain`` and a summary per rule: cells at ARI >= 0.95 with a one-client group seen and
+    without."""
+    names = [k[len("ari ") :] for k in rows[0] if k.startswith("ari ")] if rows else []
+    summary = []
+    for name in names:
+        for single in (True, False):
+            aris = [r[f"ari {name}"] for r in rows if (1 in r["seen-group-sizes"]) == single]
+            if aris:
+                summary.append(
+                    [
+                        name,
+                        "yes" if single else "no",
+                        len(aris),
+                        round(float(np.mean(aris)), 3),
+                        round(float(np.min(aris)), 3),
+                        sum(a >= 0.95 for a in aris),
+                    ]
+                )
+    columns = ("dataset", "groups", "clients", "seed", "seen")
+    return [
+        Table(
+            title=f"FLIC's Louvain step by rule, {half} half: ARI on the clients seen",
+            columns=("rule", "a one-client group seen", "cells", "mean ARI", "min ARI", "cells ARI >= 0.95"),
+            rows=summary,
+        ),
+        Table(
+            title=f"FLIC's Louvain step by rule, {half} half: every cell",
+            columns=(*columns, "seen group sizes", *(f"{what} {n}" for n in names for what in ("K", "ARI"))),
+            rows=[
+                [
+                    *(r[c] for c in columns),
+                    str(r["seen-group-sizes"]),
+                    *(r[f"{what} {n}"] for n in names for what in ("k", "ari")),
+                ]
+                for r in rows
+            ],
+            notes="In-process FLIC runs (label groups, 16 rounds, every default but the federation); the graph of "
+            "the clients sampled before the clustering round, clustered by each rule (benchmarks/selection.py, "
+            "flic_louvain, FLIC_VARIANTS).",
+        ),
+    ]
+
+
 def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
     initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P),
@@ -233,6 +333,85 @@ def pacfl_bases(rc: dict[str, Any], vectors: int) -> list[np.ndarray]:
         signal = ClassSubspaces.from_arrays(arrays, dim=None, num_classes=task.info.num_classes, max_vectors=vectors)
         bases.append(signal.stacked())
     return bases
+
+
+def find_cell(name: str) -> Cell:
+    """The cell of either half (``grid``) whose ``Cell.name`` is ``name``."""
+    cells = {c.name: c for half in HALVES for c in grid(half)}
+    if name not in cells:
+        raise ValueError(
+            f"The '--proximity' parameter must name a cell of the grid (--dry-run lists them). Got {name!r}."
+        )
+    return cells[name]
+
+
+def pacfl_proximity(cell: Cell, vectors: int = 0) -> dict[str, Any]:
+    """Why PACFL's automatic cut finds what it finds on ``cell``: its default distance matrix seen by group.
+
+    The clients' bases from the real client handler (``vectors`` per class, 0 = the default
+    ``pacfl-vectors``), the default measure; returns each planted group's classes and size, the
+    mean angle between every two groups (the diagonal: within a group), the within- and
+    between-group angle distributions, the share of clients whose nearest client is of their own
+    group, and the silhouette and ARI of the average-linkage tree cut into k = 2 .. 12 clusters
+    next to the automatic cut's.
+    """
+    rc = cell.run_config()
+    pacfl = params_from_run_config(PACFLParams, rc)
+    p = vectors or pacfl.pacfl_vectors
+    tasks = [_task(rc, pid) for pid in range(cell.clients)]
+    truth = np.array([int(t.data.group) for t in tasks])
+    groups = sorted(set(truth.tolist()))
+    bases = pacfl_bases(rc, p)
+    distances = pairwise_subspace_angles(bases, pacfl.pacfl_measure)
+    same, off = truth[:, None] == truth[None, :], ~np.eye(len(truth), dtype=bool)
+    within, between = distances[same & off], distances[~same]
+    by_group: list[list[float | None]] = []
+    for a in groups:
+        row: list[float | None] = []
+        for b in groups:
+            pairs = (same & off if a == b else ~same)[np.ix_(truth == a, truth == b)]
+            block = distances[np.ix_(truth == a, truth == b)][pairs]
+            row.append(round(float(block.mean()), 1) if block.size else None)
+        by_group.append(row)
+    nearest = np.where(off, distances, np.inf).argmin(axis=1)
+    cuts = []
+    for k in range(2, min(12, len(truth) - 1) + 1):
+        labels = cut_tree(distances, threshold=0.0, num_clusters=k, linkage=pacfl.linkage)
+        score = silhouette_score(distances, labels, metric="precomputed")
+        cuts.append({"k": k, "silhouette": round(float(score), 3), "ari": _ari(truth, labels)})
+    found = pacfl_clusters(
+        bases,
+        Cut(pacfl.pacfl_threshold, pacfl.num_clusters, pacfl.linkage),
+        pacfl.pacfl_measure,
+        np.random.default_rng(cell.seed),
+    )
+    return {
+        "cell": cell.name,
+        "pacfl-vectors": p,
+        "pacfl-measure": pacfl.pacfl_measure,
+        "groups": {
+            g: {
+                "classes": sorted({int(c) for t in tasks if int(t.data.group) == g for c in np.unique(t.data.y_train)}),
+                "clients": int((truth == g).sum()),
+            }
+            for g in groups
+        },
+        "mean-angle-by-group": by_group,
+        "within": {
+            "mean": round(float(within.mean()), 1),
+            "std": round(float(within.std()), 1),
+            "max": round(float(within.max()), 1),
+        },
+        "between": {
+            "mean": round(float(between.mean()), 1),
+            "std": round(float(between.std()), 1),
+            "min": round(float(between.min()), 1),
+        },
+        "between-below-within-max": round(float(np.mean(between < within.max())), 3),
+        "nearest-in-own-group": round(float(np.mean(truth[nearest] == truth)), 3),
+        "cuts": cuts,
+        "automatic": {"k": int(found.labels.max()) + 1, "ari": _ari(truth, found.labels)},
+    }
 
 
 def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str, Any]]:
@@ -342,6 +521,11 @@ def tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
     return [summary, detail]
 
 
+def _record(name: str, *, command: str, tables: list[Table], load: str) -> None:
+    """Write ``docs/results/data/<name>.json`` in this benchmark's section of RESULTS.md."""
+    write_record(Record(name=name, section="Selection with defaults", command=command, tables=tables, load=load))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure one half; print the rows, write them (``--out``) and the record (``--record``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -365,7 +549,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--full-strategies", default=",".join(FULL_RUN_STRATEGIES), help="comma-separated: only these full runs"
     )
+    parser.add_argument(
+        "--proximity", default=None, help="a cell's name: print PACFL's distances by planted group and stop"
+    )
+    parser.add_argument("--vectors", type=int, default=0, help="with --proximity: p (0 = pacfl-vectors' default)")
+    parser.add_argument(
+        "--flic-louvain", action="store_true", help="FLIC's Louvain step by rule on --half (FLIC_SEEDS)"
+    )
+    parser.add_argument("--seeds", default="", help="with --flic-louvain: comma-separated seeds (default FLIC_SEEDS)")
     args = parser.parse_args(argv)
+    if args.flic_louvain:
+        if args.rows is not None:
+            flic_rows = json.loads(args.rows.read_text())
+        else:
+            flic_rows = flic_louvain(args.half, [int(s) for s in args.seeds.split(",")] if args.seeds else None)
+            if args.out is not None:
+                args.out.write_text(json.dumps(flic_rows, indent=1) + "\n")
+        if args.record:
+            _record(
+                f"selection-flic-{args.half}",
+                command=args.measured_by or current_command(),
+                tables=flic_tables(flic_rows, args.half),
+                load=args.load or load_average(),
+            )
+        return 0
+    if args.proximity is not None:
+        print(json.dumps(pacfl_proximity(find_cell(args.proximity), args.vectors), indent=1))
+        return 0
     if args.full_runs is not None:
         if args.rows is not None:
             rows = json.loads(args.rows.read_text())
@@ -381,33 +591,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out, strategies)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")
-            write_record(
-                Record(
-                    name="selection-full-runs",
-                    section="Selection with defaults",
-                    command=args.measured_by or current_command(),
-                    tables=[
-                        Table(
-                            title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
-                            columns=(*columns, "not learning"),
-                            rows=[[*(r[c] for c in columns), r["not-learning"]] for r in rows],
-                            notes="label-groups, seed 3; every key at its default but the federation and rounds.",
-                        )
-                    ],
-                    load=args.load or load_average(),
-                )
+            _record(
+                "selection-full-runs",
+                command=args.measured_by or current_command(),
+                tables=[
+                    Table(
+                        title=f"Full umbel runs with defaults ({FULL_RUN_ROUNDS} rounds): final K and ARI",
+                        columns=(*columns, "not learning"),
+                        rows=[[*(r[c] for c in columns), r["not-learning"]] for r in rows],
+                        notes="label-groups, seed 3; every key at its default but the federation and rounds.",
+                    )
+                ],
+                load=args.load or load_average(),
             )
         return 0
     if args.rows is not None:
         saved = json.loads(args.rows.read_text())
-        write_record(
-            Record(
-                name=f"selection-{args.half}",
-                section="Selection with defaults",
-                command=f"{args.measured_by} (tables: {current_command()})",
-                tables=tables(saved, args.half),
-                load=args.load,
-            )
+        _record(
+            f"selection-{args.half}",
+            command=f"{args.measured_by} (tables: {current_command()})",
+            tables=tables(saved, args.half),
+            load=args.load,
         )
         return 0
     scenarios = args.scenarios.split(",")
@@ -438,14 +642,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out is not None:
             args.out.write_text(json.dumps(rows, indent=1) + "\n")
     if args.record:
-        write_record(
-            Record(
-                name=f"selection-{args.half}",
-                section="Selection with defaults",
-                command=current_command(),
-                tables=tables(rows, args.half),
-                load=f"load averages (1, 5, 15 min) at the start and after each cell: {'; '.join(loads)}",
-            )
+        _record(
+            f"selection-{args.half}",
+            command=current_command(),
+            tables=tables(rows, args.half),
+            load=f"load averages (1, 5, 15 min) at the start and after each cell: {'; '.join(loads)}",
         )
     return 0
 

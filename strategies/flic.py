@@ -19,7 +19,9 @@ of the global model is no such test: at a fixed learning rate it stays near its 
 ``flic-resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
 best silhouette on ``1 - cos`` over resolutions 0.5..2.0 (``common.clustering.flic``: at a
 fixed resolution, modularity merges groups whose mutual cosine exceeds about the federation's
-mean cosine, e.g. rotation's 0 and 180 degrees); a value > 0 fixes it.
+mean cosine, e.g. rotation's 0 and 180 degrees); a value > 0 fixes it. ``flic-tolerance`` > 0
+keeps instead the partition with the most communities within that much silhouette of the best
+(the one-shot automatic cut's rule); measured and not adopted (docs/results/selection.md).
 
 Clients outside the graph (never sampled before clustering, and newcomers) send one update
 of the model Louvain clustered on (``query.update``, clustering-signal bytes) and join the
@@ -60,7 +62,8 @@ STABLE_PATIENCE = 3
 
 @dataclass(frozen=True)
 class FLICParams:
-    """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette), ``sketch_dim`` >= 0
+    """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette within ``tolerance``, in
+    [0, 1)), ``sketch_dim`` >= 0
     (0: full updates), ``stable_tol`` > 0, ``sample_above`` >= 0 (more clients seen: Louvain on a
     sample's graph, the rest by modularity gain, ``sampled.sampled_flic``; 0: exact); keys
     ``flic-*`` but the shared ``sketch-dim``.
@@ -74,6 +77,20 @@ class FLICParams:
         paper="a round given by hand",
     )
     resolution: float = param(0.0, "Louvain's resolution; 0 = the best silhouette over 0.5..2.0", low=0.0)
+    tolerance: float = param(
+        0.0,
+        "with flic-resolution 0: the partition with the most communities whose silhouette is within this of the "
+        "best; 0 = the best silhouette",
+        low=0.0,
+        high=1.0,
+        closed=(True, False),
+    )
+    split_disagreeing: bool = param(
+        False,
+        "true: after Louvain, a client whose mean cosine to the rest of its community is below 0 forms a cluster "
+        "alone (a one-client group); false: Louvain's communities as they are",
+        paper="false: Louvain's communities",
+    )
     sketch_dim: int = shared(low=0)
     stable_tol: float = param(
         0.1,
@@ -169,7 +186,13 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
             return
         with self.clustering_timer():
             labels, self.resolution, graph_pids, s = sampled_flic(
-                similarity, seen, self.params.resolution, self.training.seed, self.params.sample_above
+                similarity,
+                seen,
+                self.params.resolution,
+                self.training.seed,
+                self.params.sample_above,
+                tolerance=self.params.tolerance,
+                split=self.params.split_disagreeing,
             )
         row = {p: i for i, p in enumerate(seen)}
         graph_labels = labels[[row[p] for p in graph_pids]]

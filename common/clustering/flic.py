@@ -7,7 +7,11 @@ number of clusters is not a parameter. On such a dense graph, modularity at reso
 pair of groups whose updates are mildly aligned (rotation's 0 and 180 degrees, cos ~0.2)
 merges at ``gamma = 1`` as soon as other pairs are anti-aligned. :func:`louvain_by_silhouette`
 removes the fixed resolution: it runs the seeded Louvain method over a grid of resolutions and
-keeps the partition with the best silhouette on the cosine distance ``2 - S = 1 - cos``.
+keeps, of the partitions whose silhouette on the cosine distance ``2 - S = 1 - cos`` is within
+``tolerance`` of the best, the one with the most communities (the one-shot automatic cut's rule,
+``hierarchical.auto_cut``; ``tolerance`` 0 keeps the best silhouette). A client alone in its
+group scores silhouette 0 as a community of one but about ``1 - a / b`` inside the community it
+is least far from, so the best silhouette alone merges such a client into another group.
 
 :func:`join_by_modularity` places clients that were not in the graph (newcomers) as Louvain's
 local-moving phase would: into the community with the largest modularity gain, the other
@@ -31,9 +35,10 @@ RESOLUTIONS = tuple(np.round(np.arange(0.5, 2.01, 0.1), 2).tolist())
 
 
 def louvain_by_silhouette(
-    similarity: np.ndarray, seed: int = 0, resolutions: Sequence[float] = RESOLUTIONS
+    similarity: np.ndarray, seed: int = 0, resolutions: Sequence[float] = RESOLUTIONS, tolerance: float = 0.0
 ) -> tuple[np.ndarray, float]:
-    """Louvain communities at the resolution whose partition has the best silhouette.
+    """Louvain communities at the resolution whose partition has the best silhouette, or the most
+    communities within ``tolerance`` of it.
 
     Parameters
     ----------
@@ -44,6 +49,9 @@ def louvain_by_silhouette(
     resolutions : sequence of float, default=0.5, 0.6, ..., 2.0
         Candidate resolutions (> 0), tried in increasing order until one gives singletons;
         ties keep the first.
+    tolerance : float, default=0.0
+        In ``[0, 1)``: of the partitions scoring at least the best silhouette minus ``tolerance``,
+        the one with the most communities (ties: the lowest resolution); 0 = the best silhouette.
 
     Returns
     -------
@@ -56,8 +64,9 @@ def louvain_by_silhouette(
     Raises
     ------
     ValueError
-        On a bad matrix, an empty or non-positive ``resolutions``.
+        On a bad matrix, an empty or non-positive ``resolutions``, or ``tolerance`` outside ``[0, 1)``.
     """
+    tolerance = check_float(tolerance, "tolerance", "louvain_by_silhouette", low=0.0, high=1.0, closed=(True, False))
     s = np.asarray(similarity, dtype=np.float64)
     if not len(resolutions) or min(resolutions) <= 0:
         raise ValueError(
@@ -66,22 +75,28 @@ def louvain_by_silhouette(
         )
     distance = np.clip(2.0 - s, 0.0, 2.0)
     np.fill_diagonal(distance, 0.0)
-    best: tuple[float, np.ndarray, float] = (-np.inf, np.empty(0, dtype=np.int64), 1.0)  # no cut yet
-    seen: dict[bytes, float] = {}
+    scored: list[tuple[float, np.ndarray, float]] = []  # (silhouette, labels, resolution), new partitions only
+    seen: set[bytes] = set()
     for gamma in sorted(resolutions):
         labels = louvain_labels(s, float(gamma), seed)
         key = labels.tobytes()
         if key not in seen:
+            seen.add(key)
             k = int(labels.max()) + 1
-            seen[key] = silhouette_score(distance, labels, metric="precomputed") if 2 <= k <= len(s) - 1 else -np.inf
-        if not best[1].size or seen[key] > best[0]:
-            best = (seen[key], labels, float(gamma))
+            score = silhouette_score(distance, labels, metric="precomputed") if 2 <= k <= len(s) - 1 else -np.inf
+            scored.append((float(score), labels, float(gamma)))
         if labels.max() + 1 == len(s):
             break
-    if best is None or best[0] == -np.inf:
+    best = max(score for score, _, _ in scored)
+    if best == -np.inf:
         gamma = float(min(resolutions, key=lambda g: abs(g - 1.0)))
         return louvain_labels(s, gamma, seed), gamma
-    return best[1], best[2]
+    # max() keeps the first of equals: the lowest resolution
+    if tolerance == 0.0:
+        _, labels, gamma = max(scored, key=lambda c: c[0])
+    else:
+        _, labels, gamma = max((c for c in scored if c[0] >= best - tolerance), key=lambda c: int(c[1].max()))
+    return labels, gamma
 
 
 def join_by_modularity(
@@ -182,11 +197,58 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     return bool(recent < tol * early) if early > 0 else True
 
 
-def flic_clusters(similarity: np.ndarray, resolution: float | None, seed: int) -> tuple[np.ndarray, float]:
+def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each client whose update disagrees on average with the rest of its community becomes a community alone.
+
+    Parameters
+    ----------
+    similarity : ndarray of shape (n, n)
+        FLIC's ``S = 1 + cos``.
+    labels : ndarray of shape (n,)
+        Communities ``0..K-1``.
+
+    Returns
+    -------
+    ndarray of shape (n,), int64
+        Repeatedly, the member with the lowest mean cosine to the other members of its community,
+        when that mean is below 0, leaves it; labels renumbered by first appearance. A client
+        alone in its group has no community to agree with, yet Louvain must put it in one.
+    """
+    cos = np.asarray(similarity, dtype=np.float64) - 1.0
+    out = np.asarray(labels, dtype=np.int64).copy()
+    if cos.shape != (len(out), len(out)):
+        raise ValueError(
+            "The 'labels' parameter of split_disagreeing must have one label per row of 'similarity'. "
+            f"Got {len(out)} labels for shape {cos.shape} instead."
+        )
+    while True:
+        worst: tuple[float, int] | None = None
+        for community in np.unique(out):
+            members = np.flatnonzero(out == community)
+            if len(members) < 2:
+                continue
+            block = cos[np.ix_(members, members)]
+            mean = (block.sum(axis=1) - np.diag(block)) / (len(members) - 1)
+            i = int(np.argmin(mean))
+            if mean[i] < 0.0 and (worst is None or mean[i] < worst[0]):
+                worst = (float(mean[i]), int(members[i]))
+        if worst is None:
+            break
+        out[worst[1]] = out.max() + 1
+    _, first, inverse = np.unique(out, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
+
+
+def flic_clusters(
+    similarity: np.ndarray, resolution: float | None, seed: int, tolerance: float = 0.0, split: bool = False
+) -> tuple[np.ndarray, float]:
     """FLIC's server step: Louvain communities of the update-similarity graph, and the resolution used.
 
-    ``resolution`` > 0 is used as given; None or 0 picks it by silhouette (``louvain_by_silhouette``).
+    ``resolution`` > 0 is used as given; None or 0 picks it by silhouette within ``tolerance``
+    (``louvain_by_silhouette``). ``split``: then ``split_disagreeing``.
     """
     if resolution:
-        return louvain_labels(similarity, resolution, seed), resolution
-    return louvain_by_silhouette(similarity, seed)
+        labels, used = louvain_labels(similarity, resolution, seed), resolution
+    else:
+        labels, used = louvain_by_silhouette(similarity, seed, tolerance=tolerance)
+    return (split_disagreeing(similarity, labels) if split else labels), used

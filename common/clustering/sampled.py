@@ -206,6 +206,8 @@ def sampled_flic(
     sample_above: int = 0,
     *,
     condensed: bool = True,
+    tolerance: float = 0.0,
+    split: bool = False,
 ) -> tuple[np.ndarray, float, list[int], np.ndarray]:
     """FLIC's step: Louvain on the graph of all ``pids``, or above ``sample_above`` > 0 on a sample's
     (``GRAPH_SAMPLE_SIZE`` clients).
@@ -214,6 +216,7 @@ def sampled_flic(
     (``join_by_modularity``: FLIC's own rule for clients outside the graph), computed from the
     communities' sums of unit updates (``join_by_sums``; ``condensed`` False: ``CHUNK`` rows of
     links at a time, the same numbers); the sample is drawn from ``seed``.
+    ``tolerance``, ``split``: as ``flic_clusters``.
 
     Returns
     -------
@@ -228,12 +231,12 @@ def sampled_flic(
     pids = [int(p) for p in pids]
     if not use_sample(len(pids), sample_above):
         graph = similarity.matrix(pids)
-        labels, used = flic_clusters(graph, resolution, seed)
+        labels, used = flic_clusters(graph, resolution, seed, tolerance, split)
         return labels, used, pids, graph
     at = sample_rows(len(pids), np.random.default_rng(seed), GRAPH_SAMPLE_SIZE)
     graph_pids = [pids[i] for i in at]
     graph = similarity.matrix(graph_pids)
-    graph_labels, used = flic_clusters(graph, resolution, seed)
+    graph_labels, used = flic_clusters(graph, resolution, seed, tolerance, split)
     labels = np.empty(len(pids), dtype=np.int64)
     labels[at] = graph_labels
     rest = np.setdiff1d(np.arange(len(pids)), at)

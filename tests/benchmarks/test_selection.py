@@ -63,3 +63,62 @@ def test_fedclust_and_pacfl_cut_their_own_distances_at_the_true_k_on_planted_dig
     rows = measure(Cell("dev", "digits", "label-groups", 3, 12, 100), ["fedclust", "pacfl"])
     assert [r["algorithm"] for r in rows] == ["fedclust", "pacfl"]
     assert all(r["k-found"] == 3 and r["ari"] == 1.0 and r["ari-at-true-k"] == 1.0 for r in rows)
+
+
+def test_pacfl_proximity_shows_each_planted_group_closer_to_itself_than_to_the_others(capsys):
+    """digits label groups of 3 (dev cell, 12 clients): every within-group mean angle is below every
+    between-group one, the true cut is scored, and the automatic cut is the strategy's (3 clusters)."""
+    import json
+
+    import numpy as np
+
+    main(["--proximity", "digits/label-groups/G3/N12/s100"])
+    got = json.loads(capsys.readouterr().out)
+    by_group = np.array(got["mean-angle-by-group"], dtype=float)
+    assert by_group.shape == (3, 3) and np.allclose(by_group, by_group.T)
+    assert by_group.diagonal().max() < by_group[~np.eye(3, dtype=bool)].min()
+    assert got["within"]["max"] < got["between"]["min"] and got["nearest-in-own-group"] == 1.0
+    assert sum(g["clients"] for g in got["groups"].values()) == 12
+    assert all(len(g["classes"]) == 2 for g in got["groups"].values())  # label groups: 2 labels a group
+    assert {c["k"]: c["ari"] for c in got["cuts"]}[3] == 1.0 and got["automatic"] == {"k": 3, "ari": 1.0}
+    with pytest.raises(ValueError, match="The '--proximity' parameter must name a cell of the grid"):
+        main(["--proximity", "digits/label-groups/G4/N12/s100"])
+
+
+def test_flic_tables_count_cells_with_and_without_a_one_client_group():
+    from benchmarks.selection import flic_tables
+
+    rows = [
+        {
+            "dataset": "tabular",
+            "groups": 3,
+            "clients": 10,
+            "seed": 1,
+            "seen": 8,
+            "seen-group-sizes": [1, 2, 5],
+            "k a": 2,
+            "ari a": 0.5,
+            "k b": 3,
+            "ari b": 1.0,
+        },
+        {
+            "dataset": "tabular",
+            "groups": 3,
+            "clients": 10,
+            "seed": 2,
+            "seen": 9,
+            "seen-group-sizes": [2, 3, 4],
+            "k a": 3,
+            "ari a": 1.0,
+            "k b": 4,
+            "ari b": 0.9,
+        },
+    ]
+    summary, detail = flic_tables(rows, "dev")
+    assert summary.rows == [
+        ["a", "yes", 1, 0.5, 0.5, 0],
+        ["a", "no", 1, 1.0, 1.0, 1],
+        ["b", "yes", 1, 1.0, 1.0, 1],
+        ["b", "no", 1, 0.9, 0.9, 0],
+    ]
+    assert detail.rows[0] == ["tabular", 3, 10, 1, 8, "[1, 2, 5]", 2, 0.5, 3, 1.0]

@@ -5,9 +5,11 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.flic import (
+    flic_clusters,
     join_by_modularity,
     loss_plateau,
     louvain_by_silhouette,
+    split_disagreeing,
 )
 from common.clustering.louvain import louvain_labels
 
@@ -177,3 +179,76 @@ def test_louvain_by_silhouette_without_any_scored_cut_falls_back_to_the_resoluti
     labels, gamma = louvain_by_silhouette(s, seed=0, resolutions=(0.5, 0.9, 1.4))
     assert gamma == 0.9
     np.testing.assert_array_equal(labels, louvain_labels(s, 0.9, 0))
+
+
+ONE_CLIENT_GROUP_COS = np.array(
+    [
+        [1.00, 0.79, -0.39, -0.34, -0.43, -0.35, -0.12, -0.20, -0.15, 0.29, 0.24, 0.39, 0.27],
+        [0.79, 1.00, -0.18, -0.27, -0.08, -0.22, 0.11, -0.06, -0.04, -0.13, -0.18, -0.07, -0.19],
+        [-0.39, -0.18, 1.00, 0.88, 0.88, 0.93, -0.11, -0.19, -0.04, -0.36, -0.58, -0.49, -0.56],
+        [-0.34, -0.27, 0.88, 1.00, 0.72, 0.87, -0.28, -0.29, -0.14, -0.12, -0.34, -0.26, -0.33],
+        [-0.43, -0.08, 0.88, 0.72, 1.00, 0.81, 0.12, -0.04, 0.01, -0.59, -0.77, -0.75, -0.78],
+        [-0.35, -0.22, 0.93, 0.87, 0.81, 1.00, -0.25, -0.38, -0.25, -0.19, -0.46, -0.39, -0.43],
+        [-0.12, 0.11, -0.11, -0.28, 0.12, -0.25, 1.00, 0.42, 0.33, -0.52, -0.39, -0.41, -0.37],
+        [-0.20, -0.06, -0.19, -0.29, -0.04, -0.38, 0.42, 1.00, 0.90, -0.48, -0.17, -0.26, -0.16],
+        [-0.15, -0.04, -0.04, -0.14, 0.01, -0.25, 0.33, 0.90, 1.00, -0.47, -0.20, -0.20, -0.16],
+        [0.29, -0.13, -0.36, -0.12, -0.59, -0.19, -0.52, -0.48, -0.47, 1.00, 0.90, 0.89, 0.86],
+        [0.24, -0.18, -0.58, -0.34, -0.77, -0.46, -0.39, -0.17, -0.20, 0.90, 1.00, 0.93, 0.96],
+        [0.39, -0.07, -0.49, -0.26, -0.75, -0.39, -0.41, -0.26, -0.20, 0.89, 0.93, 1.00, 0.93],
+        [0.27, -0.19, -0.56, -0.33, -0.78, -0.43, -0.37, -0.16, -0.16, 0.86, 0.96, 0.93, 1.00],
+    ]
+)
+"""Cosines of the updates FLIC clustered in round 9 of a development federation (tabular label groups,
+15 clients in 5 groups, seed 101, every default; the 13 clients sampled so far, sorted by group):
+group 2 is one client, whose most alike updates are group 3's (0.42, 0.33)."""
+ONE_CLIENT_GROUP_TRUTH = np.array([0, 0, 1, 1, 1, 1, 2, 3, 3, 4, 4, 4, 4])
+
+
+def test_silhouette_tolerance_keeps_a_one_client_group_that_the_best_silhouette_merges():
+    s = 1.0 + ONE_CLIENT_GROUP_COS
+    best, _ = louvain_by_silhouette(s, seed=101)
+    assert best.max() + 1 == 4 and best[6] == best[7] == best[8]  # the best silhouette: one client joins group 3
+    kept, resolution = louvain_by_silhouette(s, seed=101, tolerance=0.02)
+    assert adjusted_rand_score(ONE_CLIENT_GROUP_TRUTH, kept) == 1.0 and resolution > 1.2
+    again, _ = flic_clusters(s, 0.0, 101, tolerance=0.02)
+    np.testing.assert_array_equal(again, kept)
+    np.testing.assert_array_equal(flic_clusters(s, 0.0, 101)[0], best)
+    with pytest.raises(ValueError, match="'tolerance' parameter of louvain_by_silhouette"):
+        louvain_by_silhouette(s, tolerance=1.0)
+
+
+DISAGREEING_COS = np.array(
+    [
+        [1.00, 0.70, 0.80, 0.77, 0.82, -0.17, -0.26, -0.26],
+        [0.70, 1.00, 0.91, 0.90, 0.96, -0.24, -0.58, -0.56],
+        [0.80, 0.91, 1.00, 0.83, 0.93, -0.49, -0.37, -0.31],
+        [0.77, 0.90, 0.83, 1.00, 0.96, -0.07, -0.66, -0.65],
+        [0.82, 0.96, 0.93, 0.96, 1.00, -0.22, -0.57, -0.56],
+        [-0.17, -0.24, -0.49, -0.07, -0.22, 1.00, -0.19, -0.38],
+        [-0.26, -0.58, -0.37, -0.66, -0.57, -0.19, 1.00, 0.93],
+        [-0.26, -0.56, -0.31, -0.65, -0.56, -0.38, 0.93, 1.00],
+    ]
+)
+"""Round-9 update cosines of a development federation (tabular label groups, 10 clients in 3 groups, seed 103;
+the 8 clients seen, sorted by group): group 1 is one client, whose update disagrees with everyone's."""
+DISAGREEING_TRUTH = np.array([0, 0, 0, 0, 0, 1, 2, 2])
+
+
+def test_split_disagreeing_gives_a_one_client_group_its_own_cluster():
+    s = 1.0 + DISAGREEING_COS
+    merged, _ = flic_clusters(s, 0.0, 103)
+    assert merged.max() + 1 == 2 and merged[5] == merged[0]  # Louvain: the lone client joins group 0
+    split, _ = flic_clusters(s, 0.0, 103, split=True)
+    assert adjusted_rand_score(DISAGREEING_TRUTH, split) == 1.0
+    np.testing.assert_array_equal(split_disagreeing(s, merged), split)
+    # communities that agree are left alone: the planted partition, and the well-separated rotation-like groups
+    np.testing.assert_array_equal(split_disagreeing(s, DISAGREEING_TRUTH), DISAGREEING_TRUTH)
+    rot, truth = _rotation_like(np.random.default_rng(2))
+    assert adjusted_rand_score(truth, split_disagreeing(rot, truth)) == 1.0
+    weak = np.full((3, 3), 0.1)  # agreeing, barely: kept; disagreeing, barely: three clusters of one
+    np.fill_diagonal(weak, 1.0)
+    np.testing.assert_array_equal(split_disagreeing(1.0 + weak, np.zeros(3, dtype=int)), [0, 0, 0])
+    weak[weak == 0.1] = -0.1
+    np.testing.assert_array_equal(split_disagreeing(1.0 + weak, np.zeros(3, dtype=int)), [0, 1, 2])
+    with pytest.raises(ValueError, match="'labels' parameter of split_disagreeing"):
+        split_disagreeing(s, merged[:5])

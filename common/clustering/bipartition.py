@@ -169,7 +169,7 @@ def scan_round(
     pids: Sequence[int],
     rows: Sequence[np.ndarray] | np.ndarray,
     clusters: Sequence[int] | np.ndarray,
-    store: Callable[[list[int], list[np.ndarray]], object] | None = None,
+    store: Callable[[list[int], list[np.ndarray], None], object] | None = None,
     sums: dict[int, NormSums] | None = None,
     *,
     block: int = SCAN_BLOCK,
@@ -177,7 +177,7 @@ def scan_round(
     """One round's updates on the server of Sattler's CFL: each stored and added to its cluster's norms.
 
     ``block`` rows are read at a time (never stacked; a lazy sequence is never held whole):
-    ``store(pids, rows)`` keeps them (``CFLSattler``: the sketched store of latest updates), then
+    ``store(pids, rows, None)`` keeps them (``CFLSattler``: the sketched store of latest updates), then
     each cluster's running :class:`NormSums` (of its criterion) adds its rows (:func:`fold_rows`).
 
     Parameters
@@ -202,7 +202,7 @@ def scan_round(
     for lo in range(0, len(rows), block):
         part = block_rows(rows, lo, lo + block)
         if store is not None:
-            store([int(p) for p in pids[lo : lo + len(part)]], part)
+            store([int(p) for p in pids[lo : lo + len(part)]], part, None)
         ks, at = np.unique(labels[lo : lo + len(part)], return_inverse=True)
         squares, totals = fold_rows(part, at, len(ks))
         for j, k in enumerate(ks):

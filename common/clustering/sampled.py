@@ -287,9 +287,10 @@ def join_by_sums(
 
 Ask = Callable[[list[int]], tuple[list[int], Sequence[np.ndarray]]]
 """Asks members for their fresh update: the ids that replied and their updates (d,), in that order."""
-Store = Callable[[list[int], list[np.ndarray]], tuple[np.ndarray, object]]
-"""Keeps a block of updates (``m`` arrays (d,)) of the given ids: their rows as stored ``(m, k)`` and the
-store's sketch (None: kept as given; ``CFLSattler``: its ``UpdateSimilarity``)."""
+Store = Callable[[list[int], list[np.ndarray], "CountSketch | None"], "np.ndarray | None"]
+"""``store(ids, updates, sketch)`` keeps a block of updates (``m`` arrays (d,)) of the given ids and returns
+their rows ``(m, k)`` in ``sketch`` where it stores them so, else None (``CFLSattler``:
+``UpdateSimilarity.keep``)."""
 
 
 @dataclass(frozen=True)
@@ -339,9 +340,9 @@ def split_sample(
         The sample is sketched as ``sketch_rows`` would sketch the ``population`` members it was
         drawn from (``auto_sketch_dim``: the exact step's sketch at that size; 0: the sample's own).
     pids, store : optional
-        ``store(pids, block)`` keeps the updates, ``SCAN_BLOCK`` at a time; where it stores them with
-        this very sketch (a ``CountSketch`` of the same seed, dimension and size), its rows are the
-        ones split: each update is sketched once.
+        ``store(pids, block, sketch)`` keeps the updates, ``SCAN_BLOCK`` at a time; where it stores them
+        in this very sketch (a ``CountSketch`` of the same seed, dimension and size) it returns their
+        rows, which are the ones split: each update is sketched once.
     """
     dim = int(np.shape(updates[0])[-1])
     k = auto_sketch_dim(max(population, len(updates)), dim, sketch_dim)
@@ -366,16 +367,11 @@ def _split_rows(
     block: list[np.ndarray], pids: Sequence[int], store: Store | None, sketch: CountSketch | None
 ) -> np.ndarray:
     """``block`` as the split compares it (projected by ``sketch``; stacked without one), stored first;
-    the store's rows serve where it keeps them with this very sketch (each update projected once)."""
-    if store is not None:
-        rows, kept = store([int(p) for p in pids], block)
-        if isinstance(kept, CountSketch) and sketch is not None and _key(kept) == _key(sketch):
-            return np.asarray(rows, dtype=np.float32)
+    the store's rows serve where it keeps them in this very sketch (each update projected once)."""
+    rows = None if store is None else store([int(p) for p in pids], block, sketch)
+    if rows is not None:
+        return rows
     return np.stack(block) if sketch is None else sketch.project_rows(block)
-
-
-def _key(sketch: CountSketch) -> tuple[int, int, int]:
-    return sketch.dim, sketch.sketch_dim, sketch.seed
 
 
 def half_sums(updates: Sequence[np.ndarray], sides: np.ndarray) -> np.ndarray:
@@ -398,8 +394,8 @@ def join_halves(
     """Each update's half (the nearer of ``directions`` in cosine, as the split compares updates) and
     each half's sum, ``SCAN_BLOCK`` rows at a time.
 
-    Each block of rows is read once: ``store(pids, block)`` keeps it (when given) and its stored
-    sketch is the one compared where it is the split's ``sketch`` (:func:`split_sample`); then the
+    Each block of rows is read once: ``store(pids, block, sketch)`` keeps it (when given) and its
+    stored rows are the ones compared where they are in the split's ``sketch`` (:func:`split_sample`); then the
     halves' sums (``fold_rows``, in threads, while the block is in the cache).
 
     Parameters

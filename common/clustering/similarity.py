@@ -220,6 +220,15 @@ class CountSketch:
             (signs, (buckets, np.arange(self.dim))), shape=(self.sketch_dim, self.dim), dtype=np.float32
         )
 
+    def __eq__(self, other: object) -> bool:
+        """The same projection: a ``CountSketch`` of the same ``(dim, sketch_dim, seed)``."""
+        if not isinstance(other, CountSketch):
+            return NotImplemented
+        return (self.dim, self.sketch_dim, self.seed) == (other.dim, other.sketch_dim, other.seed)
+
+    def __hash__(self) -> int:
+        return hash((CountSketch, self.dim, self.sketch_dim, self.seed))
+
     def project(self, x: np.ndarray) -> np.ndarray:
         """Project rows: ``(m, d)`` or ``(d,)`` to ``(m, k)`` or ``(k,)``, float32.
 
@@ -439,6 +448,17 @@ class UpdateSimilarity:
             self._s[rows, :n] = block
             self._s[:n, rows] = block.T
         return np.asarray(vectors, dtype=np.float32)
+
+    def keep(
+        self, pids: Sequence[int], updates: np.ndarray | Sequence[np.ndarray], sketch: object = None
+    ) -> np.ndarray | None:
+        """Store the updates (:meth:`update`); their rows as stored in ``sketch``, or None (:meth:`in_sketch`)."""
+        return self.in_sketch(self.update(pids, updates), sketch)
+
+    def in_sketch(self, rows: np.ndarray, sketch: object) -> np.ndarray | None:
+        """``rows`` (as :meth:`update` returned them) where this store projects by ``sketch`` (an equal
+        sketch: a caller comparing updates in it need not project them again), else None."""
+        return rows if sketch is not None and self.sketch == sketch else None
 
     def reserve(self, count: int) -> None:
         """Room for ``count`` more clients, allocated once (no doubling), for updates stored in batches."""

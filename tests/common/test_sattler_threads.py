@@ -104,8 +104,7 @@ def test_scan_round_in_threads_equals_the_norms_of_the_stacked_clusters(monkeypa
     x[7] *= 9.0  # the largest norm is one row's, in one cluster
     clusters = rng.integers(0, 2, size=90)
     store = UpdateSimilarity(CountSketch(DIM, K, 0), dense=False)
-    keep = lambda ids, rows: (store.update(ids, rows), store.sketch)  # noqa: E731
-    sums = scan_round(list(range(90)), list(x), clusters, keep, block=16)
+    sums = scan_round(list(range(90)), list(x), clusters, store.keep, block=16)
     for k in (0, 1):
         stacked = NormSums()
         stacked.add(x[clusters == k])
@@ -132,7 +131,7 @@ def test_the_sampled_split_in_threads_gives_the_exact_splits_groups(monkeypatch,
     split = sattler_split(
         pids,
         _ask(pids, x),
-        store=lambda ids, rows: (store.update(ids, rows), store.sketch),
+        store=store.keep,
         sketch_dim=K,
         seed=seed,
         sample_above=1,
@@ -148,3 +147,22 @@ def test_the_sampled_split_in_threads_gives_the_exact_splits_groups(monkeypatch,
         monkeypatch.setattr(sim, "row_threads", lambda: 1)
         one = sattler_split(pids, _ask(pids, x), sketch_dim=K, seed=seed, sample_above=1, sample_size=400, batch=300)
         assert one is not None and (one.halves, one.cross, one.intra) == (split.halves, split.cross, split.intra)
+
+
+def test_a_store_returns_its_rows_only_in_the_sketch_it_projects_by():
+    x = np.random.default_rng(3).standard_normal((6, DIM)).astype(np.float32)
+    sketch = CountSketch(DIM, K, 2)
+    assert sketch == CountSketch(DIM, K, 2) and hash(sketch) == hash(CountSketch(DIM, K, 2))
+    assert (
+        sketch != CountSketch(DIM, K, 3)
+        and sketch != CountSketch(DIM, K + 1, 2)
+        and sketch != CountSketch(DIM + 1, K, 2)
+    )
+    store = UpdateSimilarity(CountSketch(DIM, K, 2), dense=False)
+    rows = store.keep(range(3), list(x[:3]), sketch)
+    assert rows is not None
+    np.testing.assert_array_equal(rows, sketch.project(x[:3]))
+    assert store.keep(range(3, 5), list(x[3:5]), CountSketch(DIM, K, 9)) is None
+    assert store.keep([5], list(x[5:]), None) is None
+    assert store.pids == list(range(6))  # stored whatever the sketch asked
+    assert UpdateSimilarity().keep(range(2), x[:2], sketch) is None  # kept whole: not in the sketch

@@ -42,7 +42,8 @@ def row_threads() -> int:
 
 
 @cache
-def _pool(threads: int) -> ThreadPoolExecutor:
+def _pool(threads: int, pid: int) -> ThreadPoolExecutor:
+    """One pool per process (``pid``: a forked child has none of its parent's threads)."""
     return ThreadPoolExecutor(threads, thread_name_prefix="umbel-rows")
 
 
@@ -50,8 +51,8 @@ def over_rows(count: int, work: Callable[[int, int, int], None], threads: int = 
     """``work(lo, hi, t)`` on ``threads`` contiguous slices of ``range(count)`` at once (0: :func:`row_threads`).
 
     ``t`` is the slice's index, for per-thread accumulators. The work must release the GIL
-    (numpy loops, scipy.sparse products) and call no BLAS (whose own threads would compete); an
-    error of any slice is raised here.
+    (numpy loops, scipy.sparse products), call no BLAS (whose own threads would compete) and no
+    ``over_rows`` (the pool's threads would wait on themselves); an error of any slice is raised here.
     """
     threads = min(threads or row_threads(), count)
     if threads <= 1:
@@ -59,7 +60,8 @@ def over_rows(count: int, work: Callable[[int, int, int], None], threads: int = 
             work(0, count, 0)
         return
     bounds = np.linspace(0, count, threads + 1).astype(np.int64)
-    for done in [_pool(threads).submit(work, int(bounds[t]), int(bounds[t + 1]), t) for t in range(threads)]:
+    pool = _pool(threads, os.getpid())
+    for done in [pool.submit(work, int(bounds[t]), int(bounds[t + 1]), t) for t in range(threads)]:
         done.result()
 
 

@@ -166,3 +166,25 @@ def test_a_store_returns_its_rows_only_in_the_sketch_it_projects_by():
     assert store.keep([5], list(x[5:]), None) is None
     assert store.pids == list(range(6))  # stored whatever the sketch asked
     assert UpdateSimilarity().keep(range(2), x[:2], sketch) is None  # kept whole: not in the sketch
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork only")
+def test_a_forked_child_projects_in_threads_of_its_own():
+    import os
+    import signal
+
+    sketch = CountSketch(DIM, K, 1)
+    x = np.random.default_rng(4).standard_normal((8, DIM)).astype(np.float32)
+    want = sketch.project(x)
+    over_rows(4, lambda lo, hi, t: None, 2)  # the parent's pool exists before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's pool threads are gone; a pool of its own projects
+        ok = False
+        signal.alarm(20)  # a child left waiting on the parent's threads ends here, failing the test
+        try:
+            sim.row_threads = lambda: 2  # type: ignore[assignment]
+            ok = bool(np.array_equal(sketch.project_rows(list(x)), want))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -49,7 +49,8 @@ from .subspaces import SAMPLE_SIZE
 
 SAMPLE_ABOVE_HELP = (
     "above this many clients the step runs exactly on a seeded sample (2,000; FLIC 4,000) and places every "
-    "other client in its nearest sample cluster (modified); 0: the exact step at every size"
+    "other client in its nearest sample cluster (modified, as this default: 10,000-client federations sample); "
+    "0: the exact step at every size"
 )
 SAMPLE_ABOVE_PAPER = "the exact step on all clients (sample-above 0)"
 

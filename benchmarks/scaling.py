@@ -409,8 +409,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
     fresh = LazyRows(truth, sizes.params, rng, meter)
     similarity = update_similarity(n, sizes.params, sketch, SEED)
 
-    def store(pids: list[int], block: np.ndarray) -> tuple[np.ndarray, object]:  # CFLSattler._store
-        return similarity.update(pids, block), similarity.sketch
+    store = similarity.keep  # CFLSattler._store
 
     sums: dict[int, NormSums] = {}
     for rows in batches(n, rng):

@@ -50,7 +50,7 @@ from common import keys
 from common.clustering.bipartition import SEPARATION, SEPARATION_CHOICES, scan_round, should_split
 from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, SattlerSplit, sattler_split
 from common.clustering.subspaces import SAMPLE_SIZE
-from common.clustering.similarity import UpdateSimilarity
+from common.clustering.similarity import CountSketch, UpdateSimilarity
 from common.params import check_params, param
 from common.config import TrainingParams
 from common.signals.update import ModelUpdate
@@ -210,10 +210,10 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         replied = sorted(ups)
         return replied, [ups.pop(p).delta for p in replied]
 
-    def _store(self, pids: list[int], block: np.ndarray) -> tuple[np.ndarray, object]:
-        """Keep a block of updates as the latest of ``pids``: the rows as stored and the store's sketch."""
+    def _store(self, pids: list[int], block: list[np.ndarray], sketch: CountSketch | None) -> np.ndarray | None:
+        """Keep a block of updates as the latest of ``pids``; their stored rows where they are in ``sketch``."""
         rows = self.remember(pids, block, self.params.sketch_dim, self.training.seed)
-        return rows, self.require(self.similarity, "similarity", "remember").sketch
+        return self.require(self.similarity, "similarity", "remember").in_sketch(rows, sketch)
 
     def _try_split(self, server_round: int, k: int) -> None:
         """Sattler's bi-partition of cluster ``k`` (``sampled.sattler_split``: every member, or above

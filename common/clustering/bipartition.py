@@ -28,11 +28,71 @@ import numpy as np
 from scipy.cluster import hierarchy
 
 from .blocks import row_blocks
-from .similarity import cosine_matrix, sketch_rows
+from .similarity import ROW_BLOCK, cosine_matrix, over_rows, sketch_rows
 
-SCAN_BLOCK = 64
-"""Updates stacked at a time where each is read once for several results (its sketch for the store,
-its norm, its half, the halves' sums): 64 DNN updates (40 MB) stay in the cache between them."""
+SCAN_BLOCK = 4 * ROW_BLOCK
+"""Updates read at a time (never stacked) where each is read for several results (its sketch for the
+store, its norm, its half, the halves' sums): 64, as the store's refresh of a dense ``S`` (up to
+``SAMPLE_ABOVE`` clients) is one product per call (16 rows a call took 2.2x its CPU at 4,000 clients);
+the sketch projects them ``ROW_BLOCK`` at a time."""
+
+
+def block_rows(rows: Sequence[np.ndarray] | np.ndarray, lo: int, hi: int) -> list[np.ndarray]:
+    """Rows ``lo:hi`` of ``rows`` as a list of arrays (read once each; views of an array's rows)."""
+    return [np.asarray(rows[i]) for i in range(lo, min(hi, len(rows)))]
+
+
+def fold_rows(
+    rows: Sequence[np.ndarray], groups: np.ndarray, num_groups: int, *, squares: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's squared norm and each group's sum of rows, every row read once, in threads (``over_rows``).
+
+    Parameters
+    ----------
+    rows : list of m arrays (d,)
+        Rows already read (never stacked); float32 rows are summed in float32 per thread, then in float64.
+    groups : ndarray of shape (m,), int
+        Each row's group, ``0 <= g < num_groups``.
+    num_groups : int
+    squares : bool, default=True
+        False: the sums only (``squares`` comes back empty).
+
+    Returns
+    -------
+    squares : ndarray of shape (m,) (or (0,)), float64
+    sums : ndarray of shape (num_groups, d), float64
+
+    Raises
+    ------
+    ValueError
+        If a row is not a vector of the first row's length.
+    """
+    first = np.asarray(rows[0])
+    dim = first.shape[-1] if first.ndim else 0
+    bad = next((i for i, r in enumerate(rows) if np.shape(r) != (dim,)), None)
+    if bad is not None:
+        raise ValueError(
+            f"The 'rows' parameter of fold_rows must hold vectors of one length {dim}. "
+            f"Got shape {np.shape(rows[bad])} at row {bad} instead."
+        )
+    dtype = first.dtype if first.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    groups = np.asarray(groups, dtype=np.int64)
+    norms = np.empty(len(rows) if squares else 0)
+    threads: dict[int, np.ndarray] = {}
+
+    def fold(a: int, b: int, t: int) -> None:
+        acc = threads[t] = np.zeros((num_groups, dim), dtype=dtype)
+        for i in range(a, b):
+            r = np.asarray(rows[i], dtype=dtype)
+            if squares:
+                norms[i] = np.einsum("i,i->", r, r)
+            np.add(acc[groups[i]], r, out=acc[groups[i]])
+
+    over_rows(len(rows), fold)
+    sums = np.zeros((num_groups, dim))
+    for t in sorted(threads):  # in slice order: the same float64 sums whatever thread ends first
+        sums += threads[t]
+    return norms, sums
 
 
 class NormSums:
@@ -72,9 +132,13 @@ class NormSums:
         else:
             sq = np.einsum("ij,ij->i", u, u, dtype=np.float64)
             part = u.sum(axis=0, dtype=np.float64)
-        self.total = part if self.total is None else self.total + part
-        self.squares, self.largest = self.squares + float(sq.sum()), max(self.largest, float(sq.max()))
-        self.count += u.shape[0]
+        self.add_folded(sq, part)
+
+    def add_folded(self, squares: np.ndarray, total: np.ndarray) -> None:
+        """Add ``m >= 1`` updates given by their squared norms (m,) and their sum (d,) (:func:`fold_rows`)."""
+        self.total = np.array(total, dtype=np.float64) if self.total is None else self.total + total
+        self.squares, self.largest = self.squares + float(squares.sum()), max(self.largest, float(squares.max()))
+        self.count += len(squares)
 
     def add_rows(self, rows: Sequence[np.ndarray]) -> None:
         """Add updates given one array (d,) each, a row at a time (no stacked block)."""
@@ -107,16 +171,16 @@ def scan_round(
     pids: Sequence[int],
     rows: Sequence[np.ndarray] | np.ndarray,
     clusters: Sequence[int] | np.ndarray,
-    store: Callable[[list[int], np.ndarray], object] | None = None,
+    store: Callable[[list[int], list[np.ndarray], None], object] | None = None,
     sums: dict[int, NormSums] | None = None,
     *,
     block: int = SCAN_BLOCK,
 ) -> dict[int, NormSums]:
     """One round's updates on the server of Sattler's CFL: each stored and added to its cluster's norms.
 
-    ``block`` rows are stacked at a time (each row read once; a lazy sequence is never held whole):
-    ``store(pids, block)`` keeps them (``CFLSattler``: the sketched store of latest updates), then
-    each cluster's running :class:`NormSums` (of its criterion) adds its rows of the block.
+    ``block`` rows are read at a time (never stacked; a lazy sequence is never held whole):
+    ``store(pids, rows, None)`` keeps them (``CFLSattler``: the sketched store of latest updates), then
+    each cluster's running :class:`NormSums` (of its criterion) adds its rows (:func:`fold_rows`).
 
     Parameters
     ----------
@@ -137,13 +201,14 @@ def scan_round(
     """
     sums = {} if sums is None else sums
     labels = np.asarray(clusters, dtype=np.int64)
-    for lo, part in row_blocks(rows, chunk=block):
+    for lo in range(0, len(rows), block):
+        part = block_rows(rows, lo, lo + block)
         if store is not None:
-            store([int(p) for p in pids[lo : lo + len(part)]], part)
-        at = labels[lo : lo + len(part)]
-        ks = np.unique(at)
-        for k in ks:
-            sums.setdefault(int(k), NormSums()).add(part if len(ks) == 1 else part[at == k])
+            store([int(p) for p in pids[lo : lo + len(part)]], part, None)
+        ks, at = np.unique(labels[lo : lo + len(part)], return_inverse=True)
+        squares, totals = fold_rows(part, at, len(ks))
+        for j, k in enumerate(ks):
+            sums.setdefault(int(k), NormSums()).add_folded(squares[at == j], totals[j])
     return sums
 
 

@@ -39,7 +39,7 @@ from scipy.spatial.distance import cdist
 
 from . import spectral
 from .blocks import CHUNK, row_blocks
-from .bipartition import SCAN_BLOCK, SEPARATION, SEPARATIONS, bipartition, separation
+from .bipartition import SCAN_BLOCK, SEPARATION, SEPARATIONS, bipartition, block_rows, fold_rows, separation
 from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
@@ -49,7 +49,8 @@ from .subspaces import SAMPLE_SIZE
 
 SAMPLE_ABOVE_HELP = (
     "above this many clients the step runs exactly on a seeded sample (2,000; FLIC 4,000) and places every "
-    "other client in its nearest sample cluster (modified); 0: the exact step at every size"
+    "other client in its nearest sample cluster (modified, as this default: 10,000-client federations sample); "
+    "0: the exact step at every size"
 )
 SAMPLE_ABOVE_PAPER = "the exact step on all clients (sample-above 0)"
 
@@ -290,9 +291,10 @@ def join_by_sums(
 
 Ask = Callable[[list[int]], tuple[list[int], Sequence[np.ndarray]]]
 """Asks members for their fresh update: the ids that replied and their updates (d,), in that order."""
-Store = Callable[[list[int], np.ndarray], tuple[np.ndarray, object]]
-"""Keeps a block of updates ``(m, d)`` of the given ids: their rows as stored ``(m, k)`` and the store's
-sketch (None: kept as given; ``CFLSattler``: its ``UpdateSimilarity``)."""
+Store = Callable[[list[int], list[np.ndarray], "CountSketch | None"], "np.ndarray | None"]
+"""``store(ids, updates, sketch)`` keeps a block of updates (``m`` arrays (d,)) of the given ids and returns
+their rows ``(m, k)`` in ``sketch`` where it stores them so, else None (``CFLSattler``:
+``UpdateSimilarity.keep``)."""
 
 
 @dataclass(frozen=True)
@@ -342,17 +344,17 @@ def split_sample(
         The sample is sketched as ``sketch_rows`` would sketch the ``population`` members it was
         drawn from (``auto_sketch_dim``: the exact step's sketch at that size; 0: the sample's own).
     pids, store : optional
-        ``store(pids, block)`` keeps the updates, ``SCAN_BLOCK`` at a time; where it stores them with
-        this very sketch (a ``CountSketch`` of the same seed, dimension and size), its rows are the
-        ones split: each update is sketched once.
+        ``store(pids, block, sketch)`` keeps the updates, ``SCAN_BLOCK`` at a time; where it stores them
+        in this very sketch (a ``CountSketch`` of the same seed, dimension and size) it returns their
+        rows, which are the ones split: each update is sketched once.
     """
     dim = int(np.shape(updates[0])[-1])
     k = auto_sketch_dim(max(population, len(updates)), dim, sketch_dim)
     sketch = CountSketch(dim, k, seed) if k else None
     rows = np.concatenate(
         [
-            np.array(_split_rows(block, pids[lo : lo + len(block)], store, sketch))
-            for lo, block in row_blocks(updates, chunk=SCAN_BLOCK)
+            _split_rows(block_rows(updates, lo, lo + SCAN_BLOCK), pids[lo : lo + SCAN_BLOCK], store, sketch)
+            for lo in range(0, len(updates), SCAN_BLOCK)
         ]
     )
     cos = cosine_matrix(rows, rows)
@@ -365,37 +367,24 @@ def split_sample(
     return SampleSplit(sides, cross, intra, directions, half_sums(updates, sides), sketch)
 
 
-def _split_rows(block: np.ndarray, pids: Sequence[int], store: Store | None, sketch: CountSketch | None) -> np.ndarray:
-    """``block`` as the split compares it (projected by ``sketch``; as given without one), stored first;
-    the store's rows serve where it keeps them with this very sketch (each update projected once)."""
-    if store is not None:
-        rows, kept = store([int(p) for p in pids], block)
-        if isinstance(kept, CountSketch) and sketch is not None and _key(kept) == _key(sketch):
-            return np.asarray(rows, dtype=np.float32)
-    return block if sketch is None else sketch.project_rows(block)
-
-
-def _key(sketch: CountSketch) -> tuple[int, int, int]:
-    return sketch.dim, sketch.sketch_dim, sketch.seed
+def _split_rows(
+    block: list[np.ndarray], pids: Sequence[int], store: Store | None, sketch: CountSketch | None
+) -> np.ndarray:
+    """``block`` as the split compares it (projected by ``sketch``; stacked without one), stored first;
+    the store's rows serve where it keeps them in this very sketch (each update projected once)."""
+    rows = None if store is None else store([int(p) for p in pids], block, sketch)
+    if rows is not None:
+        return rows
+    return np.stack(block) if sketch is None else sketch.project_rows(block)
 
 
 def half_sums(updates: Sequence[np.ndarray], sides: np.ndarray) -> np.ndarray:
-    """Each half's sum of updates, shape (2, D), float64: ``SCAN_BLOCK`` rows at a time, one product each
-    in the block's float."""
+    """Each half's sum of updates, shape (2, D), float64: ``SCAN_BLOCK`` rows at a time (``fold_rows``)."""
     sums = np.zeros((2, int(np.shape(updates[0])[-1])))
-    for lo, block in row_blocks(updates, chunk=SCAN_BLOCK, dtype=_block_dtype(updates)):
-        sums += _sums(block, sides[lo : lo + len(block)])
+    for lo in range(0, len(updates), SCAN_BLOCK):
+        block = block_rows(updates, lo, lo + SCAN_BLOCK)
+        sums += fold_rows(block, sides[lo : lo + len(block)], 2, squares=False)[1]
     return sums
-
-
-def _sums(block: np.ndarray, sides: np.ndarray) -> np.ndarray:
-    weights = np.zeros((2, len(block)), dtype=block.dtype)
-    weights[sides, np.arange(len(block))] = 1.0
-    return (weights @ block).astype(np.float64)
-
-
-def _block_dtype(updates: Sequence[np.ndarray]) -> type:
-    return np.float32 if np.asarray(updates[0]).dtype == np.float32 else np.float64
 
 
 def join_halves(
@@ -409,9 +398,9 @@ def join_halves(
     """Each update's half (the nearer of ``directions`` in cosine, as the split compares updates) and
     each half's sum, ``SCAN_BLOCK`` rows at a time.
 
-    Each block of rows is read once: ``store(pids, block)`` keeps it (when given) and its stored
-    sketch is the one compared where it is the split's ``sketch`` (:func:`split_sample`); then the
-    halves' sums are one product in the block's float.
+    Each block of rows is read once: ``store(pids, block, sketch)`` keeps it (when given) and its
+    stored rows are the ones compared where they are in the split's ``sketch`` (:func:`split_sample`); then the
+    halves' sums (``fold_rows``, in threads, while the block is in the cache).
 
     Parameters
     ----------
@@ -431,11 +420,11 @@ def join_halves(
     """
     sides = np.empty(len(updates), dtype=np.int64)
     sums = np.zeros((2, int(np.shape(updates[0])[-1])))
-    for lo, block in row_blocks(updates, chunk=SCAN_BLOCK, dtype=_block_dtype(updates)):
-        rows = _split_rows(block, pids[lo : lo + len(block)], store, sketch)
-        at = nearest_means(rows, directions, "cosine")
+    for lo in range(0, len(updates), SCAN_BLOCK):
+        block = block_rows(updates, lo, lo + SCAN_BLOCK)
+        at = nearest_means(_split_rows(block, pids[lo : lo + len(block)], store, sketch), directions, "cosine")
         sides[lo : lo + len(block)] = at
-        sums += _sums(block, at)
+        sums += fold_rows(block, at, 2, squares=False)[1]
     return sides, sums
 
 

@@ -36,7 +36,7 @@ def _ask(pids: list[int], x: np.ndarray, asked: list[list[int]] | None = None):
 
 
 def _store(similarity: UpdateSimilarity):
-    return lambda pids, block: (similarity.update(pids, block), similarity.sketch)
+    return similarity.keep
 
 
 def _former(pids: list[int], x: np.ndarray, sample: np.ndarray, seed: int) -> tuple[np.ndarray, float, float]:
@@ -126,9 +126,9 @@ def test_scan_round_stores_every_update_once_and_sums_each_clusters_norms():
     store = UpdateSimilarity(CountSketch(DIM, K, 0))
     calls: list[int] = []
 
-    def keep(ids, block):
+    def keep(ids, block, sketch):
         calls.append(len(ids))
-        return store.update(ids, block), store.sketch
+        return store.keep(ids, block, sketch)
 
     sums = scan_round(pids, list(x), clusters, keep, {2: NormSums()}, block=64)
     assert calls == [64, 64, 22] and store.pids == pids

@@ -311,9 +311,9 @@ def warm_up(pool: Any, context: Any) -> int:
 
 
 CALLS_PER_ACTOR = 2
-"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1). With the
-warm-up call, a 10,000-client identity phase took 26 and 29 s with two against 39 and 51 s with one on a
-loaded 2-core box (docs/RESULTS.md, "Identity and a round ..."); without it, two and one gave the same."""
+"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1). At 10,000
+clients on a quiet 2-core box, identity took 25.2 s and a round in which every client evaluates 35.7 s with
+two, against 32.1 s and 57.0 s with one (docs/RESULTS.md, record exchange-round-quiet)."""
 CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
 """Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""
 

@@ -18,7 +18,6 @@ from flwr.app import ConfigRecord, Message
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from client.app import app as client_app
-from client.task import clear_caches
 from common import keys
 from common.config import TrainingParams
 from common.params import run_config_keys
@@ -163,11 +162,9 @@ def _batchnorm_model(name, input_shape, num_classes, seed=0):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_aggregates_a_batchnorm_model(name, monkeypatch, request):
+def test_aggregates_a_batchnorm_model(name, monkeypatch):
     monkeypatch.setattr("client.task.build_model", _batchnorm_model)
     monkeypatch.setattr("server.experiment.build_model", _batchnorm_model)
-    clear_caches()  # cached client tasks and modules hold the models other tests built
-    request.addfinalizer(clear_caches)
     rc, exp, strategy = _setup(name, rounds=2, fraction=1.0, **{"local-epochs": 1})
     initial = exp.initial_model()
     assert initial["features.1.num_batches_tracked"].numpy().shape == ()

@@ -6,7 +6,8 @@ these) and every 5 s samples the RSS of each process under it
 (``federation_scale.PROCESS_KINDS``); stops it at ``--limit`` seconds or when the processes
 together pass ``--max-mb`` (the box is shared). Reports when Flower's simulation process and
 Ray started, how many clients were identified by when, and the memory then. ``--from-runs``
-rebuilds the record (``federation-probe``) from runs already there. A run that finishes adds its
+rebuilds the record (``federation-probe``) from runs already there; ``--merge`` keeps the record's
+rows of other runs and replaces those of the same name. A run that finishes adds its
 identity, slowest round and whole-run seconds, its simulation process's CPU seconds and its ARI.
 
 Example::
@@ -29,7 +30,16 @@ from typing import Any
 import psutil
 
 from benchmarks.federation_scale import PROCESS_KINDS
-from benchmarks.records import Record, Table, current_command, load_average, write_record
+from benchmarks.records import (
+    RECORDS_DIR,
+    Record,
+    Table,
+    current_command,
+    load_average,
+    merge_record,
+    read_record,
+    write_record,
+)
 from benchmarks.report import LARGE
 from benchmarks.runs import ROOT
 from strategies import FedAvg
@@ -144,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", default="results/bench")
     parser.add_argument("--strategy", default=FedAvg.name, help="the algorithm run (umbel run --strategy)")
     parser.add_argument("--record", default="federation-probe", help="the record's name (docs/results/data)")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the record's rows of other runs; replace those of the same name"
+    )
     args, extra = parser.parse_known_args(argv)
     folder = (ROOT / args.results_dir / "federation-probe").resolve()
     loads = [args.load] if args.load else []
@@ -186,7 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows,
         notes=args.notes,
     )
-    print(write_record(Record(args.record, LARGE, current_command(), [table], "; ".join(loads))))
+    record = Record(args.record, LARGE, current_command(), [table], load="; ".join(loads))
+    if args.merge:
+        record = merge_record(read_record(RECORDS_DIR / f"{args.record}.json"), record, key=lambda row: row[0])
+    print(write_record(record))
     return 0
 
 

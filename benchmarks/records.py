@@ -13,8 +13,8 @@ import os
 import platform
 import shlex
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ class Record:
     section: str
     command: str
     tables: list[Table]
+    _: KW_ONLY
     machine: str = field(default_factory=lambda: machine_description())
     load: str = ""
     date: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
@@ -119,3 +120,16 @@ def read_record(path: Path) -> Record:
         return Record(tables=tables, **data)
     except (KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a results record ({err}).") from err
+
+
+def merge_record(old: Record, new: Record, key: Callable[[Sequence[Any]], Hashable]) -> Record:
+    """``old`` with ``new``'s rows in place of its rows of the same ``key`` (others kept, new ones
+    appended), ``new``'s notes after its notes, and both commands and loads.
+
+    Both records hold one table; the title and columns are ``old``'s.
+    """
+    kept, fresh = old.tables[0], {key(r): r for r in new.tables[0].rows}
+    rows = [fresh.pop(key(r), r) for r in kept.rows] + list(fresh.values())
+    notes = "\n\n".join(n for n in (kept.notes, new.tables[0].notes) if n)
+    table = Table(kept.title, kept.columns, rows, notes)
+    return Record(old.name, old.section, f"{old.command}; {new.command}", [table], load=f"{old.load}; {new.load}")

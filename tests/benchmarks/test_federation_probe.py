@@ -44,3 +44,29 @@ def test_a_finished_run_adds_its_times_cpu_and_ari_and_an_unfinished_one_nothing
         120.0,
         0.75,
     )
+
+
+def test_merge_keeps_the_records_other_runs_and_replaces_the_one_probed_again(tmp_path, monkeypatch):
+    from benchmarks import records
+
+    monkeypatch.setattr(records, "RECORDS_DIR", tmp_path / "data")
+    monkeypatch.setattr(federation_probe, "RECORDS_DIR", tmp_path / "data")
+    run = tmp_path / "cflgt-100"
+    (tmp_path / "cflgt-100.samples.jsonl").write_text(json.dumps({"s": 5, "total-mb": 700}) + "\n")
+    (tmp_path / "cflgt-100.log").write_text("INFO : 100 of 100 clients identified (4 s)\n")
+
+    def probe_record(merge: bool, notes: str) -> records.Record:
+        argv = ["--clients", "100", "--record", "probe-x", "--from-runs", f"CFLGT={run}", "--notes", notes]
+        assert federation_probe.main(argv + ["--load", notes] + (["--merge"] if merge else [])) == 0
+        return records.read_record(tmp_path / "data" / "probe-x.json")
+
+    first = probe_record(False, "first")
+    first.tables[0].rows = [["FedAvg", *first.tables[0].rows[0][1:]], ["CFLGT", *[None] * 14]]
+    records.write_record(first, tmp_path / "data")
+    merged = probe_record(True, "second")
+    rows = merged.tables[0].rows
+    assert [r[0] for r in rows] == ["FedAvg", "CFLGT"]
+    assert rows[1][6] == 700 and rows[0][6] == 700
+    assert merged.tables[0].notes == "first\n\nsecond" and merged.load == "first; second"
+    alone = probe_record(False, "third")
+    assert [r[0] for r in alone.tables[0].rows] == ["CFLGT"]

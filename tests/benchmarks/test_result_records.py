@@ -1,6 +1,7 @@
 """benchmarks.records: a measured table survives the round trip to JSON with its provenance."""
 
 import json
+import os
 
 import pytest
 
@@ -49,3 +50,10 @@ def test_the_exchange_benchmark_pairs_both_states_per_size(tmp_path, monkeypatch
     (table,) = read_record(tmp_path / "exchange.json").tables
     assert [row[0] for row in table.rows] == [100, 200]
     assert table.rows[0][3] == 0.25 and table.rows[0][6] == 0.25
+
+
+def test_the_machine_and_the_load_are_given_by_name_never_in_place_of_each_other():
+    with pytest.raises(TypeError):
+        Record("r", "s", "python -m x", [], "load 3")  # type: ignore[misc]
+    record = Record("r", "s", "python -m x", [], load="3")
+    assert record.load == "3" and record.machine.startswith(f"{os.cpu_count()} cores")

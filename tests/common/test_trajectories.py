@@ -136,3 +136,33 @@ def test_coefficient_of_variation():
     assert np.isnan(coefficient_of_variation([0.0, 0.0]))
     with pytest.raises(ValueError, match="'values' parameter"):
         coefficient_of_variation([])
+
+
+def test_hopkins_equals_its_definition_on_all_pairwise_distances():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(c, 0.3, size=(40, 4)) for c in (0.0, 3.0, 6.0)])
+    x[7] = x[8]  # a repeated point: its nearest other point is at 0
+    for fraction, seed in ((0.1, 0), (0.5, 1), (1.0, 2)):
+        draw = np.random.default_rng(seed)
+        m = max(1, round(fraction * len(x)))
+        probes = draw.uniform(x.min(axis=0), x.max(axis=0), size=(m, x.shape[1]))
+        picked = draw.choice(len(x), size=m, replace=False)
+        u = np.sqrt(((probes[:, None] - x[None]) ** 2).sum(-1)).min(axis=1)
+        d = np.sqrt(((x[picked][:, None] - x[None]) ** 2).sum(-1))
+        d[np.arange(m), picked] = np.inf
+        expected = u.sum() / (u.sum() + d.min(axis=1).sum())
+        assert hopkins_statistic(x, sample_fraction=fraction, seed=seed) == pytest.approx(expected, rel=1e-12)
+
+
+def test_hopkins_of_many_points_never_holds_the_probes_distances_to_all_of_them():
+    import tracemalloc
+
+    x = np.random.default_rng(0).normal(size=(20_000, 20))
+    tracemalloc.start()
+    try:
+        hopkins_statistic(x, seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the (2,000, 20,000) float64 distances of the probes alone would be 320 MB
+    assert peak < 64 * 2**20

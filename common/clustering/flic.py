@@ -29,6 +29,7 @@ from sklearn.metrics import silhouette_score
 
 from common.validation import check_float, check_int
 
+from .hierarchical import most_within_tolerance, relabel_by_appearance
 from .louvain import louvain_labels
 
 RESOLUTIONS = tuple(np.round(np.arange(0.5, 2.01, 0.1), 2).tolist())
@@ -51,7 +52,8 @@ def louvain_by_silhouette(
         ties keep the first.
     tolerance : float, default=0.0
         In ``[0, 1)``: of the partitions scoring at least the best silhouette minus ``tolerance``,
-        the one with the most communities (ties: the lowest resolution); 0 = the best silhouette.
+        the one with the most communities (``hierarchical.most_within_tolerance``; ties: the lowest
+        resolution); 0 = the best silhouette.
 
     Returns
     -------
@@ -91,11 +93,7 @@ def louvain_by_silhouette(
     if best == -np.inf:
         gamma = float(min(resolutions, key=lambda g: abs(g - 1.0)))
         return louvain_labels(s, gamma, seed), gamma
-    # max() keeps the first of equals: the lowest resolution
-    if tolerance == 0.0:
-        _, labels, gamma = max(scored, key=lambda c: c[0])
-    else:
-        _, labels, gamma = max((c for c in scored if c[0] >= best - tolerance), key=lambda c: int(c[1].max()))
+    _, labels, gamma = scored[most_within_tolerance([(int(c[1].max()) + 1, c[0]) for c in scored], tolerance)]
     return labels, gamma
 
 
@@ -235,8 +233,7 @@ def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:
         if worst is None:
             break
         out[worst[1]] = out.max() + 1
-    _, first, inverse = np.unique(out, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
+    return relabel_by_appearance(out)
 
 
 def flic_clusters(

@@ -22,6 +22,7 @@ Numpy, scikit-learn and :mod:`common.clustering.louvain` only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -193,6 +194,36 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     early = loss[:window].mean() - loss[window : 2 * window].mean()
     recent = loss[-2 * window : -window].mean() - loss[-window:].mean()
     return bool(recent < tol * early) if early > 0 else True
+
+
+def rounds_for_updates(updates: float, num_clients: int, per_round: int) -> int:
+    """Training rounds after which ``num_clients`` clients, ``per_round`` of them sampled each round,
+    have sent ``updates`` updates each on average: ``ceil(updates * num_clients / per_round)``.
+
+    Parameters
+    ----------
+    updates : float
+        >= 0.
+    num_clients : int
+        >= 1.
+    per_round : int
+        In ``[1, num_clients]``.
+
+    Returns
+    -------
+    int
+        >= 0.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'updates'``, ``'num_clients'`` or ``'per_round'``.
+    """
+    owner = "rounds_for_updates"
+    updates = check_float(updates, "updates", owner, low=0.0)
+    num_clients = check_int(num_clients, "num_clients", owner, low=1)
+    per_round = check_int(per_round, "per_round", owner, low=1, high=num_clients)
+    return math.ceil(updates * num_clients / per_round - 1e-9)
 
 
 def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -64,8 +64,8 @@ STABLE_PATIENCE = 3
 
 @dataclass(frozen=True)
 class FLICParams:
-    """``cluster_round`` >= 0 (0: automatic), ``min_updates`` >= 0 (the automatic round's wait), ``resolution`` >= 0 (0: by silhouette within ``tolerance``, in
-    [0, 1)), ``sketch_dim`` >= 0
+    """``cluster_round`` >= 0 (0: automatic), ``min_updates`` >= 0 (the automatic round's wait),
+    ``resolution`` >= 0 (0: by silhouette within ``tolerance``, in [0, 1)), ``sketch_dim`` >= 0
     (0: full updates), ``stable_tol`` > 0, ``sample_above`` >= 0 (more clients seen: Louvain on a
     sample's graph, the rest by modularity gain, ``sampled.sampled_flic``; 0: exact); keys
     ``flic-*`` but the shared ``sketch-dim``.

@@ -392,7 +392,8 @@ def flic_rounds(
                 row[f"cos between {k:g}"] = round(float(graph[~same].mean() - 1), 3) if (~same).any() else None
                 row[f"k {k:g}"] = int(labels.max()) + 1
                 row[f"ari {k:g}"] = _ari(truth, labels)
-                distance = np.clip(2.0 - graph, 0.0, 2.0)
+                distance = np.clip(2.0 - graph.astype(np.float64), 0.0, 2.0)
+                distance = (distance + distance.T) / 2  # S is float32
                 np.fill_diagonal(distance, 0.0)
                 told = cut_tree(distance, threshold=0.0, num_clusters=len(set(truth.tolist())))
                 row[f"ari true-k {k:g}"] = _ari(truth, told)

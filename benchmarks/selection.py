@@ -331,7 +331,7 @@ def flic_rounds(
     number of updates, and the mean cosine within and between planted groups.
     """
     from client.app import app as client_app
-    from common.clustering.flic import flic_clusters, rounds_for_updates
+    from common.clustering.flic import clustering_round, flic_clusters, rounds_for_updates
     from server.inprocess import InProcessGrid
 
     rows = []
@@ -379,7 +379,7 @@ def flic_rounds(
                 "cap": cap,
             }
             for k, wait in waits.items():
-                at = min(cap, max(wait, stable if stable is not None else cap) + 1)
+                at = clustering_round(stable, wait, strategy.training.rounds)
                 pids, graph = graphs[at - 1]
                 truth = np.array([strategy.true_group(p) for p in pids])
                 labels, _ = flic_clusters(graph, 0.0, seed)

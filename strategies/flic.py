@@ -43,7 +43,7 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flic import join_by_modularity, loss_plateau, rounds_for_updates
+from common.clustering.flic import clustering_round, join_by_modularity, loss_plateau, rounds_for_updates
 from common.clustering.blocks import CHUNK
 from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sampled_flic
 from common.clustering.similarity import UpdateSimilarity
@@ -185,9 +185,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     def _due(self, server_round: int) -> bool:
         if self.params.cluster_round:
             return server_round >= self.params.cluster_round
-        if server_round >= self.training.rounds // 2 + 1:
-            return True
-        return self._stable_since is not None and server_round - 1 >= self.wait_rounds()
+        return server_round >= clustering_round(self._stable_since, self.wait_rounds(), self.training.rounds)
 
     def wait_rounds(self) -> int:
         """Training rounds after which the clients have sent ``flic-min-updates`` updates each on average."""

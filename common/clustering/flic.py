@@ -226,6 +226,28 @@ def rounds_for_updates(updates: float, num_clients: int, per_round: int) -> int:
     return math.ceil(updates * num_clients / per_round - 1e-9)
 
 
+def clustering_round(plateau: int | None, wait: int, rounds: int) -> int:
+    """FLIC's automatic clustering round: after the plateau and the wait, at the latest ``rounds // 2 + 1``.
+
+    Parameters
+    ----------
+    plateau : int or None
+        The round after whose training ``loss_plateau`` first held; None: not (yet) held.
+    wait : int
+        Training rounds the clustering waits for (``rounds_for_updates``), >= 0.
+    rounds : int
+        The run's rounds, >= 1.
+
+    Returns
+    -------
+    int
+        ``min(rounds // 2 + 1, max(plateau, wait) + 1)``; ``rounds // 2 + 1`` while ``plateau`` is None.
+        The clustering runs before this round's training, on the updates of the rounds before it.
+    """
+    latest = rounds // 2 + 1
+    return latest if plateau is None else min(latest, max(plateau, wait) + 1)
+
+
 def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Each client whose update disagrees on average with the rest of its community becomes a community alone.
 

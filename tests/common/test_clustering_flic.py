@@ -5,6 +5,7 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.flic import (
+    clustering_round,
     flic_clusters,
     join_by_modularity,
     loss_plateau,
@@ -265,3 +266,12 @@ def test_rounds_for_updates_counts_the_rounds_until_the_mean_client_has_sent_tha
         rounds_for_updates(3.0, 10, 11)
     with pytest.raises(ValueError, match="'updates' parameter of rounds_for_updates"):
         rounds_for_updates(-1.0, 10, 2)
+
+
+def test_clustering_round_comes_after_the_plateau_and_the_wait_and_never_after_half_the_rounds():
+    assert clustering_round(6, 0, 100) == 7  # the round after the plateau's
+    assert clustering_round(6, 15, 100) == 16  # the wait is longer: after its 15 rounds
+    assert clustering_round(20, 15, 100) == 21
+    assert clustering_round(6, 60, 100) == 51  # the cap
+    assert clustering_round(None, 0, 100) == 51  # no plateau yet: the cap
+    assert clustering_round(6, 15, 16) == 9

@@ -328,7 +328,9 @@ def flic_rounds(
     depend on when it comes, so each value's round (the loss plateau's, the wait's, or the cap, as
     ``FLIC._due``) gets the graph the strategy would cluster; it is clustered with the default Louvain
     step and scored against the planted groups of those clients. Also per value: the clients' mean
-    number of updates, and the mean cosine within and between planted groups.
+    number of updates, the mean cosine within and between planted groups, the ARI of the graph cut at the
+    true number of groups, and (``ari summed``) Louvain's on the graph of each client's summed updates, a
+    diagnostic of what the stored last update loses (FLIC keeps the last).
     """
     from client.app import app as client_app
     from common.clustering.flic import clustering_round, flic_clusters, rounds_for_updates
@@ -346,7 +348,8 @@ def flic_rounds(
             cap = strategy.training.rounds // 2 + 1
             per_round = strategy.training.num_sampled(clients)
             waits = {k: rounds_for_updates(k, clients, per_round) for k in FLIC_MIN_UPDATES}
-            graphs: dict[int, tuple[list[int], np.ndarray]] = {}
+            graphs: dict[int, tuple[list[int], np.ndarray, np.ndarray]] = {}
+            sums: dict[int, np.ndarray] = {}
             train = strategy.after_train
 
             stop = (cap - 1, max(waits.values()))
@@ -356,13 +359,17 @@ def flic_rounds(
                 updates: dict[int, Any],
                 strategy: FLIC = strategy,
                 train: Any = train,
-                graphs: dict[int, tuple[list[int], np.ndarray]] = graphs,
+                graphs: dict[int, tuple[list[int], np.ndarray, np.ndarray]] = graphs,
+                sums: dict[int, np.ndarray] = sums,
                 stop: tuple[int, int] = stop,
             ) -> None:
                 train(server_round, updates)
                 assert strategy.similarity is not None
+                for p, update in updates.items():
+                    sums[p] = sums.get(p, 0.0) + update.delta().astype(np.float64)
                 pids = [p for p in strategy.similarity.pids if p in strategy.clients]
-                graphs[server_round] = (pids, strategy.similarity.matrix(pids))
+                unit = np.stack([sums[p] / max(float(np.linalg.norm(sums[p])), 1e-12) for p in pids])
+                graphs[server_round] = (pids, strategy.similarity.matrix(pids), 1.0 + unit @ unit.T)
                 stable = strategy._stable_since
                 if server_round >= stop[0] or (stable is not None and server_round >= stop[1]):
                     raise _Enough
@@ -380,7 +387,7 @@ def flic_rounds(
             }
             for k, wait in waits.items():
                 at = clustering_round(stable, wait, strategy.training.rounds)
-                pids, graph = graphs[at - 1]
+                pids, graph, summed = graphs[at - 1]
                 truth = np.array([strategy.true_group(p) for p in pids])
                 labels, _ = flic_clusters(graph, 0.0, seed)
                 same = truth[:, None] == truth[None, :]
@@ -397,6 +404,7 @@ def flic_rounds(
                 np.fill_diagonal(distance, 0.0)
                 told = cut_tree(distance, threshold=0.0, num_clusters=len(set(truth.tolist())))
                 row[f"ari true-k {k:g}"] = _ari(truth, told)
+                row[f"ari summed {k:g}"] = _ari(truth, flic_clusters(summed, 0.0, seed)[0])
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -405,6 +413,7 @@ def flic_rounds(
 def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
     """The rows of ``flic_rounds`` and a summary per ``flic-min-updates`` value and data set."""
     summary = []
+    summed = all("ari summed 0" in r for r in rows)
     for k in FLIC_MIN_UPDATES:
         for dataset in sorted({r["dataset"] for r in rows}):
             part = [r for r in rows if r["dataset"] == dataset]
@@ -419,6 +428,7 @@ def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]
                     round(float(np.min(aris)), 3),
                     round(float(np.mean([r[f"round {k:g}"] for r in part])), 1),
                     round(float(np.mean([r[f"updates {k:g}"] for r in part])), 2),
+                    sum(r.get(f"ari summed {k:g}", 0.0) >= 0.95 for r in part) if summed else None,
                 ]
             )
     columns = ("dataset", "groups", "clients", "seed", "plateau", "cap")
@@ -434,6 +444,7 @@ def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]
                 "min ARI",
                 "mean round",
                 "updates a client",
+                "summed updates: ARI >= 0.95",
             ),
             rows=summary,
         ),
@@ -444,16 +455,25 @@ def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]
                 *(
                     f"{what} {k:g}"
                     for k in FLIC_MIN_UPDATES
-                    for what in ("round", "seen", "within", "between", "K", "ARI", "ARI at true K")
+                    for what in ("round", "seen", "within", "between", "K", "ARI", "ARI at true K", "ARI summed")
                 ),
             ),
             rows=[
                 [
                     *(r[c] for c in columns),
                     *(
-                        r[f"{what} {k:g}"]
+                        r.get(f"{what} {k:g}")
                         for k in FLIC_MIN_UPDATES
-                        for what in ("round", "seen", "cos within", "cos between", "k", "ari", "ari true-k")
+                        for what in (
+                            "round",
+                            "seen",
+                            "cos within",
+                            "cos between",
+                            "k",
+                            "ari",
+                            "ari true-k",
+                            "ari summed",
+                        )
                     ),
                 ]
                 for r in rows

@@ -308,6 +308,184 @@ def flic_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
     ]
 
 
+FLIC_MIN_UPDATES = (0.0, 1.0, 2.0, 3.0, 5.0)
+"""``--flic-rounds``: the values of ``flic-min-updates`` compared (0: the loss plateau alone, the former default)."""
+
+
+class _Enough(Exception):
+    """Every compared clustering round has passed: the run stops (only the clustering is scored)."""
+
+
+def flic_rounds(
+    half: str, seeds: Sequence[int] | None = None, federations: Sequence[tuple[str, int, int]] = FLIC_FEDERATIONS
+) -> list[dict[str, Any]]:
+    """FLIC's clustering round by ``flic-min-updates``: the graph each value would cluster, and Louvain's labels.
+
+    Each federation and seed is one in-process FLIC run of the real ClientApp with the project's defaults
+    (``rounds`` included, so the automatic round is capped at ``rounds // 2 + 1``) that does not cluster
+    (``flic-cluster-round`` at the last round); the graph of the clients seen is kept after every round,
+    and the run stops once every value's round has come. The FedAvg rounds before a clustering do not
+    depend on when it comes, so each value's round (the loss plateau's, the wait's, or the cap, as
+    ``FLIC._due``) gets the graph the strategy would cluster; it is clustered with the default Louvain
+    step and scored against the planted groups of those clients. Also per value: the clients' mean
+    number of updates, the mean cosine within and between planted groups, the ARI of the graph cut at the
+    true number of groups, and (``ari summed``) Louvain's on the graph of each client's summed updates, a
+    diagnostic of what the stored last update loses (FLIC keeps the last).
+    """
+    from client.app import app as client_app
+    from common.clustering.flic import clustering_round, flic_clusters, rounds_for_updates
+    from server.inprocess import InProcessGrid
+
+    rows = []
+    for dataset, groups, clients in federations:
+        for seed in seeds or FLIC_SEEDS[half]:
+            cell = Cell(half, dataset, "label-groups", groups, clients, seed)
+            rc = {**cell.run_config(), "strategy": FLIC.name, "eval-every": 10_000}
+            rc["flic-cluster-round"] = rc["rounds"]
+            exp = Experiment.from_run_config(rc)
+            strategy = exp.build_strategy()
+            assert isinstance(strategy, FLIC)
+            cap = strategy.training.rounds // 2 + 1
+            per_round = strategy.training.num_sampled(clients)
+            waits = {k: rounds_for_updates(k, clients, per_round) for k in FLIC_MIN_UPDATES}
+            graphs: dict[int, tuple[list[int], np.ndarray, np.ndarray]] = {}
+            sums: dict[int, np.ndarray] = {}
+            train = strategy.after_train
+
+            stop = (cap - 1, max(waits.values()))
+
+            def keep(
+                server_round: int,
+                updates: dict[int, Any],
+                strategy: FLIC = strategy,
+                train: Any = train,
+                graphs: dict[int, tuple[list[int], np.ndarray, np.ndarray]] = graphs,
+                sums: dict[int, np.ndarray] = sums,
+                stop: tuple[int, int] = stop,
+            ) -> None:
+                train(server_round, updates)
+                assert strategy.similarity is not None
+                for p, update in updates.items():
+                    sums[p] = sums.get(p, 0.0) + update.delta().astype(np.float64)
+                pids = [p for p in strategy.similarity.pids if p in strategy.clients]
+                unit = np.stack([sums[p] / max(float(np.linalg.norm(sums[p])), 1e-12) for p in pids])
+                graphs[server_round] = (pids, strategy.similarity.matrix(pids), 1.0 + unit @ unit.T)
+                stable = strategy._stable_since
+                if server_round >= stop[0] or (stable is not None and server_round >= stop[1]):
+                    raise _Enough
+
+            strategy.after_train = keep  # type: ignore[method-assign]
+            try:
+                strategy.start(InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients)
+            except _Enough:
+                pass
+            stable = strategy._stable_since
+            row: dict[str, Any] = {
+                **{k: getattr(cell, k) for k in ("half", "dataset", "groups", "clients", "seed")},
+                "plateau": stable,
+                "cap": cap,
+            }
+            for k, wait in waits.items():
+                at = clustering_round(stable, wait, strategy.training.rounds)
+                pids, graph, summed = graphs[at - 1]
+                truth = np.array([strategy.true_group(p) for p in pids])
+                labels, _ = flic_clusters(graph, 0.0, seed)
+                same = truth[:, None] == truth[None, :]
+                within = same & ~np.eye(len(pids), dtype=bool)
+                row[f"round {k:g}"] = at
+                row[f"updates {k:g}"] = round((at - 1) * per_round / clients, 2)
+                row[f"seen {k:g}"] = len(pids)
+                row[f"cos within {k:g}"] = round(float(graph[within].mean() - 1), 3) if within.any() else None
+                row[f"cos between {k:g}"] = round(float(graph[~same].mean() - 1), 3) if (~same).any() else None
+                row[f"k {k:g}"] = int(labels.max()) + 1
+                row[f"ari {k:g}"] = _ari(truth, labels)
+                distance = np.clip(2.0 - graph.astype(np.float64), 0.0, 2.0)
+                distance = (distance + distance.T) / 2  # S is float32
+                np.fill_diagonal(distance, 0.0)
+                told = cut_tree(distance, threshold=0.0, num_clusters=len(set(truth.tolist())))
+                row[f"ari true-k {k:g}"] = _ari(truth, told)
+                row[f"ari summed {k:g}"] = _ari(truth, flic_clusters(summed, 0.0, seed)[0])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
+    """The rows of ``flic_rounds`` and a summary per ``flic-min-updates`` value and data set."""
+    summary = []
+    summed = all("ari summed 0" in r for r in rows)
+    for k in FLIC_MIN_UPDATES:
+        for dataset in sorted({r["dataset"] for r in rows}):
+            part = [r for r in rows if r["dataset"] == dataset]
+            aris = [r[f"ari {k:g}"] for r in part]
+            summary.append(
+                [
+                    f"{k:g}",
+                    dataset,
+                    len(part),
+                    sum(a >= 0.95 for a in aris),
+                    round(float(np.mean(aris)), 3),
+                    round(float(np.min(aris)), 3),
+                    round(float(np.mean([r[f"round {k:g}"] for r in part])), 1),
+                    round(float(np.mean([r[f"updates {k:g}"] for r in part])), 2),
+                    sum(r.get(f"ari summed {k:g}", 0.0) >= 0.95 for r in part) if summed else None,
+                ]
+            )
+    columns = ("dataset", "groups", "clients", "seed", "plateau", "cap")
+    return [
+        Table(
+            title=f"FLIC's clustering round by flic-min-updates, {half} half: ARI on the clients seen",
+            columns=(
+                "flic-min-updates",
+                "dataset",
+                "federations",
+                "ARI >= 0.95",
+                "mean ARI",
+                "min ARI",
+                "mean round",
+                "updates a client",
+                "summed updates: ARI >= 0.95",
+            ),
+            rows=summary,
+        ),
+        Table(
+            title=f"FLIC's clustering round by flic-min-updates, {half} half: every federation",
+            columns=(
+                *columns,
+                *(
+                    f"{what} {k:g}"
+                    for k in FLIC_MIN_UPDATES
+                    for what in ("round", "seen", "within", "between", "K", "ARI", "ARI at true K", "ARI summed")
+                ),
+            ),
+            rows=[
+                [
+                    *(r[c] for c in columns),
+                    *(
+                        r.get(f"{what} {k:g}")
+                        for k in FLIC_MIN_UPDATES
+                        for what in (
+                            "round",
+                            "seen",
+                            "cos within",
+                            "cos between",
+                            "k",
+                            "ari",
+                            "ari true-k",
+                            "ari summed",
+                        )
+                    ),
+                ]
+                for r in rows
+            ],
+            notes="In-process FLIC runs (label groups, the project's defaults but the federation); each value's "
+            "clustering round as FLIC._due (plateau, wait for the mean updates, at the latest rounds // 2 + 1), the "
+            "graph of the clients seen then, the default Louvain step; 'within'/'between': mean cosine of the "
+            "updates within and between planted groups (benchmarks/selection.py, flic_rounds).",
+        ),
+    ]
+
+
 def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
     initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P),
@@ -557,7 +735,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--flic-louvain", action="store_true", help="FLIC's Louvain step by rule on --half (FLIC_SEEDS)"
     )
     parser.add_argument("--seeds", default="", help="with --flic-louvain: comma-separated seeds (default FLIC_SEEDS)")
+    parser.add_argument(
+        "--flic-rounds", action="store_true", help="FLIC's clustering round by flic-min-updates on --half (FLIC_SEEDS)"
+    )
+    parser.add_argument(
+        "--flic-federations", default="", help="with --flic-rounds: indices into FLIC_FEDERATIONS, comma-separated"
+    )
     args = parser.parse_args(argv)
+    if args.flic_rounds:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+        if args.rows is not None:
+            round_rows = json.loads(args.rows.read_text())
+        else:
+            chosen = (
+                [FLIC_FEDERATIONS[int(i)] for i in args.flic_federations.split(",")]
+                if args.flic_federations
+                else FLIC_FEDERATIONS
+            )
+            round_rows = flic_rounds(args.half, seeds, chosen)
+            if args.out is not None:
+                args.out.write_text(json.dumps(round_rows, indent=1) + "\n")
+        if args.record:
+            _record(
+                f"selection-flic-rounds-{args.half}",
+                command=args.measured_by or current_command(),
+                tables=flic_rounds_tables(round_rows, args.half),
+                load=args.load or load_average(),
+            )
+        return 0
     if args.flic_louvain:
         if args.rows is not None:
             flic_rows = json.loads(args.rows.read_text())

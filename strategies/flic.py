@@ -13,7 +13,9 @@ training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when Fed
 stabilised": after the first round at which the mean training loss of the last
 ``STABLE_PATIENCE`` rounds fell, from the ``STABLE_PATIENCE`` rounds before, by less than
 ``flic-stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
-the latest before round ``rounds // 2 + 1``. The relative change
+the latest before round ``rounds // 2 + 1``, and not before the clients have sent
+``flic-min-updates`` updates each on average (``rounds_for_updates``: from ``fraction`` and the
+number of clients; umbel's modification, 0 the plateau alone). The relative change
 of the global model is no such test: at a fixed learning rate it stays near its first value.
 
 ``flic-resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
@@ -41,7 +43,7 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 
 from common import keys
-from common.clustering.flic import join_by_modularity, loss_plateau
+from common.clustering.flic import clustering_round, join_by_modularity, loss_plateau, rounds_for_updates
 from common.clustering.blocks import CHUNK
 from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, sampled_flic
 from common.clustering.similarity import UpdateSimilarity
@@ -62,8 +64,8 @@ STABLE_PATIENCE = 3
 
 @dataclass(frozen=True)
 class FLICParams:
-    """``cluster_round`` >= 0 (0: automatic), ``resolution`` >= 0 (0: by silhouette within ``tolerance``, in
-    [0, 1)), ``sketch_dim`` >= 0
+    """``cluster_round`` >= 0 (0: automatic), ``min_updates`` >= 0 (the automatic round's wait),
+    ``resolution`` >= 0 (0: by silhouette within ``tolerance``, in [0, 1)), ``sketch_dim`` >= 0
     (0: full updates), ``stable_tol`` > 0, ``sample_above`` >= 0 (more clients seen: Louvain on a
     sample's graph, the rest by modularity gain, ``sampled.sampled_flic``; 0: exact); keys
     ``flic-*`` but the shared ``sketch-dim``.
@@ -75,6 +77,13 @@ class FLICParams:
         "the clustering round; 0: once the training loss plateaus (flic-stable-tol), at the latest rounds // 2 + 1",
         low=0,
         paper="a round given by hand",
+    )
+    min_updates: float = param(
+        0.0,
+        "with flic-cluster-round 0: the clustering also waits until the clients have sent this many updates each "
+        "on average (rounds * sampled / clients), at the latest rounds // 2 + 1; 0 = the loss plateau alone",
+        low=0.0,
+        paper="0: once FedAvg has stabilised",
     )
     resolution: float = param(0.0, "Louvain's resolution; 0 = the best silhouette over 0.5..2.0", low=0.0)
     tolerance: float = param(
@@ -176,7 +185,17 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
     def _due(self, server_round: int) -> bool:
         if self.params.cluster_round:
             return server_round >= self.params.cluster_round
-        return self._stable_since is not None or server_round >= self.training.rounds // 2 + 1
+        return server_round >= clustering_round(self._stable_since, self.wait_rounds(), self.training.rounds)
+
+    def wait_rounds(self) -> int:
+        """Training rounds after which the clients have sent ``flic-min-updates`` updates each on average."""
+        n = max(len(self.clients), 1)
+        return rounds_for_updates(self.params.min_updates, n, self.training.num_sampled(n))
+
+    def mean_updates(self, server_round: int) -> float:
+        """Updates each client has sent on average before ``server_round``'s training."""
+        n = max(len(self.clients), 1)
+        return (server_round - 1) * self.training.num_sampled(n) / n
 
     def _cluster(self, server_round: int) -> None:
         similarity = self.similarity
@@ -203,6 +222,16 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
             [self.models[0].copy() for _ in range(count)], {pid: int(k) for pid, k in zip(seen, labels, strict=True)}
         )
         self.clustered_at = server_round
+        if not self.params.cluster_round and server_round - 1 < self.wait_rounds():
+            log(
+                WARNING,
+                "round %d: FLIC clusters at rounds // 2 + 1 on %.1f updates a client on average, fewer than "
+                "flic-min-updates %g: raise rounds (or fraction) for a graph of %g updates a client",
+                server_round,
+                self.mean_updates(server_round),
+                self.params.min_updates,
+                self.params.min_updates,
+            )
         unseen = sorted(set(self.clients) - set(seen))
         log(
             INFO,

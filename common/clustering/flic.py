@@ -22,6 +22,7 @@ Numpy, scikit-learn and :mod:`common.clustering.louvain` only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ from sklearn.metrics import silhouette_score
 
 from common.validation import check_float, check_int
 
+from .hierarchical import most_within_tolerance, relabel_by_appearance
 from .louvain import louvain_labels
 
 RESOLUTIONS = tuple(np.round(np.arange(0.5, 2.01, 0.1), 2).tolist())
@@ -51,7 +53,8 @@ def louvain_by_silhouette(
         ties keep the first.
     tolerance : float, default=0.0
         In ``[0, 1)``: of the partitions scoring at least the best silhouette minus ``tolerance``,
-        the one with the most communities (ties: the lowest resolution); 0 = the best silhouette.
+        the one with the most communities (``hierarchical.most_within_tolerance``; ties: the lowest
+        resolution); 0 = the best silhouette.
 
     Returns
     -------
@@ -91,11 +94,7 @@ def louvain_by_silhouette(
     if best == -np.inf:
         gamma = float(min(resolutions, key=lambda g: abs(g - 1.0)))
         return louvain_labels(s, gamma, seed), gamma
-    # max() keeps the first of equals: the lowest resolution
-    if tolerance == 0.0:
-        _, labels, gamma = max(scored, key=lambda c: c[0])
-    else:
-        _, labels, gamma = max((c for c in scored if c[0] >= best - tolerance), key=lambda c: int(c[1].max()))
+    _, labels, gamma = scored[most_within_tolerance([(int(c[1].max()) + 1, c[0]) for c in scored], tolerance)]
     return labels, gamma
 
 
@@ -197,6 +196,58 @@ def loss_plateau(losses: Sequence[float], window: int, tol: float) -> bool:
     return bool(recent < tol * early) if early > 0 else True
 
 
+def rounds_for_updates(updates: float, num_clients: int, per_round: int) -> int:
+    """Training rounds after which ``num_clients`` clients, ``per_round`` of them sampled each round,
+    have sent ``updates`` updates each on average: ``ceil(updates * num_clients / per_round)``.
+
+    Parameters
+    ----------
+    updates : float
+        >= 0.
+    num_clients : int
+        >= 1.
+    per_round : int
+        In ``[1, num_clients]``.
+
+    Returns
+    -------
+    int
+        >= 0.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'updates'``, ``'num_clients'`` or ``'per_round'``.
+    """
+    owner = "rounds_for_updates"
+    updates = check_float(updates, "updates", owner, low=0.0)
+    num_clients = check_int(num_clients, "num_clients", owner, low=1)
+    per_round = check_int(per_round, "per_round", owner, low=1, high=num_clients)
+    return math.ceil(updates * num_clients / per_round - 1e-9)
+
+
+def clustering_round(plateau: int | None, wait: int, rounds: int) -> int:
+    """FLIC's automatic clustering round: after the plateau and the wait, at the latest ``rounds // 2 + 1``.
+
+    Parameters
+    ----------
+    plateau : int or None
+        The round after whose training ``loss_plateau`` first held; None: not (yet) held.
+    wait : int
+        Training rounds the clustering waits for (``rounds_for_updates``), >= 0.
+    rounds : int
+        The run's rounds, >= 1.
+
+    Returns
+    -------
+    int
+        ``min(rounds // 2 + 1, max(plateau, wait) + 1)``; ``rounds // 2 + 1`` while ``plateau`` is None.
+        The clustering runs before this round's training, on the updates of the rounds before it.
+    """
+    latest = rounds // 2 + 1
+    return latest if plateau is None else min(latest, max(plateau, wait) + 1)
+
+
 def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Each client whose update disagrees on average with the rest of its community becomes a community alone.
 
@@ -235,8 +286,7 @@ def split_disagreeing(similarity: np.ndarray, labels: np.ndarray) -> np.ndarray:
         if worst is None:
             break
         out[worst[1]] = out.max() + 1
-    _, first, inverse = np.unique(out, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
+    return relabel_by_appearance(out)
 
 
 def flic_clusters(

@@ -9,6 +9,8 @@ given number of clusters) all end here. numpy in, numpy out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, pdist, squareform
@@ -279,6 +281,29 @@ def relabel_by_appearance(labels: np.ndarray) -> np.ndarray:
     return rank[inverse.ravel()].astype(np.int64)
 
 
+def most_within_tolerance(candidates: Sequence[tuple[int, float]], tolerance: float) -> int:
+    """The candidate partition with the most clusters among those scoring within ``tolerance`` of the best.
+
+    Parameters
+    ----------
+    candidates : sequence of (int, float)
+        Each partition's number of clusters and score (higher is better; ``-inf`` allowed); not empty.
+    tolerance : float
+        >= 0; 0 keeps the best score (ties: the most clusters).
+
+    Returns
+    -------
+    int
+        Index into ``candidates``; ties keep the first.
+    """
+    if not candidates:
+        raise ValueError("The 'candidates' parameter of most_within_tolerance must not be empty. Got [] instead.")
+    best = max(score for _, score in candidates)
+    return max(
+        (i for i, (_, score) in enumerate(candidates) if score >= best - tolerance), key=lambda i: candidates[i][0]
+    )
+
+
 def centroids(vectors: np.ndarray, labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
     """Mean vector of each cluster.
 
@@ -450,5 +475,5 @@ def auto_cut(
     best = max((score for _, score, _ in scored), default=0.0)
     if best <= AUTO_MIN_SILHOUETTE:
         return one, None
-    _, score, labels = max((c for c in scored if c[1] >= best - tolerance), key=lambda c: c[0])
+    _, score, labels = scored[most_within_tolerance([(k, s) for k, s, _ in scored], tolerance)]
     return relabel_by_appearance(labels), score

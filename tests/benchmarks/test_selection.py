@@ -122,3 +122,29 @@ def test_flic_tables_count_cells_with_and_without_a_one_client_group():
         ["b", "no", 1, 0.9, 0.9, 0],
     ]
     assert detail.rows[0] == ["tabular", 3, 10, 1, 8, "[1, 2, 5]", 2, 0.5, 3, 1.0]
+
+
+def test_flic_rounds_tables_summarise_each_min_updates_value_per_data_set():
+    from benchmarks.selection import FLIC_MIN_UPDATES, flic_rounds_tables
+
+    def row(dataset, seed, aris, rounds):
+        r = {"dataset": dataset, "groups": 2, "clients": 10, "seed": seed, "plateau": 7, "cap": 51}
+        for k, ari, at in zip(FLIC_MIN_UPDATES, aris, rounds, strict=True):
+            r |= {f"round {k:g}": at, f"updates {k:g}": (at - 1) * 2 / 10, f"seen {k:g}": 9}
+            r |= {f"cos within {k:g}": 0.3, f"cos between {k:g}": -0.2, f"k {k:g}": 2, f"ari {k:g}": ari}
+            r |= {f"ari true-k {k:g}": 1.0, f"ari summed {k:g}": 1.0 if seed == 1 else 0.9}
+        return r
+
+    n = len(FLIC_MIN_UPDATES)
+    rows = [
+        row("fashion-mnist", 1, [1.0] + [0.5] * (n - 1), [8] * n),
+        row("fashion-mnist", 2, [0.0] * n, [10] * n),
+        row("tabular", 1, [1.0] * n, [16] * n),
+    ]
+    summary, detail = flic_rounds_tables(rows, "dev")
+    by = {(r[0], r[1]): r[2:] for r in summary.rows}
+    # federations, ARI >= 0.95, mean, min, round, updates a client, summed updates' ARI >= 0.95
+    assert by["0", "fashion-mnist"] == [2, 1, 0.5, 0.0, 9.0, 1.6, 1]
+    assert by[f"{FLIC_MIN_UPDATES[1]:g}", "fashion-mnist"] == [2, 0, 0.25, 0.0, 9.0, 1.6, 1]
+    assert by["0", "tabular"] == [1, 1, 1.0, 1.0, 16.0, 3.0, 1]
+    assert len(detail.rows) == 3 and detail.rows[0][:6] == ["fashion-mnist", 2, 10, 1, 7, 51]

@@ -5,10 +5,12 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from common.clustering.flic import (
+    clustering_round,
     flic_clusters,
     join_by_modularity,
     loss_plateau,
     louvain_by_silhouette,
+    rounds_for_updates,
     split_disagreeing,
 )
 from common.clustering.louvain import louvain_labels
@@ -252,3 +254,24 @@ def test_split_disagreeing_gives_a_one_client_group_its_own_cluster():
     np.testing.assert_array_equal(split_disagreeing(1.0 + weak, np.zeros(3, dtype=int)), [0, 1, 2])
     with pytest.raises(ValueError, match="'labels' parameter of split_disagreeing"):
         split_disagreeing(s, merged[:5])
+
+
+def test_rounds_for_updates_counts_the_rounds_until_the_mean_client_has_sent_that_many():
+    assert rounds_for_updates(3.0, 10, 2) == 15  # 2 of 10 a round: 0.2 updates a client a round
+    assert rounds_for_updates(3.0, 12, 3) == 12
+    assert rounds_for_updates(1.5, 10, 4) == 4  # 3.75 rounds: the next whole round
+    assert rounds_for_updates(2.0, 5, 5) == 2  # everyone every round
+    assert rounds_for_updates(0.0, 10, 2) == 0
+    with pytest.raises(ValueError, match="'per_round' parameter of rounds_for_updates"):
+        rounds_for_updates(3.0, 10, 11)
+    with pytest.raises(ValueError, match="'updates' parameter of rounds_for_updates"):
+        rounds_for_updates(-1.0, 10, 2)
+
+
+def test_clustering_round_comes_after_the_plateau_and_the_wait_and_never_after_half_the_rounds():
+    assert clustering_round(6, 0, 100) == 7  # the round after the plateau's
+    assert clustering_round(6, 15, 100) == 16  # the wait is longer: after its 15 rounds
+    assert clustering_round(20, 15, 100) == 21
+    assert clustering_round(6, 60, 100) == 51  # the cap
+    assert clustering_round(None, 0, 100) == 51  # no plateau yet: the cap
+    assert clustering_round(6, 15, 16) == 9

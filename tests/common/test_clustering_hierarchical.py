@@ -12,6 +12,7 @@ from common.clustering.hierarchical import (
     cut_linkage,
     cut_tree,
     linkage_tree,
+    most_within_tolerance,
     nearest,
     pairwise_distances,
     relabel_by_appearance,
@@ -244,3 +245,15 @@ def test_auto_cut_tries_the_largest_allowed_number_of_clusters():
     labels, score = auto_cut(np.abs(x[:, None] - x[None, :]), max_clusters=4)
     assert adjusted_rand_score(truth, labels) == 1.0
     assert score is not None and score > 0.9
+
+
+def test_most_within_tolerance_takes_the_finest_partition_near_the_best_score():
+    candidates = [(2, 0.50), (3, 0.49), (4, 0.47), (5, -np.inf)]
+    assert most_within_tolerance(candidates, 0.0) == 0  # the best score
+    assert most_within_tolerance(candidates, 0.01) == 1  # 3 clusters, 0.01 below: within (inclusive)
+    assert most_within_tolerance(candidates, 0.02) == 1  # 4 clusters are 0.03 below: not within
+    assert most_within_tolerance(candidates, 0.5) == 2  # -inf is never within a finite tolerance
+    assert most_within_tolerance([(3, 0.2), (3, 0.2)], 0.0) == 0  # ties keep the first
+    assert most_within_tolerance([(2, 0.2), (4, 0.2)], 0.0) == 1  # equal best scores: the most clusters
+    with pytest.raises(ValueError, match="'candidates' parameter of most_within_tolerance"):
+        most_within_tolerance([], 0.0)

@@ -187,6 +187,19 @@ def test_flic_automatic_round_waits_for_a_training_loss_plateau():
     assert strict.clustered_at == 4 // 2 + 1 and len(strict.train_loss) == 2
 
 
+def test_flic_automatic_round_also_waits_until_the_clients_have_sent_min_updates_each(caplog):
+    """6 clients, 3 a round: 5 updates each on average take 10 rounds, so the plateau (round 6) waits
+    until round 11; 8 each would take 16, past the cap rounds // 2 + 1 = 13, which clusters with a warning."""
+    waited, _ = _start(FLIC, FLICParams(stable_tol=100.0, min_updates=5.0), rounds=24, **{"eval-every": 100})
+    assert waited._stable_since == 2 * STABLE_PATIENCE
+    assert waited.clustered_at == 5 * 6 // 3 + 1 == waited.wait_rounds() + 1
+    assert waited.mean_updates(waited.clustered_at) == 5.0
+    with caplog.at_level("WARNING", logger="flwr"):
+        capped, _ = _start(FLIC, FLICParams(stable_tol=100.0, min_updates=8.0), rounds=24, **{"eval-every": 100})
+    assert capped.clustered_at == 24 // 2 + 1
+    assert any("fewer than flic-min-updates 8" in r.getMessage() for r in caplog.records)
+
+
 def test_flic_sketch_is_seeded_and_close_to_the_full_similarity():
     full, _ = _start(FLIC, FLICParams(cluster_round=10), rounds=1)
     sketched, _ = _start(FLIC, FLICParams(cluster_round=10, sketch_dim=512), rounds=1)

@@ -468,7 +468,13 @@ class UpdateSimilarity:
                 self.pids.append(pid)
         self._grow(len(self.pids), vectors.shape[1])
         rows = np.array([self._row[p] for p in pids])
-        self._vectors[rows] = _unit(vectors.astype(np.float64)).astype(np.float32)
+        unit = vectors.astype(np.float64)
+        norms = np.linalg.norm(unit, axis=1, keepdims=True)
+        np.divide(unit, np.where(norms > 0, norms, 1.0), out=unit)  # _unit's values, in place
+        if rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():
+            self._vectors[rows[0] : rows[-1] + 1] = unit  # new clients in order: a slice, not a gather
+        else:
+            self._vectors[rows] = unit
         if self.dense:
             n = len(self.pids)
             block = 1.0 + np.clip(self._vectors[rows] @ self._vectors[:n].T, -1.0, 1.0)

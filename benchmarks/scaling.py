@@ -401,7 +401,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
     ``QUERY_BATCH`` at a time). Requests cost nothing here: the rows are drawn when read."""
     from common.clustering.bipartition import NormSums, scan_round, should_split
     from common.clustering.sampled import sattler_split
-    from common.clustering.similarity import update_similarity
+    from common.clustering.similarity import CountSketch, update_similarity
     from strategies.cfl_sattler import QUERY_BATCH, SPLIT_SAMPLE, CFLSattlerParams
 
     truth = planted(n, 2, rng)
@@ -414,7 +414,10 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
     sums: dict[int, NormSums] = {}
     for rows in batches(n, rng):
         with meter.measure(exclude=0):
-            sums = scan_round(rows.tolist(), fresh.subset(rows), np.zeros(len(rows), dtype=np.int64), store)
+            stored = similarity.sketch if isinstance(similarity.sketch, CountSketch) else None
+            sums = scan_round(
+                rows.tolist(), fresh.subset(rows), np.zeros(len(rows), dtype=np.int64), store, sketch=stored
+            )
     p = CFLSattlerParams()
     labels = np.zeros(n, dtype=np.int64)
     with meter.measure(exclude=0):

@@ -165,8 +165,11 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         if not updates:
             return
         pids = sorted(updates)
+        deltas = _Deltas(updates, pids)
         with self.clustering_timer():
-            sums = scan_round(pids, _Deltas(updates, pids), [self.assignment[p] for p in pids], self._store)
+            store = self.store_for(int(np.shape(deltas[0])[-1]), self.params.sketch_dim, self.training.seed)
+            sketch = store.sketch if isinstance(store.sketch, CountSketch) else None
+            sums = scan_round(pids, deltas, [self.assignment[p] for p in pids], self._store, sketch=sketch)
             for k in sorted(sums):
                 mean_norm, rms, max_norm = sums[k].norms()
                 ratio = sums[k].ratio()
@@ -210,10 +213,17 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         replied = sorted(ups)
         return replied, [ups.pop(p).delta for p in replied]
 
-    def _store(self, pids: list[int], block: list[np.ndarray], sketch: CountSketch | None) -> np.ndarray | None:
-        """Keep a block of updates as the latest of ``pids``; their stored rows where they are in ``sketch``."""
-        rows = self.remember(pids, block, self.params.sketch_dim, self.training.seed)
-        return self.require(self.similarity, "similarity", "remember").in_sketch(rows, sketch)
+    def _store(
+        self,
+        pids: list[int],
+        block: list[np.ndarray],
+        sketch: CountSketch | None,
+        projected: np.ndarray | None = None,
+    ) -> np.ndarray | None:
+        """Keep a block of updates as the latest of ``pids``; their stored rows where they are in ``sketch``
+        (``projected``: their rows in ``sketch``, already computed; ``UpdateSimilarity.keep``)."""
+        store = self.store_for(int(np.shape(block[0])[-1]), self.params.sketch_dim, self.training.seed)
+        return store.keep(pids, block, sketch, projected)
 
     def _try_split(self, server_round: int, k: int) -> None:
         """Sattler's bi-partition of cluster ``k`` (``sampled.sattler_split``: every member, or above

@@ -31,9 +31,16 @@ class StoredUpdates:
         ``sketch_dim`` 0 keeps full updates unless all clients' would pass 2 GiB (``auto_sketch_dim``).
         """
         if self.similarity is None:
-            dim = int(np.shape(deltas[0])[-1])
-            self.similarity = update_similarity(len(self.clients), dim, sketch_dim, seed)
+            self.store_for(int(np.shape(deltas[0])[-1]), sketch_dim, seed)
+        assert self.similarity is not None
         return self.similarity.update(pids, deltas)
+
+    def store_for(self, dim: int, sketch_dim: int, seed: int) -> UpdateSimilarity:
+        """The store of latest updates, created on first use for updates of ``dim`` coordinates (the first
+        call fixes the seeded sketch; ``sketch_dim`` as :meth:`remember`'s)."""
+        if self.similarity is None:
+            self.similarity = update_similarity(len(self.clients), dim, sketch_dim, seed)
+        return self.similarity
 
     @property
     def distance_pids(self) -> list[int]:

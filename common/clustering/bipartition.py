@@ -28,7 +28,7 @@ import numpy as np
 from scipy.cluster import hierarchy
 
 from .blocks import row_blocks
-from .similarity import ROW_BLOCK, cosine_matrix, over_rows, sketch_rows
+from .similarity import ROW_BLOCK, CountSketch, cosine_matrix, over_rows, sketch_rows
 
 SCAN_BLOCK = 4 * ROW_BLOCK
 """Updates read at a time (never stacked) where each is read for several results (its sketch for the
@@ -43,7 +43,13 @@ def block_rows(rows: Sequence[np.ndarray] | np.ndarray, lo: int, hi: int) -> lis
 
 
 def fold_rows(
-    rows: Sequence[np.ndarray], groups: np.ndarray, num_groups: int, *, squares: bool = True
+    rows: Sequence[np.ndarray],
+    groups: np.ndarray,
+    num_groups: int,
+    *,
+    squares: bool = True,
+    sketch: CountSketch | None = None,
+    projected: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's squared norm and each group's sum of rows, every row read once, in threads (``over_rows``).
 
@@ -56,6 +62,11 @@ def fold_rows(
     num_groups : int
     squares : bool, default=True
         False: the sums only (``squares`` comes back empty).
+    sketch : CountSketch, optional
+        Also project each row by it (``CountSketch.project_row``) into ``projected``, first, so that the
+        norm and the sum read the row from the cache.
+    projected : ndarray of shape (m, k), float32, optional
+        Filled with the rows' projections when ``sketch`` is given (required then).
 
     Returns
     -------
@@ -75,6 +86,11 @@ def fold_rows(
             f"The 'rows' parameter of fold_rows must hold vectors of one length {dim}. "
             f"Got shape {np.shape(rows[bad])} at row {bad} instead."
         )
+    if sketch is not None and (projected is None or projected.shape != (len(rows), sketch.sketch_dim)):
+        raise ValueError(
+            f"The 'projected' parameter of fold_rows must be an array of shape {(len(rows), sketch.sketch_dim)} "
+            f"with a sketch. Got {None if projected is None else projected.shape} instead."
+        )
     dtype = first.dtype if first.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     groups = np.asarray(groups, dtype=np.int64)
     norms = np.empty(len(rows) if squares else 0)
@@ -83,6 +99,8 @@ def fold_rows(
     def fold(a: int, b: int, t: int) -> None:
         acc = threads[t] = np.zeros((num_groups, dim), dtype=dtype)
         for i in range(a, b):
+            if sketch is not None:
+                projected[i] = sketch.project_row(rows[i])  # type: ignore[index]
             r = np.asarray(rows[i], dtype=dtype)
             if squares:
                 norms[i] = np.einsum("i,i->", r, r)
@@ -171,16 +189,19 @@ def scan_round(
     pids: Sequence[int],
     rows: Sequence[np.ndarray] | np.ndarray,
     clusters: Sequence[int] | np.ndarray,
-    store: Callable[[list[int], list[np.ndarray], None], object] | None = None,
+    store: Callable[..., object] | None = None,
     sums: dict[int, NormSums] | None = None,
     *,
+    sketch: CountSketch | None = None,
     block: int = SCAN_BLOCK,
 ) -> dict[int, NormSums]:
     """One round's updates on the server of Sattler's CFL: each stored and added to its cluster's norms.
 
     ``block`` rows are read at a time (never stacked; a lazy sequence is never held whole):
     ``store(pids, rows, None)`` keeps them (``CFLSattler``: the sketched store of latest updates), then
-    each cluster's running :class:`NormSums` (of its criterion) adds its rows (:func:`fold_rows`).
+    each cluster's running :class:`NormSums` (of its criterion) adds its rows (:func:`fold_rows`). With
+    ``sketch`` (the store's), each row is projected in the same read as its norm and sum, and the store
+    gets them: ``store(pids, rows, sketch, projected)`` (``UpdateSimilarity.keep``).
 
     Parameters
     ----------
@@ -203,10 +224,16 @@ def scan_round(
     labels = np.asarray(clusters, dtype=np.int64)
     for lo in range(0, len(rows), block):
         part = block_rows(rows, lo, lo + block)
-        if store is not None:
-            store([int(p) for p in pids[lo : lo + len(part)]], part, None)
+        ids = [int(p) for p in pids[lo : lo + len(part)]]
         ks, at = np.unique(labels[lo : lo + len(part)], return_inverse=True)
-        squares, totals = fold_rows(part, at, len(ks))
+        if store is not None and sketch is not None:
+            projected = np.empty((len(part), sketch.sketch_dim), dtype=np.float32)
+            squares, totals = fold_rows(part, at, len(ks), sketch=sketch, projected=projected)
+            store(ids, part, sketch, projected)
+        else:
+            if store is not None:
+                store(ids, part, None)
+            squares, totals = fold_rows(part, at, len(ks))
         for j, k in enumerate(ks):
             sums.setdefault(int(k), NormSums()).add_folded(squares[at == j], totals[j])
     return sums

@@ -114,7 +114,7 @@ FLOAT32_GRAM_ENTRIES = 1 << 26
 
 def _unit(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    return np.divide(x, np.where(norms > 0, norms, 1.0))  # a zero row stays 0
 
 
 class GaussianSketch:
@@ -216,10 +216,11 @@ class CountSketch:
         rng = np.random.default_rng([self.seed, self.dim, self.sketch_dim])
         buckets = rng.integers(0, self.sketch_dim, size=self.dim)
         signs = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=self.dim)
-        # R^T (k, d) by column: each coordinate, read in order, is added to its bucket (x streamed,
-        # the k outputs in cache; by bucket, x was gathered at random: 1.5-2x the CPU). Each bucket
-        # still sums its coordinates in increasing order: the same float32 values as x R.
-        self._by_bucket = sparse.csc_matrix(
+        # R^T (k, d) as coordinates in increasing order: each is added to its bucket (x streamed, the k
+        # outputs in cache; by bucket, x was gathered at random: 1.5-2x the CPU), so each bucket sums
+        # its coordinates in increasing order, in float32: the values of x R. COO's one loop over the
+        # d entries took 15% less CPU than CSC's loop over columns (the same sums, in the same order).
+        self._by_bucket = sparse.coo_matrix(
             (signs, (buckets, np.arange(self.dim))), shape=(self.sketch_dim, self.dim), dtype=np.float32
         )
 
@@ -265,6 +266,17 @@ class CountSketch:
 
             over_rows(len(part), project)
         return out
+
+    def project_row(self, row: np.ndarray) -> np.ndarray:
+        """One vector ``(d,)`` projected to ``(k,)`` float32: its row of :meth:`project_rows`, in the caller's
+        thread (for work that reads the vector for other results while it is in the cache).
+
+        Raises
+        ------
+        ValueError
+            If ``row`` is not a vector of ``d`` numbers.
+        """
+        return np.asarray(self._by_bucket @ self._row((row,), 0))
 
     def _row(self, rows: Sequence[np.ndarray] | np.ndarray, i: int) -> np.ndarray:
         row = np.asarray(rows[i], dtype=np.float32)
@@ -395,7 +407,9 @@ class UpdateSimilarity:
     def __len__(self) -> int:
         return len(self.pids)
 
-    def update(self, pids: Sequence[int], updates: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    def update(
+        self, pids: Sequence[int], updates: np.ndarray | Sequence[np.ndarray], *, projected: np.ndarray | None = None
+    ) -> np.ndarray:
         """Store this round's updates and refresh their rows and columns of ``S``.
 
         Parameters
@@ -405,6 +419,9 @@ class UpdateSimilarity:
         updates : ndarray of shape (m, d), or a sequence of m arrays (d,)
             Flattened updates (trained minus sent); projected first when a sketch is set, a row at
             a time (a sequence is then never stacked).
+        projected : ndarray of shape (m, k), optional
+            The updates already projected by ``sketch`` (they are not projected again; ``updates`` is
+            then only checked for its number of rows).
 
         Returns
         -------
@@ -429,7 +446,14 @@ class UpdateSimilarity:
             )
         if not pids:
             return np.zeros((0, self._vectors.shape[1]), dtype=np.float32)
-        if isinstance(self.sketch, CountSketch):
+        if projected is not None:
+            vectors = np.asarray(projected, dtype=np.float32)
+            if vectors.shape[0] != len(pids):
+                raise ValueError(
+                    "The 'projected' parameter of UpdateSimilarity.update must have one row per pid. "
+                    f"Got shape {vectors.shape} for {len(pids)} pids instead."
+                )
+        elif isinstance(self.sketch, CountSketch):
             vectors = self.sketch.project_rows(updates)
         else:
             vectors = self.sketch.project(np.asarray(updates)) if self.sketch is not None else np.asarray(updates)
@@ -444,7 +468,13 @@ class UpdateSimilarity:
                 self.pids.append(pid)
         self._grow(len(self.pids), vectors.shape[1])
         rows = np.array([self._row[p] for p in pids])
-        self._vectors[rows] = _unit(vectors.astype(np.float64)).astype(np.float32)
+        unit = vectors.astype(np.float64)
+        norms = np.linalg.norm(unit, axis=1, keepdims=True)
+        np.divide(unit, np.where(norms > 0, norms, 1.0), out=unit)  # _unit's values, in place
+        if rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():
+            self._vectors[rows[0] : rows[-1] + 1] = unit  # new clients in order: a slice, not a gather
+        else:
+            self._vectors[rows] = unit
         if self.dense:
             n = len(self.pids)
             block = 1.0 + np.clip(self._vectors[rows] @ self._vectors[:n].T, -1.0, 1.0)
@@ -453,10 +483,19 @@ class UpdateSimilarity:
         return np.asarray(vectors, dtype=np.float32)
 
     def keep(
-        self, pids: Sequence[int], updates: np.ndarray | Sequence[np.ndarray], sketch: object = None
+        self,
+        pids: Sequence[int],
+        updates: np.ndarray | Sequence[np.ndarray],
+        sketch: object = None,
+        projected: np.ndarray | None = None,
     ) -> np.ndarray | None:
-        """Store the updates (:meth:`update`); their rows as stored in ``sketch``, or None (:meth:`in_sketch`)."""
-        return self.in_sketch(self.update(pids, updates), sketch)
+        """Store the updates (:meth:`update`); their rows as stored in ``sketch``, or None (:meth:`in_sketch`).
+
+        ``projected``: the updates' rows in ``sketch`` (m, k), already computed by the caller; stored as they
+        are where this store projects by ``sketch``, else ignored (the store projects ``updates``).
+        """
+        mine = projected is not None and sketch is not None and self.sketch == sketch
+        return self.in_sketch(self.update(pids, updates, projected=projected if mine else None), sketch)
 
     def in_sketch(self, rows: np.ndarray, sketch: object) -> np.ndarray | None:
         """``rows`` (as :meth:`update` returned them) where this store projects by ``sketch`` (an equal

@@ -44,7 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.records import RECORDS_DIR, Record, Table, current_command, load_average, read_record, write_record
+from benchmarks.records import (
+    RECORDS_DIR,
+    Record,
+    current_command,
+    load_average,
+    merge_record,
+    read_record,
+    write_record,
+)
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
@@ -1091,9 +1099,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], 
         name = args.record_name or "scaling-" + "-".join(str(n) for n in ns)
         if args.merge:
             load = args.record_load or load_average()
-            record = merge_record(
-                read_record(RECORDS_DIR / f"{name}.json"), Record(name, SCALING, current_command(), tables, load=load)
-            )
+            new = Record(name, SCALING, current_command(), tables, load=load)
+            record = merge_record(read_record(RECORDS_DIR / f"{name}.json"), new, key=lambda row: (row[1], row[3]))
             print(f"wrote {write_record(record)}")
         elif args.record_load:
             record = Record(name, SCALING, current_command(), tables, load=args.record_load)
@@ -1101,16 +1108,6 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], ns: list[int], 
         else:
             print(f"wrote {save_tables(name, SCALING, tables, load_before)}")
     return 0
-
-
-def merge_record(old: Record, new: Record) -> Record:
-    """``old`` with ``new``'s rows in place of its rows of the same variant and N (others kept, new ones
-    appended), ``new``'s notes after its notes, and both commands and loads."""
-    kept, fresh = old.tables[0], {(r[1], r[3]): r for r in new.tables[0].rows}
-    rows = [fresh.pop((r[1], r[3]), r) for r in kept.rows] + list(fresh.values())
-    notes = "\n\n".join(n for n in (kept.notes, new.tables[0].notes) if n)
-    table = Table(kept.title, kept.columns, rows, notes)
-    return Record(old.name, old.section, f"{old.command}; {new.command}", [table], load=f"{old.load}; {new.load}")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def test_flags_rows_run_flag_proximity_and_flag_labels(monkeypatch, variant, sam
 
 
 def test_a_merged_record_replaces_only_the_rows_measured_again():
-    from benchmarks.records import Record, Table
+    from benchmarks.records import Record, Table, merge_record
 
     columns = ["algorithm", "variant", "signal", "N", "seconds"]
     old = Record(
@@ -75,7 +75,7 @@ def test_a_merged_record_replaces_only_the_rows_measured_again():
         [Table("u", columns, [["b", "b", "s", "100,000", "9"], ["b", "b", "s", "10,000", "7"]], "new notes")],
         load="12",
     )
-    merged = scaling.merge_record(old, new)
+    merged = merge_record(old, new, key=lambda row: (row[1], row[3]))
     assert merged.tables[0].rows == [
         ["a", "a", "s", "100,000", "1"],
         ["b", "b", "s", "100,000", "9"],

@@ -52,7 +52,7 @@ from server.models import load_models
 from server.superlink import FleetOnly, fleet_paths
 from tests.helpers import small_run_config
 from server.inprocess import InProcessGrid
-from tests.helpers.processes import kill_trees, wait_for_port
+from tests.helpers.processes import kill_trees, umbel_in_process, wait_for_port
 
 # FedClust: the clustering round (query.head) is one more real round trip before training.
 STRATEGY = {"strategy": "fedclust", "num-clusters": 2}
@@ -231,14 +231,7 @@ class Deployment:
 
 
 def _umbel(*args) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = umbel_in_process("deploy", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -356,15 +349,7 @@ def _check_follow(dep: Deployment, finished: int) -> None:
     start-up (a missing ``resume-from`` file) exits 1 with the run's own log saying why; an unknown run 2."""
 
     def umbel_deploy(*args) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "server.cli", "deploy", *map(str, args), "--flwr-home", dep.cli_home],
-            cwd=PROJECT_ROOT,
-            env=deploy.deploy_env(dep.cli_home),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
+        return umbel_in_process("deploy", *args, "--flwr-home", dep.cli_home)
 
     done = umbel_deploy("wait", finished, "dep")
     assert done.returncode == EXIT_COMPLETED, done.stdout + done.stderr
@@ -529,17 +514,14 @@ def test_commands_carry_security_and_node_config(tmp_path):
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return umbel_in_process("deploy", *args)
 
 
-def test_superlink_cli_is_secure_unless_told_and_says_what_insecure_means(tmp_path):
+def test_superlink_cli_is_secure_unless_told_and_says_what_insecure_means(tmp_path, monkeypatch):
+    def execve(*args):  # in this process, a SuperLink started by mistake would replace pytest
+        raise AssertionError(f"the SuperLink was started: {args[1]}")
+
+    monkeypatch.setattr(os, "execve", execve)
     out = _cli("superlink", "--certs", tmp_path / "none", "--dry-run")
     assert out.returncode == 0 and "--enable-supernode-auth" in out.stdout and "127.0.0.1:8000" in out.stdout
     out = _cli("superlink", "--certs", tmp_path / "none")  # no certificates: refused before starting

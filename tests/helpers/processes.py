@@ -1,7 +1,9 @@
-"""Processes the end-to-end tests start: wait for a port, stop a process tree by PID."""
+"""Processes the end-to-end tests start: wait for a port, stop a process tree by PID; ``umbel`` in process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import signal
 import socket
 import subprocess
@@ -45,3 +47,21 @@ def kill_trees(pids: list[int]) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5)
+
+
+def umbel_in_process(*args: object) -> subprocess.CompletedProcess:
+    """``umbel ARGS`` through ``server.cli.main`` in this process: its exit code and what it printed.
+
+    The same parsing and handlers as the console command, without a fresh interpreter importing
+    torch and every strategy first (seconds of CPU per call, tens on a loaded box).
+    """
+    from server.cli import main
+
+    argv = [str(arg) for arg in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())

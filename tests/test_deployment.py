@@ -279,9 +279,12 @@ def _wait_for_round(dep: Deployment, run_name: str, proc: subprocess.Popen) -> N
 
 
 def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
-    """Run ``umbel deploy supernode`` to its end; its exit code and output."""
-    node = dep.spawn(
-        name,
+    """Run ``umbel deploy supernode`` (in this process; Flower's SuperNode is its child) to its end;
+    its exit code and output."""
+    home = dep.root / f"{name}-home"
+    home.mkdir(parents=True, exist_ok=True)
+    out = umbel_in_process(
+        "deploy",
         "supernode",
         "--superlink",
         f"127.0.0.1:{dep.port}",
@@ -291,14 +294,9 @@ def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
         free_port(),
         *NODE_RETRIES,
         *args,
+        env=deploy.deploy_env(home),
     )
-    try:
-        code = node.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the SuperNode kept running:\n{dep.log(name).read_text()[-3000:]}")
-    finally:
-        dep.stop(name)
-    return code, dep.log(name).read_text(errors="replace")
+    return out.returncode, out.stdout + out.stderr
 
 
 # ---------------------------------------------------------------------- deployment tests

@@ -157,7 +157,9 @@ class Deployment:
             self.stop(name)
 
     def stop(self, name: str | None = None) -> None:
-        """Stop one process (or all) and every child it started, by PID."""
+        """Stop one process (or all, the SuperLink last) and every child it started, by PID."""
+        if name is None:  # SuperNodes deactivate at a live SuperLink; a dead one keeps them retrying
+            kill_trees([self.procs.pop(key).pid for key in list(self.procs) if key != "superlink"])
         kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
 
     # ------------------------------------------------------------------ runs
@@ -275,7 +277,7 @@ def _wait_for_round(dep: Deployment, run_name: str, proc: subprocess.Popen) -> N
     deadline = time.monotonic() + RUN_TIMEOUT
     while not (metrics.exists() and metrics.read_text().strip()):
         assert proc.poll() is None and time.monotonic() < deadline, dep.tails(run_name)
-        time.sleep(1.0)
+        time.sleep(0.2)
 
 
 def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
@@ -788,7 +790,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
         deadline = time.monotonic() + RUN_TIMEOUT
         while not checkpoint.exists():
             assert killed.poll() is None and time.monotonic() < deadline, dep.tails("ckpt-killed")
-            time.sleep(0.5)
+            time.sleep(0.1)
         apps = _serverapps(dep)
         assert apps, dep.tails("ckpt-killed")
         for app in apps:

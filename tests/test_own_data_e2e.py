@@ -150,6 +150,9 @@ class Deployment:
                 "round-timeout": 300.0,
                 "results-dir": str(self.work / "results"),
                 "run-name": name,
+                # no delivery round (one more ClientApp process per node, and nothing here reads its files):
+                # test_deployment checks delivery; the simulation below writes this user model's files
+                "save-models": False,
             }
             (self.work / f"{name}.toml").write_text(to_toml(config))
             proc = self.spawn(
@@ -181,7 +184,8 @@ def deployment(work, federation):
         dep.start()
         yield dep
     finally:
-        kill_trees([p.pid for p in dep.procs])
+        kill_trees([p.pid for p in dep.procs[1:]])  # SuperNodes deactivate at a live SuperLink: it goes last
+        kill_trees([p.pid for p in dep.procs[:1]])
 
 
 def _results(folder: Path, log: Path) -> dict:

@@ -157,10 +157,15 @@ class Deployment:
             self.stop(name)
 
     def stop(self, name: str | None = None) -> None:
-        """Stop one process (or all, the SuperLink last) and every child it started, by PID."""
-        if name is None:  # SuperNodes deactivate at a live SuperLink; a dead one keeps them retrying
-            kill_trees([self.procs.pop(key).pid for key in list(self.procs) if key != "superlink"])
+        """Stop one process (or all) and every child it started, by PID."""
         kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
+
+    def wait_online(self, name: str) -> None:
+        """Return once SuperNode ``name`` has been activated by the SuperLink (its log names its node id)."""
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while "SuperNode ID:" not in self.log(name).read_text(errors="replace"):
+            assert self.procs[name].poll() is None and time.monotonic() < deadline, self.tails(name)
+            time.sleep(0.2)
 
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
@@ -785,6 +790,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
     short = {"rounds": 2, "eval-every": 2, "roster-path": str(roster)}
     dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE)
     try:
+        dep.wait_online(DUPLICATE)  # else the killed run may ask for identities before the impostor is there
         killed = dep.submit("ckpt-killed", **short, **{"checkpoint-every": 1})
         checkpoint = dep.root / "results" / "ckpt-killed" / "checkpoint.npz"
         deadline = time.monotonic() + RUN_TIMEOUT

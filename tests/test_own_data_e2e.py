@@ -184,8 +184,7 @@ def deployment(work, federation):
         dep.start()
         yield dep
     finally:
-        kill_trees([p.pid for p in dep.procs[1:]])  # SuperNodes deactivate at a live SuperLink: it goes last
-        kill_trees([p.pid for p in dep.procs[:1]])
+        kill_trees([p.pid for p in dep.procs])
 
 
 def _results(folder: Path, log: Path) -> dict:

@@ -52,7 +52,7 @@ from server.models import load_models
 from server.superlink import FleetOnly, fleet_paths
 from tests.helpers import small_run_config
 from server.inprocess import InProcessGrid
-from tests.helpers.processes import kill_trees, wait_for_port
+from tests.helpers.processes import kill_trees, umbel_in_process, wait_for_port
 
 # FedClust: the clustering round (query.head) is one more real round trip before training.
 STRATEGY = {"strategy": "fedclust", "num-clusters": 2}
@@ -160,6 +160,13 @@ class Deployment:
         """Stop one process (or all) and every child it started, by PID."""
         kill_trees([self.procs.pop(key).pid for key in ([name] if name else list(self.procs))])
 
+    def wait_online(self, name: str) -> None:
+        """Return once SuperNode ``name`` has been activated by the SuperLink (its log names its node id)."""
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while "SuperNode ID:" not in self.log(name).read_text(errors="replace"):
+            assert self.procs[name].poll() is None and time.monotonic() < deadline, self.tails(name)
+            time.sleep(0.2)
+
     # ------------------------------------------------------------------ runs
     def submit(self, run_name: str, **overrides) -> subprocess.Popen:
         """Start ``flwr run`` of umbel against this deployment (output in ``<run_name>.log``)."""
@@ -231,14 +238,7 @@ class Deployment:
 
 
 def _umbel(*args) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = umbel_in_process("deploy", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -282,13 +282,16 @@ def _wait_for_round(dep: Deployment, run_name: str, proc: subprocess.Popen) -> N
     deadline = time.monotonic() + RUN_TIMEOUT
     while not (metrics.exists() and metrics.read_text().strip()):
         assert proc.poll() is None and time.monotonic() < deadline, dep.tails(run_name)
-        time.sleep(1.0)
+        time.sleep(0.2)
 
 
 def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
-    """Run ``umbel deploy supernode`` to its end; its exit code and output."""
-    node = dep.spawn(
-        name,
+    """Run ``umbel deploy supernode`` (in this process; Flower's SuperNode is its child) to its end;
+    its exit code and output."""
+    home = dep.root / f"{name}-home"
+    home.mkdir(parents=True, exist_ok=True)
+    out = umbel_in_process(
+        "deploy",
         "supernode",
         "--superlink",
         f"127.0.0.1:{dep.port}",
@@ -298,14 +301,9 @@ def _umbel_node(dep: Deployment, name: str, *args) -> tuple[int, str]:
         free_port(),
         *NODE_RETRIES,
         *args,
+        env=deploy.deploy_env(home),
     )
-    try:
-        code = node.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the SuperNode kept running:\n{dep.log(name).read_text()[-3000:]}")
-    finally:
-        dep.stop(name)
-    return code, dep.log(name).read_text(errors="replace")
+    return out.returncode, out.stdout + out.stderr
 
 
 # ---------------------------------------------------------------------- deployment tests
@@ -356,15 +354,7 @@ def _check_follow(dep: Deployment, finished: int) -> None:
     start-up (a missing ``resume-from`` file) exits 1 with the run's own log saying why; an unknown run 2."""
 
     def umbel_deploy(*args) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "server.cli", "deploy", *map(str, args), "--flwr-home", dep.cli_home],
-            cwd=PROJECT_ROOT,
-            env=deploy.deploy_env(dep.cli_home),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
+        return umbel_in_process("deploy", *args, "--flwr-home", dep.cli_home)
 
     done = umbel_deploy("wait", finished, "dep")
     assert done.returncode == EXIT_COMPLETED, done.stdout + done.stderr
@@ -529,17 +519,14 @@ def test_commands_carry_security_and_node_config(tmp_path):
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return umbel_in_process("deploy", *args)
 
 
-def test_superlink_cli_is_secure_unless_told_and_says_what_insecure_means(tmp_path):
+def test_superlink_cli_is_secure_unless_told_and_says_what_insecure_means(tmp_path, monkeypatch):
+    def execve(*args):  # in this process, a SuperLink started by mistake would replace pytest
+        raise AssertionError(f"the SuperLink was started: {args[1]}")
+
+    monkeypatch.setattr(os, "execve", execve)
     out = _cli("superlink", "--certs", tmp_path / "none", "--dry-run")
     assert out.returncode == 0 and "--enable-supernode-auth" in out.stdout and "127.0.0.1:8000" in out.stdout
     out = _cli("superlink", "--certs", tmp_path / "none")  # no certificates: refused before starting
@@ -803,12 +790,13 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_straight_runs_models(sec
     short = {"rounds": 2, "eval-every": 2, "roster-path": str(roster)}
     dep.start_node(0, DUPLICATE, dep.keys / DUPLICATE)
     try:
+        dep.wait_online(DUPLICATE)  # else the killed run may ask for identities before the impostor is there
         killed = dep.submit("ckpt-killed", **short, **{"checkpoint-every": 1})
         checkpoint = dep.root / "results" / "ckpt-killed" / "checkpoint.npz"
         deadline = time.monotonic() + RUN_TIMEOUT
         while not checkpoint.exists():
             assert killed.poll() is None and time.monotonic() < deadline, dep.tails("ckpt-killed")
-            time.sleep(0.5)
+            time.sleep(0.1)
         apps = _serverapps(dep)
         assert apps, dep.tails("ckpt-killed")
         for app in apps:

@@ -25,7 +25,7 @@ import pytest
 
 from server import deploy
 from server.cli import PROJECT_ROOT, free_port, to_toml
-from tests.helpers.processes import kill_trees, wait_for_port
+from tests.helpers.processes import kill_trees, umbel_in_process, wait_for_port
 
 NUM_CLIENTS = 4  # good partitions; partition NUM_CLIENTS is the node with an empty folder
 SEED = 3  # 4 digits clients in 3 true groups (2, 1, 1)
@@ -65,30 +65,20 @@ def work(request) -> Path:
 @pytest.fixture(scope="module")
 def federation(work) -> Path:
     root = work / "federation"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "server.cli",
-            "export",
-            "--out",
-            str(root),
-            "--dataset",
-            "digits",
-            "--num-clients",
-            str(NUM_CLIENTS),
-            "--groups",
-            "3",
-            "--samples-per-label",
-            "20",
-            "--seed",
-            str(SEED),
-        ],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    out = umbel_in_process(
+        "export",
+        "--out",
+        root,
+        "--dataset",
+        "digits",
+        "--num-clients",
+        NUM_CLIENTS,
+        "--groups",
+        3,
+        "--samples-per-label",
+        20,
+        "--seed",
+        SEED,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert len(set(json.loads((root / "federation.json").read_text())["true-groups"])) == 3
@@ -160,6 +150,9 @@ class Deployment:
                 "round-timeout": 300.0,
                 "results-dir": str(self.work / "results"),
                 "run-name": name,
+                # no delivery round (one more ClientApp process per node, and nothing here reads its files):
+                # test_deployment checks delivery; the simulation below writes this user model's files
+                "save-models": False,
             }
             (self.work / f"{name}.toml").write_text(to_toml(config))
             proc = self.spawn(

@@ -1,11 +1,15 @@
-"""Processes the end-to-end tests start: wait for a port, stop a process tree by PID."""
+"""Processes the end-to-end tests start: wait for a port, stop a process tree by PID; ``umbel`` in process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -45,3 +49,30 @@ def kill_trees(pids: list[int]) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5)
+
+
+def umbel_in_process(*args: object, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``umbel ARGS`` through ``server.cli.main`` in this process (with ``env`` as its environment, if
+    given): its exit code and what it printed.
+
+    The same parsing and handlers as the console command, without a fresh interpreter importing
+    torch and every strategy first (seconds of CPU per call, tens on a loaded box).
+    """
+    from server.cli import main
+
+    argv = [str(arg) for arg in args]
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exit_:  # argparse's usage errors
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())

@@ -35,7 +35,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -704,6 +704,22 @@ def _record(name: str, *, command: str, tables: list[Table], load: str) -> None:
     write_record(Record(name=name, section="Selection with defaults", command=command, tables=tables, load=load))
 
 
+def _measured(args: argparse.Namespace, measure: Callable[[], Any]) -> Any:
+    """The rows ``--rows`` names, or ``measure()``'s, written to ``--out`` when given."""
+    if args.rows is not None:
+        return json.loads(args.rows.read_text())
+    rows = measure()
+    if args.out is not None:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
+def _record_if_asked(args: argparse.Namespace, name: str, tables: list[Table]) -> None:
+    """With ``--record``: the record ``name`` of ``tables``, with the command and load given or current."""
+    if args.record:
+        _record(name, command=args.measured_by or current_command(), tables=tables, load=args.load or load_average())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure one half; print the rows, write them (``--out``) and the record (``--record``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -744,39 +760,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.flic_rounds:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-        if args.rows is not None:
-            round_rows = json.loads(args.rows.read_text())
-        else:
-            chosen = (
-                [FLIC_FEDERATIONS[int(i)] for i in args.flic_federations.split(",")]
-                if args.flic_federations
-                else FLIC_FEDERATIONS
-            )
-            round_rows = flic_rounds(args.half, seeds, chosen)
-            if args.out is not None:
-                args.out.write_text(json.dumps(round_rows, indent=1) + "\n")
-        if args.record:
-            _record(
-                f"selection-flic-rounds-{args.half}",
-                command=args.measured_by or current_command(),
-                tables=flic_rounds_tables(round_rows, args.half),
-                load=args.load or load_average(),
-            )
+        chosen = (
+            [FLIC_FEDERATIONS[int(i)] for i in args.flic_federations.split(",")]
+            if args.flic_federations
+            else FLIC_FEDERATIONS
+        )
+        round_rows = _measured(args, lambda: flic_rounds(args.half, seeds, chosen))
+        _record_if_asked(args, f"selection-flic-rounds-{args.half}", flic_rounds_tables(round_rows, args.half))
         return 0
     if args.flic_louvain:
-        if args.rows is not None:
-            flic_rows = json.loads(args.rows.read_text())
-        else:
-            flic_rows = flic_louvain(args.half, [int(s) for s in args.seeds.split(",")] if args.seeds else None)
-            if args.out is not None:
-                args.out.write_text(json.dumps(flic_rows, indent=1) + "\n")
-        if args.record:
-            _record(
-                f"selection-flic-{args.half}",
-                command=args.measured_by or current_command(),
-                tables=flic_tables(flic_rows, args.half),
-                load=args.load or load_average(),
-            )
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+        flic_rows = _measured(args, lambda: flic_louvain(args.half, seeds))
+        _record_if_asked(args, f"selection-flic-{args.half}", flic_tables(flic_rows, args.half))
         return 0
     if args.proximity is not None:
         print(json.dumps(pacfl_proximity(find_cell(args.proximity), args.vectors), indent=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -124,17 +125,21 @@ def test_flic_tables_count_cells_with_and_without_a_one_client_group():
     assert detail.rows[0] == ["tabular", 3, 10, 1, 8, "[1, 2, 5]", 2, 0.5, 3, 1.0]
 
 
+def _flic_round_row(dataset, seed, aris, rounds):
+    from benchmarks.selection import FLIC_MIN_UPDATES
+
+    r = {"dataset": dataset, "groups": 2, "clients": 10, "seed": seed, "plateau": 7, "cap": 51}
+    for k, ari, at in zip(FLIC_MIN_UPDATES, aris, rounds, strict=True):
+        r |= {f"round {k:g}": at, f"updates {k:g}": (at - 1) * 2 / 10, f"seen {k:g}": 9}
+        r |= {f"cos within {k:g}": 0.3, f"cos between {k:g}": -0.2, f"k {k:g}": 2, f"ari {k:g}": ari}
+        r |= {f"ari true-k {k:g}": 1.0, f"ari summed {k:g}": 1.0 if seed == 1 else 0.9}
+    return r
+
+
 def test_flic_rounds_tables_summarise_each_min_updates_value_per_data_set():
     from benchmarks.selection import FLIC_MIN_UPDATES, flic_rounds_tables
 
-    def row(dataset, seed, aris, rounds):
-        r = {"dataset": dataset, "groups": 2, "clients": 10, "seed": seed, "plateau": 7, "cap": 51}
-        for k, ari, at in zip(FLIC_MIN_UPDATES, aris, rounds, strict=True):
-            r |= {f"round {k:g}": at, f"updates {k:g}": (at - 1) * 2 / 10, f"seen {k:g}": 9}
-            r |= {f"cos within {k:g}": 0.3, f"cos between {k:g}": -0.2, f"k {k:g}": 2, f"ari {k:g}": ari}
-            r |= {f"ari true-k {k:g}": 1.0, f"ari summed {k:g}": 1.0 if seed == 1 else 0.9}
-        return r
-
+    row = _flic_round_row
     n = len(FLIC_MIN_UPDATES)
     rows = [
         row("fashion-mnist", 1, [1.0] + [0.5] * (n - 1), [8] * n),
@@ -148,3 +153,21 @@ def test_flic_rounds_tables_summarise_each_min_updates_value_per_data_set():
     assert by[f"{FLIC_MIN_UPDATES[1]:g}", "fashion-mnist"] == [2, 0, 0.25, 0.0, 9.0, 1.6, 1]
     assert by["0", "tabular"] == [1, 1, 1.0, 1.0, 16.0, 3.0, 1]
     assert len(detail.rows) == 3 and detail.rows[0][:6] == ["fashion-mnist", 2, 10, 1, 7, 51]
+
+
+def test_flic_rounds_measured_rows_go_to_out_and_read_back_with_rows_give_the_same_record(tmp_path, monkeypatch):
+    from benchmarks import selection
+
+    n = len(selection.FLIC_MIN_UPDATES)
+    measured = [_flic_round_row("tabular", 1, [1.0] * n, [16] * n), _flic_round_row("tabular", 2, [0.0] * n, [9] * n)]
+    calls, records = [], []
+    monkeypatch.setattr(selection, "flic_rounds", lambda half, seeds, chosen: calls.append((half, seeds)) or measured)
+    monkeypatch.setattr(selection, "_record", lambda name, **kw: records.append((name, kw)))
+    out = tmp_path / "rows.json"
+    assert selection.main(["--flic-rounds", "--half", "dev", "--seeds", "3,4", "--out", str(out), "--record"]) == 0
+    assert calls == [("dev", [3, 4])] and json.loads(out.read_text()) == measured
+    argv = ["--flic-rounds", "--half", "dev", "--rows", str(out), "--record", "--load", "2", "--measured-by", "x"]
+    assert selection.main(argv) == 0
+    assert len(calls) == 1 and [r[0] for r in records] == ["selection-flic-rounds-dev"] * 2
+    assert records[1][1]["tables"] == records[0][1]["tables"]
+    assert (records[1][1]["load"], records[1][1]["command"]) == ("2", "x")

@@ -14,10 +14,13 @@ lacks the class). numpy/scipy only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 from scipy.linalg import subspace_angles
+from threadpoolctl import threadpool_limits
 
+from common.clustering.similarity import over_rows, row_threads
 from common.validation import check_choice, check_float
 
 MEASURES: tuple[str, ...] = ("smallest", "sum", "mean", "reference", "reference-signed")
@@ -387,19 +390,38 @@ def _cross_angles(first: Sequence[np.ndarray], second: Sequence[np.ndarray], mea
             cols = large.transpose(1, 0, 2).reshape(large.shape[1], -1)  # (d, n_large * q)
             value = np.empty((len(small), len(large)))
             step = max(1, BLOCK_ENTRIES // max(1, len(large) * r * q))
-            for lo in range(0, len(small), step):
-                left = small[lo : lo + step].transpose(0, 2, 1).reshape(-1, small.shape[1])  # (b * r, d)
-                m = (left @ cols).reshape(-1, r, len(large), q)
-                if measure == "smallest" and r <= CLOSED_FORM_MAX_RANK:
-                    cos2 = _largest_gram_eigenvalue(m)[..., None]
-                else:
-                    m = m.transpose(0, 2, 1, 3)
-                    cos2 = np.linalg.eigvalsh(m @ m.transpose(0, 1, 3, 2))[..., ::-1]  # descending cosines^2
-                    cos2 = cos2[..., :1] if measure == "smallest" else cos2
-                angles = np.degrees(np.arccos(np.sqrt(np.clip(cos2, 0.0, 1.0))))
-                value[lo : lo + step] = angles.sum(axis=-1) if measure == "sum" else angles.mean(axis=-1)
+
+            threads = min(row_threads(), -(-len(small) // step))
+            if threads > 1:
+                # each thread's products on one BLAS thread: BLAS's own spare threads spin while
+                # LAPACK's small problems run, which took more CPU than they saved
+                with threadpool_limits(1, user_api="blas"):
+                    over_rows(len(small), partial(_cross_rows, small, cols, measure, value, step), threads)
+            else:
+                _cross_rows(small, cols, measure, value, step, 0, len(small))
             out[np.ix_(ia, ib)] = value if ra <= rb else value.T
     return out
+
+
+def _cross_rows(
+    small: np.ndarray, cols: np.ndarray, measure: str, value: np.ndarray, step: int, start: int, stop: int, _: int = 0
+) -> None:
+    """Rows ``start:stop`` of :func:`_cross_angles`' ``value``, ``step`` bases of ``small`` (g, d, r) at a time
+    against the ``(d, n * q)`` columns ``cols`` of the other side's n bases of rank q."""
+    r = small.shape[2]
+    for lo in range(start, stop, step):
+        hi = min(lo + step, stop)
+        left = small[lo:hi].transpose(0, 2, 1).reshape(-1, small.shape[1])  # (b * r, d)
+        n = value.shape[1]
+        m = (left @ cols).reshape(-1, r, n, cols.shape[1] // n)
+        if measure == "smallest" and r <= CLOSED_FORM_MAX_RANK:
+            cos2 = _largest_gram_eigenvalue(m)[..., None]
+        else:
+            m = m.transpose(0, 2, 1, 3)
+            cos2 = np.linalg.eigvalsh(m @ m.transpose(0, 1, 3, 2))[..., ::-1]  # descending cosines^2
+            cos2 = cos2[..., :1] if measure == "smallest" else cos2
+        angles = np.degrees(np.arccos(np.sqrt(np.clip(cos2, 0.0, 1.0))))
+        value[lo:hi] = angles.sum(axis=-1) if measure == "sum" else angles.mean(axis=-1)
 
 
 SAMPLE_SIZE = 2_000

@@ -76,3 +76,20 @@ def test_reference_measure_compares_columns_not_spans():
     assert subspace_angle(_e(0), _e(1), "reference") == pytest.approx(90.0)
     m = pairwise_subspace_angles([_e(0, 1), rotated, _e(2)], "reference")
     np.testing.assert_allclose(m, [[0, 45, 90], [45, 0, 90], [90, 90, 0]], atol=1e-6)
+
+
+@pytest.mark.parametrize("measure", ["mean", "sum", "smallest"])
+def test_angles_between_on_two_threads_are_the_one_thread_angles_block_for_block(monkeypatch, measure):
+    from common.clustering import subspaces
+
+    rng = np.random.default_rng(4)
+    first = [rng.normal(size=(30, 3)) for _ in range(37)] + [rng.normal(size=(30, 2)) for _ in range(5)]
+    second = [rng.normal(size=(30, 3)) for _ in range(6)]
+    monkeypatch.setattr(subspaces, "BLOCK_ENTRIES", 6 * 9 * 4)  # 4 bases a block: many blocks a thread
+    monkeypatch.setattr(subspaces, "row_threads", lambda: 1)
+    one = subspaces.angles_between(first, second, measure)
+    monkeypatch.setattr(subspaces, "row_threads", lambda: 2)
+    two = subspaces.angles_between(first, second, measure)
+    np.testing.assert_allclose(two, one, rtol=0, atol=1e-9)
+    exact = np.array([[subspaces.subspace_angle(a, b, measure) for b in second] for a in first])
+    np.testing.assert_allclose(two, exact, atol=1e-6)

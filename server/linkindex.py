@@ -310,10 +310,11 @@ def warm_up(pool: Any, context: Any) -> int:
     return len(actors)
 
 
-CALLS_PER_ACTOR = 2
-"""ClientApp calls each Ray actor holds at once in umbel's simulations (Flower's engine: 1). At 10,000
-clients on a quiet 2-core box, identity took 25.2 s and a round in which every client evaluates 35.7 s with
-two, against 32.1 s and 57.0 s with one (docs/RESULTS.md, record exchange-round-quiet)."""
+CALLS_PER_ACTOR = 1
+"""ClientApp calls each Ray actor holds at once in umbel's simulations (1: Flower's engine). Two were
+faster at 10,000 clients on a quiet 2-core box (identity 25.2 s and an evaluate-all round 35.7 s, against
+32.1 s and 57.0 s; docs/RESULTS.md, record exchange-round-quiet), but a call queued behind a client that
+sleeps to its deadline then misses its own: a slow client would cost a healthy one its round."""
 CALLS_PER_ACTOR_ENV = "UMBEL_CALLS_PER_ACTOR"
 """Set to an int >= 1 to change :data:`CALLS_PER_ACTOR` (1: Flower's engine, one call per actor)."""
 

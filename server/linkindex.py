@@ -20,8 +20,9 @@ process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` 
 ``InMemoryLinkState`` it was checked against; with any other version Flower's own state runs,
 and a warning says so. With it, the same launcher makes Flower's engine sweep only the nodes with
 a message waiting (:func:`sweep_waiting_nodes`), registers every node's Context with one shared
-run config (:func:`register_contexts`) and has each Ray actor load umbel's ClientApp and the data as
-the engine starts (:func:`warm_up`).
+run config (:func:`register_contexts`), has each Ray actor load umbel's ClientApp and the data as
+the engine starts (:func:`warm_up`) and sends large arrays to the actors once per content
+(:mod:`server.raytransport`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import sys
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
+
+from . import raytransport
 
 SUPPORTED: tuple[str, ...] = ("1.41", "1.42")
 """Flower ``major.minor`` versions whose ``InMemoryLinkState`` this subclass was tested against."""
@@ -254,8 +257,9 @@ def install_client_loader() -> bool:
 
     Flower's loader is a closure holding the ClientApp, which Ray's cloudpickle pickles by value for
     every message (walking the loaded modules each time); a module-level function is pickled by its
-    name. Only for the Flower versions in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``;
-    any other app keeps Flower's loader.
+    name. For umbel's app it also sends the warm-up calls, sets the calls per actor and installs
+    :func:`server.raytransport.install`. Only for the Flower versions in ``SUPPORTED`` and unless
+    ``UMBEL_FLOWER_LINKSTATE=flower``; any other app keeps Flower's loader and Ray's pickling.
     """
     if not _enabled():
         return False
@@ -269,6 +273,7 @@ def install_client_loader() -> bool:
             self.app_fn = umbel_client_app
             warm_up(self.pool, WARM_CONTEXT.get("context"))
             pipeline(self.pool, calls_per_actor())
+            raytransport.install()
 
     RayBackend.build = build  # type: ignore[method-assign]
     return True

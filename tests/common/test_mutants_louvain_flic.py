@@ -175,3 +175,42 @@ def test_louvain_by_silhouette_measures_distance_as_two_minus_the_similarity() -
     np.fill_diagonal(s, 2.0)
     labels, _ = louvain_by_silhouette(s)
     assert labels.tolist() == [0] * 6 + [1] * 6
+
+
+def test_clustering_round_is_a_whole_round_for_an_odd_number_of_rounds() -> None:
+    from common.clustering.flic import clustering_round
+
+    assert clustering_round(None, 0, 7) == 4 and isinstance(clustering_round(None, 0, 7), int)
+    assert clustering_round(9, 0, 7) == 4
+
+
+def test_split_disagreeing_looks_past_a_community_of_one_and_keeps_a_mean_cosine_of_exactly_zero() -> None:
+    from common.clustering.flic import split_disagreeing
+
+    cos = np.array(
+        [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.6, -0.5],
+            [0.0, 0.6, 1.0, -0.5],
+            [0.0, -0.5, -0.5, 1.0],
+        ]
+    )
+    # client 0 alone in community 0 (listed first); client 3 disagrees with the rest of community 1
+    np.testing.assert_array_equal(split_disagreeing(1.0 + cos, np.array([0, 1, 1, 1])), [0, 1, 1, 2])
+    neutral = np.array([[1.0, 0.0], [0.0, 1.0]])  # a mean cosine of 0 is not below 0: kept together
+    np.testing.assert_array_equal(split_disagreeing(1.0 + neutral, np.array([0, 0])), [0, 0])
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "bound"),
+    [
+        ((1.0, 0, 1), "num_clients", "an int >= 1"),
+        ((1.0, 1, 0), "per_round", "an int in the range [1, 1]"),
+    ],
+)
+def test_rounds_for_updates_refuses_counts_below_one_by_name(args: tuple, name: str, bound: str) -> None:
+    from common.clustering.flic import rounds_for_updates
+
+    with pytest.raises(ValueError, match=f"^The '{name}' parameter of rounds_for_updates must be {re.escape(bound)}"):
+        rounds_for_updates(*args)
+    assert rounds_for_updates(1.0, 1, 1) == 1, "one client sending one update a round: one round"

@@ -5,8 +5,9 @@ module's ``.meta`` file: the exit code of its tests on each mutant) and the muta
 them, and prints the per-module table of docs/mutation.md, then, with ``--survivors``, each
 survivor's edit (the lines of its function that differ from the original) and its kind:
 
-- ``message``: only a string inside a ``raise``, a log or warning call, or an f-string changed (an
-  error's or log's wording, or a name in it);
+- ``message``: only a string inside a ``raise``, a log or warning call, a ``check_*`` call (the
+  parameter's and owner's names its error gives) or an f-string changed (an error's or log's
+  wording, or a name in it);
 - ``string``: only another string changed (a value: a metric's or linkage's name, a key);
 - ``code``: anything else.
 
@@ -89,14 +90,14 @@ def _blank_strings(node: ast.AST) -> str:
 
 
 def _message_lines(node: ast.AST) -> set[int]:
-    """Line numbers inside a raise, a log or warning call, or an f-string (where a message is written)."""
+    """Line numbers inside a raise, a log, warning or ``check_*`` call, or an f-string (where a message is written)."""
     lines: set[int] = set()
     for n in ast.walk(node):
         inside = isinstance(n, ast.Raise | ast.JoinedStr)
         if isinstance(n, ast.Call):
             f = n.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            inside = name in LOGGING
+            inside = name in LOGGING or name.startswith("check_")
         if inside and isinstance(n, ast.stmt | ast.expr):
             lines.update(range(n.lineno, (n.end_lineno or n.lineno) + 1))
     return lines

@@ -177,12 +177,28 @@ def table(counts: dict[str, Counter[str]], kinds: dict[str, Counter[str]] | None
     return "\n".join(rows)
 
 
+def listing(alive: list[Survivor]) -> str:
+    """The survivors as a markdown page section: per module, one line each (name, kind, the first edit)."""
+    lines: list[str] = []
+    module = None
+    for s in alive:
+        if s.module != module:
+            module = s.module
+            lines += ["", f"### `{module}`", ""]
+        old = next((e[1:].strip() for e in s.edit if e.startswith("-")), "")
+        new = next((e[1:].strip() for e in s.edit if e.startswith("+")), "")
+        edit = (f"`{old}` → `{new}`" if old or new else "(no edit found)").replace("|", "\\|")
+        lines.append(f"- `{s.name.rsplit('.', 1)[-1]}` ({s.kind}): {edit}")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the table (and with ``--survivors`` each survivor) of a mutmut run's folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"), help="mutmut's folder (default: ./mutants)")
     parser.add_argument("--survivors", action="store_true", help="also list every survivor's edit and kind")
     parser.add_argument("--kinds", default="message,string,code", help="with --survivors: the kinds listed")
+    parser.add_argument("--listing", type=Path, help="also write every survivor, one line each, to this markdown file")
     args = parser.parse_args(argv)
     counts = module_counts(args.mutants)
     alive = survivors(args.mutants)
@@ -190,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     for s in alive:
         kinds.setdefault(s.module, Counter())[s.kind] += 1
     print(table(counts, kinds))
+    if args.listing:
+        args.listing.write_text(listing(alive))
     if args.survivors:
         listed = set(args.kinds.split(","))
         for s in alive:

@@ -81,3 +81,17 @@ def test_the_table_counts_each_status_and_the_kill_rate_counts_timeouts_as_caugh
     rows = mutation.table(counts, kinds).splitlines()
     assert rows[2] == "| `common/cut.py` | 5 | 1 | 2 | 1 | 1 | 0 | 75% | 1 | 0 | 0 |"
     assert rows[3] == "| **all** | 5 | 1 | 2 | 1 | 1 | 0 | 75% | 1 | 0 | 0 |"
+
+
+def test_the_listing_gives_each_survivor_one_line_under_its_module(tmp_path):
+    folder = _folder(tmp_path, {1: 1, 2: 1, 3: 0, 4: 1})
+    text = mutation.listing(mutation.survivors(folder))
+    assert text.splitlines() == [
+        "### `common/cut.py`",
+        "",
+        "- `x_cut__mutmut_3` (code): `if k < 1:` → `if k <= 1:`",
+        (
+            "- `x_size__mutmut_1` (message): "
+            '`n = check_int(n, "n", "size", low=1)` → `n = check_int(n, "XXnXX", "size", low=1)`'
+        ),
+    ]

@@ -138,3 +138,20 @@ def test_spectral_helpers_take_the_value_at_each_bound():
     np.testing.assert_array_equal(
         spectral.impute_blocks(blocks * [[[1]], [[0]]], counts, np.zeros(2), rank=1, iters=0), 1.0
     )
+
+
+def test_the_randomised_svd_is_the_seeds_whatever_numpys_global_state_and_keeps_float32() -> None:
+    from common.clustering.spectral import _top_svd
+
+    g = np.random.default_rng(0).standard_normal((60, 40)).astype(np.float32)
+    np.random.seed(1)
+    first = _top_svd(g, 5, seed=3)
+    np.random.seed(2)
+    second = _top_svd(g, 5, seed=3)
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert all(part.dtype == np.float32 for part in first), "float32 stays float32"
+    u, values, vt = _top_svd(g.astype(np.float16), 5, seed=3)
+    assert values.dtype == np.float64, "anything but float32 is computed in float64"
+    np.testing.assert_allclose(values, np.linalg.svd(g.astype(np.float16).astype(np.float64))[1][:5], rtol=1e-4)
+    assert _top_svd(g[:4], 10, seed=3)[1].shape == (3,), "at most min(shape) - 1 components"

@@ -442,3 +442,29 @@ def test_fesem_starts_from_one_model_until_clients_seed_it_or_from_k_random_cent
     assert len(s.models) == models and s.seeded is seeded
     if init == "clients":
         assert set(s.assignment.values()) == {0}
+
+
+def test_sattler_puts_the_members_that_did_not_reply_on_the_larger_half_each_half_from_its_mean():
+    from strategies import CFLSattler
+
+    strategy = object.__new__(CFLSattler)
+    strategy.models = [ArrayRecord({"w": Array(np.array([1.0, 2.0, 3.0], dtype=np.float32))})]
+    strategy.assignment = dict.fromkeys(range(6), 0)
+    strategy.splits = []
+    means = np.array([[0.5, 0.5, 0.5], [-1.0, 0.0, 1.0]])
+    strategy._apply_split(4, 0, [0], [1, 2], list(range(6)), [0, 1, 2], means)
+    assert strategy.assignment == {0: 0, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1}, "3, 4 and 5 join the larger half"
+    np.testing.assert_allclose(strategy.models[0]["w"].numpy(), [1.5, 2.5, 3.5])
+    np.testing.assert_allclose(strategy.models[1]["w"].numpy(), [0.0, 2.0, 4.0])
+    assert strategy.splits == [{"round": 4, "cluster": 0, "new": 1}]
+
+
+def test_sattler_records_each_attempts_gamma_max_as_the_papers_sqrt_of_half_one_minus_the_cross_cosine():
+    from strategies import CFLSattler
+    from strategies.cfl_sattler import SattlerSplit
+
+    strategy = object.__new__(CFLSattler)
+    strategy.attempts, strategy._retry = [], {}
+    split = SattlerSplit(([0], [1]), [1, 1], cross=-0.5, intra=0.9, kept=True, sums=np.zeros((2, 3)))
+    assert strategy._kept(3, 0, split) is True
+    assert strategy.attempts[0]["gamma-max"] == pytest.approx(np.sqrt(0.75))  # (1 - (-0.5)) / 2

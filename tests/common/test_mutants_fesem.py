@@ -76,3 +76,33 @@ def test_fesem_takes_the_value_at_each_bound():
     np.testing.assert_array_equal(fesem.fesem_clusters(POINTS, 1, _rng()).labels, [0, 0, 0])
     assert len(set(fesem.fesem_clusters(POINTS, 3, _rng()).labels.tolist())) == 3
     assert fesem.fesem_clusters(POINTS, 2, _rng(), max_iter=1).iterations == 1
+
+
+def test_fesem_computes_in_float64_whatever_the_dtype_of_the_points_and_weights() -> None:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0.0, 5.0, size=(3, 5))
+    points = np.concatenate([c + rng.normal(0.0, 0.3, size=(10, 5)) for c in centres]).astype(np.float32)
+    weights = rng.uniform(1.0, 3.0, size=30).astype(np.float32)
+    low = fesem.fesem_clusters(points, 3, np.random.default_rng(4), weights)
+    high = fesem.fesem_clusters(points.astype(np.float64), 3, np.random.default_rng(4), weights.astype(np.float64))
+    np.testing.assert_array_equal(low.labels, high.labels)
+    np.testing.assert_array_equal(low.centres, high.centres)
+    assert low.centres.dtype == np.float64
+    np.testing.assert_array_equal(
+        fesem.squared_distances(points, centres.astype(np.float32)),
+        fesem.squared_distances(points.astype(np.float64), centres.astype(np.float32).astype(np.float64)),
+    )
+
+
+def test_squared_distances_read_every_block_of_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fesem, "ROWS", 2)
+    points = np.arange(15.0).reshape(5, 3)
+    centres = np.array([[0.0, 1.0, 2.0], [9.0, 9.0, 9.0]])
+    brute = ((points[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
+    np.testing.assert_allclose(fesem.squared_distances(points, centres), brute)
+
+
+def test_seed_centres_weigh_by_squared_distance_however_small_the_distances() -> None:
+    points = np.array([[0.0], [0.0], [0.0], [0.01]])  # squared distances sum to 1e-4: still k-means++ weights
+    for seed in range(20):
+        assert 3 in fesem.seed_centres(points, 2, np.random.default_rng(seed)).tolist()

@@ -184,10 +184,13 @@ def test_coordinate_subset_is_seeded_sorted_and_distinct():
     a = compression.coordinate_subset(1000, 10, 7)
     np.testing.assert_array_equal(a, compression.coordinate_subset(1000, 10, 7))
     assert len(set(a)) == 10 and np.all(np.diff(a) > 0) and a.max() < 1000
+    for seed in range(5):  # nearly every coordinate: a draw with replacement would repeat some
+        assert len(set(compression.coordinate_subset(20, 19, seed).tolist())) == 19
     assert not np.array_equal(a, compression.coordinate_subset(1000, 10, 8))
     np.testing.assert_array_equal(compression.coordinate_subset(5, 5, 3), np.arange(5))
     assert compression.compressed_size(159010, 100.0) == 1591
     assert compression.compressed_size(10, 1.0) == 10
+    assert compression.compressed_size(10, 20.0) == 1, "never below one coordinate, and not above"
     with pytest.raises(ValueError, match="'ratio'"):
         compression.compressed_size(10, 0.5)
     assert compression.block_seed(0, 1) == compression.block_seed(0, 1) != compression.block_seed(0, 2)

@@ -123,3 +123,16 @@ def test_principal_angles_of_float32_bases_are_computed_in_float64():
     np.testing.assert_array_equal(
         sub.principal_angles(a32, b32), sub.principal_angles(a32.astype(np.float64), b32.astype(np.float64))
     )
+
+
+def test_the_reference_measure_between_every_pair_is_each_pairs_own_with_a_zero_diagonal() -> None:
+    from common.clustering.subspaces import pairwise_subspace_angles, subspace_angle
+
+    rng = np.random.default_rng(5)
+    bases = [rng.standard_normal((12, 2)) for _ in range(4)]
+    bases.append(bases[1].copy())  # the same subspace: its largest column cosine is 1 up to rounding
+    got = pairwise_subspace_angles(bases, "reference")
+    want = np.array([[subspace_angle(a, b, "reference") if a is not b else 0.0 for b in bases] for a in bases])
+    assert np.all(np.isfinite(got)) and np.all(np.diag(got) == 0.0)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert got[1, 4] == pytest.approx(0.0, abs=1e-6)

@@ -35,3 +35,13 @@ def test_sketches_project_float64_input_to_float32_rows():
         out = sketch.project(x)
         assert out.dtype == np.float32
         np.testing.assert_array_equal(out, sketch.project(x.astype(np.float32)))
+
+
+def test_the_similarity_without_a_dense_s_is_one_plus_the_cosines_as_with_it() -> None:
+    updates = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, -2.0, 0.0]], dtype=np.float32)
+    want = 1.0 + np.array([[1.0, 0.5**0.5, 0.0], [0.5**0.5, 1.0, -(0.5**0.5)], [0.0, -(0.5**0.5), 1.0]])
+    for dense in (True, False):
+        store = sim.UpdateSimilarity(dense=dense)
+        store.update([7, 3, 5], updates)
+        np.testing.assert_allclose(store.matrix(), want, atol=1e-6)
+        np.testing.assert_allclose(store.matrix([5, 7]), want[np.ix_([2, 0], [2, 0])], atol=1e-6)

@@ -91,3 +91,20 @@ def test_scan_round_with_the_stores_sketch_projects_each_update_once_into_the_sa
     np.testing.assert_array_equal(fused.unit_rows(pids), separate.unit_rows(pids))
     for k in (0, 1):
         assert sums[k].norms() == want[k].norms() and sums[k].count == want[k].count
+
+
+def test_scan_round_hands_the_store_the_rows_it_projected_and_adds_to_running_sums():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    sketch = CountSketch(40, 8, 0)
+    calls = []
+
+    def store(pids, rows, given_sketch, projected=None):
+        calls.append((list(pids), given_sketch, None if projected is None else projected.copy()))
+
+    first = scan_round([0, 1, 2, 3, 4], list(x), [0, 0, 1, 1, 1], store, sketch=sketch, block=64)
+    ((pids, given, projected),) = calls
+    assert pids == [0, 1, 2, 3, 4] and given is sketch
+    np.testing.assert_array_equal(projected, sketch.project(x))
+    again = scan_round([0, 1], list(x[:2]), [0, 0], None, first)
+    assert again is first and first[0].count == 4 and first[1].count == 3

@@ -282,3 +282,18 @@ def test_automatic_k_on_cosines_keeps_one_cluster_when_no_client_moved(caplog):
     moved[:3, 0] += 1.0  # three clients moved one way, three did not: two clusters
     two = automatic_labels(moved, max_clusters=8, seed=0, origin=np.arange(10.0), metric="cosine")
     assert two.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_automatic_labels_above_the_sample_join_each_client_by_its_update_direction(monkeypatch):
+    from sklearn.metrics import adjusted_rand_score
+
+    from strategies import fesem
+
+    monkeypatch.setattr(fesem, "SAMPLE_SIZE", 24)
+    rng = np.random.default_rng(3)
+    truth = rng.permutation(np.arange(90) % 3)
+    directions = np.linalg.qr(rng.standard_normal((12, 3)))[0].T
+    origin = np.full(12, 10.0)  # far from 0: the clients' models all point the same way, their updates do not
+    points = origin + rng.uniform(0.5, 3.0, size=(90, 1)) * directions[truth] + 0.02 * rng.standard_normal((90, 12))
+    labels = fesem.automatic_labels(points, 6, seed=1, origin=origin, metric="cosine")
+    assert adjusted_rand_score(truth, labels) == 1.0

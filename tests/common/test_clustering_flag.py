@@ -193,3 +193,20 @@ def test_elbow_is_the_point_farthest_above_the_chord_of_the_normalised_curve() -
     # the knee decides (the last point is below the best): both axes min-max scaled, chord first to last point
     assert elbow([12, 14, 15, 19, 20], [0.42, 0.57, 0.60, 0.70, 0.66]) == 2
     assert elbow([3, 6, 12, 14, 26, 27], [0.72, 0.56, 0.64, 0.69, 0.86, 0.58]) == 4  # the first point is not the lowest
+
+
+def test_data_similarity_is_eq6_of_eq3_and_eq5_with_odd_clients_and_a_class_no_one_holds() -> None:
+    rng = np.random.default_rng(8)
+    classes = 5  # class 0: no client holds it
+    holds = [{1, 2}, {2, 3}, {1, 4}, {3}, {1, 2, 3, 4}, {4}]
+    bases = [{c: np.linalg.qr(rng.standard_normal((6, 2)))[0] for c in sorted(h)} for h in holds]
+    counts = np.zeros((6, classes))
+    for i, h in enumerate(holds):
+        counts[i, sorted(h)] = rng.integers(1, 40, size=len(h))
+    counts[0, 2] = 0  # a basis of class 2 but no sample of it
+    counts[3, 4] = 9  # samples of class 4 but no basis
+    for delta in (0.5, 0.2):
+        want = weighted_class_similarity(class_angles(bases, classes), class_weights(counts, delta))
+        np.testing.assert_allclose(data_similarity(bases, counts, classes, delta), want, atol=1e-9)
+    uniform = weighted_class_similarity(class_angles(bases, classes), class_weights(None, num_clients=6, num_classes=5))
+    np.testing.assert_allclose(data_similarity(bases, None, classes), uniform, atol=1e-9)

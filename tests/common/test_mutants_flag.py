@@ -94,6 +94,13 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
         ),
     ),
     (
+        lambda: flag.data_similarity(BASES, np.array([[1.0], [-1.0]]), 1),
+        _whole(
+            "The 'counts' parameter of data_similarity must be a non-negative finite array of shape (2, 1). "
+            "Got shape (2, 1) instead."
+        ),
+    ),
+    (
         lambda: flag.weighted_class_similarity(np.zeros((2, 2)), np.zeros((2, 2))),
         _whole("The 'angles' parameter of weighted_class_similarity must have shape (C, N, N). Got (2, 2) instead."),
     ),

@@ -56,11 +56,6 @@ class _Kept:
                 self.size -= dropped
             return value
 
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-            self.size = 0
-
 
 _SENT = _Kept(SENT_BYTES)
 _RECEIVED = _Kept(RECEIVED_BYTES)
@@ -79,7 +74,7 @@ def send_array(array: Any, put: Callable[[bytes], Any] | None = None) -> Sent:
         import ray
 
         put = ray.put
-    store = put
+    store: Callable[[bytes], Any] = put
 
     def make() -> tuple[Any, int]:
         return (data, store(data)), len(data)

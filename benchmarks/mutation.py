@@ -11,6 +11,10 @@ survivor's edit (the lines of its function that differ from the original) and it
 - ``string``: only another string changed (a value: a metric's or linkage's name, a key);
 - ``code``: anything else.
 
+``--rerun DIR`` folds in a second run of the same mutants on a wider test selection (its decided
+results win), and ``--verdicts DIR`` the triage of each survivor (:func:`read_verdicts`): the table
+of survivors by verdict, and each listed survivor's verdict and reason.
+
 Exit codes as mutmut 3 reads them: 1 killed, 0 survived, 33 no tests, 34 skipped, 36, 24 and -24
 timeout, None not run.
 """
@@ -30,6 +34,9 @@ KILLED, SURVIVED = 1, 0
 TIMEOUTS = frozenset({36, 24, -24, -9})
 NO_TESTS = 33
 MUTANT = re.compile(r"^(?P<base>.+)__mutmut_(?P<n>\d+)$")
+VERDICTS = ("killed", "equivalent", "harmless", "open")
+"""``killed``: a test (the reason names it) fails on it; ``equivalent``: no input changes a result;
+``harmless``: a result changes only within rounding, or only a diagnostic; ``open``: a gap not closed."""
 LOGGING = frozenset({"log", "warn", "warning", "info", "debug", "error", "exception", "critical"})
 
 
@@ -56,14 +63,27 @@ def status(code: int | None) -> str:
     return "no tests" if code == NO_TESTS else "other"
 
 
-def module_counts(mutants: Path) -> dict[str, Counter[str]]:
-    """Each mutated module's (``common/clustering/x.py``) count of mutants by :func:`status`."""
-    out: dict[str, Counter[str]] = {}
+def results(mutants: Path, rerun: Path | None = None) -> dict[str, dict[str, int | None]]:
+    """Each mutated module's (``common/clustering/x.py``) exit code by mutant key.
+
+    With ``rerun``, a second mutmut folder of the same mutants (run again on a wider test selection),
+    each of its decided codes replaces the first folder's.
+    """
+    out: dict[str, dict[str, int | None]] = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
+        again = rerun / meta.relative_to(mutants) if rerun is not None else None
+        if again is not None and again.exists():
+            later = json.loads(again.read_text())["exit_code_by_key"]
+            codes = {k: later[k] if later.get(k) is not None else c for k, c in codes.items()}
         if codes:
-            out[str(meta.relative_to(mutants))[: -len(".meta")]] = Counter(status(c) for c in codes.values())
+            out[str(meta.relative_to(mutants))[: -len(".meta")]] = codes
     return out
+
+
+def module_counts(codes: dict[str, dict[str, int | None]]) -> dict[str, Counter[str]]:
+    """Each module's count of mutants by :func:`status`, from :func:`results`."""
+    return {module: Counter(status(c) for c in by_key.values()) for module, by_key in codes.items()}
 
 
 def kill_rate(counts: Counter[str]) -> float | None:
@@ -119,18 +139,15 @@ def kind_of(original: ast.FunctionDef, mutant: ast.FunctionDef, source: list[str
     return ("message" if changed and changed <= _message_lines(mutant) else "string"), edit
 
 
-def survivors(mutants: Path) -> list[Survivor]:
-    """Every surviving mutant of every module, with its edit and kind, in file and mutant order."""
+def survivors(mutants: Path, codes: dict[str, dict[str, int | None]] | None = None) -> list[Survivor]:
+    """Every surviving mutant of every module (by ``codes``, default :func:`results`), with its edit and kind."""
     out: list[Survivor] = []
-    for meta in sorted(mutants.rglob("*.py.meta")):
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
-        alive = [k for k, c in codes.items() if c == SURVIVED]
+    for module, by_key in (results(mutants) if codes is None else codes).items():
+        alive = [k for k, c in by_key.items() if c == SURVIVED]
         if not alive:
             continue
-        path = meta.with_suffix("")
-        text = path.read_text()
+        text = (mutants / module).read_text()
         functions, lines = _functions(ast.parse(text)), text.splitlines()
-        module = str(path.relative_to(mutants))
         for key in sorted(alive, key=_order):
             name = key.rsplit(".", 1)[-1]
             match = MUTANT.match(name)
@@ -141,6 +158,28 @@ def survivors(mutants: Path) -> list[Survivor]:
                 continue
             kind, edit = kind_of(original, mutant, lines)
             out.append(Survivor(module, key, edit, kind))
+    return out
+
+
+def read_verdicts(folder: Path) -> dict[str, tuple[str, str]]:
+    """The triage: each ``*.tsv`` line of ``folder`` is ``name<TAB>verdict<TAB>reason``, ``#`` starts a comment.
+
+    ``name`` is the mutant's short name (``x_cut__mutmut_3``) and ``verdict`` one of :data:`VERDICTS`.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(folder.glob("*.tsv")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            cells = line.split("\t")
+            if len(cells) != 3 or cells[1] not in VERDICTS or not cells[2].strip():
+                raise ValueError(
+                    f"{path}:{number} must be 'name<TAB>verdict<TAB>reason' with a verdict in {VERDICTS}"
+                    f" and a reason. Got {line!r} instead."
+                )
+            if cells[0] in out:
+                raise ValueError(f"{path}:{number} judges {cells[0]!r} a second time.")
+            out[cells[0]] = (cells[1], cells[2].strip())
     return out
 
 
@@ -177,8 +216,11 @@ def table(counts: dict[str, Counter[str]], kinds: dict[str, Counter[str]] | None
     return "\n".join(rows)
 
 
-def listing(alive: list[Survivor]) -> str:
-    """The survivors as a markdown page section: per module, one line each (name, kind, the first edit)."""
+def listing(alive: list[Survivor], verdicts: dict[str, tuple[str, str]] | None = None) -> str:
+    """The survivors as a markdown page section: per module, one line each (name, kind, the first edit).
+
+    With ``verdicts`` (:func:`read_verdicts`), each line ends with its verdict and reason, or *untriaged*.
+    """
     lines: list[str] = []
     module = None
     for s in alive:
@@ -188,8 +230,26 @@ def listing(alive: list[Survivor]) -> str:
         old = next((e[1:].strip() for e in s.edit if e.startswith("-")), "")
         new = next((e[1:].strip() for e in s.edit if e.startswith("+")), "")
         edit = (f"`{old}` → `{new}`" if old or new else "(no edit found)").replace("|", "\\|")
-        lines.append(f"- `{s.name.rsplit('.', 1)[-1]}` ({s.kind}): {edit}")
+        short = s.name.rsplit(".", 1)[-1]
+        line = f"- `{short}` ({s.kind}): {edit}"
+        if verdicts is not None:
+            verdict, reason = verdicts.get(short, ("untriaged", ""))
+            line += f" — **{verdict}**" + (f": {reason}" if reason else "")
+        lines.append(line)
     return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def verdict_table(alive: list[Survivor], verdicts: dict[str, tuple[str, str]]) -> str:
+    """Each module's survivors by verdict (markdown), with an ``all`` row."""
+    head = [*VERDICTS, "untriaged"]
+    by_module: dict[str, Counter[str]] = {}
+    for s in alive:
+        by_module.setdefault(s.module, Counter())[verdicts.get(s.name.rsplit(".", 1)[-1], ("untriaged",))[0]] += 1
+    total = sum(by_module.values(), Counter())
+    rows = ["| module | survivors | " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) + 1)]
+    for module, c in [*((f"`{m}`", c) for m, c in by_module.items()), ("**all**", total)]:
+        rows.append(f"| {module} | {sum(c.values()):,} | " + " | ".join(f"{c[v]:,}" for v in head) + " |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,15 +259,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--survivors", action="store_true", help="also list every survivor's edit and kind")
     parser.add_argument("--kinds", default="message,string,code", help="with --survivors: the kinds listed")
     parser.add_argument("--listing", type=Path, help="also write every survivor, one line each, to this markdown file")
+    parser.add_argument("--rerun", type=Path, help="a second folder of the same mutants whose decided results win")
+    parser.add_argument("--verdicts", type=Path, help="a folder of triage files (see read_verdicts)")
     args = parser.parse_args(argv)
-    counts = module_counts(args.mutants)
-    alive = survivors(args.mutants)
+    codes = results(args.mutants, args.rerun)
+    alive = survivors(args.mutants, codes)
     kinds: dict[str, Counter[str]] = {}
     for s in alive:
         kinds.setdefault(s.module, Counter())[s.kind] += 1
-    print(table(counts, kinds))
+    print(table(module_counts(codes), kinds))
+    verdicts = read_verdicts(args.verdicts) if args.verdicts else None
+    if verdicts is not None:
+        print("\n" + verdict_table(alive, verdicts))
     if args.listing:
-        args.listing.write_text(listing(alive))
+        args.listing.write_text(listing(alive, verdicts))
     if args.survivors:
         listed = set(args.kinds.split(","))
         for s in alive:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from benchmarks import mutation
 
 SOURCE = """
@@ -73,7 +75,7 @@ def test_each_survivor_gets_its_edit_and_kind(tmp_path):
 
 def test_the_table_counts_each_status_and_the_kill_rate_counts_timeouts_as_caught(tmp_path):
     folder = _folder(tmp_path, {1: 1, 2: 1, 3: -24, 4: None})
-    counts = mutation.module_counts(folder)
+    counts = mutation.module_counts(mutation.results(folder))
     assert counts == {"common/cut.py": Counter({"survived": 1, "killed": 2, "timeout": 1, "not run": 1})}
     assert mutation.kill_rate(counts["common/cut.py"]) == 3 / 4
     assert mutation.kill_rate(Counter({"not run": 4})) is None
@@ -95,3 +97,59 @@ def test_the_listing_gives_each_survivor_one_line_under_its_module(tmp_path):
             '`n = check_int(n, "n", "size", low=1)` → `n = check_int(n, "XXnXX", "size", low=1)`'
         ),
     ]
+
+
+def test_a_rerun_s_decided_results_win_and_its_undecided_ones_do_not(tmp_path):
+    folder = _folder(tmp_path, {1: 0, 2: 0, 3: 0, 4: 1})
+    again = tmp_path / "again" / "common"
+    again.mkdir(parents=True)
+    later = {"common.cut.x_cut__mutmut_1": 1, "common.cut.x_cut__mutmut_2": None, "common.cut.x_cut__mutmut_4": 0}
+    (again / "cut.py.meta").write_text(json.dumps({"exit_code_by_key": later}))
+    codes = mutation.results(folder, tmp_path / "again")["common/cut.py"]
+    assert codes["common.cut.x_cut__mutmut_1"] == 1, "killed by the wider selection"
+    assert codes["common.cut.x_cut__mutmut_2"] == 0, "not rerun: the first run's result stays"
+    assert codes["common.cut.x_cut__mutmut_3"] == 0, "absent from the rerun"
+    assert codes["common.cut.x_cut__mutmut_4"] == 0, "the rerun decides, whatever it says"
+    names = {
+        s.name.rsplit(".", 1)[-1] for s in mutation.survivors(folder, mutation.results(folder, tmp_path / "again"))
+    }
+    assert names == {"x_cut__mutmut_2", "x_cut__mutmut_3", "x_cut__mutmut_4", "x_size__mutmut_1"}
+
+
+def test_verdicts_are_read_counted_and_listed(tmp_path):
+    folder = _folder(tmp_path, {1: 0, 2: 0, 3: 0, 4: 1})
+    triage = tmp_path / "triage"
+    triage.mkdir()
+    (triage / "cut.tsv").write_text(
+        "# common/cut.py\n\nx_cut__mutmut_3\tkilled\ttests/test_cut.py::test_k_of_one\n"
+        "x_size__mutmut_1\tharmless\tthe name in a message\n"
+    )
+    verdicts = mutation.read_verdicts(triage)
+    assert verdicts == {
+        "x_cut__mutmut_3": ("killed", "tests/test_cut.py::test_k_of_one"),
+        "x_size__mutmut_1": ("harmless", "the name in a message"),
+    }
+    alive = mutation.survivors(folder)
+    rows = mutation.verdict_table(alive, verdicts).splitlines()
+    assert rows[0] == "| module | survivors | killed | equivalent | harmless | open | untriaged |"
+    assert rows[2] == "| `common/cut.py` | 4 | 1 | 0 | 1 | 0 | 2 |"
+    assert rows[3] == "| **all** | 4 | 1 | 0 | 1 | 0 | 2 |"
+    lines = mutation.listing(alive, verdicts).splitlines()
+    assert lines[-2].endswith("`if k <= 1:` — **killed**: tests/test_cut.py::test_k_of_one")
+    assert lines[2].endswith("— **untriaged**"), "mutant 1 has no verdict"
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("x_cut__mutmut_3\tfine\tbecause", "verdict in"),
+        ("x_cut__mutmut_3\tequivalent\t ", "a reason"),
+        ("x_cut__mutmut_3 equivalent because", "name<TAB>verdict<TAB>reason"),
+        ("x_cut__mutmut_3\tequivalent\tsame\nx_cut__mutmut_3\topen\tagain", "a second time"),
+    ],
+)
+def test_a_malformed_verdict_line_is_an_error_naming_the_file_and_line(tmp_path, line, match):
+    (tmp_path / "cut.tsv").write_text("# header\n" + line + "\n")
+    with pytest.raises(ValueError, match=match) as error:
+        mutation.read_verdicts(tmp_path)
+    assert "cut.tsv:" in str(error.value)

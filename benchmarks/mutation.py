@@ -252,6 +252,15 @@ def verdict_table(alive: list[Survivor], verdicts: dict[str, tuple[str, str]]) -
     return "\n".join(rows)
 
 
+HEADER = """# Survivors of the mutation run
+
+Every mutant that survived its tests in the run that [mutation.md](mutation.md) describes, one line
+each: mutmut's name, its kind (`message`, `string` or `code`), its first changed line and, where it
+was triaged, the verdict and why. Written by `python -m benchmarks.mutation --listing`.
+
+"""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the table (and with ``--survivors`` each survivor) of a mutmut run's folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -272,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     if verdicts is not None:
         print("\n" + verdict_table(alive, verdicts))
     if args.listing:
-        args.listing.write_text(listing(alive, verdicts))
+        args.listing.write_text(HEADER + listing(alive, verdicts))
     if args.survivors:
         listed = set(args.kinds.split(","))
         for s in alive:

@@ -153,3 +153,18 @@ def test_a_malformed_verdict_line_is_an_error_naming_the_file_and_line(tmp_path,
     with pytest.raises(ValueError, match=match) as error:
         mutation.read_verdicts(tmp_path)
     assert "cut.tsv:" in str(error.value)
+
+
+def test_the_command_prints_both_tables_and_writes_the_listing_page(tmp_path, capsys):
+    folder = _folder(tmp_path, {1: 1, 2: 1, 3: 0, 4: 1})
+    triage = tmp_path / "triage"
+    triage.mkdir()
+    (triage / "cut.tsv").write_text("x_cut__mutmut_3\topen\tk of one untested\n")
+    page = tmp_path / "survivors.md"
+    mutation.main(["--mutants", str(folder), "--verdicts", str(triage), "--listing", str(page)])
+    out = capsys.readouterr().out
+    assert "| `common/cut.py` | 5 | 0 | 3 | 0 | 2 | 0 | 60% | 1 | 0 | 1 |" in out
+    assert "| `common/cut.py` | 2 | 0 | 0 | 0 | 1 | 1 |" in out
+    text = page.read_text()
+    assert text.startswith("# Survivors of the mutation run\n")
+    assert "- `x_cut__mutmut_3` (code): `if k < 1:` → `if k <= 1:` — **open**: k of one untested" in text

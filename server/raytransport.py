@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 SHARE_ABOVE = 128 * 1024
-"""Bytes from which an ``Array`` goes by reference. Near Ray's cost of a reference in a call: at
-636 KB by reference took 0.9 ms of the simulation process's CPU a call against 1.6-2.1 ms inline (a
-2-actor Ray micro-benchmark)."""
+"""Bytes from which an ``Array`` goes by reference. From Ray's own limit of about 100 KB, Ray puts a
+larger argument into its object store on every call: 2.3-2.8 ms of the sending process's CPU a call
+against 0.6-0.8 ms by reference (``python -m benchmarks.ray_share``, record ``ray-share``)."""
 SENT_BYTES = 512 * 2**20
 """Bytes of sent contents whose object-store copy the simulation process keeps (oldest dropped first)."""
 RECEIVED_BYTES = 256 * 2**20

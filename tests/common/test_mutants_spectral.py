@@ -160,12 +160,13 @@ def test_the_randomised_svd_is_the_seeds_whatever_numpys_global_state_and_keeps_
 
 @pytest.fixture
 def randomised(monkeypatch):
-    """Every SVD of more than 10 entries randomised, every ``G`` "large": the seeds each draw gets."""
+    """Every SVD of more than 10 entries randomised, every ``G`` "large": the seed (and the power
+    iterations or restarts) each draw gets."""
     drawn: dict[str, list] = {"svd": [], "kmeans": []}
     svd, kmeans = spectral.randomized_svd, spectral.KMeans
 
     def spy_svd(*args, **kwargs):
-        drawn["svd"].append(kwargs["random_state"])
+        drawn["svd"].append((kwargs["random_state"], kwargs.get("n_iter")))
         return svd(*args, **kwargs)
 
     def spy_kmeans(*args, **kwargs):
@@ -211,13 +212,13 @@ GROUPS = np.arange(12) % 2
 )
 def test_every_randomised_step_draws_from_the_seed_given_or_zero(randomised, call, svd_seed, kmeans_seed):
     call()
-    assert set(randomised["svd"]) == ({svd_seed} if svd_seed is not None else set())
+    assert set(randomised["svd"]) == ({(svd_seed, 7)} if svd_seed is not None else set())
     assert set(randomised["kmeans"]) == ({(kmeans_seed, 10)} if kmeans_seed is not None else set())
 
 
 def test_cflgp_clusters_imputes_with_the_impute_seed_and_clusters_with_the_seed(randomised):
     spectral.cflgp_clusters(BLOCKS, COUNTS, GROUPS, impute_seed=3, seed=5)
-    assert randomised["svd"] == [3] * spectral.IMPUTE_ITERS + [5]
+    assert randomised["svd"] == [(3, 7)] * spectral.IMPUTE_ITERS + [(5, 7)]
     assert randomised["kmeans"] == [(5, 10)]
 
 

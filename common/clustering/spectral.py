@@ -189,7 +189,8 @@ def _gram_left(g: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     s, v = _gram_spectrum(g)
     scale = np.divide(1.0, s[:k], out=np.zeros(k), where=s[:k] > 0)
     # float32 @ float64 would cast all of G to float64 (twice its size) first
-    return np.asarray(g @ v[:, :k].astype(g.dtype, copy=False), dtype=np.float64) * scale, s
+    vectors = v[:, :k].astype(np.float32 if g.dtype == np.float32 else np.float64, copy=False)
+    return np.asarray(g @ vectors, dtype=np.float64) * scale, s
 
 
 def left_vectors_and_values(matrix: np.ndarray, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

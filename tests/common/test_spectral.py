@@ -308,3 +308,14 @@ def test_estimate_num_clusters_scores_k_up_to_one_below_the_number_of_clients():
 def test_compression_helpers_refuse_bad_input_naming_the_parameter_the_function_and_the_range(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_left_singular_vectors_of_an_integer_tall_matrix_are_those_of_its_floats():
+    ints = np.array([[2, 1], [1, 3], [0, 1], [4, 0], [1, 1]])
+    for k in (1, 2):
+        got = spectral.top_left_singular_vectors(ints, k)[0]
+        want = spectral.top_left_singular_vectors(ints.astype(np.float64), k)[0]
+        assert np.abs(got).sum() > 0, "integer input must not give zero vectors"
+        np.testing.assert_allclose(np.abs(got), np.abs(want), atol=1e-12)
+        u, _, _ = np.linalg.svd(ints.astype(np.float64), full_matrices=False)
+        np.testing.assert_allclose(np.abs(got), np.abs(u[:, :k]), atol=1e-10)

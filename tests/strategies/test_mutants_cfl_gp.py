@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -17,16 +16,12 @@ from flwr.app import Array, ArrayRecord
 
 from common.clustering import compression
 from common.config import TrainingParams
+from common.signals import SignalError
 from strategies import cfl_gp
 from strategies.cfl_gp import CFLGP, CFLGPParams
 from strategies.federation import ClientInfo
 
 DIM = 8
-
-
-@dataclass
-class _Profile:
-    vector: np.ndarray
 
 
 def _direction(pid: int) -> np.ndarray:
@@ -40,11 +35,11 @@ def _offline(n: int = 6, seed: int = 1, **params) -> CFLGP:
     """A CFL-GP over ``n`` clients whose profile queries the stub answers; ``asked`` lists each query's clients."""
     s = CFLGP(TrainingParams(seed=seed), CFLGPParams(**{"max_clusters": 4, **params}))
     s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, p % 2) for p in range(n)}
-    s.asked = []
+    s.asked, s.reply = [], _direction
 
     def answer(action, pids, server_round, from_arrays, *, models=(), config=None, **expected):
         s.asked.append(list(pids))
-        return {p: _Profile(_direction(p)) for p in pids}
+        return {p: from_arrays({"vector": s.reply(p)}, **expected) for p in pids}
 
     s.query_signal = answer
     s.init_clusters(ArrayRecord({"w": Array(np.zeros(DIM, np.float32))}))
@@ -194,3 +189,10 @@ def test_k_is_estimated_after_estimate_after_updates_when_num_clusters_is_zero()
     s.before_round(2)
     assert s.estimate is not None and s.k == 2 == len(s.models)
     assert {s.assignment[p] for p in range(0, 6, 2)} != {s.assignment[p] for p in range(1, 6, 2)}
+
+
+def test_a_profile_reply_of_another_length_is_refused_not_broadcast_into_the_block() -> None:
+    s = _offline(6, num_clusters=2)
+    s.reply = lambda p: np.ones(1 if p == 3 else DIM, np.float32)
+    with pytest.raises(SignalError, match="gradient profile"):
+        s.before_round(1)

@@ -249,9 +249,10 @@ def test_split_disagreeing_refuses_labels_of_the_wrong_length_with_the_whole_sen
         split_disagreeing(np.ones((2, 2)), np.array([0, 0, 1]))
 
 
-def test_louvain_labels_default_to_seed_zero() -> None:
+def test_louvain_labels_and_the_silhouette_sweep_default_to_seed_zero() -> None:
     s = seed_sensitive()
     np.testing.assert_array_equal(louvain_labels(s, 1.0), louvain_labels(s, 1.0, 0))
+    np.testing.assert_array_equal(louvain_by_silhouette(s)[0], louvain_by_silhouette(s, seed=0)[0])
 
 
 @pytest.mark.parametrize(

@@ -106,3 +106,24 @@ def test_seed_centres_weigh_by_squared_distance_however_small_the_distances() ->
     points = np.array([[0.0], [0.0], [0.0], [0.01]])  # squared distances sum to 1e-4: still k-means++ weights
     for seed in range(20):
         assert 3 in fesem.seed_centres(points, 2, np.random.default_rng(seed)).tolist()
+
+
+def test_update_centres_is_each_clusters_weighted_mean_in_float64_and_leaves_its_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    whole = fesem.update_centres([[0.0], [1.0]], [0, 0], [1.0, 1.0], np.zeros((1, 1), dtype=np.int64))
+    assert whole.dtype == np.float64 and whole.tolist() == [[0.5]]
+    np.testing.assert_array_equal(fesem.update_centres([[4.0]], [0], [1.0], [[0.0]]), [[4.0]])
+    np.testing.assert_array_equal(fesem.update_centres([[4.0], [8.0]], [0, 0], [0.25, 0.75], [[0.0]]), [[7.0]])
+    centres = np.array([[0.0], [-3.0]])
+    np.testing.assert_array_equal(fesem.update_centres([[2.0], [6.0]], [0, 0], [1.0, 1.0], centres), [[4.0], [-3.0]])
+    np.testing.assert_array_equal(centres, [[0.0], [-3.0]])
+    monkeypatch.setattr(fesem, "ROWS", 2)
+    points = np.arange(5.0)[:, None]
+    np.testing.assert_array_equal(fesem.update_centres(points, np.zeros(5, int), np.ones(5), [[0.0]]), [[2.0]])
+
+
+def test_fesem_gives_up_after_100_steps_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    flips = iter(np.array([[0, 1], [1, 0]] * 200))
+    monkeypatch.setattr(fesem, "nearest_centres", lambda points, centres: next(flips))
+    assert fesem.fesem_clusters([[0.0], [1.0]], 2, _rng()).iterations == 100

@@ -214,3 +214,77 @@ def test_rounds_for_updates_refuses_counts_below_one_by_name(args: tuple, name: 
     with pytest.raises(ValueError, match=f"^The '{name}' parameter of rounds_for_updates must be {re.escape(bound)}"):
         rounds_for_updates(*args)
     assert rounds_for_updates(1.0, 1, 1) == 1, "one client sending one update a round: one round"
+
+
+@pytest.mark.parametrize("tolerance", [-0.1, 1.0])
+def test_louvain_by_silhouette_refuses_a_tolerance_outside_zero_to_one_by_name(tolerance: float) -> None:
+    sentence = (
+        "The 'tolerance' parameter of louvain_by_silhouette must be a float in the range [0.0, 1.0). "
+        f"Got {tolerance!r} instead."
+    )
+    with pytest.raises(ValueError, match=_full(sentence)):
+        louvain_by_silhouette(blocks((2, 2)), tolerance=tolerance)
+
+
+def test_louvain_by_silhouette_stops_at_the_first_resolution_that_gives_singletons_and_keeps_its_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from common.clustering import flic
+
+    tried = []
+    monkeypatch.setattr(flic, "louvain_labels", lambda s, gamma, seed: tried.append((gamma, seed)) or np.arange(len(s)))
+    labels, resolution = louvain_by_silhouette(np.zeros((3, 3)), seed=7, resolutions=[0.5, 1.5, 0.9, 2.0])
+    assert tried == [(0.5, 7), (0.9, 7)], "singletons at 0.5; then the unscored fallback nearest 1.0"
+    assert labels.tolist() == [0, 1, 2] and resolution == 0.9
+
+
+def test_split_disagreeing_refuses_labels_of_the_wrong_length_with_the_whole_sentence() -> None:
+    from common.clustering.flic import split_disagreeing
+
+    sentence = (
+        "The 'labels' parameter of split_disagreeing must have one label per row of 'similarity'. "
+        "Got 3 labels for shape (2, 2) instead."
+    )
+    with pytest.raises(ValueError, match=_full(sentence)):
+        split_disagreeing(np.ones((2, 2)), np.array([0, 0, 1]))
+
+
+def test_louvain_labels_and_the_silhouette_sweep_default_to_seed_zero() -> None:
+    s = seed_sensitive()
+    np.testing.assert_array_equal(louvain_labels(s, 1.0), louvain_labels(s, 1.0, 0))
+    np.testing.assert_array_equal(louvain_by_silhouette(s)[0], louvain_by_silhouette(s, seed=0)[0])
+
+
+@pytest.mark.parametrize(
+    ("upper", "lower"),
+    [(1.0, 1.5), (1000.0, 1000.0 + 5e-6), (1.0, 1.0 + 2e-6)],
+)
+def test_similarity_graph_refuses_a_matrix_asymmetric_by_more_than_one_millionth_with_the_whole_sentence(
+    upper: float, lower: float
+) -> None:
+    sentence = (
+        "The 'similarity' parameter of similarity_graph must be symmetric, finite and non-negative. "
+        "Got a matrix that is not instead."
+    )
+    with pytest.raises(ValueError, match=_full(sentence)):
+        similarity_graph(np.array([[2.0, upper], [lower, 2.0]]))
+
+
+def test_similarity_graph_takes_a_matrix_asymmetric_within_one_millionth() -> None:
+    graph = similarity_graph(np.array([[2.0, 1.0], [1.0 + 5e-7, 2.0]]))
+    assert graph.number_of_nodes() == 2 and graph.edges[0, 1]["weight"] == 1.0
+
+
+def test_join_by_modularity_takes_whole_number_labels_of_any_dtype() -> None:
+    s = blocks((2, 2))
+    links = np.array([[1.9, 1.9, 0.1, 0.1], [0.1, 0.1, 1.9, 1.9]])
+    for labels in ([0, 0, 1, 1], np.array([0.0, 0.0, 1.0, 1.0]), np.array([0, 0, 1, 1], dtype=np.int8)):
+        joined = join_by_modularity(links, s, labels)
+        assert joined.dtype == np.int64 and joined.tolist() == [0, 1]
+
+
+def test_split_disagreeing_parts_a_pair_whose_one_cosine_is_zero_and_the_other_negative() -> None:
+    from common.clustering.flic import split_disagreeing
+
+    cos = np.array([[1.0, 0.0], [-0.5, 1.0]])
+    np.testing.assert_array_equal(split_disagreeing(1.0 + cos, np.array([0, 0])), [0, 1])

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from common.clustering.bipartition import NormSums, sattler_bipartition, split_cluster, update_norms
+from common.clustering.bipartition import NormSums, fold_rows, sattler_bipartition, split_cluster, update_norms
 
 
 def _three_groups() -> list[np.ndarray]:
@@ -89,3 +89,12 @@ def test_norms_of_float16_updates_beyond_float16s_range_are_summed_in_float64(fe
 def test_norms_of_integer_updates_are_those_of_their_floats():
     rows = np.array([[3, 4], [-3, 4]])
     np.testing.assert_allclose(update_norms(rows), (4.0, 5.0, 5.0), rtol=1e-12)
+
+
+def test_fold_rows_refuses_a_scalar_row_by_name_and_shape():
+    with pytest.raises(
+        ValueError,
+        match=r"^The 'rows' parameter of fold_rows must hold vectors of one length 0\. "
+        r"Got shape \(\) at row 0 instead\.$",
+    ):
+        fold_rows([np.float32(1.0), np.ones(2, dtype=np.float32)], np.zeros(2, dtype=np.int64), 1)

@@ -98,3 +98,10 @@ def test_fold_rows_refuses_a_scalar_row_by_name_and_shape():
         r"Got shape \(\) at row 0 instead\.$",
     ):
         fold_rows([np.float32(1.0), np.ones(2, dtype=np.float32)], np.zeros(2, dtype=np.int64), 1)
+
+
+def test_fold_rows_sums_and_squares_float16_rows_in_float64():
+    rows = [np.full(2, 60000.0, dtype=np.float16)] * 2
+    squares, sums = fold_rows(rows, np.zeros(2, dtype=np.int64), 1)
+    np.testing.assert_array_equal(squares, [7.2e9, 7.2e9])
+    np.testing.assert_array_equal(sums, [[120000.0, 120000.0]])

@@ -152,3 +152,18 @@ def test_s_stays_in_zero_two_where_float32_cosines_round_past_one():
     s = store.matrix()
     assert s.min() == 0.0 and s.max() == 2.0
     assert (s[0, 1], s[0, 2]) == (0.0, 2.0)
+
+
+@pytest.mark.parametrize("gram_entries", [1 << 26, 1])
+def test_cosines_of_rows_shorter_than_one_are_those_of_their_directions(monkeypatch, gram_entries):
+    monkeypatch.setattr(sim, "FLOAT32_GRAM_ENTRIES", gram_entries)
+    x = np.array([[0.3, 0.4], [0.0, 0.5]], dtype=np.float32)
+    np.testing.assert_allclose(sim.cosine_matrix(x, x), [[1.0, 0.8], [0.8, 1.0]], atol=1e-6)
+
+
+def test_auto_sketch_dim_refuses_a_negative_count_by_name():
+    with pytest.raises(
+        ValueError, match=r"^The 'num_clients' parameter of auto_sketch_dim must be an int >= 0\. Got -1 instead\.$"
+    ):
+        sim.auto_sketch_dim(-1, 10)
+    assert sim.auto_sketch_dim(3, 10) == 0

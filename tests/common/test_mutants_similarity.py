@@ -1,10 +1,14 @@
 """The update store's factory and the sketches' input: written for the mutation run's survivors in
 ``common.clustering.similarity`` (``update_similarity``'s arguments dropped or swapped, its sketch or
-its ``dense`` flag lost; the sketches' float32 input)."""
+its ``dense`` flag lost; the sketches' float32 input; the Gaussian sketch's checks and default block;
+the store's defaults, errors, zero and short updates and its ``S`` kept in [0, 2])."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from common.clustering import similarity as sim
 
@@ -45,3 +49,121 @@ def test_the_similarity_without_a_dense_s_is_one_plus_the_cosines_as_with_it() -
         store.update([7, 3, 5], updates)
         np.testing.assert_allclose(store.matrix(), want, atol=1e-6)
         np.testing.assert_allclose(store.matrix([5, 7]), want[np.ix_([2, 0], [2, 0])], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["dim", "sketch_dim", "block"])
+def test_gaussian_sketch_refuses_a_size_below_one_by_name(name):
+    sizes = {"dim": 4, "sketch_dim": 2, "block": 8} | {name: 0}
+    with pytest.raises(
+        ValueError, match=rf"^The '{name}' parameter of GaussianSketch must be an int >= 1\. Got 0 instead\.$"
+    ):
+        sim.GaussianSketch(sizes["dim"], sizes["sketch_dim"], 0, block=sizes["block"])
+
+
+def test_gaussian_sketch_takes_sizes_of_one():
+    out = sim.GaussianSketch(1, 1, 0, block=1).project(np.array([0.0]))
+    assert out.shape == (1,) and out[0] == 0.0
+
+
+def test_gaussian_sketch_draws_its_matrix_in_blocks_of_4096_rows_by_default():
+    x = np.random.default_rng(1).normal(size=(2, 4100))
+    np.testing.assert_array_equal(
+        sim.GaussianSketch(4100, 3, 5).project(x), sim.GaussianSketch(4100, 3, 5, block=4096).project(x)
+    )
+
+
+def test_gaussian_sketch_names_itself_and_the_shape_of_input_of_another_width():
+    with pytest.raises(
+        ValueError,
+        match=r"^The 'x' parameter of GaussianSketch\.project must have 4 columns\. Got shape \(3,\) instead\.$",
+    ):
+        sim.GaussianSketch(4, 2, 0).project(np.zeros(3))
+
+
+def test_an_update_similarity_keeps_s_dense_by_default():
+    assert sim.UpdateSimilarity().dense is True
+
+
+def test_an_empty_update_of_an_empty_store_stores_nothing_and_one_sketched_row_is_stored():
+    store = sim.UpdateSimilarity()
+    rows = store.update([], np.zeros((0, 5)))
+    assert rows.shape == (0, 0) and rows.dtype == np.float32 and store.pids == []
+    sketched = sim.UpdateSimilarity(sim.CountSketch(3, 2, 0))
+    np.testing.assert_array_equal(sketched.update([7], [np.ones(3)]), sim.CountSketch(3, 2, 0).project(np.ones((1, 3))))
+    assert sketched.pids == [7]
+
+
+_ROWS = "The 'updates' parameter of UpdateSimilarity.update must have one row per distinct pid. "
+
+
+@pytest.mark.parametrize(
+    "sketch, updates, message",
+    [
+        (
+            sim.CountSketch(3, 2, 0),
+            [np.zeros(3), np.zeros(4)],
+            (
+                "The 'rows' parameter of CountSketch.project_rows must hold vectors of 3 numbers. "
+                "Got shape (4,) at row 1 instead."
+            ),
+        ),
+        (
+            None,
+            5.0,
+            _ROWS + "Got shape () for 2 pids instead.",
+        ),
+        (
+            None,
+            np.zeros((3, 4)),
+            _ROWS + "Got shape (3, 4) for 2 pids instead.",
+        ),
+    ],
+)
+def test_update_similarity_refuses_updates_that_do_not_match_its_pids_by_name(sketch, updates, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        sim.UpdateSimilarity(sketch).update([0, 1], updates)
+
+
+def test_a_zero_update_has_cosine_zero_and_short_updates_are_scaled_to_unit_norm():
+    store = sim.UpdateSimilarity()
+    store.update([0, 1, 2], np.array([[0.0, 0.0, 0.0], [0.3, 0.4, 0.0], [0.0, 0.5, 0.0]]))
+    np.testing.assert_allclose(store.matrix(), [[1.0, 1.0, 1.0], [1.0, 2.0, 1.8], [1.0, 1.8, 2.0]], atol=1e-6)
+    units = store.unit_rows([1, 2])
+    assert units.dtype == np.float32
+    np.testing.assert_allclose(units, [[0.6, 0.8, 0.0], [0.0, 1.0, 0.0]], atol=1e-7)
+
+
+def test_s_stays_in_zero_two_where_float32_cosines_round_past_one():
+    """This float32 update's unit vector has a float32 dot product with itself of 1 + 2^-23."""
+    x = np.array(
+        [
+            0.7293493747711182,
+            0.806139349937439,
+            -0.4763767421245575,
+            0.16333994269371033,
+            -1.2926461696624756,
+            -0.4718131422996521,
+            1.37795090675354,
+        ],
+        dtype=np.float32,
+    )
+    store = sim.UpdateSimilarity()
+    store.update([0, 1, 2], np.stack([x, -x, x]))
+    s = store.matrix()
+    assert s.min() == 0.0 and s.max() == 2.0
+    assert (s[0, 1], s[0, 2]) == (0.0, 2.0)
+
+
+@pytest.mark.parametrize("gram_entries", [1 << 26, 1])
+def test_cosines_of_rows_shorter_than_one_are_those_of_their_directions(monkeypatch, gram_entries):
+    monkeypatch.setattr(sim, "FLOAT32_GRAM_ENTRIES", gram_entries)
+    x = np.array([[0.3, 0.4], [0.0, 0.5]], dtype=np.float32)
+    np.testing.assert_allclose(sim.cosine_matrix(x, x), [[1.0, 0.8], [0.8, 1.0]], atol=1e-6)
+
+
+def test_auto_sketch_dim_refuses_a_negative_count_by_name():
+    with pytest.raises(
+        ValueError, match=r"^The 'num_clients' parameter of auto_sketch_dim must be an int >= 0\. Got -1 instead\.$"
+    ):
+        sim.auto_sketch_dim(-1, 10)
+    assert sim.auto_sketch_dim(3, 10) == 0

@@ -337,3 +337,17 @@ def test_the_default_seed_is_zero() -> None:
     )
     x = np.random.default_rng(7).normal(size=(20, 3))
     assert hopkins_statistic(x) == hopkins_statistic(x, seed=0) != hopkins_statistic(x, seed=1)
+
+
+def test_every_entry_point_reads_an_object_array_of_numbers_as_float64() -> None:
+    pull, push = np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])
+    for stacked in (
+        trajectories_from_forces(pull.astype(object), push),
+        trajectories_from_forces(pull, push.astype(object)),
+    ):
+        assert stacked.dtype == np.float64 and stacked.tolist() == [[[1.0, 3.0], [2.0, 4.0]]]
+    points = np.array([[[0.0, 0.0]], [[3.0, 4.0]]])
+    assert trajectory_distances(points.astype(object)).tolist() == [[0.0, 5.0], [5.0, 0.0]]
+    assert affinity_propagation(FIVE.astype(object)).labels.tolist() == [0, 0, 1, 1, 1]
+    assert coefficient_of_variation(np.array([1.0, 3.0], dtype=object)) == 0.5
+    assert hopkins_statistic(POINTS.astype(object), seed=1) == hopkins_statistic(POINTS, seed=1)

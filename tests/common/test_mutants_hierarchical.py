@@ -302,3 +302,16 @@ def test_nearest_reads_references_of_any_numeric_array_as_float64():
     x = np.array([[0.0], [5.0]])
     for references in (np.array([[0], [4]]), np.array([[0.0], [4.0]], dtype=object)):
         np.testing.assert_array_equal(hc.nearest(x, references), [0, 1])
+
+
+@pytest.mark.parametrize("distances", [np.array(1.0), np.zeros(3)])
+def test_cut_tree_refuses_distances_that_are_not_a_matrix_by_name(distances):
+    shape = distances.shape
+    with pytest.raises(
+        ValueError,
+        match=_whole(
+            f"The 'distances' parameter of agglomerative must be a non-empty square (N, N) array. Got shape {shape} "
+            "instead."
+        ),
+    ):
+        hc.cut_tree(distances, threshold=1.0, num_clusters=2)

@@ -147,6 +147,10 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: hc.auto_cut(D3, "median"), _message("linkage", "auto_cut", LINKS, "median")),
     (lambda: hc.auto_cut(D3, max_clusters=1), _message("max_clusters", "auto_cut", "an int >= 2", 1)),
     (
+        lambda: hc.most_within_tolerance([], 0.0),
+        _whole("The 'candidates' parameter of most_within_tolerance must not be empty. Got [] instead."),
+    ),
+    (
         lambda: hc.auto_cut(D3, tolerance=1.0),
         _message("tolerance", "auto_cut", "a float in the range [0.0, 1.0)", 1.0),
     ),

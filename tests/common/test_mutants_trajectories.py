@@ -351,3 +351,26 @@ def test_every_entry_point_reads_an_object_array_of_numbers_as_float64() -> None
     assert affinity_propagation(FIVE.astype(object)).labels.tolist() == [0, 0, 1, 1, 1]
     assert coefficient_of_variation(np.array([1.0, 3.0], dtype=object)) == 0.5
     assert hopkins_statistic(POINTS.astype(object), seed=1) == hopkins_statistic(POINTS, seed=1)
+
+
+def test_hopkins_of_ten_points_at_a_tenth_draws_one_probe_and_one_point() -> None:
+    x = np.array(
+        [
+            [0.0, 0.0],
+            [1.0, 0.0],
+            [0.0, 2.0],
+            [4.0, 4.0],
+            [5.0, 4.0],
+            [4.0, 6.0],
+            [9.0, 0.0],
+            [9.0, 1.0],
+            [0.0, 9.0],
+            [1.0, 9.0],
+        ]
+    )
+    draw = np.random.default_rng(2)
+    probe = draw.uniform(x.min(axis=0), x.max(axis=0), size=(1, 2))
+    picked = draw.choice(10, size=1, replace=False)
+    u = np.sqrt(((x - probe) ** 2).sum(axis=1)).min()
+    w = np.sort(np.sqrt(((x - x[picked]) ** 2).sum(axis=1)))[1]
+    assert hopkins_statistic(x, sample_fraction=0.1, seed=2) == pytest.approx(u / (u + w), rel=1e-12)

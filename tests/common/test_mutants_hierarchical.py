@@ -147,6 +147,10 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: hc.auto_cut(D3, "median"), _message("linkage", "auto_cut", LINKS, "median")),
     (lambda: hc.auto_cut(D3, max_clusters=1), _message("max_clusters", "auto_cut", "an int >= 2", 1)),
     (
+        lambda: hc.most_within_tolerance([], 0.0),
+        _whole("The 'candidates' parameter of most_within_tolerance must not be empty. Got [] instead."),
+    ),
+    (
         lambda: hc.auto_cut(D3, tolerance=1.0),
         _message("tolerance", "auto_cut", "a float in the range [0.0, 1.0)", 1.0),
     ),
@@ -244,3 +248,74 @@ def test_cut_tree_cuts_at_the_threshold_unless_given_a_positive_count_which_it_c
 
 def test_linkage_tree_defaults_to_average_linkage():
     np.testing.assert_array_equal(hc.linkage_tree(D3), hc.linkage_tree(D3, "average"))
+
+
+EQUIDISTANT = np.ones((4, 4)) - np.eye(4)
+THREE_PAIRS = np.array(
+    [
+        [0.0, 0.1, 5.0, 5.0, 5.0, 5.0],
+        [0.1, 0.0, 5.0, 5.0, 5.0, 5.0],
+        [5.0, 5.0, 0.0, 0.1, 5.0, 5.0],
+        [5.0, 5.0, 0.1, 0.0, 5.0, 5.0],
+        [5.0, 5.0, 5.0, 5.0, 0.0, 0.1],
+        [5.0, 5.0, 5.0, 5.0, 0.1, 0.0],
+    ]
+)
+
+
+def _two_pairs(inside: float) -> np.ndarray:
+    """Points 0, 1 and 2, 3 ``inside`` apart, 10 across."""
+    return np.array(
+        [[0.0, inside, 10.0, 10.0], [inside, 0.0, 10.0, 10.0], [10.0, 10.0, 0.0, inside], [10.0, 10.0, inside, 0.0]]
+    )
+
+
+def test_auto_cut_keeps_equidistant_clients_together():
+    """No cut of a tree whose merges all tie has two clusters below N: nothing is scored."""
+    for n in (3, 4):
+        labels, silhouette = hc.auto_cut(EQUIDISTANT[:n, :n])
+        np.testing.assert_array_equal(labels, np.zeros(n))
+        assert silhouette is None
+
+
+def test_auto_cut_finds_equidistant_groups_that_no_two_cluster_cut_separates():
+    """Three tight pairs at one distance: the tree has no two-cluster cut (the top merges tie), so K = 2 is
+    skipped and K = 3 taken; each point is 0.1 from its own pair and 5 from the others, silhouette 0.98."""
+    labels, silhouette = hc.auto_cut(THREE_PAIRS)
+    np.testing.assert_array_equal(labels, [0, 0, 1, 1, 2, 2])
+    assert silhouette == pytest.approx(0.98)
+
+
+def test_auto_cut_keeps_one_cluster_at_a_best_silhouette_of_exactly_the_minimum():
+    """Pairs 9 apart inside: each point scores (10 - 9) / 10 = 0.1, not above the minimum; 8 inside scores 0.2."""
+    assert hc.AUTO_MIN_SILHOUETTE == 0.1
+    labels, silhouette = hc.auto_cut(_two_pairs(9.0))
+    np.testing.assert_array_equal(labels, [0, 0, 0, 0])
+    assert silhouette is None
+    labels, silhouette = hc.auto_cut(_two_pairs(8.0))
+    np.testing.assert_array_equal(labels, [0, 0, 1, 1])
+    assert silhouette == pytest.approx(0.2)
+
+
+def test_centroids_default_to_one_row_per_label_up_to_the_largest():
+    c = hc.centroids(np.array([[1.0], [3.0], [5.0]]), np.array([1, 0, 1]))
+    np.testing.assert_array_equal(c, [[3.0], [3.0]])
+
+
+def test_nearest_reads_references_of_any_numeric_array_as_float64():
+    x = np.array([[0.0], [5.0]])
+    for references in (np.array([[0], [4]]), np.array([[0.0], [4.0]], dtype=object)):
+        np.testing.assert_array_equal(hc.nearest(x, references), [0, 1])
+
+
+@pytest.mark.parametrize("distances", [np.array(1.0), np.zeros(3)])
+def test_cut_tree_refuses_distances_that_are_not_a_matrix_by_name(distances):
+    shape = distances.shape
+    with pytest.raises(
+        ValueError,
+        match=_whole(
+            f"The 'distances' parameter of agglomerative must be a non-empty square (N, N) array. Got shape {shape} "
+            "instead."
+        ),
+    ):
+        hc.cut_tree(distances, threshold=1.0, num_clusters=2)

@@ -272,3 +272,105 @@ def test_hopkins_probes_span_each_column_s_own_range() -> None:
     # columns would lie far from every point (H near 1).
     grid = np.stack(np.meshgrid(np.linspace(0, 1, 6), np.linspace(100, 101, 6)), axis=-1).reshape(-1, 2)
     assert all(hopkins_statistic(grid, sample_fraction=0.5, seed=s) < 0.8 for s in range(5))
+
+
+@pytest.fixture
+def ap_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of every scikit-learn AffinityPropagation that affinity_propagation builds."""
+    from sklearn.cluster import AffinityPropagation
+
+    from common.clustering import trajectories
+
+    runs: list[dict[str, Any]] = []
+
+    def recording(**kwargs: Any) -> AffinityPropagation:
+        runs.append(kwargs)
+        return AffinityPropagation(**kwargs)
+
+    monkeypatch.setattr(trajectories, "AffinityPropagation", recording)
+    return runs
+
+
+def test_ap_runs_once_with_scikit_learns_iteration_defaults_and_seed_zero(ap_runs: list[dict[str, Any]]) -> None:
+    assert affinity_propagation(FIVE).converged
+    assert ap_runs == [
+        {
+            "affinity": "precomputed",
+            "damping": 0.5,
+            "preference": -0.3,
+            "max_iter": 1000,
+            "convergence_iter": 15,
+            "random_state": 0,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("damping", "schedule"),
+    [(0.5, [(0.5, 1), (0.7, 2), (0.9, 4)]), (0.6, [(0.6, 1), (0.7, 2), (0.9, 4)]), (0.7, [(0.7, 1), (0.9, 4)])],
+)
+def test_ap_retries_only_at_heavier_damping_with_more_iterations(
+    ap_runs: list[dict[str, Any]], damping: float, schedule: list[tuple[float, int]]
+) -> None:
+    """One iteration (or a few) never converges (15 stable ones are needed): every retry runs, each at a floor
+    above the given damping, with twice and four times the iterations."""
+    result = affinity_propagation(FIVE, damping=damping, max_iter=1, convergence_iter=15, seed=4)
+    assert [(run["damping"], run["max_iter"]) for run in ap_runs] == schedule
+    assert all(run["convergence_iter"] == 15 and run["random_state"] == 4 for run in ap_runs)
+    assert result.converged is False and result.damping == 0.9
+
+
+def test_cluster_trajectories_runs_ap_with_its_seed_and_damping(ap_runs: list[dict[str, Any]]) -> None:
+    points = np.array([[[0.0, 0.0]], [[0.0, 0.1]], [[9.0, 9.0]], [[9.0, 9.1]]])
+    cluster_trajectories(points, damping=0.6, seed=3)
+    cluster_trajectories(points)
+    assert [(run["damping"], run["random_state"]) for run in ap_runs] == [(0.6, 3), (0.5, 0)]
+
+
+def test_the_default_seed_is_zero() -> None:
+    points = np.arange(24, dtype=np.float64).reshape(12, 1, 2)
+    assert np.array_equal(
+        cluster_trajectories(points, max_points=6).sample, cluster_trajectories(points, max_points=6, seed=0).sample
+    )
+    assert not np.array_equal(
+        cluster_trajectories(points, max_points=6, seed=1).sample, cluster_trajectories(points, max_points=6).sample
+    )
+    x = np.random.default_rng(7).normal(size=(20, 3))
+    assert hopkins_statistic(x) == hopkins_statistic(x, seed=0) != hopkins_statistic(x, seed=1)
+
+
+def test_every_entry_point_reads_an_object_array_of_numbers_as_float64() -> None:
+    pull, push = np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])
+    for stacked in (
+        trajectories_from_forces(pull.astype(object), push),
+        trajectories_from_forces(pull, push.astype(object)),
+    ):
+        assert stacked.dtype == np.float64 and stacked.tolist() == [[[1.0, 3.0], [2.0, 4.0]]]
+    points = np.array([[[0.0, 0.0]], [[3.0, 4.0]]])
+    assert trajectory_distances(points.astype(object)).tolist() == [[0.0, 5.0], [5.0, 0.0]]
+    assert affinity_propagation(FIVE.astype(object)).labels.tolist() == [0, 0, 1, 1, 1]
+    assert coefficient_of_variation(np.array([1.0, 3.0], dtype=object)) == 0.5
+    assert hopkins_statistic(POINTS.astype(object), seed=1) == hopkins_statistic(POINTS, seed=1)
+
+
+def test_hopkins_of_ten_points_at_a_tenth_draws_one_probe_and_one_point() -> None:
+    x = np.array(
+        [
+            [0.0, 0.0],
+            [1.0, 0.0],
+            [0.0, 2.0],
+            [4.0, 4.0],
+            [5.0, 4.0],
+            [4.0, 6.0],
+            [9.0, 0.0],
+            [9.0, 1.0],
+            [0.0, 9.0],
+            [1.0, 9.0],
+        ]
+    )
+    draw = np.random.default_rng(2)
+    probe = draw.uniform(x.min(axis=0), x.max(axis=0), size=(1, 2))
+    picked = draw.choice(10, size=1, replace=False)
+    u = np.sqrt(((x - probe) ** 2).sum(axis=1)).min()
+    w = np.sort(np.sqrt(((x - x[picked]) ** 2).sum(axis=1)))[1]
+    assert hopkins_statistic(x, sample_fraction=0.1, seed=2) == pytest.approx(u / (u + w), rel=1e-12)

@@ -1,0 +1,100 @@
+"""CFLGT's bookkeeping without Flower: the automatic pre-training's log line, where clients without a trajectory
+wait (the largest cluster, cluster 0 when nobody else is placed) and that waiting clients stay waiting.
+
+Written for the mutation run's survivors in strategies/cflgt.py (docs/mutation-verdicts/strategies.cflgt.tsv).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord
+
+from common import keys
+from common.config import TrainingParams
+from common.signals.forces import ClassForces
+from strategies.cflgt import CFLGT, CFLGTParams
+from strategies.federation import ClientInfo
+
+# Two planted groups of trajectories (C = 2 classes): clients 0, 1 (and 7) push 1, clients 2 to 6 push 3, each point
+# moved by noise of 0.01 (AP splits identical points on their tied similarities); a preference of -1 keeps
+# the groups, 2 apart, whole.
+GROUP = [0, 0, 1, 1, 1, 1, 1, 0]
+NOISE = np.random.default_rng(0).normal(scale=0.01, size=(len(GROUP), 2, 2))
+
+
+def _trajectory(pid: int) -> np.ndarray:
+    push = 1.0 + 2.0 * GROUP[pid]
+    return np.array([[1.0, push], [1.0, push]]) + NOISE[pid]
+
+
+def _cflgt(pids: range, silent: set[int] | tuple[int, ...] = ()) -> CFLGT:
+    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(pretrain_rounds=1, preference=-1.0))
+    s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in pids}
+    s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(2, np.float32))}))
+    s._forces = lambda asked, rnd: {p: _trajectory(p) for p in asked if p not in silent}  # type: ignore[method-assign]
+    return s
+
+
+def test_cflgt_logs_the_automatic_pretraining_it_chose(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO"):
+        CFLGT(TrainingParams(rounds=8), CFLGTParams(pretrain_rounds=0))
+    assert "CFLGT: cflgt-pretrain-rounds 0 (automatic): 2 of 8 rounds" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_client_without_a_trajectory_waits_in_the_largest_cluster() -> None:
+    s = _cflgt(range(8), silent=(7,))
+    s._cluster(2)
+    assert [s.assignment[p] for p in range(7)] == GROUP[:7]
+    assert s.assignment[7] == 1 and s.pending == {7}
+
+
+def test_clients_without_a_trajectory_wait_in_cluster_zero_when_nobody_else_is_placed() -> None:
+    s = _cflgt(range(2))
+    s.assignment = {}
+    s._fallback([0, 1], 2)
+    assert s.assignment == {0: 0, 1: 0} and s.pending == {0, 1}
+
+
+def test_a_silent_newcomer_joins_the_clients_still_waiting_for_their_trajectory() -> None:
+    s = _cflgt(range(8), silent=(7, 9))
+    s._cluster(2)
+    s.clients[9] = ClientInfo(9, 1009, 10, 5, 0)
+    s.admit(3, [9])
+    assert s.pending == {7, 9} and s.assignment[9] == 1
+
+
+def test_cflgt_clusters_at_its_clustering_round_then_asks_the_waiting_clients_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    silent = {7}
+    s = _cflgt(range(8), silent=silent)
+    s.before_round(1)
+    assert s.distance_matrix is None and set(s.assignment.values()) == {0}
+    with caplog.at_level("INFO"):
+        s.before_round(2)
+    assert [s.assignment[p] for p in range(8)] == [*GROUP[:7], 1] and s.pending == {7}
+    assert any(r.getMessage().startswith("round 2: CFLGT found 2 clusters of sizes [2, 6]") for r in caplog.records)
+    silent.clear()
+    s.before_round(3)
+    assert s.assignment[7] == 0 and s.pending == set()
+
+
+def test_cflgt_asks_for_forces_on_the_reference_and_stacks_each_reply_into_points() -> None:
+    s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=1))
+    s.initial = ArrayRecord(
+        {"head.weight": Array(np.zeros((3, 4), np.float32)), "head.bias": Array(np.zeros(3, np.float32))}
+    )
+    s.reference = s.initial.copy()
+    asked = []
+
+    def reply(*args: object, **kwargs: object) -> dict[int, ClassForces]:
+        asked.append((args, kwargs))
+        return {5: ClassForces(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0]))}
+
+    s.query_signal = reply  # type: ignore[method-assign]
+    got = s._forces([5, 6], 2)
+    assert list(got) == [5] and got[5].tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    assert asked == [
+        ((keys.FORCES_ACTION, [5, 6], 2, ClassForces.from_arrays), {"models": [s.reference], "num_classes": 3})
+    ]

@@ -1,0 +1,48 @@
+"""The one-shot steps' sampled forms: what they hand the sampled cut, and where PACFL switches to its
+sample. Written for the mutation run's survivors in ``common.clustering.oneshot``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.clustering import oneshot, subspaces
+from common.clustering.oneshot import Cut, fedclust_clusters, pacfl_clusters
+
+
+@pytest.fixture
+def handed(monkeypatch):
+    """The keyword arguments and the generator's state at every call of ``sampled_cut``."""
+    calls = []
+    found = oneshot.sampled_cut
+
+    def spy(rows, cut, rng, **kwargs):
+        calls.append({**kwargs, "first": rng.bit_generator.state["state"]})
+        return found(rows, cut, rng, **kwargs)
+
+    monkeypatch.setattr(oneshot, "sampled_cut", spy)
+    return calls
+
+
+def test_fedclust_samples_exact_euclidean_final_layers_with_seed_0_by_default(handed):
+    layers = np.repeat([[0.0, 0.0], [5.0, 5.0]], 4, axis=0) + np.arange(8)[:, None] * 0.01
+    found = fedclust_clusters(layers, Cut(0.0, 2), sample_above=5)
+    (call,) = handed
+    assert (call["metric"], call["seed"], call["exact"]) == ("euclidean", 0, True)
+    assert call["first"] == np.random.default_rng(0).bit_generator.state["state"]
+    assert found.distances is None and len(set(found.labels[:4])) == 1 and found.labels[0] != found.labels[4]
+    fedclust_clusters(layers, Cut(0.0, 2), sample_above=5, seed=3)
+    assert handed[1]["seed"] == 3 and handed[1]["exact"] is True
+    assert handed[1]["first"] == np.random.default_rng(3).bit_generator.state["state"]
+
+
+def test_pacfl_cuts_every_client_up_to_the_sample_size_and_a_sample_above(monkeypatch):
+    monkeypatch.setattr(oneshot, "SAMPLE_SIZE", 4)
+    monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 4)
+    e = np.eye(3)
+    bases = [e[:, :1], e[:, :1], e[:, 1:2], e[:, 1:2], e[:, :1]]
+    exact = pacfl_clusters(bases[:4], Cut(45.0), "smallest", np.random.default_rng(0))
+    assert exact.distances is not None and exact.distances.shape == (4, 4)
+    np.testing.assert_array_equal(exact.labels, [0, 0, 1, 1])
+    sampled = pacfl_clusters(bases, Cut(45.0), "smallest", np.random.default_rng(0))
+    assert sampled.distances is None and sampled.labels[4] == sampled.labels[0] != sampled.labels[2]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from common.clustering import oneshot, subspaces
+from common.clustering.hierarchical import auto_cut, pairwise_distances
 from common.clustering.oneshot import Cut, fedclust_clusters, pacfl_clusters
 
 
@@ -46,3 +47,18 @@ def test_pacfl_cuts_every_client_up_to_the_sample_size_and_a_sample_above(monkey
     np.testing.assert_array_equal(exact.labels, [0, 0, 1, 1])
     sampled = pacfl_clusters(bases, Cut(45.0), "smallest", np.random.default_rng(0))
     assert sampled.distances is None and sampled.labels[4] == sampled.labels[0] != sampled.labels[2]
+
+
+@pytest.mark.parametrize(("metric", "exact"), [("cityblock", True), ("cosine", False)])
+def test_flhc_samples_with_its_metric_and_seed_and_returns_the_sample_cuts_silhouette(handed, metric, exact):
+    """Above ``sample_above`` the step cuts its sample (here all 8, under the sampled cut's own size) with
+    the metric and the seed given, sketching all but L1 distances; the automatic cut's silhouette comes back."""
+    updates = np.repeat(np.eye(3)[:2] * 4.0, 4, axis=0) + np.random.default_rng(0).normal(scale=0.1, size=(8, 3))
+    found = oneshot.flhc_clusters(list(updates), Cut(0.0), metric=metric, seed=4, sample_above=5)
+    (call,) = handed
+    assert (call["metric"], call["seed"], call["exact"]) == (metric, 4, exact)
+    assert call["first"] == np.random.default_rng(4).bit_generator.state["state"]
+    want = auto_cut(pairwise_distances(updates, metric))
+    assert found.distances is None
+    np.testing.assert_array_equal(found.labels, want[0])
+    assert found.silhouette is not None and found.silhouette == pytest.approx(want[1])

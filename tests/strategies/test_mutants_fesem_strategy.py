@@ -77,7 +77,7 @@ def test_automatic_labels_above_the_sample_join_the_clusters_found_and_no_other(
     assert len(set(labels[:20])) == 1 and len(set(labels[20:])) == 1 and labels[0] != labels[20]
 
 
-def test_automatic_labels_cosine_without_origin_above_the_sample_join_by_distance(monkeypatch):
+def test_automatic_labels_cosine_without_origin_above_the_sample_join_their_clusters(monkeypatch):
     monkeypatch.setattr(fesem, "SAMPLE_SIZE", 10)
     rng = np.random.default_rng(1)
     points = np.repeat(np.eye(3)[:2] * 5.0, 12, axis=0) + rng.normal(scale=0.1, size=(24, 3))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common.clustering import oneshot, subspaces
-from common.clustering.hierarchical import auto_cut, pairwise_distances
+from common.clustering.hierarchical import auto_cut, cut_tree, pairwise_distances
 from common.clustering.oneshot import Cut, fedclust_clusters, pacfl_clusters
 
 
@@ -62,3 +62,34 @@ def test_flhc_samples_with_its_metric_and_seed_and_returns_the_sample_cuts_silho
     assert found.distances is None
     np.testing.assert_array_equal(found.labels, want[0])
     assert found.silhouette is not None and found.silhouette == pytest.approx(want[1])
+
+
+def test_flhc_cuts_euclidean_distances_of_all_updates_by_default_sketching_all_but_l1(monkeypatch, handed):
+    sketched = []
+    sketch = oneshot.sketch_rows
+    monkeypatch.setattr(
+        oneshot,
+        "sketch_rows",
+        lambda rows, seed, exact: sketched.append((seed, exact)) or sketch(rows, seed, exact=exact),
+    )
+    updates = np.repeat(np.eye(3)[:2] * 4.0, 4, axis=0) + np.random.default_rng(0).normal(scale=0.1, size=(8, 3))
+    found = oneshot.flhc_clusters(list(updates), Cut(0.0, 2))
+    np.testing.assert_allclose(found.distances, pairwise_distances(updates, "euclidean"))
+    np.testing.assert_array_equal(found.labels, [0] * 4 + [1] * 4)
+    oneshot.flhc_clusters(list(updates), Cut(0.0, 2), "cityblock", seed=5)
+    oneshot.flhc_clusters(list(updates), Cut(0.0, 2), "cosine", seed=5)
+    assert sketched == [(0, False), (5, True), (5, False)] and not handed
+    oneshot.flhc_clusters(list(updates), Cut(0.0, 2), sample_above=5)
+    assert handed[0]["seed"] == 0 and handed[0]["first"] == np.random.default_rng(0).bit_generator.state["state"]
+
+
+@pytest.mark.parametrize(("cut", "seed"), [(Cut(0.0, 0, "single"), 2), (Cut(0.0, 3, "single"), 1)])
+def test_the_cut_uses_its_linkage_automatic_or_by_count(cut, seed):
+    """Eight random points whose single-linkage cut differs from the average-linkage one."""
+    x = np.random.default_rng(seed).normal(size=(8, 2))
+    d = pairwise_distances(x)
+    want = auto_cut(d, "single")[0] if cut.automatic else cut_tree(d, threshold=0.0, num_clusters=3, linkage="single")
+    np.testing.assert_array_equal(oneshot.fedclust_clusters(x, cut).labels, want)
+    np.testing.assert_array_equal(
+        oneshot.flhc_clusters(list(x), cut, "cityblock").distances, pairwise_distances(x, "cityblock")
+    )

@@ -167,3 +167,25 @@ def test_auto_sketch_dim_refuses_a_negative_count_by_name():
     ):
         sim.auto_sketch_dim(-1, 10)
     assert sim.auto_sketch_dim(3, 10) == 0
+
+
+@pytest.mark.parametrize(("dim", "sketch_dim", "name"), [(0, 2, "dim"), (3, 0, "sketch_dim")])
+def test_count_sketch_refuses_a_size_below_one_by_name(dim, sketch_dim, name):
+    with pytest.raises(
+        ValueError, match=rf"^The '{name}' parameter of CountSketch must be an int >= 1\. Got 0 instead\.$"
+    ):
+        sim.CountSketch(dim, sketch_dim, 0)
+
+
+def test_count_sketch_of_size_one_is_the_input_up_to_sign():
+    out = sim.CountSketch(1, 1, 0).project(np.array([[3.0]]))
+    assert np.abs(out).tolist() == [[3.0]]
+
+
+def test_count_sketch_sends_each_coordinate_to_one_bucket_with_a_sign_and_uses_every_bucket():
+    sketch = sim.CountSketch(200, 4, 5)
+    rows = sketch.project(np.eye(200))
+    assert rows.shape == (200, 4)
+    assert ((rows != 0).sum(axis=1) == 1).all() and set(np.abs(rows[rows != 0]).tolist()) == {1.0}
+    assert set(np.flatnonzero(rows)[:] % 4) == {0, 1, 2, 3}, "bucket 0 must be drawn too"
+    assert {-1.0, 1.0} <= set(rows[rows != 0].tolist())

@@ -189,3 +189,9 @@ def test_count_sketch_sends_each_coordinate_to_one_bucket_with_a_sign_and_uses_e
     assert ((rows != 0).sum(axis=1) == 1).all() and set(np.abs(rows[rows != 0]).tolist()) == {1.0}
     assert set(np.flatnonzero(rows)[:] % 4) == {0, 1, 2, 3}, "bucket 0 must be drawn too"
     assert {-1.0, 1.0} <= set(rows[rows != 0].tolist())
+
+
+@pytest.mark.parametrize(("a", "b"), [(np.ones(3), np.ones((2, 3))), (np.ones((2, 3)), np.ones(3))])
+def test_cosine_matrix_refuses_a_one_dimensional_side_by_name(a, b):
+    with pytest.raises(ValueError, match=r"^The 'a' and 'b' parameters of cosine_matrix must be 2-D arrays"):
+        sim.cosine_matrix(a, b)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from common.clustering.bipartition import NormSums, fold_rows, sattler_bipartition, split_cluster, update_norms
+from common.clustering.similarity import CountSketch
 
 
 def _three_groups() -> list[np.ndarray]:
@@ -105,3 +106,45 @@ def test_fold_rows_sums_and_squares_float16_rows_in_float64():
     squares, sums = fold_rows(rows, np.zeros(2, dtype=np.int64), 1)
     np.testing.assert_array_equal(squares, [7.2e9, 7.2e9])
     np.testing.assert_array_equal(sums, [[120000.0, 120000.0]])
+
+
+def test_fold_rows_of_a_single_row_is_that_row():
+    squares, sums = fold_rows([np.array([3.0, 4.0])], np.zeros(1, dtype=np.int64), 1)
+    np.testing.assert_array_equal(squares, [25.0])
+    np.testing.assert_array_equal(sums, [[3.0, 4.0]])
+
+
+def test_fold_rows_refuses_a_row_of_another_length():
+    with pytest.raises(ValueError, match=r"^The 'rows' parameter of fold_rows must hold vectors of one length 3\."):
+        fold_rows([np.ones(3), np.ones(2)], np.zeros(2, dtype=np.int64), 1)
+
+
+def test_fold_rows_with_a_sketch_needs_projected_of_its_shape_and_fills_it():
+    rows = [np.arange(5.0, dtype=np.float32), np.ones(5, dtype=np.float32)]
+    sketch = CountSketch(5, 3, 0)
+    groups = np.zeros(2, dtype=np.int64)
+    for projected in (None, np.zeros((2, 2), dtype=np.float32)):
+        with pytest.raises(
+            ValueError, match=r"^The 'projected' parameter of fold_rows must be an array of shape \(2, 3\)"
+        ):
+            fold_rows(rows, groups, 1, sketch=sketch, projected=projected)
+    projected = np.zeros((2, 3), dtype=np.float32)
+    fold_rows(rows, groups, 1, sketch=sketch, projected=projected)
+    np.testing.assert_array_equal(projected, sketch.project(np.stack(rows)))
+
+
+def test_fold_rows_without_squares_gives_an_empty_squares_array():
+    squares, sums = fold_rows([np.ones(2), np.ones(2)], np.zeros(2, dtype=np.int64), 1, squares=False)
+    assert squares.shape == (0,)
+    np.testing.assert_array_equal(sums, [[2.0, 2.0]])
+
+
+def test_fold_rows_in_several_slices_reads_each_row_once(monkeypatch):
+    from common.clustering import bipartition, similarity
+
+    monkeypatch.setattr(bipartition, "over_rows", lambda count, work: similarity.over_rows(count, work, threads=3))
+    rows = [np.full(2, float(i)) for i in range(9)]
+    groups = np.array([0, 1, 0, 1, 0, 1, 0, 1, 0])
+    squares, sums = fold_rows(rows, groups, 2)
+    np.testing.assert_array_equal(squares, [2.0 * i * i for i in range(9)])
+    np.testing.assert_array_equal(sums, [[20.0, 20.0], [16.0, 16.0]])

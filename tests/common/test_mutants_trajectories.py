@@ -374,3 +374,13 @@ def test_hopkins_of_ten_points_at_a_tenth_draws_one_probe_and_one_point() -> Non
     u = np.sqrt(((x - probe) ** 2).sum(axis=1)).min()
     w = np.sort(np.sqrt(((x - x[picked]) ** 2).sum(axis=1)))[1]
     assert hopkins_statistic(x, sample_fraction=0.1, seed=2) == pytest.approx(u / (u + w), rel=1e-12)
+
+
+def test_nearest_distances_in_blocks_of_one_query_cover_every_query():
+    from common.clustering.trajectories import _nearest_distances
+
+    queries = np.array([[0.0], [1.0], [2.5], [7.0], [9.0]])
+    points = np.array([[0.5], [3.0], [6.0], [10.0]])
+    want = np.abs(queries - points.T).min(axis=1)
+    np.testing.assert_allclose(_nearest_distances(queries, points, block=4), want)
+    np.testing.assert_allclose(_nearest_distances(queries, points), want)

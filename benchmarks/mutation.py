@@ -162,9 +162,11 @@ def survivors(mutants: Path, codes: dict[str, dict[str, int | None]] | None = No
 
 
 def read_verdicts(folder: Path) -> dict[str, tuple[str, str]]:
-    """The triage: each ``*.tsv`` line of ``folder`` is ``name<TAB>verdict<TAB>reason``, ``#`` starts a comment.
+    """The triage, by mutmut's full mutant name: one file per module, ``<dotted module>.tsv``
+    (``common.clustering.cut.tsv``), each line ``name<TAB>verdict<TAB>reason``, ``#`` starts a comment.
 
-    ``name`` is the mutant's short name (``x_cut__mutmut_3``) and ``verdict`` one of :data:`VERDICTS`.
+    ``name`` is the mutant's name within its module (``x_cut__mutmut_3``) and ``verdict`` one of
+    :data:`VERDICTS`.
     """
     out: dict[str, tuple[str, str]] = {}
     for path in sorted(folder.glob("*.tsv")):
@@ -177,9 +179,10 @@ def read_verdicts(folder: Path) -> dict[str, tuple[str, str]]:
                     f"{path}:{number} must be 'name<TAB>verdict<TAB>reason' with a verdict in {VERDICTS}"
                     f" and a reason. Got {line!r} instead."
                 )
-            if cells[0] in out:
+            name = f"{path.stem}.{cells[0]}"
+            if name in out:
                 raise ValueError(f"{path}:{number} judges {cells[0]!r} a second time.")
-            out[cells[0]] = (cells[1], cells[2].strip())
+            out[name] = (cells[1], cells[2].strip())
     return out
 
 
@@ -230,10 +233,9 @@ def listing(alive: list[Survivor], verdicts: dict[str, tuple[str, str]] | None =
         old = next((e[1:].strip() for e in s.edit if e.startswith("-")), "")
         new = next((e[1:].strip() for e in s.edit if e.startswith("+")), "")
         edit = (f"`{old}` → `{new}`" if old or new else "(no edit found)").replace("|", "\\|")
-        short = s.name.rsplit(".", 1)[-1]
-        line = f"- `{short}` ({s.kind}): {edit}"
+        line = f"- `{s.name.rsplit('.', 1)[-1]}` ({s.kind}): {edit}"
         if verdicts is not None:
-            verdict, reason = verdicts.get(short, ("untriaged", ""))
+            verdict, reason = verdicts.get(s.name, ("untriaged", ""))
             line += f" — **{verdict}**" + (f": {reason}" if reason else "")
         lines.append(line)
     return "\n".join(lines).lstrip("\n") + "\n"
@@ -244,7 +246,7 @@ def verdict_table(alive: list[Survivor], verdicts: dict[str, tuple[str, str]]) -
     head = [*VERDICTS, "untriaged"]
     by_module: dict[str, Counter[str]] = {}
     for s in alive:
-        by_module.setdefault(s.module, Counter())[verdicts.get(s.name.rsplit(".", 1)[-1], ("untriaged",))[0]] += 1
+        by_module.setdefault(s.module, Counter())[verdicts[s.name][0] if s.name in verdicts else "untriaged"] += 1
     total = sum(by_module.values(), Counter())
     rows = ["| module | survivors | " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) + 1)]
     for module, c in [*((f"`{m}`", c) for m, c in by_module.items()), ("**all**", total)]:

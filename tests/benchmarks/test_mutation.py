@@ -120,14 +120,14 @@ def test_verdicts_are_read_counted_and_listed(tmp_path):
     folder = _folder(tmp_path, {1: 0, 2: 0, 3: 0, 4: 1})
     triage = tmp_path / "triage"
     triage.mkdir()
-    (triage / "cut.tsv").write_text(
+    (triage / "common.cut.tsv").write_text(
         "# common/cut.py\n\nx_cut__mutmut_3\tkilled\ttests/test_cut.py::test_k_of_one\n"
         "x_size__mutmut_1\tharmless\tthe name in a message\n"
     )
     verdicts = mutation.read_verdicts(triage)
     assert verdicts == {
-        "x_cut__mutmut_3": ("killed", "tests/test_cut.py::test_k_of_one"),
-        "x_size__mutmut_1": ("harmless", "the name in a message"),
+        "common.cut.x_cut__mutmut_3": ("killed", "tests/test_cut.py::test_k_of_one"),
+        "common.cut.x_size__mutmut_1": ("harmless", "the name in a message"),
     }
     alive = mutation.survivors(folder)
     rows = mutation.verdict_table(alive, verdicts).splitlines()
@@ -159,7 +159,7 @@ def test_the_command_prints_both_tables_and_writes_the_listing_page(tmp_path, ca
     folder = _folder(tmp_path, {1: 1, 2: 1, 3: 0, 4: 1})
     triage = tmp_path / "triage"
     triage.mkdir()
-    (triage / "cut.tsv").write_text("x_cut__mutmut_3\topen\tk of one untested\n")
+    (triage / "common.cut.tsv").write_text("x_cut__mutmut_3\topen\tk of one untested\n")
     page = tmp_path / "survivors.md"
     mutation.main(["--mutants", str(folder), "--verdicts", str(triage), "--listing", str(page)])
     out = capsys.readouterr().out
@@ -168,3 +168,17 @@ def test_the_command_prints_both_tables_and_writes_the_listing_page(tmp_path, ca
     text = page.read_text()
     assert text.startswith("# Survivors of the mutation run\n")
     assert "- `x_cut__mutmut_3` (code): `if k < 1:` → `if k <= 1:` — **open**: k of one untested" in text
+
+
+def test_a_verdict_belongs_to_its_own_modules_mutant_of_that_name(tmp_path):
+    folder = _folder(tmp_path, {1: 0, 2: 0, 3: 0, 4: 1})
+    triage = tmp_path / "triage"
+    triage.mkdir()
+    (triage / "common.other.tsv").write_text("x_cut__mutmut_3\tequivalent\tanother module's mutant\n")
+    (triage / "common.cut.tsv").write_text("x_cut__mutmut_3\tkilled\ttests/test_cut.py::test_k\n")
+    verdicts = mutation.read_verdicts(triage)
+    assert verdicts["common.other.x_cut__mutmut_3"] == ("equivalent", "another module's mutant")
+    assert verdicts["common.cut.x_cut__mutmut_3"] == ("killed", "tests/test_cut.py::test_k")
+    (triage / "common.cut.tsv").unlink()
+    rows = mutation.verdict_table(mutation.survivors(folder), mutation.read_verdicts(triage)).splitlines()
+    assert rows[2] == "| `common/cut.py` | 4 | 0 | 0 | 0 | 0 | 4 |", "common.other's verdict judges no mutant of cut"

@@ -55,6 +55,15 @@ class _Actor:
         return sum(len(a.data) for a in message.content["arrays"].values())
 
 
+def dnn_weight_kib() -> int:
+    """KiB of the largest array of umbel's Fashion-MNIST DNN (its first layer's weight matrix)."""
+    from common.models import build_model
+
+    return (
+        max(t.numel() * t.element_size() for t in build_model("dnn", (1, 28, 28), 10, 0).state_dict().values()) // 1024
+    )
+
+
 def cpu_per_call(actors: Sequence[Any], messages: Sequence[Any]) -> float:
     """The calling process's CPU milliseconds per call, over ``messages`` spread round-robin on ``actors``."""
     import ray
@@ -77,7 +86,8 @@ def measure(sizes_kib: Sequence[int], calls: int, seed: int = 0) -> list[list[An
         actors = [actor.remote() for _ in range(2)]
         ray.get([a.size.remote(_messages(1, 1, seed)[0]) for a in actors])
         rows = []
-        raytransport.SHARE_ABOVE, kept = 0, raytransport.SHARE_ABOVE
+        kept = raytransport.SHARE_ABOVE
+        raytransport.SHARE_ABOVE = 0
         try:
             for kib in sizes_kib:
                 messages = _messages(kib * 1024, calls, seed)
@@ -97,12 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure and print the table (with ``--record``, also write it for docs/RESULTS.md)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=400, help="messages per size and form (default 400)")
-    parser.add_argument("--sizes", default="16,64,128,256,621", help="array sizes in KiB (default 16,64,128,256,621)")
+    parser.add_argument("--sizes", help="array sizes in KiB (default 16,64,128,256 and the DNN's weight matrix)")
     parser.add_argument("--name", default="ray-share", help="the record's name (default ray-share)")
     add_record_flag(parser)
     args = parser.parse_args(argv)
     load = load_average()
-    rows = measure([int(s) for s in args.sizes.split(",")], args.calls)
+    dnn = dnn_weight_kib()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [16, 64, 128, 256, dnn]
+    rows = measure(sizes, args.calls)
     table = Table(
         title="A Flower message in a Ray actor call: the sending process's CPU, inline against by reference",
         columns=["array KiB", "inline, ms CPU a call", "by reference, ms CPU a call", "by reference / inline"],
@@ -110,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes=(
             f"{args.calls} messages per size and form, sharing one RecordDict, round-robin on 2 Ray actors; "
             "inline is Ray's own pickling, by reference is server/raytransport.py (put once per content). "
-            "621 KiB is the DNN's 784 x 200 float32 weight matrix. Above Ray's inline limit (about 100 KB) "
+            f"{dnn} KiB is the DNN's first weight matrix. Above Ray's inline limit (about 100 KB) "
             "Ray's own path puts each message's array into its object store on every call; umbel's "
             "raytransport.SHARE_ABOVE is 128 KiB. CPU seconds of this process only, so a loaded box "
             "slows the run more than the figures."

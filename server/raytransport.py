@@ -22,8 +22,9 @@ from typing import Any
 
 SHARE_ABOVE = 128 * 1024
 """Bytes from which an ``Array`` goes by reference. From Ray's own limit of about 100 KB, Ray puts a
-larger argument into its object store on every call: 2.3-2.8 ms of the sending process's CPU a call
-against 0.6-0.8 ms by reference (``python -m benchmarks.ray_share``, record ``ray-share``)."""
+larger argument into its object store on every call: 4.1-4.9 ms of the sending process's CPU a call
+against 1.0-1.3 ms by reference, while at 16 KiB a reference costs more than inline
+(``python -m benchmarks.ray_share``, record ``ray-share``: the ratio varies about 30% run to run)."""
 SENT_BYTES = 512 * 2**20
 """Bytes of sent contents whose object-store copy the simulation process keeps (oldest dropped first)."""
 RECEIVED_BYTES = 256 * 2**20

@@ -195,3 +195,142 @@ def test_count_sketch_sends_each_coordinate_to_one_bucket_with_a_sign_and_uses_e
 def test_cosine_matrix_refuses_a_one_dimensional_side_by_name(a, b):
     with pytest.raises(ValueError, match=r"^The 'a' and 'b' parameters of cosine_matrix must be 2-D arrays"):
         sim.cosine_matrix(a, b)
+
+
+@pytest.mark.parametrize("name", ["dim", "sketch_dim"])
+def test_auto_sketch_dim_refuses_a_negative_size_by_name(name):
+    sizes = {"num_clients": 3, "dim": 10, "sketch_dim": 0} | {name: -2}
+    with pytest.raises(ValueError, match=rf"^The '{name}' parameter of auto_sketch_dim must be an int >= 0\. Got -2"):
+        sim.auto_sketch_dim(**sizes)
+
+
+def test_auto_sketch_dim_sketches_only_strictly_above_both_bounds():
+    dim = sim.AUTO_SKETCH_DIM + 1
+    at_bytes = sim.AUTO_SKETCH_BYTES // (4 * dim)
+    assert at_bytes * 4 * dim <= sim.AUTO_SKETCH_BYTES < (at_bytes + 1) * 4 * dim
+    assert sim.auto_sketch_dim(at_bytes, dim) == 0, "at most AUTO_SKETCH_BYTES stay exact"
+    assert sim.auto_sketch_dim(at_bytes + 1, dim) == sim.AUTO_SKETCH_DIM
+    wide = 2 * sim.AUTO_SKETCH_DIM
+    assert sim.AUTO_SKETCH_BYTES % (4 * wide) == 0
+    exact = sim.AUTO_SKETCH_BYTES // (4 * wide)
+    assert sim.auto_sketch_dim(exact, wide) == 0, "exactly AUTO_SKETCH_BYTES is not above it"
+    assert sim.auto_sketch_dim(exact + 1, wide) == sim.AUTO_SKETCH_DIM
+    assert sim.auto_sketch_dim(10**9, sim.AUTO_SKETCH_DIM) == 0, "a dimension of AUTO_SKETCH_DIM is not above it"
+
+
+def test_use_sample_only_above_the_bound():
+    assert not sim.use_sample(100, 100) and sim.use_sample(101, 100) and not sim.use_sample(10**6, 0)
+
+
+def test_sketch_rows_of_one_row_and_of_a_list_are_that_stack():
+    one = [np.array([1.0, 2.0, 3.0])]
+    np.testing.assert_array_equal(sim.sketch_rows(one, 0, exact=True), [[1.0, 2.0, 3.0]])
+    rows = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    out = sim.sketch_rows(rows, 0)
+    assert isinstance(out, np.ndarray) and out.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    array = np.arange(6.0).reshape(3, 2)
+    assert sim.sketch_rows(array, 0) is array or np.shares_memory(sim.sketch_rows(array, 0), array)
+
+
+def test_sketch_rows_reads_the_length_from_the_first_row():
+    with pytest.raises(ValueError, match=r"vectors of one length 3\."):
+        sim.sketch_rows([np.ones(3), np.ones(2), np.ones(2)], 0)
+
+
+@pytest.mark.parametrize(
+    ("affinity", "limit", "want"),
+    [
+        ({0, 1, 2, 3}, None, 4),
+        ({0, 1, 2, 3}, "2", 2),
+        ({0, 1, 2, 3}, "8", 4),
+        ({0, 1, 2, 3}, "1", 1),
+        ({0, 1, 2, 3}, "0", 4),
+        ({0, 1, 2, 3}, "x", 4),
+        ({0}, None, 1),
+    ],
+)
+def test_row_threads_are_the_usable_cpus_capped_by_omp_num_threads(monkeypatch, affinity, limit, want):
+    monkeypatch.setattr(sim.os, "sched_getaffinity", lambda pid: affinity, raising=False)
+    monkeypatch.setattr(sim.os, "cpu_count", lambda: 64)
+    if limit is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", limit)
+    assert sim.row_threads() == want
+
+
+@pytest.mark.parametrize(("cpus", "want"), [(6, 6), (None, 1)])
+def test_row_threads_without_affinity_count_the_cpus(monkeypatch, cpus, want):
+    monkeypatch.delattr(sim.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(sim.os, "cpu_count", lambda: cpus)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert sim.row_threads() == want
+
+
+@pytest.mark.parametrize(("count", "threads", "slices"), [(7, 1, 1), (7, 2, 2), (7, 3, 3), (2, 5, 2), (7, 0, 3)])
+def test_over_rows_cuts_the_rows_into_one_indexed_slice_per_thread(monkeypatch, count, threads, slices):
+    import threading
+
+    monkeypatch.setattr(sim, "row_threads", lambda: 3)
+    seen: list[tuple[int, int, int]] = []
+    lock = threading.Lock()
+
+    def work(lo: int, hi: int, t: int) -> None:
+        with lock:
+            seen.append((lo, hi, t))
+
+    sim.over_rows(count, work, threads)
+    seen.sort()
+    assert [t for _, _, t in seen] == list(range(slices)), "each slice gets its own index, from 0"
+    assert [lo for lo, _, _ in seen] == [0] + [hi for _, hi, _ in seen[:-1]] and seen[-1][1] == count
+    assert all(isinstance(v, int) for s in seen for v in s)
+
+
+def test_over_rows_without_a_thread_count_uses_row_threads(monkeypatch):
+    monkeypatch.setattr(sim, "row_threads", lambda: 3)
+    slices: list[int] = []
+    sim.over_rows(9, lambda lo, hi, t: slices.append(t))
+    assert sorted(slices) == [0, 1, 2]
+
+
+def test_over_rows_runs_one_slice_on_the_callers_thread():
+    import threading
+
+    names: list[str] = []
+    sim.over_rows(5, lambda lo, hi, t: names.append(threading.current_thread().name), threads=1)
+    assert names == [threading.current_thread().name]
+
+
+def test_over_rows_works_in_a_forked_child_after_the_parent_used_its_pool():
+    import multiprocessing
+
+    sim.over_rows(4, lambda lo, hi, t: None, threads=2)
+    child = multiprocessing.get_context("fork").Process(target=sim.over_rows, args=(4, _nothing, 2))
+    child.start()
+    child.join(timeout=30)
+    hung = child.exitcode is None
+    if hung:
+        child.kill()
+    assert not hung and child.exitcode == 0, "a forked child must not wait on its parent's pool threads"
+
+
+def _nothing(lo: int, hi: int, t: int) -> None:
+    return None
+
+
+def test_cosine_matrix_float32_path_gives_a_zero_row_cosine_0_whatever_fresh_memory_holds(monkeypatch):
+    # freed NaN buffers of the factors' sizes: numpy hands them out again, so a factor left
+    # unwritten (np.divide's where= without out=) shows as NaN instead of a lucky 0
+    monkeypatch.setattr(sim, "FLOAT32_GRAM_ENTRIES", 0)
+    rng = np.random.default_rng(0)
+    for m in (3, 5, 8, 17, 64, 200):
+        a = rng.normal(size=(m, 3)).astype(np.float32)
+        a[1] = 0.0
+        b = rng.normal(size=(m + 1, 3)).astype(np.float32)
+        b[2] = 0.0
+        for _ in range(3):
+            poison = [np.full(n, np.nan) for n in (m, m + 1) for _ in range(8)]
+            del poison
+            cos = sim.cosine_matrix(a, b)
+            assert np.isfinite(cos).all()
+            assert (cos[1] == 0).all() and (cos[:, 2] == 0).all()

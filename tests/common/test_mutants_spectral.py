@@ -357,3 +357,18 @@ def test_the_blocks_are_filled_in_place_only_when_asked(step):
 def test_kmeans_labels_and_update_block_keep_their_documented_dtypes():
     assert spectral.kmeans_labels(np.array([[0.0], [0.1], [5.0]]), 2).dtype == np.int64
     assert spectral.update_block(np.zeros(2), np.ones(2), 0).dtype == np.float32
+
+
+def test_left_vectors_of_a_zero_singular_value_are_finite_whatever_fresh_memory_holds():
+    # freed NaN buffers of the scale's size: numpy hands them out again, so a scale left
+    # unwritten (np.divide's where= without out=) shows as NaN instead of a lucky 0
+    rng = np.random.default_rng(0)
+    for cols, rank, k in ((6, 2, 4), (9, 3, 5), (12, 2, 7)):
+        g = rng.normal(size=(40, rank)) @ rng.normal(size=(rank, cols))
+        g[:, rank:] = 0.0
+        for _ in range(3):
+            poison = [np.full(k, np.nan) for _ in range(8)]
+            del poison
+            u, s = spectral.left_vectors_and_values(g, k)
+            assert np.isfinite(u).all() and np.isfinite(s).all()
+            np.testing.assert_allclose(s[rank:], 0.0, atol=1e-6)

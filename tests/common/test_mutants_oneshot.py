@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.metrics import adjusted_rand_score
 
 from common.clustering import oneshot, subspaces
 from common.clustering.hierarchical import auto_cut, cut_tree, pairwise_distances
@@ -83,12 +84,19 @@ def test_flhc_cuts_euclidean_distances_of_all_updates_by_default_sketching_all_b
     assert handed[0]["seed"] == 0 and handed[0]["first"] == np.random.default_rng(0).bit_generator.state["state"]
 
 
-@pytest.mark.parametrize(("cut", "seed"), [(Cut(0.0, 0, "single"), 2), (Cut(0.0, 3, "single"), 1)])
-def test_the_cut_uses_its_linkage_automatic_or_by_count(cut, seed):
+@pytest.mark.parametrize(
+    ("cut", "seed"), [(Cut(0.0, 0, "single"), 2), (Cut(0.0, 3, "single"), 1), (Cut(1.0, 0, "single"), 0)]
+)
+def test_the_cut_uses_its_linkage_automatic_by_count_or_by_height(cut, seed):
     """Eight random points whose single-linkage cut differs from the average-linkage one."""
     x = np.random.default_rng(seed).normal(size=(8, 2))
     d = pairwise_distances(x)
-    want = auto_cut(d, "single")[0] if cut.automatic else cut_tree(d, threshold=0.0, num_clusters=3, linkage="single")
+    if cut.automatic:
+        want = auto_cut(d, "single")[0]
+    else:
+        want = cut_tree(d, threshold=cut.threshold, num_clusters=cut.num_clusters, linkage="single")
+    average = Cut(cut.threshold, cut.num_clusters, "average")
+    assert adjusted_rand_score(oneshot.fedclust_clusters(x, average).labels, want) < 1, "the case tells the two apart"
     np.testing.assert_array_equal(oneshot.fedclust_clusters(x, cut).labels, want)
     np.testing.assert_array_equal(
         oneshot.flhc_clusters(list(x), cut, "cityblock").distances, pairwise_distances(x, "cityblock")

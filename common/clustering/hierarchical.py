@@ -28,6 +28,9 @@ AUTO_TOLERANCE = 0.02
 """:func:`auto_cut` keeps the finest cut within this much silhouette of the best one."""
 AUTO_MIN_SILHOUETTE = 0.1
 """:func:`auto_cut` keeps one cluster when no cut scores above this (no structure)."""
+AUTO_MIN_SHARE = 0.01
+""":func:`auto_cut` joins each cluster of fewer than ``int(AUTO_MIN_SHARE * N)`` clients (when that is
+at least 2: from 200 clients) to its members' nearest larger clusters."""
 
 
 def _vectors(x: np.ndarray, name: str, owner: str) -> np.ndarray:
@@ -415,7 +418,10 @@ def undecided_reason(distances: np.ndarray | None) -> str:
         return f"{distances.shape[0]} clients, fewer than the 3 that two groups and a silhouette need"
     if not np.any(distances):
         return "all clients' signals are alike"
-    return f"no cut scores a silhouette above {AUTO_MIN_SILHOUETTE}: no group structure"
+    return (
+        f"no cut scores a silhouette above {AUTO_MIN_SILHOUETTE}, or every cluster but one holds under "
+        f"{AUTO_MIN_SHARE:.0%} of the clients: no group structure"
+    )
 
 
 def auto_cut(
@@ -423,9 +429,10 @@ def auto_cut(
     linkage: str = "average",
     max_clusters: int = AUTO_MAX_CLUSTERS,
     tolerance: float = AUTO_TOLERANCE,
+    min_share: float = AUTO_MIN_SHARE,
 ) -> tuple[np.ndarray, float | None]:
     """The cut of the HC tree chosen without a threshold: the most clusters whose silhouette is
-    within ``tolerance`` of the best.
+    within ``tolerance`` of the best, its smallest clusters joined to their nearest larger ones.
 
     Every cut of the tree into ``2 .. min(N - 1, max_clusters)`` clusters is scored by the
     silhouette on ``distances`` (scikit-learn, precomputed). The cut kept is the one with the
@@ -433,6 +440,12 @@ def auto_cut(
     score alone prefers a coarse split of groups that are close (groups sharing labels) over
     the finer one, by less than the noise of the score. When no cut scores above
     ``AUTO_MIN_SILHOUETTE`` (no substantial structure) everything stays in one cluster.
+
+    Clients whose updates lie far from everyone's (noisy updates of a few samples) come off the
+    tree as clusters of one or a few, and peeling them off raises the silhouette, so the finest
+    cut keeps them apart, each with a model of its own few samples. Each member of a cluster of
+    fewer than ``int(min_share * N)`` clients therefore joins the cluster of its nearest client
+    in a larger one (see :func:`join_small_clusters`).
 
     Parameters
     ----------
@@ -442,6 +455,8 @@ def auto_cut(
         >= 2.
     tolerance : float, default=AUTO_TOLERANCE
         In [0, 1).
+    min_share : float, default=AUTO_MIN_SHARE
+        In [0, 1); 0 keeps every cluster of the cut.
 
     Returns
     -------
@@ -453,13 +468,14 @@ def auto_cut(
     Raises
     ------
     ValueError
-        Naming ``'distances'``, ``'linkage'``, ``'max_clusters'`` or ``'tolerance'``.
+        Naming ``'distances'``, ``'linkage'``, ``'max_clusters'``, ``'tolerance'`` or ``'min_share'``.
     """
     owner = "auto_cut"
     d = check_distance_matrix(distances, owner)
     check_choice(linkage, "linkage", owner, LINKAGES)
     max_clusters = check_int(max_clusters, "max_clusters", owner, low=2)
     tolerance = check_float(tolerance, "tolerance", owner, low=0.0, high=1.0, closed=(True, False))
+    min_share = check_float(min_share, "min_share", owner, low=0.0, high=1.0, closed=(True, False))
     n = d.shape[0]
     one = np.zeros(n, dtype=np.int64)
     if n < 3 or not np.any(d):
@@ -476,4 +492,35 @@ def auto_cut(
     if best <= AUTO_MIN_SILHOUETTE:
         return one, None
     _, score, labels = scored[most_within_tolerance([(k, s) for k, s, _ in scored], tolerance)]
-    return relabel_by_appearance(labels), score
+    joined = join_small_clusters(d, labels, int(min_share * n))
+    if joined is labels:
+        return relabel_by_appearance(labels), score
+    if joined.max() == 0:
+        return one, None
+    return joined, float(silhouette_score(d, joined, metric="precomputed"))
+
+
+def join_small_clusters(distances: np.ndarray, labels: np.ndarray, min_size: int) -> np.ndarray:
+    """Each member of a cluster of fewer than ``min_size`` clients moved to the cluster of its nearest
+    client in a cluster of at least ``min_size``.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (N, N)
+    labels : ndarray of shape (N,), int
+    min_size : int
+        Below 2, or when no cluster is that large or none is smaller: ``labels`` itself comes back.
+
+    Returns
+    -------
+    ndarray of shape (N,), int64
+        Numbered by first appearance (or ``labels`` itself, unchanged).
+    """
+    _, inverse, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    large = sizes[inverse.ravel()] >= min_size
+    if min_size < 2 or large.all() or not large.any():
+        return labels
+    out = np.asarray(labels).copy()
+    small, kept = np.flatnonzero(~large), np.flatnonzero(large)
+    out[small] = out[kept[np.argmin(distances[np.ix_(small, kept)], axis=1)]]
+    return relabel_by_appearance(out)

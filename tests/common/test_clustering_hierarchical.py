@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from sklearn.metrics import adjusted_rand_score
+from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from common.clustering.hierarchical import (
     agglomerative,
@@ -11,6 +11,7 @@ from common.clustering.hierarchical import (
     check_distance_matrix,
     cut_linkage,
     cut_tree,
+    join_small_clusters,
     linkage_tree,
     most_within_tolerance,
     nearest,
@@ -257,3 +258,59 @@ def test_most_within_tolerance_takes_the_finest_partition_near_the_best_score():
     assert most_within_tolerance([(2, 0.2), (4, 0.2)], 0.0) == 1  # equal best scores: the most clusters
     with pytest.raises(ValueError, match="'candidates' parameter of most_within_tolerance"):
         most_within_tolerance([], 0.0)
+
+
+def _two_groups_and_noisy_clients(seed, n, noisy=6):
+    """Two groups of n / 2 updates (centre plus noise); ``noisy`` of them with 4 times the noise: far
+    from everyone, yet nearest their own group."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat([0, 1], n // 2)
+    centres = 2 * rng.normal(size=(2, 50))
+    x = centres[truth] + rng.normal(size=(n, 50))
+    far = rng.choice(n, noisy, replace=False)
+    x[far] = centres[truth[far]] + 4 * rng.normal(size=(noisy, 50))
+    return pairwise_distances(x), truth
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_auto_cut_joins_clients_cut_off_alone_to_their_nearest_group(seed):
+    d, truth = _two_groups_and_noisy_clients(seed, 300)
+    kept, _ = auto_cut(d, min_share=0.0)  # the finest cut near the best silhouette peels them off
+    assert kept.max() + 1 > 2 and adjusted_rand_score(truth, kept) < 1.0
+    labels, score = auto_cut(d)  # clusters under 1% of the 300 clients (3) join
+    assert adjusted_rand_score(truth, labels) == 1.0 and labels.tolist() == sorted(labels.tolist())
+    assert score == pytest.approx(silhouette_score(d, labels, metric="precomputed"))
+
+
+def test_auto_cut_keeps_every_cluster_below_200_clients():
+    d, truth = _two_groups_and_noisy_clients(0, 198)
+    assert int(0.01 * 198) < 2
+    np.testing.assert_array_equal(auto_cut(d)[0], auto_cut(d, min_share=0.0)[0])
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="'min_share' parameter of auto_cut"):
+            auto_cut(d, min_share=bad)
+
+
+def test_join_small_clusters_moves_each_small_member_to_its_nearest_large_cluster():
+    x = np.array([0.0, 0.1, 0.2, 10.0, 10.1, 10.2, 4.0, 7.0, 30.0])
+    d = np.abs(x[:, None] - x[None, :])
+    labels = np.array([5, 5, 5, 2, 2, 2, 9, 9, 7])  # 4 and 7 together, 30 alone
+    joined = join_small_clusters(d, labels, 3)
+    assert joined.tolist() == [0, 0, 0, 1, 1, 1, 0, 1, 1], "4 is nearest 0.2, 7 and 30 nearest 10.x"
+    assert join_small_clusters(d, labels, 2).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 1], "only 30 is alone"
+    for untouched in (0, 1):
+        assert join_small_clusters(d, labels, untouched) is labels
+    assert join_small_clusters(d, labels, 4) is labels, "no cluster of 4: nothing to join"
+    assert join_small_clusters(d, np.zeros(9, dtype=np.int64), 9).tolist() == [0] * 9
+
+
+def test_auto_cut_keeps_one_cluster_when_all_but_one_cluster_are_under_the_share():
+    rng = np.random.default_rng(0)
+    x = np.vstack([rng.normal(size=(297, 5)), 40 + rng.normal(size=(3, 5))])  # 3 far clients: 1% of 300
+    d = pairwise_distances(x)
+    kept, _ = auto_cut(d, min_share=0.0)
+    assert kept.max() + 1 >= 2
+    labels, score = auto_cut(d, min_share=0.011)  # int(0.011 * 300) = 3: the cluster of 3 is not under it
+    assert labels.max() + 1 >= 2
+    labels, score = auto_cut(d, min_share=0.014)  # 4: it is
+    assert set(labels.tolist()) == {0} and score is None

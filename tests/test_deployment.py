@@ -322,6 +322,7 @@ def _check_delivery(dep: Deployment, folder: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT + 300)  # the run (RUN_TIMEOUT at most), then the follow checks' short runs
 def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(insecure):
     """The insecure deployment's full run: node RESTARTED restarts after round 1 (with a new node id, as
     nothing ties it to its former one) and a second node claims client 0, which node0 holds."""

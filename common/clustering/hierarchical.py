@@ -418,10 +418,9 @@ def undecided_reason(distances: np.ndarray | None) -> str:
         return f"{distances.shape[0]} clients, fewer than the 3 that two groups and a silhouette need"
     if not np.any(distances):
         return "all clients' signals are alike"
-    return (
-        f"no cut scores a silhouette above {AUTO_MIN_SILHOUETTE}, or every cluster but one holds under "
-        f"{AUTO_MIN_SHARE:.0%} of the clients: no group structure"
-    )
+    joins = int(AUTO_MIN_SHARE * distances.shape[0]) >= 2
+    also = f", or every cluster but one holds under {AUTO_MIN_SHARE:.0%} of the clients" if joins else ""
+    return f"no cut scores a silhouette above {AUTO_MIN_SILHOUETTE}{also}: no group structure"
 
 
 def auto_cut(

@@ -5,6 +5,7 @@ import pytest
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from common.clustering.hierarchical import (
+    AUTO_MIN_SHARE,
     agglomerative,
     auto_cut,
     centroids,
@@ -189,6 +190,9 @@ def test_undecided_reason_tells_too_few_clients_from_alike_signals_from_no_struc
     assert undecided_reason(apart).startswith("no cut scores a silhouette above")
     assert undecided_reason(np.zeros((3, 3))) == "all clients' signals are alike"
     assert undecided_reason(None).startswith("no cut of the sample scores")
+    assert "under 1%" not in undecided_reason(apart), "3 clients: no cluster is joined"
+    big = np.ones((200, 200)) - np.eye(200)
+    assert undecided_reason(big).endswith("or every cluster but one holds under 1% of the clients: no group structure")
 
 
 def _tied_distances(n: int, seed: int) -> np.ndarray:
@@ -284,8 +288,11 @@ def test_auto_cut_joins_clients_cut_off_alone_to_their_nearest_group(seed):
 
 def test_auto_cut_keeps_every_cluster_below_200_clients():
     d, truth = _two_groups_and_noisy_clients(0, 198)
-    assert int(0.01 * 198) < 2
-    np.testing.assert_array_equal(auto_cut(d)[0], auto_cut(d, min_share=0.0)[0])
+    assert int(AUTO_MIN_SHARE * 198) < 2 <= int(AUTO_MIN_SHARE * 200)
+    kept, _ = auto_cut(d, min_share=0.0)
+    assert np.bincount(kept).min() == 1, "the cut has clients alone to join"
+    np.testing.assert_array_equal(auto_cut(d)[0], kept)
+    assert adjusted_rand_score(truth, auto_cut(d, min_share=2 / 198)[0]) == 1.0, "a share of 2 would join them"
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="'min_share' parameter of auto_cut"):
             auto_cut(d, min_share=bad)

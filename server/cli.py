@@ -24,13 +24,13 @@ import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any
 
 import psutil
 import tomli_w
 
 from common import schema
-from strategies import schema as keys_schema
 
 from . import deploy, models_cli
 from .linkindex import simulation_path, write_launcher
@@ -58,10 +58,25 @@ SCENARIO_FLAGS = (
 )
 
 
+def _keys() -> ModuleType:
+    """``strategies.schema``, imported on first use: the strategies import torch and scikit-learn
+    (seconds of CPU), which ``umbel deploy`` and the model commands never need."""
+    from strategies import schema as keys_schema
+
+    return keys_schema
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``umbel`` console command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="umbel", description="Clustered federated learning on Flower.")
     commands = parser.add_subparsers(dest="command", required=True)
+    if argv[:1] == ["deploy"] or argv[:1] and argv[0] in models_cli.COMMANDS:
+        deploy.add_parser(commands)
+        models_cli.add_parsers(commands)
+        args = parser.parse_args(argv)
+        return deploy.run(args) if args.command == "deploy" else models_cli.run(args)
+    keys_schema = _keys()
     run = commands.add_parser(
         "run",
         help="run one experiment in Flower's local simulation",
@@ -115,16 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     deploy.add_parser(commands)
     models_cli.add_parsers(commands)
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"] and (old := renamed_flag(argv[1:])):
         run.error(f"{schema.renamed_message(old)} Use --{schema.RENAMED[old]}.")
     args = parser.parse_args(argv)
-    if args.command == "deploy":
-        return deploy.run(args)
     if args.command == "export":
         return export_federation(args)
-    if args.command in models_cli.COMMANDS:
-        return models_cli.run(args)
     config = {key: getattr(args, key.replace("-", "_")) for key in keys_schema.SCHEMA}
     try:
         folder, num_clients = prepare(config)
@@ -200,6 +210,7 @@ def hold_home(home: Path, run_name: str) -> IO[str]:
 
 def add_run_config_arguments(parser: argparse.ArgumentParser) -> None:
     """One ``--KEY`` per run-config key of ``common.schema``, in its group, typed and explained."""
+    keys_schema = _keys()
     groups = {name: parser.add_argument_group(name) for name in keys_schema.GROUPS}
     for key in keys_schema.KEYS:
         text = key.help
@@ -469,7 +480,7 @@ def flower_app(flwr_home: Path) -> Path:
                         "app": {
                             "publisher": "umbel",
                             "components": {"serverapp": "server.app:app", "clientapp": "client.app:app"},
-                            "config": keys_schema.defaults(),
+                            "config": _keys().defaults(),
                         }
                     }
                 },

@@ -1,5 +1,7 @@
 """`umbel run` fails before anything starts on bad input, and maps flags to run-config."""
 
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -209,3 +211,24 @@ def test_a_local_superlink_slow_to_start_is_tried_again_and_nothing_else_is(
     assert len(stopped) == starts + 1  # before the first start and after each
     err = capsys.readouterr().err
     assert err.count("did not start within its fixed time") == (starts - 1)
+
+
+@pytest.mark.parametrize("argv", [["deploy", "supernode", "--help"], ["models", "--help"], ["assign", "--help"]])
+def test_deploy_and_model_commands_start_without_the_strategies(argv):
+    """``umbel deploy supernode`` wraps every client machine's SuperNode: torch and scikit-learn (the
+    strategies' imports, seconds of CPU) are not loaded to start it; ``umbel run`` loads them."""
+    probe = (
+        "import sys, runpy; sys.argv = ['umbel', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('server.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'strategies', 'torch', 'sklearn'}), file=sys.stderr)"
+    )
+
+    def loaded(args: list[str]) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", probe, *args], cwd=cli.PROJECT_ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert "usage: umbel" in out.stdout, out.stdout + out.stderr
+        return out.stderr.strip().splitlines()[-1]
+
+    assert loaded(argv) == "[]"
+    assert loaded(["run", "--help"]) == "['sklearn', 'strategies', 'torch']"

@@ -33,7 +33,8 @@ import tomli_w
 from common import schema
 
 from . import deploy, models_cli
-from .linkindex import simulation_path, write_launcher
+from .deploy.shared import launcher_path
+from .linkindex import write_launcher
 from .outcome import run_failure
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -545,7 +546,7 @@ def simulation_env(flwr_home: Path, port: int) -> dict[str, str]:
     return {
         RAY_INLINE_ENV: str(RAY_INLINE_BYTES),
         **os.environ,
-        "PATH": simulation_path(launcher.parent, os.environ.get("PATH", "")),
+        "PATH": launcher_path(launcher.parent, os.environ.get("PATH", "")),
         "FLWR_HOME": str(flwr_home),
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

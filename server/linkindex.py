@@ -507,33 +507,6 @@ def install_context_registry() -> bool:
     return True
 
 
-def flower_scripts() -> Path | None:
-    """The folder of the installed Flower's own console scripts (``flwr``, ``flower-superlink``), or None.
-
-    Found from the ``flwr`` distribution's file list, not from ``PATH``: a version manager's shim
-    (pyenv's) found on ``PATH`` re-runs the command with its own interpreter's folder put first on
-    ``PATH``, which hides the launcher from the SuperExec.
-    """
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        dist = distribution("flwr")
-    except PackageNotFoundError:
-        return None
-    for file in dist.files or ():
-        if file.name == "flwr" and file.parent.name in ("bin", "Scripts"):
-            path = Path(str(dist.locate_file(file))).resolve()
-            if path.is_file():
-                return path.parent
-    return None
-
-
-def simulation_path(launcher_folder: Path, path: str) -> str:
-    """``PATH`` for ``flwr run``: the launcher's folder, then Flower's own scripts (no shim), then ``path``."""
-    scripts = flower_scripts()
-    return os.pathsep.join([str(launcher_folder), *([str(scripts)] if scripts else []), path])
-
-
 def write_launcher(folder: Path) -> Path:
     """Write an executable ``flwr-simulation`` into ``folder`` that runs this module's ``main``.
 

@@ -3,8 +3,8 @@
 Two module-scoped deployments (insecure; TLS + SuperNode authentication) are started through
 ``umbel deploy`` and shared by the tests; every process they start is stopped by PID, with its
 children, in the fixture teardown, whatever the outcome. Every message a SuperNode receives starts
-a ClientApp process (about 7 CPU seconds: Python, Flower and torch), so the runs are few and short
-(digits, 3 clients, 2-4 rounds):
+a ClientApp process (a fork of the node's warm process, client.warm; about 9 CPU seconds cold), so
+the runs are few and short (digits, 3 clients, 2-5 rounds):
 - the insecure deployment's one run, in which a SuperNode restarts and a second node claims a held
   client id, and which ``umbel deploy wait`` then follows to its exit code (beside a run that fails
   at start-up, submitted with ``umbel deploy run``);
@@ -347,6 +347,7 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(ins
     assert summary["coverage"]["final-accuracy"] == f"over {NUM_NODES} of {NUM_NODES} clients"
     _check_delivery(dep, folder)
     assert f"http://127.0.0.1:{dep.port}" in dep.log("superlink").read_text()
+    assert "umbel: warm ClientApp processes (" in dep.log("node0").read_text()  # client.warm's server listened
     _check_follow(dep, int(out.split("Successfully started run ")[1].split()[0]))
 
 

@@ -1,8 +1,8 @@
 """End to end: a federation of clients that each read only their own folder, with a user's model.
 
 ``umbel export`` writes a 3-group digits federation. A SuperLink (TLS, SuperNode
-authentication) and one SuperNode per partition run on 127.0.0.1, each node given only its
-own folder through its node config ``data-path``; a fifth node's folder is empty and must fail
+authentication) and one SuperNode per partition (``umbel deploy supernode``) run on 127.0.0.1,
+each node given only its own folder through its node config ``data-path``; a fifth node's folder is empty and must fail
 alone. FedClust trains ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
 is scored against the exported truth file. Then ``umbel run --data-path`` rehearses the same
 federation in simulation and must find the same clusters. One strategy shows that each node reads
@@ -125,15 +125,13 @@ class Deployment:
             assert out.returncode == 0, out.stdout + out.stderr
         for pid, name in enumerate(names):
             folder = self.federation / f"partition_{pid}" if pid < NUM_CLIENTS else empty
-            cmd = deploy.supernode_command(
-                superlink=f"127.0.0.1:{port}",
-                partition_id=pid,
-                num_partitions=NUM_CLIENTS + 1,
-                port=free_port(),
-                root_certificates=certs / "ca.crt",
-                key=keys / name,
-                data_path=str(folder),
-            )  # this node's own data, nothing else
+            cmd = [
+                *(sys.executable, "-m", "server.cli", "deploy", "supernode"),
+                *("--superlink", f"127.0.0.1:{port}", "--partition-id", str(pid)),
+                *("--num-partitions", str(NUM_CLIENTS + 1), "--port", str(free_port())),
+                *("--root-certificates", str(certs / "ca.crt"), "--key", str(keys / name)),
+                *("--data-path", str(folder)),  # this node's own data, nothing else
+            ]
             self.spawn(f"node{pid}", cmd)
 
     def run(self, name: str) -> dict:

@@ -49,15 +49,44 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def flower_scripts() -> Path | None:
+    """The folder of the installed Flower's own console scripts (``flwr``, ``flower-superlink``), or None.
+
+    Found from the ``flwr`` distribution's file list, not from ``PATH``: a version manager's shim
+    (pyenv's) found on ``PATH`` re-runs the command with its own interpreter's folder put first on
+    ``PATH``, which hides a launcher (``launcher_path``) from the SuperExec.
+    """
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("flwr")
+    except PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == "flwr" and file.parent.name in ("bin", "Scripts"):
+            path = Path(str(dist.locate_file(file))).resolve()
+            if path.is_file():
+                return path.parent
+    return None
+
+
+def launcher_path(launcher_folder: Path, path: str) -> str:
+    """``PATH`` with a launcher's folder first, then Flower's own scripts (no shim), then ``path``."""
+    scripts = flower_scripts()
+    return os.pathsep.join([str(launcher_folder), *([str(scripts)] if scripts else []), path])
+
+
 def executable(name: str) -> str:
-    """The path of Flower's command ``name``, on ``PATH`` or beside this Python.
+    """The path of Flower's command ``name``: among Flower's own scripts, else on ``PATH`` or beside this Python.
 
     Raises
     ------
     FileNotFoundError
         If it is not installed.
     """
-    found = shutil.which(name) or str(Path(sys.executable).with_name(name))
+    scripts = flower_scripts()
+    own = None if scripts is None or not (scripts / name).is_file() else str(scripts / name)
+    found = own or shutil.which(name) or str(Path(sys.executable).with_name(name))
     if not Path(found).exists():
         raise FileNotFoundError(f"'{name}' is not installed here (pip install 'flwr[simulation]==1.42.*').")
     return found

@@ -22,6 +22,7 @@ from pathlib import Path
 from common.validation import check_int
 from server.terminal import for_terminal
 
+from .warm import warm_clientapps
 from .shared import (
     EXIT_USAGE,
     MAX_RETRIES,
@@ -349,6 +350,8 @@ def add_parsers(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatte
         help="retries while the SuperLink is unreachable, at start and after a loss, before giving up",
     )
     p.add_argument("--max-wait-time", type=float, default=MAX_WAIT_TIME, help="seconds of retrying before giving up")
+    cold = "a new process importing Flower and torch for each message (Flower's), not a fork of a warm one"
+    p.add_argument("--cold-clientapps", action="store_true", help=f"start every ClientApp as {cold}")
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
 
 
@@ -386,7 +389,8 @@ def _supernode(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"umbel deploy supernode: cannot connect: {problem[1]}", file=sys.stderr, flush=True)
         return problem[0]
-    return run_supernode(cmd, deploy_env(), max_retries=args.max_retries, max_wait_time=args.max_wait_time)
+    with contextlib.nullcontext(deploy_env()) if args.cold_clientapps else warm_clientapps(deploy_env()) as env:
+        return run_supernode(cmd, env, max_retries=args.max_retries, max_wait_time=args.max_wait_time)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"supernode": _supernode}

@@ -24,6 +24,7 @@ from flwr.supercore.object_store import ObjectStoreFactory
 from flwr.superlink.federation import NoOpFederationManager
 
 from server import linkindex
+from server.deploy import shared
 
 INDEXED = linkindex.indexed_state_class()
 
@@ -180,8 +181,8 @@ def test_the_simulation_path_finds_the_launcher_and_flowers_own_scripts_before_a
         shim.write_text("#!/bin/sh\nexit 3\n")
         shim.chmod(0o755)
     launcher = linkindex.write_launcher(tmp_path / "bin")
-    path = linkindex.simulation_path(launcher.parent, os.pathsep.join([str(shims), os.environ.get("PATH", "")]))
-    scripts = linkindex.flower_scripts()
+    path = shared.launcher_path(launcher.parent, os.pathsep.join([str(shims), os.environ.get("PATH", "")]))
+    scripts = shared.flower_scripts()
     assert scripts is not None and (scripts / "flwr").is_file()
     assert shutil.which(linkindex.SIMULATION_COMMAND, path=path) == str(launcher)
     assert shutil.which("flwr", path=path) == str(scripts / "flwr")

@@ -8,8 +8,9 @@ SuperNode and puts a ``flwr-clientapp`` launcher (:func:`write_launcher`) first 
 the server, which forks; the fork runs Flower's own ``flwr-clientapp`` entry point with them,
 and the launcher exits with its exit code (``128 + N`` for signal N) and passes SIGINT and SIGTERM
 on to it. Only third-party packages are imported ahead (``PRELOAD``): the app's own modules come
-from the FAB that Flower installs for the run, as in a cold start. When no server answers (not
-started yet, or gone), the launcher runs Flower's command itself.
+from the FAB that Flower installs for the run, as in a cold start, and nothing initialises CUDA or
+torch's threads before a fork. When no server answers (not started yet, gone, or not forking within
+``FORK_TIMEOUT``), the launcher runs Flower's command itself.
 
 The socket lives in a folder only this user can enter (0700); whoever can connect could already
 run ``flwr-clientapp`` as this user.
@@ -36,6 +37,9 @@ PRELOAD = ("numpy", "torch", "flwr.supernode.cli")
 SOCKET_ENV = "UMBEL_WARM_CLIENTAPP"
 """The launcher reads the server's socket path from this variable."""
 COMMAND = "flwr-clientapp"
+FORK_TIMEOUT = 20.0
+"""Seconds the launcher waits for the server's fork before it runs Flower's command itself (Flower
+starts another copy of a ClientApp that has not connected within 30 s)."""
 ENTRY = "flwr.supernode.cli:flwr_clientapp"
 """What each fork runs: Flower's ``flwr-clientapp`` entry point (``module:function``)."""
 _HEADER = struct.Struct("!I")
@@ -65,12 +69,14 @@ def launch(argv: Sequence[str], fallback: str) -> int:
     path = os.environ.get(SOCKET_ENV, "")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        conn.settimeout(FORK_TIMEOUT)
         conn.connect(path)
         body = json.dumps({"argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         fds = array.array("i", [0, 1, 2])
         conn.sendmsg([_HEADER.pack(len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         pid = _read_status(conn)
-    except OSError:
+        conn.settimeout(None)
+    except OSError:  # no server, or one that did not fork in time
         pid = None
     if pid is None:  # nothing ran: Flower's own command, as if there were no launcher
         conn.close()

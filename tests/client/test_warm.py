@@ -143,3 +143,24 @@ def test_umbel_deploy_supernode_forks_warm_clientapps_unless_told_cold(monkeypat
     assert Path(warm_env[warm.SOCKET_ENV]).parent.name.startswith("umbel-warm-")
     assert warm_env["PATH"].split(os.pathsep)[0].endswith("bin") and not Path(warm_env[warm.SOCKET_ENV]).exists()
     assert warm.SOCKET_ENV not in cold_env and cold_env["PATH"] == os.environ["PATH"]
+
+
+def test_a_server_that_does_not_fork_in_time_leaves_the_message_to_flowers_own_command(tmp_path):
+    sock = tmp_path / "stuck.sock"
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.bind(str(sock))
+    stuck.listen(1)  # accepts, never answers
+    probe = "import sys; from client import warm; warm.FORK_TIMEOUT = 1.0; sys.exit(warm.launch(sys.argv, sys.argv[1]))"
+    started = time.monotonic()
+    log = tmp_path / "out.txt"
+    with stuck, log.open("w") as sink:  # a file, not a pipe: the stuck socket holds the streams sent to it
+        code = subprocess.run(
+            [sys.executable, "-c", probe, _cold(tmp_path), "--token", "t"],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, warm.SOCKET_ENV: str(sock)},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        ).returncode
+    assert code == 7 and log.read_text().startswith("COLD"), log.read_text()
+    assert time.monotonic() - started < 30

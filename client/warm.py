@@ -1,24 +1,33 @@
 """Warm ClientApp processes: each message's ``flwr-clientapp`` forked from a process that imported Flower and torch.
 
 Flower 1.42's SuperNode starts a new ``flwr-clientapp`` process for every message it receives, and
-each one imports Flower and torch again: most of its CPU time (about 4 of 5 s on a 2-core box,
-far more on a small device). ``umbel deploy supernode`` starts one :func:`serve` process beside its
-SuperNode and puts a ``flwr-clientapp`` launcher (:func:`write_launcher`) first on the SuperNode's
-``PATH``. The launcher hands its arguments, environment, working folder and standard streams to
-the server, which forks; the fork runs Flower's own ``flwr-clientapp`` entry point with them,
-and the launcher exits with its exit code (``128 + N`` for signal N) and passes SIGINT and SIGTERM
-on to it. Only third-party packages are imported ahead (``PRELOAD``): the app's own modules come
-from the FAB that Flower installs for the run, as in a cold start, and nothing initialises CUDA or
-torch's threads before a fork. When no server answers (not started yet, gone, or not forking within
-``FORK_TIMEOUT``), the launcher runs Flower's command itself.
+each one imports Flower and torch again: most of its CPU time (about 9 CPU s a message on a 2-core
+box, far more on a small device). ``umbel deploy supernode`` starts one :func:`serve` process beside
+its SuperNode and puts a ``flwr-clientapp`` launcher (:func:`write_launcher`) first on the
+SuperNode's ``PATH``. The launcher hands its arguments, environment, working folder and standard
+streams to the server, which forks; the fork runs Flower's own ``flwr-clientapp`` entry point with
+them, and the launcher exits with its exit code (``128 + N`` for signal N) and passes SIGINT, SIGTERM
+and SIGQUIT on to it.
 
-The socket lives in a folder only this user can enter (0700); whoever can connect could already
-run ``flwr-clientapp`` as this user.
+Only third-party packages are imported ahead (``PRELOAD``): the app's own modules come from the FAB
+that Flower installs for the run, as in a cold start; nothing initialises CUDA or torch's threads
+before a fork, and numpy's global random state is reseeded in each fork. What is read when Python
+starts or a package is imported (``PYTHONPATH``, ``OMP_NUM_THREADS``, ``FLWR_LOG_LEVEL``,
+``FLWR_TELEMETRY_ENABLED``) comes from the server's environment, which is the SuperNode's; Flower's
+runtime installation of an app's dependencies (off in umbel's deployments) would not replace the
+preloaded packages.
+
+A launcher waits ``FORK_TIMEOUT`` for the server; when none answers (not listening yet: its imports
+take seconds, up to a minute on a loaded box; gone; or too slow), it runs Flower's command itself.
+The server forks only after the launcher has confirmed it is still waiting, so a message never runs
+twice. The socket lives in a folder only this user can enter (0700); whoever can connect could
+already run ``flwr-clientapp`` as this user.
 """
 
 from __future__ import annotations
 
 import array
+import atexit
 import importlib
 import json
 import os
@@ -38,12 +47,14 @@ SOCKET_ENV = "UMBEL_WARM_CLIENTAPP"
 """The launcher reads the server's socket path from this variable."""
 COMMAND = "flwr-clientapp"
 FORK_TIMEOUT = 20.0
-"""Seconds the launcher waits for the server's fork before it runs Flower's command itself (Flower
-starts another copy of a ClientApp that has not connected within 30 s)."""
+"""Seconds the launcher waits for the server before it runs Flower's command itself (Flower starts
+another copy of a ClientApp that has not connected within 30 s)."""
 ENTRY = "flwr.supernode.cli:flwr_clientapp"
 """What each fork runs: Flower's ``flwr-clientapp`` entry point (``module:function``)."""
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)
 _HEADER = struct.Struct("!I")
 _STATUS = struct.Struct("!i")
+_READY, _GO = b"r", b"g"
 
 
 def write_launcher(folder: Path, fallback: str) -> Path:
@@ -68,15 +79,19 @@ def launch(argv: Sequence[str], fallback: str) -> int:
     """The launcher: run ``argv`` in a fork of the warm server, or exec ``fallback`` when none answers."""
     path = os.environ.get(SOCKET_ENV, "")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = None
     try:
         conn.settimeout(FORK_TIMEOUT)
         conn.connect(path)
         body = json.dumps({"argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         fds = array.array("i", [0, 1, 2])
-        conn.sendmsg([_HEADER.pack(len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-        pid = _read_status(conn)
-        conn.settimeout(None)
-    except OSError:  # no server, or one that did not fork in time
+        conn.sendmsg([_HEADER.pack(len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        conn.sendall(body)
+        if _read_exact(conn, 1) == _READY:
+            conn.sendall(_GO)  # from here the fork runs: wait for it whatever it takes
+            conn.settimeout(None)
+            pid = _read_status(conn)
+    except OSError:  # no server, or one too slow: the server forks nothing once this socket is closed
         pid = None
     if pid is None:  # nothing ran: Flower's own command, as if there were no launcher
         conn.close()
@@ -88,7 +103,7 @@ def launch(argv: Sequence[str], fallback: str) -> int:
         except ProcessLookupError:
             pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in FORWARDED:
         signal.signal(sig, forward)
     code = _read_status(conn)
     return 1 if code is None else (128 - code if code < 0 else code)
@@ -103,43 +118,60 @@ def serve(path: str, fallback: str, entry: str = ENTRY) -> None:
     """The warm server: import ``PRELOAD``, listen on ``path``, fork one ``entry`` per connection.
 
     Run as a script (``server_command``), so that no module of this package is imported ahead of the
-    run's FAB; its import path starts as Flower's ``fallback`` script's would. It ends when its
-    parent (``umbel deploy supernode``) ends or it gets SIGTERM.
+    run's FAB; its import path starts as Flower's ``fallback`` script's would. It ends on SIGTERM, or
+    once it listens, within a second of the process that started it (a parent gone during the imports
+    counts too); SIGINT is ignored (a terminal's Ctrl-C is for the SuperNode).
     """
+    parent = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path[0] = os.path.dirname(fallback)
     started = time.monotonic()
     for name in PRELOAD:
         importlib.import_module(name)
-    parent = os.getppid()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the reporters are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path + ".new")
-    os.replace(path + ".new", path)  # launchers see the socket only once it listens
     server.listen(64)
+    os.replace(path + ".new", path)  # launchers see the socket only once it listens
     server.settimeout(1.0)
-    print(
-        f"umbel: warm ClientApp processes ({', '.join(PRELOAD)} imported in {time.monotonic() - started:.1f} s)",
-        flush=True,
-    )
+    print(f"umbel: warm ClientApp processes ({', '.join(PRELOAD)} imported in {time.monotonic() - started:.1f} s)")
+    sys.stdout.flush()
     while os.getppid() == parent:
         try:
             conn, _ = server.accept()
         except TimeoutError:
             continue
+        except OSError as err:  # out of file descriptors, an aborted connection: this request only
+            print(f"umbel: warm ClientApp server: accept failed: {err}", file=sys.stderr, flush=True)
+            time.sleep(0.1)
+            continue
         conn.settimeout(None)
         sys.stdout.flush()
         sys.stderr.flush()
-        if os.fork() == 0:
+        try:
+            child = os.fork()
+        except OSError as err:  # the launcher sees the socket close unanswered and runs Flower's command
+            print(f"umbel: warm ClientApp server: fork failed: {err}", file=sys.stderr, flush=True)
+            child = -1
+        if child == 0:
             server.close()
             _report(conn, entry)
         conn.close()
 
 
 def _report(conn: socket.socket, entry: str) -> None:
-    """In a fork of the server: read the request, fork the ClientApp, send its pid and exit status."""
+    """In a fork of the server: read the request, fork the ClientApp once the launcher says go, report its pid
+    and exit status."""
     code = 1
     try:
         request, fds = _read_request(conn)
+        try:
+            conn.sendall(_READY)
+            go = _read_exact(conn, 1)
+        except OSError:
+            go = None
+        if go != _GO:  # the launcher gave up waiting and runs Flower's command
+            return
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         pid = os.fork()
         if pid == 0:
@@ -147,6 +179,7 @@ def _report(conn: socket.socket, entry: str) -> None:
             _run(request, fds, entry)
         for fd in fds:
             os.close(fd)
+        print(f"umbel: ClientApp forked warm (pid {pid})", flush=True)
         conn.sendall(_STATUS.pack(pid))
         _, status = os.waitpid(pid, 0)
         conn.sendall(_STATUS.pack(os.waitstatus_to_exitcode(status)))
@@ -158,8 +191,8 @@ def _report(conn: socket.socket, entry: str) -> None:
 
 
 def _run(request: dict, fds: list[int], entry: str) -> None:
-    """In the ClientApp's process: take the launcher's streams, folder, environment and arguments, run Flower."""
-    code: int | str | None = 1
+    """In the ClientApp's process: take the launcher's streams, folder, environment and arguments, run ``entry``."""
+    code: object = 1
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -170,17 +203,25 @@ def _run(request: dict, fds: list[int], entry: str) -> None:
         sys.argv = list(request["argv"])
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if "numpy" in sys.modules:  # a cold process seeds numpy's global state from the OS; a fork copies it
+            sys.modules["numpy"].random.seed()
         module, _, function = entry.partition(":")
         getattr(importlib.import_module(module), function)()
         code = 0
     except SystemExit as done:
         code = done.code
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - reported as the process's exit status, as a cold start would
         traceback.print_exc()
     finally:
+        if not (code is None or isinstance(code, int)):
+            print(code, file=sys.stderr)  # SystemExit("message"), as Python prints it
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+        os._exit(status)
 
 
 def _read_exact(conn: socket.socket, size: int) -> bytes | None:
@@ -205,6 +246,8 @@ def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
     if len(head) != _HEADER.size or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
         raise ValueError(f"a launcher's request must carry a header and 3 streams. Got {len(fds)} streams instead.")
     body = _read_exact(conn, _HEADER.unpack(head)[0])
     if body is None:

@@ -347,7 +347,9 @@ def test_a_run_takes_back_a_restarted_node_and_refuses_a_duplicate_client_id(ins
     assert summary["coverage"]["final-accuracy"] == f"over {NUM_NODES} of {NUM_NODES} clients"
     _check_delivery(dep, folder)
     assert f"http://127.0.0.1:{dep.port}" in dep.log("superlink").read_text()
-    assert "umbel: warm ClientApp processes (" in dep.log("node0").read_text()  # client.warm's server listened
+    for node in ("node0", "node1"):  # not restarted: client.warm's server listened, then forked this node's ClientApps
+        assert "umbel: warm ClientApp processes (" in dep.log(node).read_text()
+        assert dep.log(node).read_text().count("umbel: ClientApp forked warm (pid ") >= ROUNDS, dep.tails(run_name)
     _check_follow(dep, int(out.split("Successfully started run ")[1].split()[0]))
 
 

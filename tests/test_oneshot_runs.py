@@ -10,6 +10,7 @@ from flwr.app import Context, RecordDict
 
 from client.app import app as client_app
 from server import cli
+from strategies import schema as run_keys
 from server.app import main as server_app_main
 from server.inprocess import InProcessGrid
 from tests.helpers import SMALL_FEDERATION, SMALL_FEDERATION_ARGS
@@ -37,7 +38,7 @@ def test_one_shot_strategy_finds_the_groups_and_draws_the_distances(tmp_path, st
         rc = cli.load_defaults(cli.PROJECT_ROOT)
         flags = dict(zip(settings[::2], settings[1::2], strict=True))
         rc.update({"strategy": strategy, **SMALL_FEDERATION})
-        rc.update({k[2:]: cli.keys_schema.SCHEMA[k[2:]].parse(v) for k, v in flags.items()})
+        rc.update({k[2:]: run_keys.SCHEMA[k[2:]].parse(v) for k, v in flags.items()})
         server_app_main(InProcessGrid(client_app, rc, rc["num-clients"]), Context(0, 0, {}, RecordDict(), rc))
     folder = tmp_path / "results" / run_name
     lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -20,8 +22,9 @@ def warm_clientapps(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
 
     Yields ``env`` with the ``flwr-clientapp`` launcher first on ``PATH`` (then Flower's own scripts)
     and the warm server's socket; the server runs meanwhile (it imports Flower and torch while the
-    SuperNode starts: a message before it listens runs Flower's own command). Its folder (0700) and
-    the server are removed on exit.
+    SuperNode starts: a message before it listens runs Flower's own command). On exit the server's
+    session gets SIGTERM (it, and any ClientApp it forked that still runs, as the SuperNode's session
+    does) and its folder (0700) is removed.
     """
     folder = Path(tempfile.mkdtemp(prefix="umbel-warm-"))
     try:
@@ -29,11 +32,15 @@ def warm_clientapps(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
         launcher = warm.write_launcher(folder / "bin", fallback)
         sock = folder / "clientapp.sock"
         env = {**env, "PATH": launcher_path(launcher.parent, env.get("PATH", "")), warm.SOCKET_ENV: str(sock)}
-        server = subprocess.Popen(warm.server_command(sock, fallback), env=env, stdin=subprocess.DEVNULL)
+        # its own session, as the SuperNode's: a terminal's Ctrl-C is for the SuperNode alone
+        server = subprocess.Popen(
+            warm.server_command(sock, fallback), env=env, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             yield env
         finally:
-            server.terminate()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGTERM)  # the server, and any ClientApp still running
             try:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -32,6 +32,7 @@ from benchmarks.runs import ROOT
 from client.app import app as client_app
 from common.modelstore import read_bundle
 from server import cli
+from strategies import schema as run_keys
 from server.app import main as server_app_main
 from server.experiment import Experiment
 from server.inprocess import InProcessGrid
@@ -66,7 +67,7 @@ def _straight_in_process(results: Path) -> Path:
     parser = argparse.ArgumentParser()
     cli.add_run_config_arguments(parser)
     parsed = parser.parse_args([*flags, "--results-dir", str(results)])
-    rc = {key: getattr(parsed, key.replace("-", "_")) for key in cli.keys_schema.SCHEMA}
+    rc = {key: getattr(parsed, key.replace("-", "_")) for key in run_keys.SCHEMA}
     folder, num_clients = cli.prepare(rc)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

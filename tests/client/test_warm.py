@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from client import warm
@@ -25,7 +26,7 @@ PROBE = "tests.helpers.warm_probe:main"
 def _cold(tmp_path: Path) -> str:
     """A stand-in for Flower's own command: says it ran cold, exits 7."""
     path = tmp_path / "cold" / warm.COMMAND
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)
     path.write_text('#!/bin/sh\necho COLD "$@"\nexit 7\n')
     path.chmod(0o755)
     return str(path)
@@ -75,23 +76,28 @@ def test_a_fork_gets_the_launchers_arguments_environment_folder_and_streams_and_
                 text=True,
             )
         )
+    draws = []
     for i, proc in enumerate(procs):
         out, err = proc.communicate(timeout=60)
         seen = _seen(out)
         assert proc.returncode == 3 + i, (out, err)
         assert seen["argv"] == [str(launcher), str(3 + i)] and seen["cwd"] == str(folders[i])
         assert seen["probe"] == f"only the launcher's {i}" and seen["preloaded"] is True
+        assert seen["umbel"] == []  # umbel's own modules come from the run's FAB, not from the server
         assert seen["pid"] != proc.pid and "COLD" not in out
         assert err == "probe stderr\n"
+        draws.append(seen["draw"])
+    assert draws[0] != draws[1]  # numpy's global random state reseeded in each fork, as in a cold process
 
 
-def test_sigterm_to_the_launcher_ends_its_fork_and_the_launcher_says_so(server):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_launcher_ends_its_fork_and_the_launcher_says_so(server, sig):
     launcher, env = server
     proc = subprocess.Popen([launcher, "sleep"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     fork = _seen(proc.stdout.readline())["pid"]
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == 128 + sig  # SIGINT: Python's KeyboardInterrupt, as a cold process
     deadline = time.monotonic() + 10
     while Path(f"/proc/{fork}").exists() and "Z" not in Path(f"/proc/{fork}/stat").read_text().split()[2]:
         assert time.monotonic() < deadline, "the fork outlived SIGTERM"
@@ -115,10 +121,15 @@ def test_a_malformed_request_costs_only_itself(server):
     assert out.returncode == 0 and _seen(out.stdout)["preloaded"] is True
 
 
+def _servers(sock: Path) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if str(sock) in (p.info["cmdline"] or [])]
+
+
 def test_the_supernodes_environment_puts_the_launcher_first_in_a_private_folder_removed_after():
     base = {**os.environ, "PATH": "/usr/bin"}
     with warm_clientapps(base) as env:
         sock = Path(env[warm.SOCKET_ENV])
+        assert len(_servers(sock)) == 1
         first = env["PATH"].split(os.pathsep)
         assert first[0] == str(sock.parent / "bin") and first[-1] == "/usr/bin"
         assert first[1] == str(shared.flower_scripts())
@@ -126,7 +137,7 @@ def test_the_supernodes_environment_puts_the_launcher_first_in_a_private_folder_
         launcher = sock.parent / "bin" / warm.COMMAND
         assert launcher.read_text().startswith(f"#!{sys.executable}\n")
         assert f"{shared.executable(warm.COMMAND)!r}" in launcher.read_text()
-    assert not sock.parent.exists()
+    assert not sock.parent.exists() and not _servers(sock)
 
 
 def test_umbel_deploy_supernode_forks_warm_clientapps_unless_told_cold(monkeypatch):
@@ -164,3 +175,28 @@ def test_a_server_that_does_not_fork_in_time_leaves_the_message_to_flowers_own_c
         ).returncode
     assert code == 7 and log.read_text().startswith("COLD"), log.read_text()
     assert time.monotonic() - started < 30
+
+
+def test_a_launcher_that_gave_up_waiting_is_not_run_twice(server, tmp_path):
+    """The server, stopped, answers only after the launcher ran Flower's command: it must not fork the message too."""
+    launcher, env = server
+    (held,) = _servers(Path(env[warm.SOCKET_ENV]))
+    probe = "import sys; from client import warm; warm.FORK_TIMEOUT = 1.0; sys.exit(warm.launch(sys.argv, sys.argv[1]))"
+    log, cold = tmp_path / "out.txt", _cold(tmp_path)
+    held.suspend()
+    try:
+        with log.open("w") as sink:
+            code = subprocess.run(
+                [sys.executable, "-c", probe, cold, "0"],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+            ).returncode
+    finally:
+        held.resume()
+    time.sleep(3)  # the server now reads the abandoned request
+    assert code == 7 and log.read_text() == f"COLD {cold} 0\n"  # the fallback alone: no fork's output
+    out = subprocess.run([launcher, "0"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and _seen(out.stdout)["preloaded"] is True

@@ -16,6 +16,8 @@ def main() -> None:
         "cwd": os.getcwd(),
         "probe": os.environ.get("WARM_PROBE"),
         "preloaded": "torch" in sys.modules,
+        "umbel": sorted({m.split(".")[0] for m in sys.modules} & {"client", "common", "server", "strategies"}),
+        "draw": float(sys.modules["numpy"].random.random()) if "numpy" in sys.modules else None,
         "pid": os.getpid(),
     }
     print(json.dumps(seen), flush=True)

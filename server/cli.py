@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="umbel", description="Clustered federated learning on Flower.")
     commands = parser.add_subparsers(dest="command", required=True)
-    if argv[:1] == ["deploy"] or argv[:1] and argv[0] in models_cli.COMMANDS:
+    if argv[:1] and argv[0] in ("deploy", *models_cli.COMMANDS):
         deploy.add_parser(commands)
         models_cli.add_parsers(commands)
         args = parser.parse_args(argv)

@@ -2,8 +2,8 @@
 
 ``umbel export`` writes a 3-group digits federation. A SuperLink (TLS, SuperNode
 authentication) and one SuperNode per partition (``umbel deploy supernode``) run on 127.0.0.1,
-each node given only its own folder through its node config ``data-path``; a fifth node's folder is empty and must fail
-alone. FedClust trains ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
+each node given only its own folder through its node config ``data-path``; a fifth node's folder
+is empty and must fail alone. FedClust trains ``tests.helpers.user_models:small_cnn`` (a CNN defined outside umbel) and
 is scored against the exported truth file. Then ``umbel run --data-path`` rehearses the same
 federation in simulation and must find the same clusters. One strategy shows that each node reads
 its own folder and that the simulation reads the same folders the same way; every strategy's

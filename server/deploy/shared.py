@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -49,12 +50,14 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+@functools.cache
 def flower_scripts() -> Path | None:
     """The folder of the installed Flower's own console scripts (``flwr``, ``flower-superlink``), or None.
 
     Found from the ``flwr`` distribution's file list, not from ``PATH``: a version manager's shim
     (pyenv's) found on ``PATH`` re-runs the command with its own interpreter's folder put first on
-    ``PATH``, which hides a launcher (``launcher_path``) from the SuperExec.
+    ``PATH``, which hides a launcher (``launcher_path``) from the SuperExec. Read once per process
+    (the distribution's file list is parsed for it).
     """
     from importlib.metadata import PackageNotFoundError, distribution
 

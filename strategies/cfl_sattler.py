@@ -25,14 +25,16 @@ back to partition ids (the reference code's pitfall; tested).
 Above ``cfl-sattler-sample-above`` members (modified; 0 is the paper's split of all members) a
 split asks a seeded sample of ``SPLIT_SAMPLE`` members first and bi-partitions it (its criteria
 are the sample's); a kept split then asks the other members ``QUERY_BATCH`` at a time, each joining
-the half whose mean unit update is nearer in cosine (sketched as the sample's, the store's
-sketch of each update): at most one batch of updates is held, not
-every member's (64 GB at 100,000 DNN clients), and a split that does not separate costs the
-sample's updates only. Both forms are ``common.clustering.sampled.sattler_split``, which this
-strategy calls with its requests (``query.update``) and its store of latest updates, and which
-``benchmarks.scaling`` measures; each update is read once, a block at a time, for its stored
-sketch, its half and the halves' sums (``bipartition.scan_round`` does the same for each round's
-updates and norms).
+the half whose mean unit update is nearer in cosine (as in the sample's sketch): at most one batch
+of updates is held, not every member's (64 GB at 100,000 DNN clients), and a split that does not
+separate costs the sample's updates only. Both forms are ``common.clustering.sampled.sattler_split``,
+which this strategy calls with its requests (``query.update``) and its store of latest updates, and
+which ``benchmarks.scaling`` measures; each update is read once, a block at a time, for its half and
+the halves' sums (``bipartition.scan_round`` reads each round's updates once for their norms).
+
+The store of latest updates (``distances.png``; a split needs none) keeps every client's, or above
+``cfl-sattler-sample-above`` clients a seeded sample of ``SPLIT_SAMPLE`` (``sampled.kept_clients``):
+sketching all of them was most of the server's work at 100,000 clients.
 """
 
 from __future__ import annotations
@@ -48,7 +50,15 @@ from flwr.common import log
 
 from common import keys
 from common.clustering.bipartition import SEPARATION, SEPARATION_CHOICES, scan_round, should_split
-from common.clustering.sampled import SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, SAMPLE_ABOVE_PAPER, SattlerSplit, sattler_split
+from common.clustering.sampled import (
+    SAMPLE_ABOVE,
+    SAMPLE_ABOVE_HELP,
+    SAMPLE_ABOVE_PAPER,
+    SattlerSplit,
+    kept_clients,
+    kept_store,
+    sattler_split,
+)
 from common.clustering.subspaces import SAMPLE_SIZE
 from common.clustering.similarity import CountSketch, UpdateSimilarity
 from common.params import check_params, param
@@ -125,6 +135,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         {"_candidates", "_retry", "attempts", "norms", "similarity", "splits"}
     )
     params_type = CFLSattlerParams
+    transient = ClusteredStrategy.transient | {"_stored_clients"}
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
@@ -138,6 +149,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         self.splits: list[dict[str, int]] = []
         self._candidates: set[int] = set()
         self._retry: dict[int, int] = {}
+        self._stored_clients: tuple[int, frozenset[int] | None] = (0, None)
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         """One cluster of every client; warns when ``split-after`` leaves no round to split in."""
@@ -168,7 +180,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         deltas = _Deltas(updates, pids)
         with self.clustering_timer():
             store = self.store_for(int(np.shape(deltas[0])[-1]), self.params.sketch_dim, self.training.seed)
-            sketch = store.sketch if isinstance(store.sketch, CountSketch) else None
+            sketch = store.sketch if isinstance(store.sketch, CountSketch) and self._kept_clients() is None else None
             sums = scan_round(pids, deltas, [self.assignment[p] for p in pids], self._store, sketch=sketch)
             for k in sorted(sums):
                 mean_norm, rms, max_norm = sums[k].norms()
@@ -219,11 +231,20 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         block: list[np.ndarray],
         sketch: CountSketch | None,
         projected: np.ndarray | None = None,
-    ) -> np.ndarray | None:
-        """Keep a block of updates as the latest of ``pids``; their stored rows where they are in ``sketch``
-        (``projected``: their rows in ``sketch``, already computed; ``UpdateSimilarity.keep``)."""
+    ) -> None:
+        """Keep a block of updates as the latest of ``pids`` (``UpdateSimilarity.keep``; ``projected``: their
+        rows in ``sketch``, already computed), of the clients in ``sampled.kept_clients`` only."""
         store = self.store_for(int(np.shape(block[0])[-1]), self.params.sketch_dim, self.training.seed)
-        return store.keep(pids, block, sketch, projected)
+        kept_store(store.keep, self._kept_clients())(pids, block, sketch, projected)
+
+    def _kept_clients(self) -> frozenset[int] | None:
+        """``sampled.kept_clients`` of the federation, drawn again only when its size changes."""
+        if self._stored_clients[0] != len(self.clients):
+            self._stored_clients = (
+                len(self.clients),
+                kept_clients(list(self.clients), self.training.seed, self.params.sample_above, SPLIT_SAMPLE),
+            )
+        return self._stored_clients[1]
 
     def _try_split(self, server_round: int, k: int) -> None:
         """Sattler's bi-partition of cluster ``k`` (``sampled.sattler_split``: every member, or above

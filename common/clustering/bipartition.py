@@ -50,6 +50,7 @@ def fold_rows(
     squares: bool = True,
     sketch: CountSketch | None = None,
     projected: np.ndarray | None = None,
+    nearer: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's squared norm and each group's sum of rows, every row read once, in threads (``over_rows``).
 
@@ -67,6 +68,11 @@ def fold_rows(
         norm and the sum read the row from the cache.
     projected : ndarray of shape (m, k), float32, optional
         Filled with the rows' projections when ``sketch`` is given (required then).
+    nearer : ndarray of shape (2, d), optional
+        Each row's group is chosen in the same read and written into ``groups`` (``num_groups`` 2):
+        0 when its inner product with ``nearer[0]`` is at least that with ``nearer[1]``, else 1, by one
+        product in the row's float, ``<row, nearer[0] - nearer[1]>`` (a row tied to within its
+        rounding may go either way; the same way in every run on one machine, whatever the threads).
 
     Returns
     -------
@@ -91,8 +97,18 @@ def fold_rows(
             f"The 'projected' parameter of fold_rows must be an array of shape {(len(rows), sketch.sketch_dim)} "
             f"with a sketch. Got {None if projected is None else projected.shape} instead."
         )
+    if nearer is not None and (np.shape(nearer) != (2, dim) or num_groups != 2 or np.shape(groups) != (len(rows),)):
+        raise ValueError(
+            f"The 'nearer' parameter of fold_rows must be an array of shape {(2, dim)}, with 2 groups written "
+            f"into 'groups' of shape {(len(rows),)}. Got {np.shape(nearer)}, {num_groups} groups and "
+            f"{np.shape(groups)} instead."
+        )
     dtype = first.dtype if first.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    groups = np.asarray(groups, dtype=np.int64)
+    if nearer is None:
+        groups = np.asarray(groups, dtype=np.int64)
+    else:
+        wide = np.asarray(nearer, dtype=np.float64)
+        apart = (wide[0] - wide[1]).astype(dtype)
     norms = np.empty(len(rows) if squares else 0)
     threads: dict[int, np.ndarray] = {}
 
@@ -104,6 +120,8 @@ def fold_rows(
             r = np.asarray(rows[i], dtype=dtype)
             if squares:
                 norms[i] = np.einsum("i,i->", r, r)
+            if nearer is not None:
+                groups[i] = 0 if np.einsum("i,i->", r, apart) >= 0 else 1
             np.add(acc[groups[i]], r, out=acc[groups[i]])
 
     over_rows(len(rows), fold)
@@ -232,7 +250,7 @@ def scan_round(
             store(ids, part, sketch, projected)
         else:
             if store is not None:
-                store(ids, part, None)
+                store(ids, part, None, None)
             squares, totals = fold_rows(part, at, len(ks))
         for j, k in enumerate(ks):
             sums.setdefault(int(k), NormSums()).add_folded(squares[at == j], totals[j])

@@ -19,8 +19,9 @@ other client by a rule of the algorithm:
   smallest within-half one) on the sample; the other members, asked a batch at a time, join the
   half whose mean update direction is closest in angle (``split_sample`` then ``join_halves``).
   Memory: the sample's cosines and two means, not N sketched updates and an N x N matrix. The
-  sample (here and in ``sampled_cut``) is sketched as the exact step would sketch all N, and each
-  update is read once, ``SCAN_BLOCK`` at a time, for its stored sketch, half and sum.
+  sample (here and in ``sampled_cut``) is sketched as the exact step would sketch all N; every other
+  update is read once, ``SCAN_BLOCK`` at a time, for its half (through the sketch's adjoint, not
+  projected) and the halves' sums.
 
 Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)``, instead of
 ``N x N`` float64 matrices (80 GB at 100,000 clients). The assignments are inner products (BLAS):
@@ -30,7 +31,7 @@ Memory is ``O(S^2 + N K)`` numbers besides the signals, time ``O(S^2 D + N K D)`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -291,10 +292,39 @@ def join_by_sums(
 
 Ask = Callable[[list[int]], tuple[list[int], Sequence[np.ndarray]]]
 """Asks members for their fresh update: the ids that replied and their updates (d,), in that order."""
-Store = Callable[[list[int], list[np.ndarray], "CountSketch | None"], "np.ndarray | None"]
-"""``store(ids, updates, sketch)`` keeps a block of updates (``m`` arrays (d,)) of the given ids and returns
-their rows ``(m, k)`` in ``sketch`` where it stores them so, else None (``CFLSattler``:
-``UpdateSimilarity.keep``)."""
+Store = Callable[[list[int], list[np.ndarray], "CountSketch | None", "np.ndarray | None"], object]
+"""``store(ids, updates, sketch, projected)`` keeps a block of updates (``m`` arrays (d,)) of the given ids;
+``projected``, when not None, is their rows ``(m, k)`` in ``sketch``, already computed (a store that
+projects by the same sketch keeps them instead of projecting again). ``CFLSattler``: ``kept_store`` of
+``UpdateSimilarity.keep``."""
+
+
+def kept_store(store: Store, keep: Collection[int] | None) -> Store:
+    """``store`` for the ids in ``keep`` only (None: every id); the others' updates are not kept."""
+    if keep is None:
+        return store
+
+    def kept(
+        ids: list[int], updates: list[np.ndarray], sketch: CountSketch | None, projected: np.ndarray | None
+    ) -> None:
+        at = [i for i, p in enumerate(ids) if p in keep]
+        if at:
+            rows = None if projected is None else projected[at]
+            store([ids[i] for i in at], [updates[i] for i in at], sketch, rows)
+
+    return kept
+
+
+def kept_clients(
+    clients: Sequence[int], seed: int, sample_above: int, size: int = SAMPLE_SIZE
+) -> frozenset[int] | None:
+    """The clients whose latest updates Sattler's CFL keeps: all (None) up to ``sample_above``, above it
+    (where splits are sampled and need no stored update) a seeded sample of ``size``: the sample of a
+    first split of all of them (:func:`sattler_split`), and the clients ``distances.png`` shows."""
+    if not use_sample(len(clients), sample_above):
+        return None
+    ordered = sorted(int(p) for p in clients)
+    return frozenset(ordered[int(i)] for i in sample_rows(len(ordered), np.random.default_rng(seed), size))
 
 
 @dataclass(frozen=True)
@@ -309,7 +339,7 @@ class SampleSplit:
         The sample's largest cross-half cosine and its within-half statistic of the separation test.
     directions : ndarray of shape (2, k), float64
         Each half's mean unit update as the split compares updates (``sketch``'s k coordinates, or all
-        D): the direction the other members are compared with.
+        D): the direction the other members are compared with (``join_halves``).
     sums : ndarray of shape (2, D), float64
         Each half's sum of updates.
     sketch : CountSketch or None
@@ -344,9 +374,9 @@ def split_sample(
         The sample is sketched as ``sketch_rows`` would sketch the ``population`` members it was
         drawn from (``auto_sketch_dim``: the exact step's sketch at that size; 0: the sample's own).
     pids, store : optional
-        ``store(pids, block, sketch)`` keeps the updates, ``SCAN_BLOCK`` at a time; where it stores them
-        in this very sketch (a ``CountSketch`` of the same seed, dimension and size) it returns their
-        rows, which are the ones split: each update is sketched once.
+        ``store(pids, block, sketch, projected)`` keeps the updates, ``SCAN_BLOCK`` at a time, with their
+        rows in the split's sketch (a store that projects by an equal sketch keeps those): each update
+        is sketched once.
     """
     dim = int(np.shape(updates[0])[-1])
     k = auto_sketch_dim(max(population, len(updates)), dim, sketch_dim)
@@ -370,12 +400,12 @@ def split_sample(
 def _split_rows(
     block: list[np.ndarray], pids: Sequence[int], store: Store | None, sketch: CountSketch | None
 ) -> np.ndarray:
-    """``block`` as the split compares it (projected by ``sketch``; stacked without one), stored first;
-    the store's rows serve where it keeps them in this very sketch (each update projected once)."""
-    rows = None if store is None else store([int(p) for p in pids], block, sketch)
-    if rows is not None:
-        return rows
-    return np.stack(block) if sketch is None else sketch.project_rows(block)
+    """``block`` as the split compares it (projected by ``sketch``; stacked without one), then stored
+    with those rows (a store projecting by this very sketch keeps them: each update projected once)."""
+    rows = np.stack(block) if sketch is None else sketch.project_rows(block)
+    if store is not None:
+        store([int(p) for p in pids], block, sketch, None if sketch is None else rows)
+    return rows
 
 
 def half_sums(updates: Sequence[np.ndarray], sides: np.ndarray) -> np.ndarray:
@@ -398,9 +428,11 @@ def join_halves(
     """Each update's half (the nearer of ``directions`` in cosine, as the split compares updates) and
     each half's sum, ``SCAN_BLOCK`` rows at a time.
 
-    Each block of rows is read once: ``store(pids, block, sketch)`` keeps it (when given) and its
-    stored rows are the ones compared where they are in the split's ``sketch`` (:func:`split_sample`); then the
-    halves' sums (``fold_rows``, in threads, while the block is in the cache).
+    No update is projected to be compared: the row's cosine with a direction ``c`` in the sketch
+    ranks as ``<x R, c / ||c||> = <x, (c / ||c||) R^T>`` (``CountSketch.adjoint``), so each row is read
+    once, in :func:`fold_rows`' threads, for its half and the halves' sums (about a third of the CPU of
+    projecting it first). ``store(pids, block, None, None)`` keeps the block (when given), projecting
+    what it keeps itself.
 
     Parameters
     ----------
@@ -418,13 +450,16 @@ def join_halves(
     sums : ndarray of shape (2, D), float64
         The sum of the updates on each side (the halves' models start from their mean update).
     """
+    unit = np.asarray(directions, dtype=np.float64)
+    unit = unit / np.where((norms := np.linalg.norm(unit, axis=1, keepdims=True)) > 0, norms, 1.0)
+    nearer = unit if sketch is None else sketch.adjoint(unit)
     sides = np.empty(len(updates), dtype=np.int64)
     sums = np.zeros((2, int(np.shape(updates[0])[-1])))
     for lo in range(0, len(updates), SCAN_BLOCK):
         block = block_rows(updates, lo, lo + SCAN_BLOCK)
-        at = nearest_means(_split_rows(block, pids[lo : lo + len(block)], store, sketch), directions, "cosine")
-        sides[lo : lo + len(block)] = at
-        sums += fold_rows(block, at, 2, squares=False)[1]
+        if store is not None:
+            store([int(p) for p in pids[lo : lo + len(block)]], block, None, None)
+        sums += fold_rows(block, sides[lo : lo + len(block)], 2, squares=False, nearer=nearer)[1]
     return sides, sums
 
 
@@ -481,9 +516,9 @@ def sattler_split(
     (``split_sample`` of every reply; the same split as ``bipartition.sattler_bipartition``).
     Sampled (modified): ``sample_size`` members drawn with ``seed`` are asked and split; the split's
     criteria are the sample's; a split kept asks the other members ``batch`` at a time, each joining
-    the half whose mean unit update is nearer in cosine, both sketched as the sample
-    (``join_halves``: each update's stored sketch serves), so that at most one
-    batch of updates is held (64 GB for 100,000 DNN members at once).
+    the half whose mean unit update is nearer in cosine, compared as in the sample's sketch
+    (``join_halves``), so that at most one batch of updates is held (64 GB for 100,000 DNN members
+    at once).
 
     Parameters
     ----------

@@ -245,6 +245,19 @@ class CountSketch:
         out = self.project_rows(x2)
         return out[0] if single else out
 
+    def adjoint(self, u: np.ndarray) -> np.ndarray:
+        """``u R^T``: rows ``(m, k)`` or ``(k,)`` back to ``(m, d)`` or ``(d,)``, float64, with
+        ``<x R, u> = <x, u R^T>`` for every ``x`` (coordinate ``j`` of the result is ``s_j u[h_j]``):
+        a comparison with ``u`` in the sketch costs one product in ``d`` coordinates, no projection.
+        """
+        u = np.asarray(u, dtype=np.float64)
+        if u.shape[-1:] != (self.sketch_dim,) or u.ndim > 2:
+            raise ValueError(
+                f"The 'u' parameter of CountSketch.adjoint must have shape (m, {self.sketch_dim}) or "
+                f"({self.sketch_dim},). Got {u.shape} instead."
+            )
+        return np.asarray(self._by_bucket.T @ u.T).T
+
     def project_rows(self, rows: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """Project ``m`` vectors ``(d,)`` (never stacked) to ``(m, k)`` float32, as :meth:`project`.
 

@@ -126,9 +126,9 @@ def test_scan_round_stores_every_update_once_and_sums_each_clusters_norms():
     store = UpdateSimilarity(CountSketch(DIM, K, 0))
     calls: list[int] = []
 
-    def keep(ids, block, sketch):
+    def keep(ids, block, sketch, projected):
         calls.append(len(ids))
-        return store.keep(ids, block, sketch)
+        return store.keep(ids, block, sketch, projected)
 
     sums = scan_round(pids, list(x), clusters, keep, {2: NormSums()}, block=64)
     assert calls == [64, 64, 22] and store.pids == pids

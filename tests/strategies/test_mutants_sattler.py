@@ -182,3 +182,19 @@ def test_init_clusters_warns_when_split_after_leaves_no_round_to_split_in(monkey
     with caplog.at_level("WARNING"):
         s.init_clusters(None)
     assert any("so no cluster can split" in r.getMessage() for r in caplog.records) is warns
+
+
+def test_above_sample_above_the_store_keeps_the_latest_updates_of_a_seeded_sample_only(monkeypatch):
+    from common.clustering.sampled import kept_clients
+
+    monkeypatch.setattr(cfl_sattler, "SPLIT_SAMPLE", 4)
+    x = np.random.default_rng(1).standard_normal((10, 6))
+    sampled = _sattler([0] * 10, dim=6, sample_above=8)
+    sampled.after_train(1, _updates({p: list(x[p]) for p in range(10)}))
+    kept = kept_clients(range(10), 3, 8, 4)
+    assert kept is not None and len(kept) == 4
+    assert sampled.similarity is not None and sorted(sampled.similarity.pids) == sorted(kept)
+    assert sorted(sampled.distance_pids) == sorted(kept) and np.shape(sampled.distance_matrix) == (4, 4)
+    whole = _sattler([0] * 10, dim=6, sample_above=10)  # at sample-above: every client's
+    whole.after_train(1, _updates({p: list(x[p]) for p in range(10)}))
+    assert whole.similarity is not None and whole.similarity.pids == list(range(10))

@@ -142,11 +142,18 @@ class RunRecorder:
         return summary
 
     def _plot_distances(self, strategy: ClusteredStrategy) -> None:
-        """``distances.png`` from ``strategy.distance_matrix`` over ``distance_pids`` (default: all assigned)."""
-        if strategy.distance_matrix is None:
-            return
-        matrix = np.asarray(strategy.distance_matrix)
+        """``distances.png`` from ``strategy.plotted_distances`` over ``distance_pids`` (default: all assigned); above
+        ``PLOTTED_CLIENTS`` a seeded sample, whose distances alone are computed or read."""
         pids = list(strategy.distance_pids or sorted(strategy.assignment))
+        keep = None
+        if len(pids) > PLOTTED_CLIENTS:  # an image of 10,000 x 10,000 cells takes gigabytes and shows no more
+            keep = np.sort(np.random.default_rng(strategy.training.seed).choice(len(pids), PLOTTED_CLIENTS, False))
+        matrix = strategy.plotted_distances(keep)
+        if matrix is None:
+            return
+        shown = f"{len(pids)} clients"
+        if keep is not None:
+            pids, shown = [pids[i] for i in keep], f"a seeded sample of {PLOTTED_CLIENTS:,} of {shown}"
         if matrix.shape != (len(pids), len(pids)) or any(p not in strategy.assignment for p in pids):
             log(
                 WARNING,
@@ -158,11 +165,6 @@ class RunRecorder:
         name = type(strategy).name
         rounds = [r.round for r in strategy.history if r.clustering_seconds > 0]
         when = f", round {rounds[-1]}" if rounds else ""
-        shown = f"{len(pids)} clients"
-        if len(pids) > PLOTTED_CLIENTS:  # an image of 10,000 x 10,000 cells takes gigabytes and shows no more
-            keep = np.sort(np.random.default_rng(strategy.training.seed).choice(len(pids), PLOTTED_CLIENTS, False))
-            matrix, pids = matrix[np.ix_(keep, keep)], [pids[i] for i in keep]
-            shown = f"a seeded sample of {PLOTTED_CLIENTS:,} of {shown}"
         plots.plot_distance_matrix(
             matrix,
             np.array([strategy.assignment[p] for p in pids]),

@@ -50,8 +50,13 @@ class StoredUpdates:
     @property
     def distance_matrix(self) -> np.ndarray | None:
         """Cosine distance ``2 - S = 1 - cos`` of the latest updates among ``distance_pids``, shape (n, n)."""
+        return self.plotted_distances()
+
+    def plotted_distances(self, keep: np.ndarray | None = None) -> np.ndarray | None:
+        """``distance_matrix``, or only among the clients at positions ``keep`` of ``distance_pids``, computed
+        for them alone (``distances.png``'s sample of 100,000 clients: not the 40 GB of all of them)."""
         pids = self.distance_pids
         if not pids or self.similarity is None:
             return None
-        s = self.similarity.matrix(pids)
+        s = self.similarity.matrix(pids if keep is None else [pids[int(i)] for i in keep])
         return np.subtract(2.0, s, out=s)  # in place: 800 MB at 10,000 clients, not twice that

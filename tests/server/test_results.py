@@ -120,14 +120,18 @@ def test_distances_png_shows_a_seeded_sample_of_a_large_federation_with_its_rows
     import numpy as np
 
     from server import plots, results
+    from strategies.base import ClusteredStrategy
 
-    class Strategy:
+    class Strategy(ClusteredStrategy):
         name = "x"
         distance_matrix = 100.0 * np.arange(10)[:, None] + np.arange(10)[None, :]  # cell (i, j) names i and j
         distance_pids = list(range(100, 110))
         assignment = {p: p % 3 for p in range(100, 110)}
         history: list = []
         training = SimpleNamespace(seed=5)
+
+        def __init__(self):
+            pass
 
         def describe_distances(self):
             return "d"
@@ -142,3 +146,36 @@ def test_distances_png_shows_a_seeded_sample_of_a_large_federation_with_its_rows
     assert shown.shape == (4, 4) and np.array_equal(again, shown) and "a seeded sample of 4 of 10 clients" in title
     assert list(keep) == sorted(set(keep)) and np.array_equal(shown, 100 * keep[:, None] + keep[None, :])
     assert list(labels) == [(100 + int(k)) % 3 for k in keep]
+
+
+def test_distances_png_of_stored_updates_computes_the_distances_of_its_sample_only(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from common.clustering.similarity import UpdateSimilarity
+    from common.config import TrainingParams
+    from server import plots, results
+    from strategies.flic import FLIC
+
+    strategy = FLIC(TrainingParams(seed=5))
+    x = np.random.default_rng(0).standard_normal((12, 8))
+    strategy.similarity = UpdateSimilarity(dense=False)
+    strategy.similarity.update(range(12), x)
+    strategy.assignment = {p: p % 2 for p in range(12)}
+    asked: list[list[int]] = []
+    real = UpdateSimilarity.matrix
+    monkeypatch.setattr(
+        UpdateSimilarity, "matrix", lambda self, pids=None: asked.append(list(pids)) or real(self, pids)
+    )
+    monkeypatch.setattr(results, "PLOTTED_CLIENTS", 5)
+    drawn = []
+    monkeypatch.setattr(plots, "plot_distance_matrix", lambda m, labels, path, title: drawn.append((m, labels, title)))
+    results.RunRecorder._plot_distances(SimpleNamespace(folder=tmp_path), strategy)
+    ((shown, labels, title),) = drawn
+    (sample,) = asked  # one matrix, of the 5 sampled clients: never the 12 x 12
+    keep = np.sort(np.random.default_rng(5).choice(12, 5, replace=False))
+    assert sample == keep.tolist() and "a seeded sample of 5 of 12 clients" in title
+    unit = x[keep] / np.linalg.norm(x[keep], axis=1, keepdims=True)
+    np.testing.assert_allclose(shown, 1.0 - unit @ unit.T, atol=1e-6)
+    assert list(labels) == [int(p) % 2 for p in keep]

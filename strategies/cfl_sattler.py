@@ -32,9 +32,10 @@ which this strategy calls with its requests (``query.update``) and its store of 
 which ``benchmarks.scaling`` measures; each update is read once, a block at a time, for its half and
 the halves' sums (``bipartition.scan_round`` reads each round's updates once for their norms).
 
-The store of latest updates (``distances.png``; a split needs none) keeps every client's, or above
-``cfl-sattler-sample-above`` clients a seeded sample of ``SPLIT_SAMPLE`` (``sampled.kept_clients``):
-sketching all of them was most of the server's work at 100,000 clients.
+The store of latest updates (``distances.png`` and checkpoints; a split needs none) keeps every
+client's, or when the federation is above ``cfl-sattler-sample-above`` clients at the first store a
+seeded sample of ``SPLIT_SAMPLE`` of them (``sampled.kept_clients``; clients that join later are not
+kept): sketching all of them was most of the server's work at 100,000 clients.
 """
 
 from __future__ import annotations
@@ -132,10 +133,9 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     name = "cfl-sattler"
     queries = (ModelUpdate,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
-        {"_candidates", "_retry", "attempts", "norms", "similarity", "splits"}
+        {"_candidates", "_retry", "_stored_clients", "attempts", "norms", "similarity", "splits"}
     )
     params_type = CFLSattlerParams
-    transient = ClusteredStrategy.transient | {"_stored_clients"}
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
@@ -149,7 +149,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         self.splits: list[dict[str, int]] = []
         self._candidates: set[int] = set()
         self._retry: dict[int, int] = {}
-        self._stored_clients: tuple[int, frozenset[int] | None] = (0, None)
+        self._stored_clients: tuple[bool, frozenset[int] | None] = (False, None)  # (drawn, kept)
 
     def init_clusters(self, initial: ArrayRecord) -> None:
         """One cluster of every client; warns when ``split-after`` leaves no round to split in."""
@@ -238,13 +238,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         kept_store(store.keep, self._kept_clients())(pids, block, sketch, projected)
 
     def _kept_clients(self) -> frozenset[int] | None:
-        """``sampled.kept_clients`` of the federation, drawn again only when its size changes."""
-        if self._stored_clients[0] != len(self.clients):
-            self._stored_clients = (
-                len(self.clients),
-                kept_clients(list(self.clients), self.training.seed, self.params.sample_above, SPLIT_SAMPLE),
-            )
-        return self._stored_clients[1]
+        """``sampled.kept_clients`` of the federation when the store first keeps an update, then the same
+        set (a client that joins later is not kept), so that no kept client's stored update goes stale."""
+        drawn, kept = self._stored_clients
+        if not drawn:
+            kept = kept_clients(list(self.clients), self.training.seed, self.params.sample_above, SPLIT_SAMPLE)
+            self._stored_clients = (True, kept)
+        return kept
 
     def _try_split(self, server_round: int, k: int) -> None:
         """Sattler's bi-partition of cluster ``k`` (``sampled.sattler_split``: every member, or above

@@ -97,11 +97,17 @@ def fold_rows(
             f"The 'projected' parameter of fold_rows must be an array of shape {(len(rows), sketch.sketch_dim)} "
             f"with a sketch. Got {None if projected is None else projected.shape} instead."
         )
-    if nearer is not None and (np.shape(nearer) != (2, dim) or num_groups != 2 or np.shape(groups) != (len(rows),)):
+    if nearer is not None and (
+        np.shape(nearer) != (2, dim)
+        or num_groups != 2
+        or not isinstance(groups, np.ndarray)
+        or groups.shape != (len(rows),)
+        or not np.issubdtype(groups.dtype, np.integer)
+    ):
         raise ValueError(
             f"The 'nearer' parameter of fold_rows must be an array of shape {(2, dim)}, with 2 groups written "
-            f"into 'groups' of shape {(len(rows),)}. Got {np.shape(nearer)}, {num_groups} groups and "
-            f"{np.shape(groups)} instead."
+            f"into 'groups', an int array of shape {(len(rows),)}. Got {np.shape(nearer)}, {num_groups} groups "
+            f"and {type(groups).__name__} {np.shape(groups)} instead."
         )
     dtype = first.dtype if first.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     if nearer is None:
@@ -216,7 +222,7 @@ def scan_round(
     """One round's updates on the server of Sattler's CFL: each stored and added to its cluster's norms.
 
     ``block`` rows are read at a time (never stacked; a lazy sequence is never held whole):
-    ``store(pids, rows, None)`` keeps them (``CFLSattler``: the sketched store of latest updates), then
+    ``store(pids, rows, None, None)`` keeps them (``CFLSattler``: its store of latest updates), then
     each cluster's running :class:`NormSums` (of its criterion) adds its rows (:func:`fold_rows`). With
     ``sketch`` (the store's), each row is projected in the same read as its norm and sum, and the store
     gets them: ``store(pids, rows, sketch, projected)`` (``UpdateSimilarity.keep``).

@@ -318,10 +318,11 @@ def kept_store(store: Store, keep: Collection[int] | None) -> Store:
 def kept_clients(
     clients: Sequence[int], seed: int, sample_above: int, size: int = SAMPLE_SIZE
 ) -> frozenset[int] | None:
-    """The clients whose latest updates Sattler's CFL keeps: all (None) up to ``sample_above``, above it
-    (where splits are sampled and need no stored update) a seeded sample of ``size``: the sample of a
-    first split of all of them (:func:`sattler_split`), and the clients ``distances.png`` shows."""
-    if not use_sample(len(clients), sample_above):
+    """The clients whose latest updates Sattler's CFL keeps: all (None) up to ``sample_above`` (or up to
+    ``size``), above it (where splits are sampled and need no stored update) a seeded sample of ``size``:
+    the sample of a first split of all of them (:func:`sattler_split`), and the clients ``distances.png``
+    shows."""
+    if not use_sample(len(clients), sample_above) or len(clients) <= size:
         return None
     ordered = sorted(int(p) for p in clients)
     return frozenset(ordered[int(i)] for i in sample_rows(len(ordered), np.random.default_rng(seed), size))

@@ -42,6 +42,7 @@ def test_join_halves_through_the_adjoint_gives_the_sketched_comparisons_sides_an
     monkeypatch.setattr(sim, "row_threads", lambda: threads)
     sketch = CountSketch(DIM, K, seed=5)
     x = _rows(150, 6)
+    x[[3, 77]] = 0.0  # a zero update ties exactly: it goes to half 0, as nearest_means decides
     rng = np.random.default_rng(7)
     # two directions of very different norms: the comparison is by cosine, so each must count as a unit
     directions = rng.standard_normal((2, K)) * np.array([[30.0], [0.05]])
@@ -49,6 +50,7 @@ def test_join_halves_through_the_adjoint_gives_the_sketched_comparisons_sides_an
     assert 0.2 < want.mean() < 0.8
     sides, sums = join_halves(list(x), directions, sketch=sketch)
     np.testing.assert_array_equal(sides, want)
+    assert want[3] == want[77] == 0
     for h in (0, 1):
         np.testing.assert_allclose(sums[h], x[want == h].astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
     whole = rng.standard_normal((2, DIM)) * np.array([[0.01], [50.0]])  # no sketch: the directions are whole
@@ -68,11 +70,14 @@ def test_fold_rows_nearer_writes_each_rows_group_and_sums_by_it():
         fold_rows(list(x), groups, 3, nearer=nearer)
     with pytest.raises(ValueError, match="'nearer' parameter of fold_rows"):
         fold_rows(list(x), groups, 2, nearer=nearer[:, :10])
+    with pytest.raises(ValueError, match=r"into 'groups', an int array of shape \(40,\)"):
+        fold_rows(list(x), np.zeros(len(x)), 2, nearer=nearer)
 
 
 def test_kept_clients_are_all_up_to_sample_above_then_the_seeded_sample_of_a_first_split():
     clients = list(range(1000, 1060))[::-1]
     assert kept_clients(clients, 4, 0) is None and kept_clients(clients, 4, 60) is None
+    assert kept_clients(clients, 4, 59, size=60) is None  # a sample of all of them: every client's kept
     kept = kept_clients(clients, 4, 59, size=12)
     assert kept is not None and len(kept) == 12 and kept == kept_clients(clients, 4, 59, size=12)
     assert kept != kept_clients(clients, 5, 59, size=12)

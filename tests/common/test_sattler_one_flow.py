@@ -74,6 +74,8 @@ def test_the_one_sketch_split_gives_the_former_two_sketch_labels_and_sketches_ea
     assert adjusted_rand_score(truth, got) == 1.0
     assert sum(projected) == n  # each update projected once: into the store, and its rows split
     assert sorted(store.pids) == pids
+    stored = CountSketch(DIM, K, seed).project(x).astype(np.float64)  # each client's own row, not another's
+    np.testing.assert_allclose(store.unit_rows(pids), stored / np.linalg.norm(stored, axis=1, keepdims=True), atol=1e-6)
     np.testing.assert_allclose(split.means[1], x[got == 1].mean(axis=0), rtol=1e-5, atol=1e-5)
 
 

@@ -184,34 +184,24 @@ def test_init_clusters_warns_when_split_after_leaves_no_round_to_split_in(monkey
     assert any("so no cluster can split" in r.getMessage() for r in caplog.records) is warns
 
 
-def test_above_sample_above_the_store_keeps_the_latest_updates_of_a_seeded_sample_only(monkeypatch):
+def test_above_sample_above_the_store_keeps_a_seeded_sample_drawn_once_and_never_stale(monkeypatch):
     from common.clustering.sampled import kept_clients
 
     monkeypatch.setattr(cfl_sattler, "SPLIT_SAMPLE", 4)
-    x = np.random.default_rng(1).standard_normal((10, 6))
+    x = np.random.default_rng(1).standard_normal((14, 6))
     sampled = _sattler([0] * 10, dim=6, sample_above=8)
     sampled.after_train(1, _updates({p: list(x[p]) for p in range(10)}))
     kept = kept_clients(range(10), 3, 8, 4)
     assert kept is not None and len(kept) == 4
     assert sampled.similarity is not None and sorted(sampled.similarity.pids) == sorted(kept)
     assert sorted(sampled.distance_pids) == sorted(kept) and np.shape(sampled.distance_matrix) == (4, 4)
+    sampled.clients.update(dict.fromkeys(range(10, 14)))  # 4 clients join: the sample stays
+    sampled.assignment.update(dict.fromkeys(range(10, 14), 0))
+    sampled.after_train(2, _updates({p: list(-x[p]) for p in range(14)}))
+    ordered = sorted(kept)
+    assert sorted(sampled.similarity.pids) == ordered
+    unit = -x[ordered] / np.linalg.norm(x[ordered], axis=1, keepdims=True)  # round 2's updates, none stale
+    np.testing.assert_allclose(sampled.similarity.unit_rows(ordered), unit, atol=1e-6)
     whole = _sattler([0] * 10, dim=6, sample_above=10)  # at sample-above: every client's
     whole.after_train(1, _updates({p: list(x[p]) for p in range(10)}))
     assert whole.similarity is not None and whole.similarity.pids == list(range(10))
-
-
-def test_the_kept_sample_is_drawn_once_and_a_client_that_joins_later_is_not_kept(monkeypatch):
-    from common.clustering.sampled import kept_clients
-
-    monkeypatch.setattr(cfl_sattler, "SPLIT_SAMPLE", 4)
-    x = np.random.default_rng(2).standard_normal((14, 6))
-    s = _sattler([0] * 10, dim=6, sample_above=8)
-    s.after_train(1, _updates({p: list(x[p]) for p in range(10)}))
-    kept = kept_clients(range(10), 3, 8, 4)
-    s.clients.update(dict.fromkeys(range(10, 14)))  # 4 clients join: the sample stays
-    s.assignment.update(dict.fromkeys(range(10, 14), 0))
-    s.after_train(2, _updates({p: list(-x[p]) for p in range(14)}))
-    assert s.similarity is not None and sorted(s.similarity.pids) == sorted(kept)
-    ordered = sorted(kept)
-    unit = -x[ordered] / np.linalg.norm(x[ordered], axis=1, keepdims=True)  # round 2's updates, none stale
-    np.testing.assert_allclose(s.similarity.unit_rows(ordered), unit, atol=1e-6)

@@ -33,7 +33,7 @@ from flwr.common import log
 from common.clustering import kmodels
 from common.clustering.fesem import fesem_clusters, nearest_centres, update_centres
 from common.clustering.hierarchical import AUTO_MAX_CLUSTERS, auto_cut, pairwise_distances, undecided_reason
-from common.clustering.similarity import sketch_rows
+from common.clustering.similarity import sketch_rows, unit_rows
 from common.clustering.subspaces import SAMPLE_SIZE
 from common.params import check_params, param, run_config_key, shared
 
@@ -131,7 +131,7 @@ def automatic_labels(
     sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, SAMPLE_SIZE, replace=False))
     rows = sketch_rows(points[sample] if origin is None else points[sample] - origin, seed)
     if metric == "cosine":  # 1 - cos as half the squared distance of unit rows: finite for a zero update
-        distances = pairwise_distances(_unit(rows), "sqeuclidean") / 2.0
+        distances = pairwise_distances(unit_rows(rows), "sqeuclidean") / 2.0
     else:
         distances = pairwise_distances(rows, metric)
     labels, _ = auto_cut(distances, max_clusters=max_clusters)
@@ -144,20 +144,15 @@ def automatic_labels(
         centres = update_centres(points[sample], labels, np.ones(len(sample)), start)
         return np.unique(nearest_centres(points, centres), return_inverse=True)[1]  # no cluster left empty
     # cosine: the nearest mean direction (unit rows and unit centres: L2 order is cosine order)
-    centres = _unit(update_centres(_unit(points[sample] - origin), labels, np.ones(len(sample)), start))
+    centres = unit_rows(update_centres(unit_rows(points[sample] - origin), labels, np.ones(len(sample)), start))
     joined = np.concatenate(
-        [nearest_centres(_unit(points[lo : lo + CHUNK] - origin), centres) for lo in range(0, n, CHUNK)]
+        [nearest_centres(unit_rows(points[lo : lo + CHUNK] - origin), centres) for lo in range(0, n, CHUNK)]
     )
     return np.unique(joined, return_inverse=True)[1]
 
 
 CHUNK = 4096
 """Rows made into unit updates at a time when the clients above the sample join their clusters."""
-
-
-def _unit(rows: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows / np.where(norms > 0, norms, 1.0)
 
 
 class FeSEM(ClusteredStrategy):

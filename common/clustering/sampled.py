@@ -45,7 +45,15 @@ from .flic import flic_clusters, join_by_modularity
 from .louvain import DENSE_MAX_NODES
 from .hierarchical import pairwise_distances
 from .similarity import SAMPLE_ABOVE as SAMPLE_ABOVE
-from .similarity import CountSketch, UpdateSimilarity, auto_sketch_dim, cosine_matrix, sketch_rows, use_sample
+from .similarity import (
+    CountSketch,
+    UpdateSimilarity,
+    auto_sketch_dim,
+    cosine_matrix,
+    sketch_rows,
+    unit_rows,
+    use_sample,
+)
 from .subspaces import SAMPLE_SIZE
 
 SAMPLE_ABOVE_HELP = (
@@ -451,8 +459,7 @@ def join_halves(
     sums : ndarray of shape (2, D), float64
         The sum of the updates on each side (the halves' models start from their mean update).
     """
-    unit = np.asarray(directions, dtype=np.float64)
-    unit = unit / np.where((norms := np.linalg.norm(unit, axis=1, keepdims=True)) > 0, norms, 1.0)
+    unit = unit_rows(np.asarray(directions, dtype=np.float64))
     nearer = unit if sketch is None else sketch.adjoint(unit)
     sides = np.empty(len(updates), dtype=np.int64)
     sums = np.zeros((2, int(np.shape(updates[0])[-1])))

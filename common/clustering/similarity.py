@@ -105,16 +105,17 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.clip(cos, -1.0, 1.0, out=cos)
     a = a.astype(np.float64, copy=False)
     b = b.astype(np.float64, copy=False)
-    return np.clip(_unit(a) @ _unit(b).T, -1.0, 1.0)
+    return np.clip(unit_rows(a) @ unit_rows(b).T, -1.0, 1.0)
 
 
 FLOAT32_GRAM_ENTRIES = 1 << 26
 """Above this many input entries (256 MB of float32), float32 inputs are multiplied in float32."""
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of ``x`` (m, d) over its norm; a zero row stays 0."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, np.where(norms > 0, norms, 1.0))  # a zero row stays 0
+    return np.divide(x, np.where(norms > 0, norms, 1.0))
 
 
 class GaussianSketch:
@@ -483,7 +484,7 @@ class UpdateSimilarity:
         rows = np.array([self._row[p] for p in pids])
         unit = vectors.astype(np.float64)
         norms = np.linalg.norm(unit, axis=1, keepdims=True)
-        np.divide(unit, np.where(norms > 0, norms, 1.0), out=unit)  # _unit's values, in place
+        np.divide(unit, np.where(norms > 0, norms, 1.0), out=unit)  # unit_rows' values, in place
         if rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():
             self._vectors[rows[0] : rows[-1] + 1] = unit  # new clients in order: a slice, not a gather
         else:

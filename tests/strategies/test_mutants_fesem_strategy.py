@@ -27,7 +27,7 @@ def test_automatic_max_clusters_is_the_given_cap_else_half_the_clients_within_2_
 
 def test_unit_scales_every_nonzero_row_to_length_one_and_keeps_a_zero_row():
     rows = np.array([[0.3, 0.4], [0.0, 0.0], [3.0, 4.0]])
-    np.testing.assert_allclose(fesem._unit(rows), [[0.6, 0.8], [0.0, 0.0], [0.6, 0.8]])
+    np.testing.assert_allclose(fesem.unit_rows(rows), [[0.6, 0.8], [0.0, 0.0], [0.6, 0.8]])
 
 
 @pytest.mark.parametrize(("metric", "seed"), [("cosine", 24), ("cityblock", 3), ("euclidean", 3)])

@@ -21,6 +21,7 @@ from flwr.common import log
 from common.metrics import final_mean, final_stretch, first_round_reaching
 from strategies import ClusteredStrategy
 from strategies.record import RoundRecord
+from strategies.updates import StoredUpdates
 
 from . import plots
 from .figures import FIGURES
@@ -142,13 +143,13 @@ class RunRecorder:
         return summary
 
     def _plot_distances(self, strategy: ClusteredStrategy) -> None:
-        """``distances.png`` from ``strategy.plotted_distances`` over ``distance_pids`` (default: all assigned); above
-        ``PLOTTED_CLIENTS`` a seeded sample, whose distances alone are computed or read."""
+        """``distances.png`` of ``distance_pids`` (default: all assigned); above ``PLOTTED_CLIENTS`` a seeded
+        sample, whose distances alone are computed or read (:func:`plotted_distances`)."""
         pids = list(strategy.distance_pids or sorted(strategy.assignment))
         keep = None
         if len(pids) > PLOTTED_CLIENTS:  # an image of 10,000 x 10,000 cells takes gigabytes and shows no more
             keep = np.sort(np.random.default_rng(strategy.training.seed).choice(len(pids), PLOTTED_CLIENTS, False))
-        matrix = strategy.plotted_distances(keep)
+        matrix = plotted_distances(strategy, len(pids), keep)
         if matrix is None:
             return
         shown = f"{len(pids)} clients"
@@ -171,6 +172,18 @@ class RunRecorder:
             self.folder / "distances.png",
             title=f"{name}: {distance_name(strategy)}{when}\n{shown} by cluster",
         )
+
+
+def plotted_distances(strategy: ClusteredStrategy, count: int, keep: np.ndarray | None) -> np.ndarray | None:
+    """The distances among the ``count`` clients of ``distance_pids``, or only those at positions ``keep``:
+    computed for them alone from a store of updates (``StoredUpdates``), else sliced from
+    ``distance_matrix`` (a matrix of another shape is returned whole)."""
+    if isinstance(strategy, StoredUpdates):
+        return strategy.plotted_distances(keep)
+    if strategy.distance_matrix is None:
+        return None
+    matrix = np.asarray(strategy.distance_matrix)
+    return matrix if keep is None or matrix.shape != (count, count) else matrix[np.ix_(keep, keep)]
 
 
 def distance_name(strategy: ClusteredStrategy) -> str:

@@ -139,15 +139,6 @@ class ClusteredStrategy(Strategy):
         """What ``distance_matrix`` measures, in words (the title of ``distances.png``)."""
         return "client distance"
 
-    def plotted_distances(self, keep: np.ndarray | None = None) -> np.ndarray | None:
-        """``distance_matrix``, or only its rows and columns at positions ``keep`` of ``distance_pids``
-        (default: the assigned clients, sorted); a matrix of another shape is returned whole."""
-        if self.distance_matrix is None:
-            return None
-        matrix = np.asarray(self.distance_matrix)
-        n = len(self.distance_pids or self.assignment)
-        return matrix if keep is None or matrix.shape != (n, n) else matrix[np.ix_(keep, keep)]
-
     def run_details(self) -> dict[str, Any]:
         """Strategy-specific facts for ``summary.json`` (key -> JSON value); none by default."""
         return {}

@@ -175,3 +175,31 @@ def test_distances_png_of_stored_updates_computes_the_distances_of_its_sample_on
     unit = x[keep] / np.linalg.norm(x[keep], axis=1, keepdims=True)
     np.testing.assert_allclose(shown, 1.0 - unit @ unit.T, atol=1e-6)
     assert list(labels) == [int(p) % 2 for p in keep]
+
+
+def test_a_distance_matrix_that_does_not_match_its_clients_is_not_plotted_even_above_the_sample(
+    monkeypatch, tmp_path, caplog
+):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from server import plots, results
+
+    class Strategy:
+        name = "x"
+        distance_matrix = np.zeros((3, 3))  # 3 rows for 10 clients: not sliced as if it were theirs
+        distance_pids = list(range(10))
+        assignment = dict.fromkeys(range(10), 0)
+        history: list = []
+        training = SimpleNamespace(seed=5)
+
+        def describe_distances(self):
+            return "d"
+
+    monkeypatch.setattr(results, "PLOTTED_CLIENTS", 4)
+    drawn = []
+    monkeypatch.setattr(plots, "plot_distance_matrix", lambda *a, **k: drawn.append(a))
+    with caplog.at_level("WARNING"):
+        results.RunRecorder._plot_distances(SimpleNamespace(folder=tmp_path), Strategy())
+    assert drawn == [] and "distance matrix of shape (3, 3) does not match its 4 clients" in caplog.text

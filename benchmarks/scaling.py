@@ -408,8 +408,8 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
     ``_try_split``: exact, or above ``sample_above`` the sample asked first and the rest
     ``QUERY_BATCH`` at a time). Requests cost nothing here: the rows are drawn when read."""
     from common.clustering.bipartition import NormSums, scan_round, should_split
-    from common.clustering.sampled import kept_clients, kept_store, sattler_split
-    from common.clustering.similarity import CountSketch, update_similarity
+    from common.clustering.sampled import kept_clients, kept_store, sattler_split, scan_sketch
+    from common.clustering.similarity import update_similarity
     from strategies.cfl_sattler import QUERY_BATCH, SPLIT_SAMPLE, CFLSattlerParams
 
     truth = planted(n, 2, rng)
@@ -423,7 +423,7 @@ def _sattler(n, sizes, shapes, meter, rng, sketch: int = 0, sample_above: int = 
     sums: dict[int, NormSums] = {}
     for rows in batches(n, rng):
         with meter.measure(exclude=0):
-            stored = similarity.sketch if isinstance(similarity.sketch, CountSketch) and kept is None else None
+            stored = scan_sketch(similarity, kept)
             sums = scan_round(
                 rows.tolist(), fresh.subset(rows), np.zeros(len(rows), dtype=np.int64), store, sketch=stored
             )

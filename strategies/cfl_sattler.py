@@ -59,6 +59,7 @@ from common.clustering.sampled import (
     kept_clients,
     kept_store,
     sattler_split,
+    scan_sketch,
 )
 from common.clustering.subspaces import SAMPLE_SIZE
 from common.clustering.similarity import CountSketch, UpdateSimilarity
@@ -180,7 +181,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         deltas = _Deltas(updates, pids)
         with self.clustering_timer():
             store = self.store_for(int(np.shape(deltas[0])[-1]), self.params.sketch_dim, self.training.seed)
-            sketch = store.sketch if isinstance(store.sketch, CountSketch) and self._kept_clients() is None else None
+            sketch = scan_sketch(store, self._kept_clients())
             sums = scan_round(pids, deltas, [self.assignment[p] for p in pids], self._store, sketch=sketch)
             for k in sorted(sums):
                 mean_norm, rms, max_norm = sums[k].norms()

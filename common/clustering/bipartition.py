@@ -113,8 +113,7 @@ def fold_rows(
     if nearer is None:
         groups = np.asarray(groups, dtype=np.int64)
     else:
-        wide = np.asarray(nearer, dtype=np.float64)
-        apart = (wide[0] - wide[1]).astype(dtype)
+        apart = np.subtract(*np.asarray(nearer, dtype=np.float64)).astype(dtype)
     norms = np.empty(len(rows) if squares else 0)
     threads: dict[int, np.ndarray] = {}
 

@@ -323,6 +323,13 @@ def kept_store(store: Store, keep: Collection[int] | None) -> Store:
     return kept
 
 
+def scan_sketch(store: UpdateSimilarity, keep: Collection[int] | None) -> CountSketch | None:
+    """The sketch ``bipartition.scan_round`` projects every update in, in the read of its norm, for
+    ``store``: the store's ``CountSketch`` where it keeps every client's update (``keep`` None); None
+    where it keeps a sample's (``kept_store``), whose few rows it projects itself."""
+    return store.sketch if isinstance(store.sketch, CountSketch) and keep is None else None
+
+
 def kept_clients(
     clients: Sequence[int], seed: int, sample_above: int, size: int = SAMPLE_SIZE
 ) -> frozenset[int] | None:

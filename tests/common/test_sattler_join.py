@@ -16,6 +16,7 @@ from common.clustering.sampled import (
     nearest_means,
     sample_rows,
     sattler_split,
+    scan_sketch,
 )
 from common.clustering.similarity import CountSketch, UpdateSimilarity
 
@@ -112,3 +113,10 @@ def test_the_kept_store_keeps_the_kept_clients_rows_with_their_own_projections()
     assert store.pids == [21, 24, 29]
     every = UpdateSimilarity(sketch, dense=False)
     assert kept_store(every.keep, None) == every.keep
+
+
+def test_scan_sketch_projects_every_update_for_a_store_of_all_and_none_for_a_kept_sample():
+    sketch = CountSketch(DIM, K, 1)
+    assert scan_sketch(UpdateSimilarity(sketch), None) is sketch
+    assert scan_sketch(UpdateSimilarity(sketch), {1, 2}) is None  # the store projects its few rows itself
+    assert scan_sketch(UpdateSimilarity(), None) is None  # whole updates: nothing to project

@@ -114,7 +114,9 @@ def test_a_metrics_line_without_the_newer_counts_reads_with_their_defaults_and_u
         RoundRecord.from_dict({"round": 2, "phase": "train"})
 
 
-def test_distances_png_shows_a_seeded_sample_of_a_large_federation_with_its_rows_and_clusters(monkeypatch, tmp_path):
+def test_distances_png_shows_a_seeded_sample_of_a_large_federation_with_its_rows_and_clusters(
+    monkeypatch, tmp_path, caplog
+):
     from types import SimpleNamespace
 
     import numpy as np
@@ -142,6 +144,14 @@ def test_distances_png_shows_a_seeded_sample_of_a_large_federation_with_its_rows
     assert shown.shape == (4, 4) and np.array_equal(again, shown) and "a seeded sample of 4 of 10 clients" in title
     assert list(keep) == sorted(set(keep)) and np.array_equal(shown, 100 * keep[:, None] + keep[None, :])
     assert list(labels) == [(100 + int(k)) % 3 for k in keep]
+
+    class Mismatched(Strategy):
+        distance_matrix = np.zeros((3, 3))  # 3 rows for 10 clients: left unplotted, not sliced as if theirs
+
+    drawn.clear()
+    with caplog.at_level("WARNING"):
+        results.RunRecorder._plot_distances(SimpleNamespace(folder=tmp_path), Mismatched())
+    assert drawn == [] and "distance matrix of shape (3, 3) does not match its 4 clients" in caplog.text
 
 
 def test_distances_png_of_stored_updates_computes_the_distances_of_its_sample_only(monkeypatch, tmp_path):
@@ -175,31 +185,3 @@ def test_distances_png_of_stored_updates_computes_the_distances_of_its_sample_on
     unit = x[keep] / np.linalg.norm(x[keep], axis=1, keepdims=True)
     np.testing.assert_allclose(shown, 1.0 - unit @ unit.T, atol=1e-6)
     assert list(labels) == [int(p) % 2 for p in keep]
-
-
-def test_a_distance_matrix_that_does_not_match_its_clients_is_not_plotted_even_above_the_sample(
-    monkeypatch, tmp_path, caplog
-):
-    from types import SimpleNamespace
-
-    import numpy as np
-
-    from server import plots, results
-
-    class Strategy:
-        name = "x"
-        distance_matrix = np.zeros((3, 3))  # 3 rows for 10 clients: not sliced as if it were theirs
-        distance_pids = list(range(10))
-        assignment = dict.fromkeys(range(10), 0)
-        history: list = []
-        training = SimpleNamespace(seed=5)
-
-        def describe_distances(self):
-            return "d"
-
-    monkeypatch.setattr(results, "PLOTTED_CLIENTS", 4)
-    drawn = []
-    monkeypatch.setattr(plots, "plot_distance_matrix", lambda *a, **k: drawn.append(a))
-    with caplog.at_level("WARNING"):
-        results.RunRecorder._plot_distances(SimpleNamespace(folder=tmp_path), Strategy())
-    assert drawn == [] and "distance matrix of shape (3, 3) does not match its 4 clients" in caplog.text

@@ -34,14 +34,15 @@ from benchmarks.report import LARGE
 from benchmarks.runs import ROOT, run_cli
 from strategies import FedAvg
 
-KINDS: tuple[tuple[str, str], ...] = (
-    ("get_message_res", "ServerApp's pulls (LinkState get_message_res)"),
-    ("add_messages_to_queue", "node polls (LinkState get_message_ins)"),
-    ("put_message_into_state", "replies stored (LinkState store_message_res)"),
-    ("fleet/vce/vce_api.py", "Flower's engine: Ray actor calls, (de)serialisation"),
-    ("server_th_with_start_checks", "umbel's server side (strategy, guard, records)"),
+KINDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("get_message_res",), "ServerApp's pulls (LinkState get_message_res)"),
+    (("add_messages_to_queue",), "node polls (LinkState get_message_ins)"),
+    (("put_message_into_state",), "replies stored (LinkState store_message_res)"),
+    (("fleet/vce/vce_api.py", "server/raybatch.py"), "Flower's engine: Ray actor calls, (de)serialisation"),
+    (("server_th_with_start_checks",), "umbel's server side (strategy, guard, records)"),
 )
-"""A frame's text on a sampled stack -> the kind of work (first match; the rest is 'other')."""
+"""Texts of frames on a sampled stack -> the kind of work (the first kind with one of them; the rest is
+'other'). The engine's worker is Flower's, or umbel's batching one (``server.raybatch``)."""
 OTHER = "other (start-up, Ray's driver threads, logging)"
 WAITING: tuple[str, ...] = (
     "Condition.wait (threading.py",
@@ -93,7 +94,7 @@ def shares(raw: Path) -> tuple[dict[str, float], int, float]:
             waiting += n
             continue
         stack = ";".join(frames)
-        counts[next((kind for key, kind in KINDS if key in stack), OTHER)] += n
+        counts[next((kind for keys, kind in KINDS if any(key in stack for key in keys)), OTHER)] += n
     total = sum(counts.values())
     waited = waiting / (total + waiting) if total + waiting else 0.0
     return {kind: counts[kind] / total for _, kind in (*KINDS, ("", OTHER))} if total else {}, total, waited

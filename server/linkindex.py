@@ -21,8 +21,8 @@ process by ``python -m server.linkindex`` (which ``umbel run`` puts on ``PATH`` 
 and a warning says so. With it, the same launcher makes Flower's engine sweep only the nodes with
 a message waiting (:func:`sweep_waiting_nodes`), registers every node's Context with one shared
 run config (:func:`register_contexts`), has each Ray actor load umbel's ClientApp and the data as
-the engine starts (:func:`warm_up`) and sends large arrays to the actors once per content
-(:mod:`server.raytransport`).
+the engine starts (:func:`warm_up`), sends large arrays to the actors once per content
+(:mod:`server.raytransport`) and identity queries several to an actor call (:mod:`server.raybatch`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from . import raytransport
+from . import raybatch, raytransport
+from .raybatch import umbel_client_app
 
 SUPPORTED: tuple[str, ...] = ("1.41", "1.42")
 """Flower ``major.minor`` versions whose ``InMemoryLinkState`` this subclass was tested against."""
@@ -245,21 +246,15 @@ def install() -> bool:
     return True
 
 
-def umbel_client_app() -> Any:
-    """The ClientApp of umbel, imported in the process that runs it (a Ray actor imports it once)."""
-    from client.app import app
-
-    return app
-
-
 def install_client_loader() -> bool:
     """Hand Flower's Ray backend :func:`umbel_client_app` as the ClientApp loader, when the run's app is umbel's.
 
     Flower's loader is a closure holding the ClientApp, which Ray's cloudpickle pickles by value for
     every message (walking the loaded modules each time); a module-level function is pickled by its
     name. For umbel's app it also sends the warm-up calls, sets the calls per actor and installs
-    :func:`server.raytransport.install`. Only for the Flower versions in ``SUPPORTED`` and unless
-    ``UMBEL_FLOWER_LINKSTATE=flower``; any other app keeps Flower's loader and Ray's pickling.
+    :func:`server.raytransport.install` and :func:`server.raybatch.install`. Only for the Flower
+    versions in ``SUPPORTED`` and unless ``UMBEL_FLOWER_LINKSTATE=flower``; any other app keeps
+    Flower's loader, worker and Ray's pickling.
     """
     if not _enabled():
         return False
@@ -274,6 +269,7 @@ def install_client_loader() -> bool:
             warm_up(self.pool, WARM_CONTEXT.get("context"))
             pipeline(self.pool, calls_per_actor())
             raytransport.install()
+            raybatch.install()
 
     RayBackend.build = build  # type: ignore[method-assign]
     return True

@@ -1,0 +1,185 @@
+"""Identity queries go to Flower's Ray actors several to a call, not one call each.
+
+Flower's simulation engine sends every message to a Ray actor in its own call. For a message the
+ClientApp answers at once, such as the identity query every client gets as a run starts, the call
+is the cost: 1.7 ms of the simulation process's CPU and 2.3 ms of wall time a message with two
+actors, against 0.17 ms and 0.24 ms a message in calls of 16 (``python -m benchmarks.ray_batch``,
+record ``ray-batch``). :func:`worker`, Flower's engine worker for umbel's ClientApp, takes up to
+:data:`BATCH` messages of a type in :data:`BATCHED` that wait in the engine's queue, sends them in
+one call (:func:`batch_app` runs umbel's ClientApp on each in turn, in the actor) and stores each
+reply, each updated Context and each error as Flower's worker does for one. Other messages go one
+to a call, as in Flower: a client answering those may be slow (``slow-fraction``), and the calls
+behind it would then miss their deadlines.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from logging import ERROR
+from queue import Empty, Queue
+from typing import Any
+from uuid import uuid4
+
+from flwr.app import Context, Error, Message
+
+from common import keys
+
+BATCH = 32
+"""The most messages sent to an actor in one call."""
+BATCHED: frozenset[str] = frozenset({keys.MSG_IDENTITY})
+"""Message types sent in batches: answered at once, and never delayed by injected faults (``client.faults``)."""
+
+Outcome = tuple["Message | None", Context, "str | None"]
+"""One message's outcome in the actor: ``(reply, context, None)``, or ``(None, context, error text)``."""
+
+
+def umbel_client_app() -> Any:
+    """The ClientApp of umbel, imported in the process that runs it (a Ray actor imports it once)."""
+    from client.app import app
+
+    return app
+
+
+def batch_app() -> Callable[..., list[Outcome]]:
+    """A stand-in ClientApp for Flower's actor: ``message`` and ``context`` are equal-length lists.
+
+    It runs umbel's ClientApp on each pair in turn; an exception of one message is that message's
+    error text (Flower's actor makes the same text its ``ClientAppException``) and the others go on.
+    """
+
+    def run(message: Sequence[Message], context: Sequence[Context]) -> list[Outcome]:
+        app = umbel_client_app()
+        outcomes: list[Outcome] = []
+        for msg, ctx in zip(message, context, strict=True):
+            try:
+                outcomes.append((app(message=msg, context=ctx), ctx, None))
+            except Exception as ex:  # noqa: BLE001 - one client's failure is its own reply
+                outcomes.append((None, ctx, str(ex)))
+        return outcomes
+
+    return run
+
+
+def take_batch(queue: Queue[Message], first: Message, size: int = BATCH) -> tuple[list[Message], Message | None]:
+    """``first``, and while it is of a :data:`BATCHED` type, up to ``size - 1`` more of its type that wait in ``queue``.
+
+    Returns
+    -------
+    batch : list of Message
+        ``first`` alone when its type is not batched.
+    held : Message or None
+        A message taken from ``queue`` that is not of ``first``'s type: the caller sends it next.
+    """
+    kind = first.metadata.message_type
+    batch = [first]
+    if kind not in BATCHED:
+        return batch, None
+    while len(batch) < size:
+        try:
+            message = queue.get_nowait()
+        except Empty:
+            break
+        if message.metadata.message_type != kind:
+            return batch, message
+        batch.append(message)
+    return batch, None
+
+
+def error_reply(message: Message, ex: Exception) -> Message:
+    """Flower's engine's reply to ``message`` when handling it raised ``ex`` (its code and reason)."""
+    from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
+    from flwr.common.constant import ErrorCode
+    from flwr.supercore import log
+
+    log(ERROR, ex)
+    if isinstance(ex, ClientAppException):
+        code = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    elif isinstance(ex, LoadClientAppError):
+        code = ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+    else:
+        code = ErrorCode.UNKNOWN
+    return Message(Error(code=code, reason=f"{type(ex)}:<'{ex}'>"), reply_to=message)
+
+
+def call_batch(backend: Any, batch: list[Message], contexts: list[Context]) -> list[Outcome]:
+    """Send ``batch`` to an idle actor of ``backend``'s pool in one call, as ``RayBackend.process_message`` does one."""
+    pool = backend.pool
+    future = None
+    try:
+        job = (batch_app, batch, "batch", contexts)
+        future = pool.submit(lambda a, fn, msgs, cid, ctxs: a.run.remote(fn, msgs, cid, ctxs), job)
+        outcomes, _ = pool.fetch_result_and_return_actor_to_pool(future)
+    except Exception:
+        if future is not None:
+            pool.add_actor_back_to_pool(future)
+        raise
+    return list(outcomes)
+
+
+def handle(batch: list[Message], stores: dict[int, Any], backend: Any, metrics: Any) -> list[Message]:
+    """The replies to ``batch``, with each node's Context stored back: Flower's worker for one message or many."""
+    from flwr.clientapp.client_app import ClientAppException
+    from flwr.supercore import log
+
+    started = time.perf_counter()
+    try:
+        contexts = [stores[m.metadata.dst_node_id].retrieve_context(run_id=m.metadata.run_id) for m in batch]
+        if len(batch) == 1:
+            reply, context = backend.process_message(batch[0], contexts[0])
+            outcomes: list[Outcome] = [(reply, context, None)]
+        else:
+            outcomes = call_batch(backend, batch, contexts)
+    except Exception as ex:  # noqa: BLE001 - Flower's worker answers every failure with an error reply
+        log(ERROR, traceback.format_exc())
+        return [error_reply(m, ex) for m in batch]
+    finally:
+        metrics.add_clientapp_runtime(time.perf_counter() - started)
+    replies = []
+    for message, (reply, context, error) in zip(batch, outcomes, strict=True):
+        if reply is None:
+            replies.append(error_reply(message, ClientAppException(str(error))))
+            continue
+        stores[message.metadata.dst_node_id].update_context(message.metadata.run_id, context=context)
+        replies.append(reply)
+    return replies
+
+
+def worker(
+    messageins_queue: Queue[Message],
+    messageres_queue: Queue[Message],
+    node_info_store: dict[int, Any],
+    backend: Any,
+    f_stop: Any,
+    metrics: Any,
+) -> None:
+    """Flower's engine worker (``vce_api.worker``, same arguments), sending :data:`BATCHED` messages in batches."""
+    held: Message | None = None
+    while not f_stop.is_set():
+        if held is None:
+            try:
+                held = messageins_queue.get(timeout=1.0)
+            except Empty:
+                continue
+        batch, held = take_batch(messageins_queue, held, BATCH)
+        for reply in handle(batch, node_info_store, backend, metrics):
+            reply.metadata.__dict__["_message_id"] = str(uuid4())
+            messageres_queue.put(reply)
+
+
+def install() -> None:
+    """Make Flower's engine run :func:`worker` for a backend whose loader is :func:`umbel_client_app`.
+
+    Any other backend keeps Flower's worker. Call it once the backend is built.
+    """
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    flowers = getattr(vce_api.worker, "flowers", vce_api.worker)
+
+    def choose(queue: Any, replies: Any, stores: Any, backend: Any, f_stop: Any, metrics: Any) -> None:
+        umbels = getattr(backend, "app_fn", None) is umbel_client_app and hasattr(backend, "pool")
+        (worker if umbels else flowers)(queue, replies, stores, backend, f_stop, metrics)
+
+    choose.flowers = flowers  # type: ignore[attr-defined]
+    vce_api.worker = choose  # type: ignore[assignment]

@@ -1,0 +1,211 @@
+"""server.raybatch: identity queries in batches, answered as Flower's engine worker answers them one by one."""
+
+from __future__ import annotations
+
+import threading
+from queue import Queue
+
+import pytest
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.server.superlink.fleet.vce import vce_api
+from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+from flwr.server.superlink.fleet.vce.metrics import VceMetrics
+from flwr.simulation.ray_transport.ray_actor import VirtualClientEngineActor
+from flwr.supercore.task_identity import TaskIdentity
+from ray import cloudpickle
+
+from common import keys
+from server import raybatch
+from tests.helpers import small_run_config
+
+RUN = 1
+
+
+def _message(node, message_type=keys.MSG_IDENTITY, number=0):
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN, 1
+    msg = Message(RecordDict({keys.CONFIG: ConfigRecord({})}), dst_node_id=node, message_type=message_type)
+    msg.metadata.__dict__["_message_id"] = f"m{node}-{number}"
+    return msg
+
+
+class _Store:
+    """Flower's ``DeprecatedRunInfoStore`` as the worker uses it: one Context per run."""
+
+    def __init__(self, context):
+        self.context, self.updates = context, 0
+
+    def retrieve_context(self, run_id):
+        assert run_id == RUN
+        return self.context
+
+    def update_context(self, run_id, context):
+        assert run_id == RUN
+        self.context, self.updates = context, self.updates + 1
+
+
+def _stores(partitions, rc):
+    """Node 100 + p holds partition p; a partition past the federation's makes its client fail."""
+    return {
+        100 + p: _Store(
+            Context(RUN, 100 + p, {"partition-id": p, "num-partitions": rc["num-clients"]}, RecordDict(), rc)
+        )
+        for p in partitions
+    }
+
+
+class _Future:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Actor:
+    """A Ray actor that runs Flower's own actor code on a pickled copy of its arguments, as Ray would."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.run = self
+
+    def remote(self, *args):
+        self.calls.append(args)
+        args = cloudpickle.loads(cloudpickle.dumps(args))
+        try:
+            return _Future(cloudpickle.loads(cloudpickle.dumps(VirtualClientEngineActor().run(*args))))
+        except Exception as ex:  # noqa: BLE001 - ray.get raises it in the caller
+            return _Future(ex)
+
+
+class _Pool:
+    """Flower's ``BasicActorPool``: an idle actor popped per call and put back when its result is read."""
+
+    def __init__(self, size, broken=False):
+        self.calls = []
+        self.pool = [_Actor(self.calls) for _ in range(size)]
+        self.busy = {}
+        self.broken = broken
+
+    def submit(self, actor_fn, job):
+        actor = self.pool.pop()
+        future = actor_fn(actor, *job)
+        self.busy[id(future)] = actor
+        return future
+
+    def fetch_result_and_return_actor_to_pool(self, future):
+        if self.broken:
+            raise RuntimeError("the actor died")
+        if isinstance(future.value, Exception):
+            raise future.value
+        _, out, context = future.value
+        self.add_actor_back_to_pool(future)
+        return out, context
+
+    def add_actor_back_to_pool(self, future):
+        self.pool.append(self.busy.pop(id(future)))
+
+
+def _backend(pool, app_fn=raybatch.umbel_client_app):
+    """Flower's own ``RayBackend`` around :class:`_Pool`, with umbel's loader."""
+    backend = object.__new__(RayBackend)
+    backend.pool, backend.app_fn = pool, app_fn
+    return backend
+
+
+def _drain(worker, messages, stores, backend):
+    """Run ``worker`` on a queue of ``messages`` until each is answered; the replies by the message answered."""
+    queue, replies, f_stop = Queue(), Queue(), threading.Event()
+    for msg in messages:
+        queue.put(msg)
+    thread = threading.Thread(target=worker, args=(queue, replies, stores, backend, f_stop, VceMetrics()))
+    thread.start()
+    answered = {}
+    for _ in messages:
+        reply = replies.get(timeout=60)
+        answered.setdefault(reply.metadata.reply_to_message_id, []).append(reply)
+    f_stop.set()
+    thread.join()
+    assert replies.empty()
+    return answered
+
+
+def _summary(reply):
+    if reply.has_error():
+        return reply.metadata.dst_node_id, reply.error.code, reply.error.reason
+    ident = reply.content[keys.IDENTITY]
+    return reply.metadata.dst_node_id, ident[keys.PARTITION_ID], ident[keys.NUM_TRAIN]
+
+
+def test_a_batch_is_the_waiting_messages_of_a_batched_type_and_stops_at_another_type():
+    queue = Queue()
+    for node in (2, 3, 4):
+        queue.put(_message(node))
+    other = _message(5, "train")
+    queue.put(other)
+    queue.put(_message(6))
+    batch, held = raybatch.take_batch(queue, _message(1))
+    assert [m.metadata.dst_node_id for m in batch] == [1, 2, 3, 4] and held is other
+    batch, held = raybatch.take_batch(queue, _message(7), size=1)
+    assert [m.metadata.dst_node_id for m in batch] == [7] and held is None and queue.qsize() == 1
+    batch, held = raybatch.take_batch(queue, other)
+    assert batch == [other] and held is None and queue.qsize() == 1, "a train message goes alone, the queue untouched"
+    batch, held = raybatch.take_batch(queue, _message(8), size=5)
+    assert [m.metadata.dst_node_id for m in batch] == [8, 6] and held is None and queue.empty()
+
+
+def test_the_batched_worker_answers_as_flowers_worker_reply_for_reply():
+    rc = small_run_config()
+    partitions = [*range(rc["num-clients"]), rc["num-clients"] + 3]  # the last claims a partition that is not there
+    messages = [_message(100 + p) for p in partitions]
+    messages.insert(2, _message(101, "query.no_such_action", 1))  # a type the ClientApp has no handler for
+    flowers_pool, batched_pool = _Pool(1), _Pool(1)
+    flowers = _drain(vce_api.worker, messages, _stores(partitions, rc), _backend(flowers_pool))
+    stores = _stores(partitions, rc)
+    ours = _drain(raybatch.worker, messages, stores, _backend(batched_pool))
+    assert sorted(ours) == sorted(flowers) == sorted(m.metadata.message_id for m in messages)
+    assert all(len(replies) == 1 for replies in ours.values()), "each message is answered once"
+    for message_id, [reply] in ours.items():
+        assert _summary(reply) == _summary(flowers[message_id][0])
+        assert reply.metadata.message_id and reply.metadata.message_id != flowers[message_id][0].metadata.message_id
+    errors = {m: r.error.code for m, [r] in ours.items() if r.has_error()}
+    assert errors == {
+        "m101-1": ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+        f"m{100 + partitions[-1]}-0": ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+    }
+    assert _summary(ours["m103-0"][0])[1] == 3, "the reply is its own node's partition"
+    assert len(flowers_pool.calls) == len(messages)
+    sizes = [len(call[1]) if isinstance(call[1], list) else 1 for call in batched_pool.calls]
+    assert sorted(sizes) == [1, 2, len(partitions) - 2], "identity in two batches around the other type, sent alone"
+    assert [stores[100 + p].updates for p in partitions] == [1] * (len(partitions) - 1) + [0], (
+        "a failed client's Context stays"
+    )
+
+
+def test_a_batch_whose_call_fails_gets_an_error_reply_for_every_message_and_its_actor_back():
+    rc = small_run_config()
+    partitions = list(range(3))
+    pool = _Pool(2, broken=True)
+    ours = _drain(raybatch.worker, [_message(100 + p) for p in partitions], _stores(partitions, rc), _backend(pool))
+    for [reply] in ours.values():
+        assert reply.error.code == ErrorCode.UNKNOWN and "the actor died" in reply.error.reason
+    assert len(pool.pool) == 2 and not pool.busy
+
+
+def test_the_worker_sends_at_most_batch_messages_a_call(monkeypatch):
+    rc = small_run_config()
+    monkeypatch.setattr(raybatch, "BATCH", 2)
+    partitions = list(range(5))
+    pool = _Pool(1)
+    ours = _drain(raybatch.worker, [_message(100 + p) for p in partitions], _stores(partitions, rc), _backend(pool))
+    assert len(ours) == 5 and not any(reply.has_error() for [reply] in ours.values())
+    assert sorted(len(call[1]) if isinstance(call[1], list) else 1 for call in pool.calls) == [1, 2, 2]
+
+
+@pytest.mark.parametrize("umbels", [True, False])
+def test_install_runs_the_batched_worker_for_umbels_client_app_only(monkeypatch, umbels):
+    calls = []
+    monkeypatch.setattr(vce_api, "worker", lambda *args: calls.append(("flower", args[3])))
+    monkeypatch.setattr(raybatch, "worker", lambda *args: calls.append(("umbel", args[3])))
+    raybatch.install()
+    raybatch.install()  # installing twice keeps Flower's worker as the fallback
+    backend = _backend(_Pool(1), raybatch.umbel_client_app if umbels else lambda: None)
+    vce_api.worker(Queue(), Queue(), {}, backend, threading.Event(), VceMetrics())
+    assert calls == [("umbel" if umbels else "flower", backend)]

@@ -206,9 +206,14 @@ class FaultParams:
         check_params(self, OWNER)
 
     @property
+    def delays(self) -> bool:
+        """Whether some clients answer late."""
+        return self.slow_fraction > 0 and self.slow_delay > 0
+
+    @property
     def active(self) -> bool:
         """Whether any fault is injected."""
-        return self.fail_fraction > 0 or (self.slow_fraction > 0 and self.slow_delay > 0)
+        return self.fail_fraction > 0 or self.delays
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> FaultParams:

@@ -1,15 +1,18 @@
-"""Identity queries go to Flower's Ray actors several to a call, not one call each.
+"""Quick messages go to Flower's Ray actors several to a call, not one call each.
 
 Flower's simulation engine sends every message to a Ray actor in its own call. For a message the
 ClientApp answers at once, such as the identity query every client gets as a run starts, the call
-is the cost: 1.7 ms of the simulation process's CPU and 2.3 ms of wall time a message with two
-actors, against 0.17 ms and 0.24 ms a message in calls of 16 (``python -m benchmarks.ray_batch``,
-record ``ray-batch``). :func:`worker`, Flower's engine worker for umbel's ClientApp, takes up to
-:data:`BATCH` messages of a type in :data:`BATCHED` that wait in the engine's queue, sends them in
-one call (:func:`batch_app` runs umbel's ClientApp on each in turn, in the actor) and stores each
-reply, each updated Context and each error as Flower's worker does for one. Other messages go one
-to a call, as in Flower: a client answering those may be slow (``slow-fraction``), and the calls
-behind it would then miss their deadlines.
+is the cost: 1.7 ms of the simulation process's CPU and 2.5 ms of wall time a message with two
+actors, against 0.15 ms and 0.30 ms a message in calls of up to 32 (``python -m benchmarks.ray_batch``,
+record ``ray-batch``). :func:`worker`, Flower's engine worker for umbel's ClientApp, takes the
+messages of the first one's type that wait in the engine's queue, up to :data:`BATCH` and to its
+share of the queue among the engine's workers, sends them in one call (:func:`batch_app` runs
+umbel's ClientApp on each in turn, in the actor) and stores each reply, each updated Context and
+each error as Flower's worker does for one. Identity queries (:data:`BATCHED`) always go in
+batches; evaluate messages and the final models (:data:`QUICK`) too, unless the run delays
+clients (``slow-fraction`` and ``slow-delay``, fault drills), since the messages queued behind a
+sleeping client in its call would miss their deadlines with it. Train messages and signal
+queries, which take a client long, go one to a call, as in Flower.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from uuid import uuid4
 from flwr.app import Context, Error, Message
 
 from common import keys
+from common.config import FaultParams
 
 BATCH = 32
 """The most messages sent to an actor in one call."""
 BATCHED: frozenset[str] = frozenset({keys.MSG_IDENTITY})
-"""Message types sent in batches: answered at once, and never delayed by injected faults (``client.faults``)."""
+"""Message types always sent in batches: answered at once, and never delayed by injected faults (``client.faults``)."""
+QUICK: frozenset[str] = frozenset({"evaluate", keys.query_type(keys.MODEL_ACTION)})
+"""Message types also sent in batches when the run delays no client: one pass over a test split, a file written."""
 
 Outcome = tuple["Message | None", Context, "str | None"]
 """One message's outcome in the actor: ``(reply, context, None)``, or ``(None, context, error text)``."""
@@ -62,19 +68,34 @@ def batch_app() -> Callable[..., list[Outcome]]:
     return run
 
 
-def take_batch(queue: Queue[Message], first: Message, size: int = BATCH) -> tuple[list[Message], Message | None]:
-    """``first``, and while it is of a :data:`BATCHED` type, up to ``size - 1`` more of its type that wait in ``queue``.
+def batched_types(message: Message, stores: dict[int, Any]) -> frozenset[str]:
+    """The types sent in batches in ``message``'s run: :data:`BATCHED`, and :data:`QUICK` when no client is delayed.
+
+    A node or run the stores do not know, or fault keys that do not parse, give :data:`BATCHED` alone.
+    """
+    try:
+        context = stores[message.metadata.dst_node_id].retrieve_context(run_id=message.metadata.run_id)
+        delays = FaultParams.from_run_config(context.run_config).delays
+    except Exception:  # noqa: BLE001 - handling the message reports it
+        return BATCHED
+    return BATCHED if delays else BATCHED | QUICK
+
+
+def take_batch(
+    queue: Queue[Message], first: Message, size: int = BATCH, types: frozenset[str] = BATCHED
+) -> tuple[list[Message], Message | None]:
+    """``first``, and while its type is in ``types``, up to ``size - 1`` more of its type that wait in ``queue``.
 
     Returns
     -------
     batch : list of Message
-        ``first`` alone when its type is not batched.
+        ``first`` alone when its type is not in ``types``.
     held : Message or None
         A message taken from ``queue`` that is not of ``first``'s type: the caller sends it next.
     """
     kind = first.metadata.message_type
     batch = [first]
-    if kind not in BATCHED:
+    if kind not in types:
         return batch, None
     while len(batch) < size:
         try:
@@ -85,6 +106,14 @@ def take_batch(queue: Queue[Message], first: Message, size: int = BATCH) -> tupl
             return batch, message
         batch.append(message)
     return batch, None
+
+
+def batch_size(queue: Queue[Message], workers: int) -> int:
+    """Messages for the next call: :data:`BATCH` at most, and no more than a worker's share of the queue (+1).
+
+    A batch larger than its share would leave the other workers' actors idle.
+    """
+    return max(1, min(BATCH, (queue.qsize() + 1) // max(workers, 1)))
 
 
 def error_reply(message: Message, ex: Exception) -> Message:
@@ -154,7 +183,7 @@ def worker(
     f_stop: Any,
     metrics: Any,
 ) -> None:
-    """Flower's engine worker (``vce_api.worker``, same arguments), sending :data:`BATCHED` messages in batches."""
+    """Flower's engine worker (``vce_api.worker``, same arguments), sending quick messages in batches."""
     held: Message | None = None
     while not f_stop.is_set():
         if held is None:
@@ -162,7 +191,8 @@ def worker(
                 held = messageins_queue.get(timeout=1.0)
             except Empty:
                 continue
-        batch, held = take_batch(messageins_queue, held, BATCH)
+        size = batch_size(messageins_queue, backend.num_workers)
+        batch, held = take_batch(messageins_queue, held, size, batched_types(held, node_info_store))
         for reply in handle(batch, node_info_store, backend, metrics):
             reply.metadata.__dict__["_message_id"] = str(uuid4())
             messageres_queue.put(reply)

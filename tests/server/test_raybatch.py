@@ -22,9 +22,10 @@ from tests.helpers import small_run_config
 RUN = 1
 
 
-def _message(node, message_type=keys.MSG_IDENTITY, number=0):
+def _message(node, message_type=keys.MSG_IDENTITY, number=0, content=None):
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN, 1
-    msg = Message(RecordDict({keys.CONFIG: ConfigRecord({})}), dst_node_id=node, message_type=message_type)
+    content = RecordDict({keys.CONFIG: ConfigRecord({})}) if content is None else content
+    msg = Message(content, dst_node_id=node, message_type=message_type)
     msg.metadata.__dict__["_message_id"] = f"m{node}-{number}"
     return msg
 
@@ -81,6 +82,7 @@ class _Pool:
     def __init__(self, size, broken=False):
         self.calls = []
         self.pool = [_Actor(self.calls) for _ in range(size)]
+        self.num_actors = size
         self.busy = {}
         self.broken = broken
 
@@ -130,8 +132,23 @@ def _drain(worker, messages, stores, backend):
 def _summary(reply):
     if reply.has_error():
         return reply.metadata.dst_node_id, reply.error.code, reply.error.reason
+    if keys.METRICS in reply.content:
+        metrics = reply.content[keys.METRICS]
+        return reply.metadata.dst_node_id, metrics[keys.NUM_EXAMPLES], metrics[keys.LOSS], metrics[keys.ACCURACY]
     ident = reply.content[keys.IDENTITY]
     return reply.metadata.dst_node_id, ident[keys.PARTITION_ID], ident[keys.NUM_TRAIN]
+
+
+def _evaluate(node, rc):
+    from server.experiment import Experiment
+
+    model = Experiment.from_run_config(rc).initial_model()
+    return _message(node, "evaluate", 2, RecordDict({keys.ARRAYS: model, keys.CONFIG: ConfigRecord({})}))
+
+
+def _sizes(pool):
+    """The messages of each call to the pool's actors, in order."""
+    return [len(call[1]) if isinstance(call[1], list) else 1 for call in pool.calls]
 
 
 def test_a_batch_is_the_waiting_messages_of_a_batched_type_and_stops_at_another_type():
@@ -143,12 +160,43 @@ def test_a_batch_is_the_waiting_messages_of_a_batched_type_and_stops_at_another_
     queue.put(_message(6))
     batch, held = raybatch.take_batch(queue, _message(1))
     assert [m.metadata.dst_node_id for m in batch] == [1, 2, 3, 4] and held is other
+    batch, held = raybatch.take_batch(queue, held)
+    assert batch == [other] and held is None and queue.qsize() == 1, "a train message goes alone"
+    queue.put(other)
     batch, held = raybatch.take_batch(queue, _message(7), size=1)
-    assert [m.metadata.dst_node_id for m in batch] == [7] and held is None and queue.qsize() == 1
-    batch, held = raybatch.take_batch(queue, other)
-    assert batch == [other] and held is None and queue.qsize() == 1, "a train message goes alone, the queue untouched"
+    assert [m.metadata.dst_node_id for m in batch] == [7] and held is None and queue.qsize() == 2
     batch, held = raybatch.take_batch(queue, _message(8), size=5)
-    assert [m.metadata.dst_node_id for m in batch] == [8, 6] and held is None and queue.empty()
+    assert [m.metadata.dst_node_id for m in batch] == [8, 6] and held is other and queue.empty()
+    queue.put(_message(9, "train"))
+    batch, held = raybatch.take_batch(queue, other, types=frozenset({"train"}))
+    assert [m.metadata.dst_node_id for m in batch] == [5, 9], "the types asked for"
+
+
+def test_quick_types_are_batched_only_in_a_run_that_delays_no_client():
+    rc = small_run_config()
+    assert raybatch.batched_types(_message(100), _stores([0], rc)) == raybatch.BATCHED | raybatch.QUICK
+    assert "evaluate" in raybatch.QUICK and "train" not in raybatch.QUICK
+    assert keys.MSG_IDENTITY in raybatch.BATCHED
+    slow = small_run_config(**{"slow-fraction": 0.2, "slow-delay": 5.0})
+    assert raybatch.batched_types(_message(100), _stores([0], slow)) == raybatch.BATCHED
+    for harmless in ({"slow-fraction": 0.2}, {"slow-delay": 5.0}, {"fail-fraction": 0.5}):
+        got = raybatch.batched_types(_message(100), _stores([0], small_run_config(**harmless)))
+        assert got == raybatch.BATCHED | raybatch.QUICK, harmless
+    broken = small_run_config(**{"slow-fraction": "lots"})
+    assert raybatch.batched_types(_message(100), _stores([0], broken)) == raybatch.BATCHED
+    assert raybatch.batched_types(_message(999), _stores([0], rc)) == raybatch.BATCHED, "a node the stores lack"
+
+
+def test_a_batch_is_at_most_a_workers_share_of_the_queue():
+    queue = Queue()
+    assert raybatch.batch_size(queue, 2) == 1
+    for node in range(9):
+        queue.put(_message(node))
+    assert raybatch.batch_size(queue, 2) == 5 and raybatch.batch_size(queue, 1) == 10
+    assert raybatch.batch_size(queue, 20) == 1
+    for node in range(100):
+        queue.put(_message(node))
+    assert raybatch.batch_size(queue, 2) == raybatch.BATCH
 
 
 def test_the_batched_worker_answers_as_flowers_worker_reply_for_reply():
@@ -156,6 +204,7 @@ def test_the_batched_worker_answers_as_flowers_worker_reply_for_reply():
     partitions = [*range(rc["num-clients"]), rc["num-clients"] + 3]  # the last claims a partition that is not there
     messages = [_message(100 + p) for p in partitions]
     messages.insert(2, _message(101, "query.no_such_action", 1))  # a type the ClientApp has no handler for
+    messages += [_evaluate(100 + p, rc) for p in partitions[:3]]
     flowers_pool, batched_pool = _Pool(1), _Pool(1)
     flowers = _drain(vce_api.worker, messages, _stores(partitions, rc), _backend(flowers_pool))
     stores = _stores(partitions, rc)
@@ -172,11 +221,19 @@ def test_the_batched_worker_answers_as_flowers_worker_reply_for_reply():
     }
     assert _summary(ours["m103-0"][0])[1] == 3, "the reply is its own node's partition"
     assert len(flowers_pool.calls) == len(messages)
-    sizes = [len(call[1]) if isinstance(call[1], list) else 1 for call in batched_pool.calls]
-    assert sorted(sizes) == [1, 2, len(partitions) - 2], "identity in two batches around the other type, sent alone"
-    assert [stores[100 + p].updates for p in partitions] == [1] * (len(partitions) - 1) + [0], (
-        "a failed client's Context stays"
-    )
+    assert _sizes(batched_pool) == [2, 1, len(partitions) - 2, 3], "batches around the other type, sent alone"
+    updates = [stores[100 + p].updates for p in partitions]
+    assert updates == [2, 2, 2] + [1] * (len(partitions) - 4) + [0], "a failed client's Context stays as it was"
+
+
+def test_evaluate_messages_go_one_to_a_call_in_a_run_that_delays_clients():
+    rc = small_run_config(**{"slow-fraction": 0.5, "slow-delay": 0.01})
+    partitions = list(range(4))
+    messages = [_message(100 + p) for p in partitions] + [_evaluate(100 + p, rc) for p in partitions]
+    pool = _Pool(1)
+    ours = _drain(raybatch.worker, messages, _stores(partitions, rc), _backend(pool))
+    assert len(ours) == 8 and not any(reply.has_error() for [reply] in ours.values())
+    assert _sizes(pool) == [4, 1, 1, 1, 1], "identity queries in one batch: never delayed"
 
 
 def test_a_batch_whose_call_fails_gets_an_error_reply_for_every_message_and_its_actor_back():
@@ -196,7 +253,7 @@ def test_the_worker_sends_at_most_batch_messages_a_call(monkeypatch):
     pool = _Pool(1)
     ours = _drain(raybatch.worker, [_message(100 + p) for p in partitions], _stores(partitions, rc), _backend(pool))
     assert len(ours) == 5 and not any(reply.has_error() for [reply] in ours.values())
-    assert sorted(len(call[1]) if isinstance(call[1], list) else 1 for call in pool.calls) == [1, 2, 2]
+    assert _sizes(pool) == [2, 2, 1]
 
 
 @pytest.mark.parametrize("umbels", [True, False])

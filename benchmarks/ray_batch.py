@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from queue import Queue
 from typing import Any
 
-from benchmarks.records import Table, load_average
+from benchmarks.records import Table, cpu_ticks, load_average, steal_share
 from benchmarks.report import add_record_flag, save_tables
 from benchmarks.runs import ROOT
 
@@ -149,8 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="ray-batch", help="the record's name (default ray-batch)")
     add_record_flag(parser)
     args = parser.parse_args(argv)
-    load = load_average()
+    load, ticks = load_average(), cpu_ticks()
     rows = measure(args.clients, args.repeats)
+    stolen = steal_share(ticks, cpu_ticks())
+    steal = "" if stolen is None else f" The hypervisor took {100 * stolen:.1f}% of the CPU time as steal while it ran."
     table = Table(
         title="Identity queries through Flower's engine: one Ray actor call a message against batches",
         columns=["worker", "ms wall a message", "ms CPU a message", "wall / Flower's", "CPU / Flower's"],
@@ -161,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.repeats} passes per form, alternating, after a first pass that loads every client's data. "
             f"umbel's worker sends up to {raybatch.BATCH} identity queries a call. CPU seconds are this process's "
             "only (the flwr-simulation process's part); the wall time also holds the actors' work on the same cores."
+            + steal
         ),
     )
     print(" | ".join(table.columns))

@@ -88,6 +88,29 @@ def load_average() -> str:
         return ""
 
 
+def cpu_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """``(steal, total)`` CPU ticks of the machine so far (Linux's ``/proc/stat``); None where it has none.
+
+    Steal is the time a hypervisor gave this machine's CPUs to others: the same work then takes more
+    wall time than CPU time.
+    """
+    try:
+        fields = stat.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return None
+    ticks = [int(f) for f in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the CPU time between two :func:`cpu_ticks` readings that was stolen; None if unknown."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def current_command() -> str:
     """The command line that is running, as a reader would retype it."""
     return "python -m " + shlex.join([_module_of(sys.argv[0]), *sys.argv[1:]])

@@ -2,17 +2,20 @@
 
 Flower's simulation engine sends every message to a Ray actor in its own call. For a message the
 ClientApp answers at once, such as the identity query every client gets as a run starts, the call
-is the cost: 1.7 ms of the simulation process's CPU and 2.5 ms of wall time a message with two
-actors, against 0.15 ms and 0.30 ms a message in calls of up to 32 (``python -m benchmarks.ray_batch``,
-record ``ray-batch``). :func:`worker`, Flower's engine worker for umbel's ClientApp, takes the
-messages of the first one's type that wait in the engine's queue, up to :data:`BATCH` and to its
-share of the queue among the engine's workers, sends them in one call (:func:`batch_app` runs
-umbel's ClientApp on each in turn, in the actor) and stores each reply, each updated Context and
-each error as Flower's worker does for one. Identity queries (:data:`BATCHED`) always go in
-batches; evaluate messages and the final models (:data:`QUICK`) too, unless the run delays
-clients (``slow-fraction`` and ``slow-delay``, fault drills), since the messages queued behind a
-sleeping client in its call would miss their deadlines with it. Train messages and signal
-queries, which take a client long, go one to a call, as in Flower.
+is the cost: in calls of up to 32, an identity query costs the sending process about a tenth of
+the CPU and of the wall time it costs alone (``python -m benchmarks.ray_batch``, record
+``ray-batch``; 1.7-2.9 ms of CPU a call on this project's 2-core box).
+
+:func:`worker`, Flower's engine worker for umbel's ClientApp, takes the messages of the first
+one's type that wait in the engine's queue, up to :data:`BATCH` and to its share of the queue
+among the engine's workers, sends them in one call (:func:`batch_app` runs umbel's ClientApp on
+each in turn, in the actor) and stores each reply, each updated Context and each error as
+Flower's worker does for one. Identity queries (:data:`BATCHED`) always go in batches; evaluate
+messages and the final models (:data:`QUICK`) too, unless the run delays clients
+(``slow-fraction`` and ``slow-delay``, fault drills), since the messages queued behind a sleeping
+client in its call would miss their deadlines with it. Train messages and signal queries, which
+take a client long, go one to a call, as in Flower. An actor that dies fails every message of its
+call, as Flower's engine fails the one message it was running.
 """
 
 from __future__ import annotations
@@ -86,24 +89,29 @@ def take_batch(
 ) -> tuple[list[Message], Message | None]:
     """``first``, and while its type is in ``types``, up to ``size - 1`` more of its type that wait in ``queue``.
 
+    The batch stops at a message of another type or to a node already in it.
+
     Returns
     -------
     batch : list of Message
         ``first`` alone when its type is not in ``types``.
     held : Message or None
-        A message taken from ``queue`` that is not of ``first``'s type: the caller sends it next.
+        A message taken from ``queue`` that cannot join the batch: the caller sends it next.
     """
     kind = first.metadata.message_type
     batch = [first]
     if kind not in types:
         return batch, None
+    nodes = {first.metadata.dst_node_id}
     while len(batch) < size:
         try:
             message = queue.get_nowait()
         except Empty:
             break
-        if message.metadata.message_type != kind:
+        # a node's second message must see the Context its first one leaves
+        if message.metadata.message_type != kind or message.metadata.dst_node_id in nodes:
             return batch, message
+        nodes.add(message.metadata.dst_node_id)
         batch.append(message)
     return batch, None
 
@@ -117,7 +125,11 @@ def batch_size(queue: Queue[Message], workers: int) -> int:
 
 
 def error_reply(message: Message, ex: Exception) -> Message:
-    """Flower's engine's reply to ``message`` when handling it raised ``ex`` (its code and reason)."""
+    """Flower's engine's reply to ``message`` when handling it raised ``ex`` (``vce_api.worker``'s codes).
+
+    Through Ray, Flower's reason names Ray's wrapper of the ClientApp's exception and its remote
+    traceback; for a message of a batch it names the ClientApp's exception and its text.
+    """
     from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
     from flwr.common.constant import ErrorCode
     from flwr.supercore import log
@@ -148,31 +160,66 @@ def call_batch(backend: Any, batch: list[Message], contexts: list[Context]) -> l
 
 
 def handle(batch: list[Message], stores: dict[int, Any], backend: Any, metrics: Any) -> list[Message]:
-    """The replies to ``batch``, with each node's Context stored back: Flower's worker for one message or many."""
+    """Flower's worker for one message or many: run ``batch`` and store each node's Context back.
+
+    Parameters
+    ----------
+    batch : list of Message
+        Messages of one type, each to its own node.
+    stores : dict of int to DeprecatedRunInfoStore
+        The engine's store of each node's Contexts, by node id.
+    backend : RayBackend
+        Flower's backend; one message goes through its ``process_message``, more in one call.
+    metrics : VceMetrics
+        Gets the seconds the call took.
+
+    Returns
+    -------
+    list of Message
+        One reply for each message of ``batch``, in its order: the ClientApp's, or Flower's error
+        reply. A message whose Context cannot be found fails alone; a call that fails (its actor
+        died) fails every message it carried.
+    """
     from flwr.clientapp.client_app import ClientAppException
     from flwr.supercore import log
 
+    replies: dict[int, Message] = {}
+    sent: list[int] = []
+    contexts: list[Context] = []
+    for i, message in enumerate(batch):
+        try:
+            contexts.append(stores[message.metadata.dst_node_id].retrieve_context(run_id=message.metadata.run_id))
+            sent.append(i)
+        except Exception as ex:  # noqa: BLE001 - Flower's worker answers every failure with an error reply
+            log(ERROR, traceback.format_exc())
+            replies[i] = error_reply(message, ex)
+    messages = [batch[i] for i in sent]
     started = time.perf_counter()
     try:
-        contexts = [stores[m.metadata.dst_node_id].retrieve_context(run_id=m.metadata.run_id) for m in batch]
-        if len(batch) == 1:
-            reply, context = backend.process_message(batch[0], contexts[0])
+        if len(messages) == 1:
+            reply, context = backend.process_message(messages[0], contexts[0])
             outcomes: list[Outcome] = [(reply, context, None)]
+        elif messages:
+            outcomes = call_batch(backend, messages, contexts)
+            if len(outcomes) != len(messages):
+                raise RuntimeError(f"{len(outcomes)} outcomes came back for a batch of {len(messages)} messages")
         else:
-            outcomes = call_batch(backend, batch, contexts)
-    except Exception as ex:  # noqa: BLE001 - Flower's worker answers every failure with an error reply
+            outcomes = []
+    except Exception as ex:  # noqa: BLE001
         log(ERROR, traceback.format_exc())
-        return [error_reply(m, ex) for m in batch]
+        outcomes = []
+        replies.update((i, error_reply(batch[i], ex)) for i in sent)
     finally:
-        metrics.add_clientapp_runtime(time.perf_counter() - started)
-    replies = []
-    for message, (reply, context, error) in zip(batch, outcomes, strict=True):
-        if reply is None:
-            replies.append(error_reply(message, ClientAppException(str(error))))
+        if messages:
+            metrics.add_clientapp_runtime(time.perf_counter() - started)
+    for i, (reply, context, error) in zip(sent, outcomes, strict=False):
+        message = batch[i]
+        if error is not None or reply is None:
+            replies[i] = error_reply(message, ClientAppException(str(error)))
             continue
         stores[message.metadata.dst_node_id].update_context(message.metadata.run_id, context=context)
-        replies.append(reply)
-    return replies
+        replies[i] = reply
+    return [replies[i] for i in range(len(batch))]
 
 
 def worker(
@@ -183,7 +230,12 @@ def worker(
     f_stop: Any,
     metrics: Any,
 ) -> None:
-    """Flower's engine worker (``vce_api.worker``, same arguments), sending quick messages in batches."""
+    """Flower's engine worker (``vce_api.worker``, same arguments), sending quick messages in batches.
+
+    It takes a message from ``messageins_queue``, with it the messages of its type waiting there that
+    :func:`take_batch` allows, and puts one reply for each (a new message id) into
+    ``messageres_queue`` until ``f_stop`` is set.
+    """
     held: Message | None = None
     while not f_stop.is_set():
         if held is None:

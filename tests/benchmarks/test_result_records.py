@@ -57,3 +57,19 @@ def test_the_machine_and_the_load_are_given_by_name_never_in_place_of_each_other
         Record("r", "s", "python -m x", [], "load 3")  # type: ignore[misc]
     record = Record("r", "s", "python -m x", [], load="3")
     assert record.load == "3" and record.machine.startswith(f"{os.cpu_count()} cores")
+
+
+def test_steal_is_the_eighth_tick_count_of_the_cpu_line_over_the_ticks_between_two_readings(tmp_path):
+    from benchmarks.records import cpu_ticks, steal_share
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 50 0 25 400 5 0 2 18 3 0\n")
+    before = cpu_ticks(stat)
+    assert before == (35, 1000), "guest time is inside user time: not counted twice"
+    stat.write_text("cpu  150 0 60 900 10 0 5 75 7 0\n")
+    after = cpu_ticks(stat)
+    assert steal_share(before, after) == pytest.approx(40 / 200)
+    assert steal_share(after, before) is None and steal_share(None, after) is None
+    stat.write_text("intr 5\n")
+    assert cpu_ticks(stat) is None and cpu_ticks(tmp_path / "absent") is None

@@ -252,6 +252,8 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     monkeypatch.setattr(raybackend.RayBackend, "build", flowers_build)
     installed = []
     monkeypatch.setattr(linkindex.raytransport, "install", lambda: installed.append(True))
+    batching = []
+    monkeypatch.setattr(linkindex.raybatch, "install", lambda: batching.append(True))
     monkeypatch.setenv(linkindex.CALLS_PER_ACTOR_ENV, "2")
     assert linkindex.install_client_loader() is True
     backend = object.__new__(raybackend.RayBackend)
@@ -263,12 +265,12 @@ def test_the_ray_backend_gets_a_loader_pickled_by_name_for_umbels_client_app_onl
     assert backend.app_fn is linkindex.umbel_client_app and backend.app_fn() is umbel_app
     assert len(cloudpickle.dumps(backend.app_fn)) < 200 < len(cloudpickle.dumps(flowers_closure))
     assert backend.pool.num_actors == 4 == len(backend.pool.pool), "two calls for each of the two actors"
-    assert installed == [True], "large arrays go by reference to umbel's actors"
+    assert installed == [True] == batching, "large arrays go by reference, quick messages in batches, to umbel's actors"
     other = object()
     backend.build(lambda: other)
     assert backend.app_fn() is other, "another ClientApp keeps Flower's loader"
     assert backend.pool.pool == ["a1", "a2"] and backend.pool.num_actors == 2, "and Flower's one call per actor"
-    assert installed == [True], "and Ray's own pickling"
+    assert installed == [True] == batching, "and Ray's own pickling and Flower's worker"
     monkeypatch.setenv(linkindex.DISABLE_ENV, "flower")
     assert linkindex.install_client_loader() is False
 

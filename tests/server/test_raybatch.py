@@ -20,6 +20,8 @@ from server import raybatch
 from tests.helpers import small_run_config
 
 RUN = 1
+FLOWERS_WORKER = getattr(vce_api.worker, "flowers", vce_api.worker)
+"""Flower's own engine worker, even where :func:`server.raybatch.install` has replaced it."""
 
 
 def _message(node, message_type=keys.MSG_IDENTITY, number=0, content=None):
@@ -112,12 +114,13 @@ def _backend(pool, app_fn=raybatch.umbel_client_app):
     return backend
 
 
-def _drain(worker, messages, stores, backend):
+def _drain(worker, messages, stores, backend, metrics=None):
     """Run ``worker`` on a queue of ``messages`` until each is answered; the replies by the message answered."""
     queue, replies, f_stop = Queue(), Queue(), threading.Event()
+    metrics = VceMetrics() if metrics is None else metrics
     for msg in messages:
         queue.put(msg)
-    thread = threading.Thread(target=worker, args=(queue, replies, stores, backend, f_stop, VceMetrics()))
+    thread = threading.Thread(target=worker, args=(queue, replies, stores, backend, f_stop, metrics))
     thread.start()
     answered = {}
     for _ in messages:
@@ -204,24 +207,28 @@ def test_the_batched_worker_answers_as_flowers_worker_reply_for_reply():
     partitions = [*range(rc["num-clients"]), rc["num-clients"] + 3]  # the last claims a partition that is not there
     messages = [_message(100 + p) for p in partitions]
     messages.insert(2, _message(101, "query.no_such_action", 1))  # a type the ClientApp has no handler for
+    messages.insert(4, _message(999))  # a node the engine has no Context for
     messages += [_evaluate(100 + p, rc) for p in partitions[:3]]
     flowers_pool, batched_pool = _Pool(1), _Pool(1)
-    flowers = _drain(vce_api.worker, messages, _stores(partitions, rc), _backend(flowers_pool))
+    metrics = VceMetrics()
+    flowers = _drain(FLOWERS_WORKER, messages, _stores(partitions, rc), _backend(flowers_pool))
     stores = _stores(partitions, rc)
-    ours = _drain(raybatch.worker, messages, stores, _backend(batched_pool))
+    ours = _drain(raybatch.worker, messages, stores, _backend(batched_pool), metrics)
+    assert metrics.clientapp_runtime > 0
     assert sorted(ours) == sorted(flowers) == sorted(m.metadata.message_id for m in messages)
     assert all(len(replies) == 1 for replies in ours.values()), "each message is answered once"
     for message_id, [reply] in ours.items():
         assert _summary(reply) == _summary(flowers[message_id][0])
-        assert reply.metadata.message_id and reply.metadata.message_id != flowers[message_id][0].metadata.message_id
+        assert reply.metadata.message_id not in (message_id, flowers[message_id][0].metadata.message_id, "")
     errors = {m: r.error.code for m, [r] in ours.items() if r.has_error()}
     assert errors == {
+        "m999-0": ErrorCode.UNKNOWN,
         "m101-1": ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
         f"m{100 + partitions[-1]}-0": ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
     }
     assert _summary(ours["m103-0"][0])[1] == 3, "the reply is its own node's partition"
-    assert len(flowers_pool.calls) == len(messages)
     assert _sizes(batched_pool) == [2, 1, len(partitions) - 2, 3], "batches around the other type, sent alone"
+    assert len(flowers_pool.calls) == len(messages) - 1, "no call for the node without a Context"
     updates = [stores[100 + p].updates for p in partitions]
     assert updates == [2, 2, 2] + [1] * (len(partitions) - 4) + [0], "a failed client's Context stays as it was"
 
@@ -234,6 +241,42 @@ def test_evaluate_messages_go_one_to_a_call_in_a_run_that_delays_clients():
     ours = _drain(raybatch.worker, messages, _stores(partitions, rc), _backend(pool))
     assert len(ours) == 8 and not any(reply.has_error() for [reply] in ours.values())
     assert _sizes(pool) == [4, 1, 1, 1, 1], "identity queries in one batch: never delayed"
+
+
+def _counting_app():
+    """A ClientApp that counts the identity queries each node has answered in its Context's state."""
+    from flwr.app import MetricRecord
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    @app.query(keys.IDENTITY_ACTION)
+    def count(msg, context):
+        seen = context.state.config_records.get("seen", ConfigRecord({"n": 0}))
+        context.state.config_records["seen"] = ConfigRecord({"n": int(seen["n"]) + 1})
+        return Message(RecordDict({keys.METRICS: MetricRecord({"n": int(seen["n"]) + 1})}), reply_to=msg)
+
+    return app
+
+
+def test_each_node_keeps_the_context_its_clientapp_returned_even_with_two_messages_waiting(monkeypatch):
+    rc = small_run_config()
+    app = _counting_app()
+    monkeypatch.setattr(raybatch, "umbel_client_app", lambda: app)
+    messages = [_message(100 + p, number=n) for n in range(3) for p in range(4)]
+    counts = {}
+    for worker in (FLOWERS_WORKER, raybatch.worker):
+        stores = _stores(range(4), rc)
+        pool = _Pool(1)
+        replies = _drain(worker, messages, stores, _backend(pool, raybatch.umbel_client_app))
+        counts[worker] = {m: int(r.content[keys.METRICS]["n"]) for m, [r] in replies.items()}
+        assert [int(stores[100 + p].context.state["seen"]["n"]) for p in range(4)] == [3, 3, 3, 3]
+    assert (
+        counts[raybatch.worker]
+        == counts[FLOWERS_WORKER]
+        == {f"m{100 + p}-{n}": n + 1 for n in range(3) for p in range(4)}
+    )
+    assert _sizes(pool) == [4, 4, 4], "a batch stops at a node's second message"
 
 
 def test_a_batch_whose_call_fails_gets_an_error_reply_for_every_message_and_its_actor_back():

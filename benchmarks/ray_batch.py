@@ -22,7 +22,7 @@ from queue import Queue
 from typing import Any
 
 from benchmarks.records import Table, cpu_ticks, load_average, steal_share
-from benchmarks.report import add_record_flag, save_tables
+from benchmarks.report import add_record_flag, show_and_save
 from benchmarks.runs import ROOT
 
 SECTION = "Large federations end to end"
@@ -166,11 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             + steal
         ),
     )
-    print(" | ".join(table.columns))
-    for row in rows:
-        print(" | ".join(str(c) for c in row))
-    if args.record:
-        save_tables(args.name, SECTION, [table], load)
+    show_and_save(table, args.name, SECTION, load, args.record)
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.records import Table, load_average
-from benchmarks.report import add_record_flag, save_tables
+from benchmarks.report import add_record_flag, show_and_save
 
 SECTION = "Large federations end to end"
 
@@ -128,11 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "slows the run more than the figures."
         ),
     )
-    print(" | ".join(table.columns))
-    for row in rows:
-        print(" | ".join(str(c) for c in row))
-    if args.record:
-        save_tables(args.name, SECTION, [table], load)
+    show_and_save(table, args.name, SECTION, load, args.record)
     return 0
 
 

@@ -171,6 +171,15 @@ def save_tables(
     )
 
 
+def show_and_save(table: Table, name: str, section: str, load_before: str, record: bool) -> None:
+    """Print ``table`` as ``|``-separated lines; with ``record``, also write it as the record ``name``."""
+    print(" | ".join(table.columns))
+    for row in table.rows:
+        print(" | ".join(str(c) for c in row))
+    if record:
+        save_tables(name, section, [table], load_before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite ``docs/RESULTS.md``, or with ``--check`` say whether it is up to date."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.splitlines()[0])

@@ -28,7 +28,7 @@ from queue import Empty, Queue
 from typing import Any
 from uuid import uuid4
 
-from flwr.app import Context, Error, Message
+from flwr.app import Context, Error, Message, MessageType
 
 from common import keys
 from common.config import FaultParams
@@ -37,7 +37,7 @@ BATCH = 32
 """The most messages sent to an actor in one call."""
 BATCHED: frozenset[str] = frozenset({keys.MSG_IDENTITY})
 """Message types always sent in batches: answered at once, and never delayed by injected faults (``client.faults``)."""
-QUICK: frozenset[str] = frozenset({"evaluate", keys.query_type(keys.MODEL_ACTION)})
+QUICK: frozenset[str] = frozenset({MessageType.EVALUATE, keys.query_type(keys.MODEL_ACTION)})
 """Message types also sent in batches when the run delays no client: one pass over a test split, a file written."""
 
 Outcome = tuple["Message | None", Context, "str | None"]

@@ -78,12 +78,13 @@ class RecordingGrid(InProcessGrid):
 
 
 def test_identity_query_has_its_own_timeout_and_messages_expire_with_their_round():
-    rc = small_run_config(rounds=1, **{"round-timeout": 3.0, "identity-timeout": 77.0})
+    # a round timeout a loaded box still trains within, and that differs from the identity's
+    rc = small_run_config(rounds=1, **{"round-timeout": 45.0, "identity-timeout": 77.0})
     exp = Experiment.from_run_config(rc)
     grid = RecordingGrid(client_app, rc, 6)
     FedAvg(exp.training).start(grid, exp.initial_model(), expected_clients=6)
     assert grid.timeouts[keys.MSG_IDENTITY] - {None} == {77.0}  # pushed and pulled (progress): TTL only
-    assert grid.timeouts["train"] == {3.0} and grid.timeouts["evaluate"] == {3.0}
+    assert grid.timeouts["train"] == {45.0} and grid.timeouts["evaluate"] == {45.0}
 
 
 def test_an_expired_instruction_is_refused_without_running():

@@ -29,6 +29,9 @@ from typing import Any
 from uuid import uuid4
 
 from flwr.app import Context, Error, Message, MessageType
+from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
+from flwr.common.constant import ErrorCode
+from flwr.supercore import log
 
 from common import keys
 from common.config import FaultParams
@@ -74,8 +77,11 @@ def batch_app() -> Callable[..., list[Outcome]]:
 def batched_types(message: Message, stores: dict[int, Any]) -> frozenset[str]:
     """The types sent in batches in ``message``'s run: :data:`BATCHED`, and :data:`QUICK` when no client is delayed.
 
-    A node or run the stores do not know, or fault keys that do not parse, give :data:`BATCHED` alone.
+    Only a message of a :data:`QUICK` type reads the run's fault keys. A node or run the stores do
+    not know, or fault keys that do not parse, give :data:`BATCHED` alone.
     """
+    if message.metadata.message_type not in QUICK:
+        return BATCHED
     try:
         context = stores[message.metadata.dst_node_id].retrieve_context(run_id=message.metadata.run_id)
         delays = FaultParams.from_run_config(context.run_config).delays
@@ -130,10 +136,6 @@ def error_reply(message: Message, ex: Exception) -> Message:
     Through Ray, Flower's reason names Ray's wrapper of the ClientApp's exception and its remote
     traceback; for a message of a batch it names the ClientApp's exception and its text.
     """
-    from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
-    from flwr.common.constant import ErrorCode
-    from flwr.supercore import log
-
     log(ERROR, ex)
     if isinstance(ex, ClientAppException):
         code = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
@@ -180,9 +182,6 @@ def handle(batch: list[Message], stores: dict[int, Any], backend: Any, metrics: 
         reply. A message whose Context cannot be found fails alone; a call that fails (its actor
         died) fails every message it carried.
     """
-    from flwr.clientapp.client_app import ClientAppException
-    from flwr.supercore import log
-
     replies: dict[int, Message] = {}
     sent: list[int] = []
     contexts: list[Context] = []

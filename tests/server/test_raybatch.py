@@ -177,17 +177,26 @@ def test_a_batch_is_the_waiting_messages_of_a_batched_type_and_stops_at_another_
 
 def test_quick_types_are_batched_only_in_a_run_that_delays_no_client():
     rc = small_run_config()
-    assert raybatch.batched_types(_message(100), _stores([0], rc)) == raybatch.BATCHED | raybatch.QUICK
+    assert raybatch.batched_types(_message(100, "evaluate"), _stores([0], rc)) == raybatch.BATCHED | raybatch.QUICK
     assert "evaluate" in raybatch.QUICK and "train" not in raybatch.QUICK
     assert keys.MSG_IDENTITY in raybatch.BATCHED
     slow = small_run_config(**{"slow-fraction": 0.2, "slow-delay": 5.0})
-    assert raybatch.batched_types(_message(100), _stores([0], slow)) == raybatch.BATCHED
+    assert raybatch.batched_types(_message(100, "evaluate"), _stores([0], slow)) == raybatch.BATCHED
     for harmless in ({"slow-fraction": 0.2}, {"slow-delay": 5.0}, {"fail-fraction": 0.5}):
-        got = raybatch.batched_types(_message(100), _stores([0], small_run_config(**harmless)))
+        got = raybatch.batched_types(_message(100, "evaluate"), _stores([0], small_run_config(**harmless)))
         assert got == raybatch.BATCHED | raybatch.QUICK, harmless
     broken = small_run_config(**{"slow-fraction": "lots"})
-    assert raybatch.batched_types(_message(100), _stores([0], broken)) == raybatch.BATCHED
-    assert raybatch.batched_types(_message(999), _stores([0], rc)) == raybatch.BATCHED, "a node the stores lack"
+    assert raybatch.batched_types(_message(100, "evaluate"), _stores([0], broken)) == raybatch.BATCHED
+    assert raybatch.batched_types(_message(999, "evaluate"), _stores([0], rc)) == raybatch.BATCHED, "an unknown node"
+
+    stores = _stores([0], rc)
+    read = []
+    stores[100].retrieve_context = lambda run_id: read.append(run_id) or stores[100].context
+    for kind in (keys.MSG_IDENTITY, "train"):
+        assert raybatch.batched_types(_message(100, kind), stores) == raybatch.BATCHED
+    assert read == [], "only a quick message reads its run's fault keys"
+    assert raybatch.batched_types(_message(100, "evaluate"), stores) == raybatch.BATCHED | raybatch.QUICK
+    assert read == [RUN]
 
 
 def test_a_batch_is_at_most_a_workers_share_of_the_queue():

@@ -22,7 +22,7 @@ and a warning says so. With it, the same launcher makes Flower's engine sweep on
 a message waiting (:func:`sweep_waiting_nodes`), registers every node's Context with one shared
 run config (:func:`register_contexts`), has each Ray actor load umbel's ClientApp and the data as
 the engine starts (:func:`warm_up`), sends large arrays to the actors once per content
-(:mod:`server.raytransport`) and identity queries several to an actor call (:mod:`server.raybatch`).
+(:mod:`server.raytransport`) and quick messages several to an actor call (:mod:`server.raybatch`).
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
 from strategies import CFLGP, CFLGT, CFLSattler, FLAG, FLHC, FLIC, FeSEM, FedAvg, FedClust, FedMedian, IFCA, PACFL
+from strategies.pacfl import PACFLParams
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -351,15 +352,15 @@ def _fedclust(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
     return labels, truth
 
 
-def _pacfl(n, sizes, shapes, meter, rng, measure: str = "mean"):
+def _pacfl(n, sizes, shapes, meter, rng, measure: str = PACFLParams().pacfl_measure):
     from common.clustering.oneshot import Cut, pacfl_clusters
 
     truth = planted(n, GROUPS, rng)
-    # float32, as the clients send them; the step stacks and converts a chunk at a time (strategies.pacfl)
-    stacked = [np.concatenate([b[c] for c in sorted(b)], axis=1) for b in class_bases(truth, rng, dtype=np.float32)]
+    # float32, as the clients send them; the step converts a chunk at a time (strategies.pacfl)
+    bases = class_bases(truth, rng, dtype=np.float32)
     with meter.measure():
         cut = Cut(threshold=30.0, num_clusters=GROUPS)
-        labels = pacfl_clusters(stacked, cut, measure, np.random.default_rng(SEED)).labels
+        labels = pacfl_clusters(bases, cut, measure, np.random.default_rng(SEED)).labels
     return labels, truth
 
 
@@ -773,7 +774,7 @@ VARIANTS: dict[str, Variant] = {
             lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
             lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
             _pacfl,
-            note="pairwise_subspace_angles (mean) + cut_tree; above 2,000: sampled_clusters",
+            note=f"client_distances ({PACFLParams().pacfl_measure}) + cut_tree; above 2,000: sampled_clusters",
         ),
         Variant(
             "pacfl-reference",

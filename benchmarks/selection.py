@@ -49,7 +49,7 @@ from benchmarks.auto_cut import _task, flhc_updates, signals
 from benchmarks.records import Record, Table, current_command, load_average, write_record
 from common.clustering.hierarchical import AUTO_TOLERANCE, cut_tree
 from common.clustering.oneshot import Cut, OneShotClusters, fedclust_clusters, flhc_clusters, pacfl_clusters
-from common.clustering.subspaces import pairwise_subspace_angles
+from common.clustering.subspaces import client_distances
 from client.signals.subspaces import subspaces
 from client.task import train_local
 from common import keys
@@ -500,8 +500,8 @@ def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(rows), flat({name: a.numpy() for name, a in model.items()})
 
 
-def pacfl_bases(rc: dict[str, Any], vectors: int) -> list[np.ndarray]:
-    """PACFL's signal: every client's stacked class bases from the real client handler
+def pacfl_bases(rc: dict[str, Any], vectors: int) -> list[dict[int, np.ndarray]]:
+    """PACFL's signal: every client's class bases from the real client handler
     (``query.subspaces`` with ``vectors`` per class), in the order of the clients."""
     cfg = ConfigRecord({keys.SUBSPACE_VECTORS: vectors})
     bases = []
@@ -509,7 +509,7 @@ def pacfl_bases(rc: dict[str, Any], vectors: int) -> list[np.ndarray]:
         task = _task(rc, pid)
         arrays = subspaces(task, RecordDict({keys.CONFIG: cfg}))
         signal = ClassSubspaces.from_arrays(arrays, dim=None, num_classes=task.info.num_classes, max_vectors=vectors)
-        bases.append(signal.stacked())
+        bases.append(signal.by_class())
     return bases
 
 
@@ -540,7 +540,7 @@ def pacfl_proximity(cell: Cell, vectors: int = 0) -> dict[str, Any]:
     truth = np.array([int(t.data.group) for t in tasks])
     groups = sorted(set(truth.tolist()))
     bases = pacfl_bases(rc, p)
-    distances = pairwise_subspace_angles(bases, pacfl.pacfl_measure)
+    distances = client_distances(bases, pacfl.pacfl_measure)
     same, off = truth[:, None] == truth[None, :], ~np.eye(len(truth), dtype=bool)
     within, between = distances[same & off], distances[~same]
     by_group: list[list[float | None]] = []

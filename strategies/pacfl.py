@@ -3,23 +3,33 @@ Federated Learning via Principal Angles Between Client Data Subspaces", AAAI 202
 
 Round 1: every client runs a truncated SVD of each of its classes' train data (not centred, as the
 paper and its reference code) and sends the first ``pacfl-vectors`` (p) left singular vectors per
-class (``query.subspaces``, no model; p = 3, the reference code's).
-The server stacks each client's class bases and measures two clients' distance as the
-principal angles between their subspaces in degrees (``pacfl-measure``: ``smallest`` is PACFL
-Eq. 3 as the paper states it, ``sum`` the trace variant, ``reference-signed`` the reference
-code's smallest angle between any two basis columns on the signed cosine, ``reference`` the
-same on ``|cos|`` (a singular vector's sign is arbitrary), ``mean`` the default: modified, not
-the paper's). The reference code's "average" linkage is WPGMA: ``linkage weighted``; the
-paper's settings are thus ``--pacfl-measure smallest`` or ``--pacfl-measure reference-signed
---linkage weighted``. A shared class gives two
+class with the classes they belong to (``query.subspaces``, no model; p = 3, the reference code's).
+
+The distance between two clients (``pacfl-measure``), in degrees:
+
+- ``per-class``, the default (modified, not the paper's): class by class, the mean principal
+  angle between the two clients' bases of each class either holds, 90 for a class only one of them
+  holds, averaged over those classes. The server reads which classes a client holds (the reply
+  names them); the paper's server sees the bases only.
+- the paper's, on each client's class bases stacked side by side: ``smallest`` is PACFL Eq. 3 as
+  the paper states it, ``sum`` the trace variant, ``mean`` their mean, ``reference-signed`` the
+  reference code's smallest angle between any two basis columns on the signed cosine,
+  ``reference`` the same on ``|cos|`` (a singular vector's sign is arbitrary). The reference
+  code's "average" linkage is WPGMA: ``linkage weighted``; the paper's settings are thus
+  ``--pacfl-measure smallest`` or ``--pacfl-measure reference-signed --linkage weighted``.
+
+Why the default departs: stacked, the bases of two classes that look alike (Fashion-MNIST's shirts
+and pullovers) are as close as two samples of one class, so clients that share one of two labels,
+or hold the same labels in other proportions, are not told apart on small clients (ARI 0.21-0.72 at
+1,000 clients of 60 samples; docs/RESULTS.md, "Selection with defaults"). A shared class gives two
 clients a near-zero smallest angle, so ``smallest`` and ``reference`` cannot tell clients that
-share one class from clients that share all of them (ARI at most 0.66 on Fashion-MNIST
-label-skew-dirichlet; ``mean``, p = 2, complete linkage: 1.0). Agglomerative clustering cut at
-``pacfl-threshold`` (or into ``num-clusters``); every cluster model starts from the initial
-model. Newcomers send their bases too and join the cluster at the smallest mean angle (PACFL's
-average-linkage criterion). Above 2,000 clients, the HC runs on a seeded sample of 2,000 and
-every other client joins the sample cluster at the smallest mean angle to 20 of its members (the
-same rule; N^2 principal-angle problems would take minutes at 10,000 clients).
+share one class from clients that share all of them.
+
+Agglomerative clustering cut at ``pacfl-threshold`` (or into ``num-clusters``); every cluster model
+starts from the initial model. Newcomers send their bases too and join the cluster at the smallest
+mean distance (PACFL's average-linkage criterion). Above 2,000 clients, the HC runs on a seeded
+sample of 2,000 and every other client joins the sample cluster at the smallest mean distance to 20
+of its members (the same rule; N^2 principal-angle problems would take minutes at 10,000 clients).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from flwr.common import log
 from common import keys
 from common.clustering import subspaces
 from common.clustering.oneshot import OneShotClusters, pacfl_clusters
-from common.clustering.subspaces import MEASURES, subspace_angle
+from common.clustering.subspaces import CLIENT_MEASURES, PER_CLASS, client_distances_between
 from common.signals.subspaces import ClassSubspaces
 from common.params import check_params, param
 from common.params import shared
@@ -46,7 +56,7 @@ from .oneshot import OneShotStrategy, check_cut
 @dataclass(frozen=True)
 class PACFLParams:
     """``pacfl_threshold`` >= 0 degrees, ``pacfl_vectors`` >= 1, ``pacfl_measure`` in
-    {smallest, sum, mean, reference, reference-signed}, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``;
+    ``CLIENT_MEASURES``, ``num_clusters`` >= 0 (0 = use the threshold), ``linkage``;
     keys ``pacfl-*`` but the shared ``num-clusters`` and ``linkage``.
     """
 
@@ -62,7 +72,11 @@ class PACFLParams:
         3, "p: left singular vectors per class each client sends", low=1, paper="3 (reference code)"
     )
     pacfl_measure: str = param(
-        "mean", "the subspace distance (smallest = PACFL Eq. 3)", choices=MEASURES, paper="smallest (Eq. 3)"
+        PER_CLASS,
+        "the clients' distance: per-class (modified: class by class, 90 for a class one lacks) or, on the "
+        "stacked bases, smallest (PACFL Eq. 3), sum, mean, reference, reference-signed",
+        choices=CLIENT_MEASURES,
+        paper="smallest (Eq. 3) on the stacked bases",
     )
     num_clusters: int = shared()
     linkage: str = shared()
@@ -72,12 +86,12 @@ class PACFLParams:
         check_cut(self, "PACFL")
 
 
-class StackedBases(Sequence[np.ndarray]):
-    """The clients' stacked class bases (``ClassSubspaces.stacked``, float64), each made when read.
+class ClassBases(Sequence[dict[int, np.ndarray]]):
+    """The clients' class bases (``ClassSubspaces.by_class``), each read when indexed.
 
     The step reads a sample and then chunks of the others (``subspaces.sampled_clusters``), so the
-    bases are held once, as the clients' float32 signals, not also as N float64 copies (3.8 GB at
-    100,000 clients of 784 x 6).
+    bases are held once, as the clients' float32 signals, and converted to float64 a chunk at a
+    time, never as N copies (3.8 GB at 100,000 clients of 784 x 6).
     """
 
     def __init__(self, signals: Sequence[ClassSubspaces]) -> None:
@@ -87,15 +101,15 @@ class StackedBases(Sequence[np.ndarray]):
         return len(self.signals)
 
     @overload
-    def __getitem__(self, i: int) -> np.ndarray: ...
+    def __getitem__(self, i: int) -> dict[int, np.ndarray]: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[np.ndarray]: ...
+    def __getitem__(self, i: slice) -> list[dict[int, np.ndarray]]: ...
 
-    def __getitem__(self, i: int | slice) -> np.ndarray | list[np.ndarray]:
+    def __getitem__(self, i: int | slice) -> dict[int, np.ndarray] | list[dict[int, np.ndarray]]:
         if isinstance(i, slice):
-            return [s.stacked() for s in self.signals[i]]
-        return self.signals[i].stacked()
+            return [s.by_class() for s in self.signals[i]]
+        return self.signals[i].by_class()
 
 
 class PACFL(OneShotStrategy):
@@ -150,7 +164,7 @@ class PACFL(OneShotStrategy):
         return got
 
     def cluster_signals(self, signals: Sequence[ClassSubspaces]) -> OneShotClusters:
-        """Principal angles between the stacked class bases, cut (``pacfl_clusters``): exact HC up to
+        """Principal angles between the clients' class bases, cut (``pacfl_clusters``): exact HC up to
         ``subspaces.SAMPLE_SIZE`` clients; above, a seeded sample's (no distance matrix).
         """
         if len(signals) > subspaces.SAMPLE_SIZE:
@@ -162,20 +176,16 @@ class PACFL(OneShotStrategy):
                 len(signals),
                 subspaces.REFERENCES_PER_CLUSTER,
             )
-        return pacfl_clusters(StackedBases(signals), self.hc_cut, self.params.pacfl_measure, self.rng)
+        return pacfl_clusters(ClassBases(signals), self.hc_cut, self.params.pacfl_measure, self.rng)
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
         """Each newcomer joins the cluster with the smallest mean angle to its members."""
         bases = self.collect(newcomers, server_round)
         placed: dict[int, int] = {}
         with self.clustering_timer():
+            members = [self.signals[q].by_class() for q in self.distance_pids]
             for pid in sorted(bases):
-                angles = np.array(
-                    [
-                        subspace_angle(bases[pid].stacked(), self.signals[q].stacked(), self.params.pacfl_measure)
-                        for q in self.distance_pids
-                    ]
-                )
+                angles = client_distances_between([bases[pid].by_class()], members, self.params.pacfl_measure)[0]
                 labels = np.array([self.assignment[q] for q in self.distance_pids])
                 means = [angles[labels == k].mean() if np.any(labels == k) else np.inf for k in range(len(self.models))]
                 placed[pid] = int(np.argmin(means))

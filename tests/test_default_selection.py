@@ -63,24 +63,19 @@ ONE_SHOT_ROUNDS = {"fedclust": 1, "pacfl": 1, "flhc": 2, "fesem": 1}  # FL+HC: 1
 @pytest.mark.parametrize("federation", ["digits-2", "tabular-5"])
 @pytest.mark.parametrize("strategy", sorted(ONE_SHOT_ROUNDS))
 def test_one_shot_defaults_find_the_planted_groups(strategy, federation, tabular):
-    if (strategy, federation) == ("pacfl", "tabular-5"):
-        pytest.xfail(
-            "PACFL's automatic cut splits one group in two here (6 clusters, ARI 0.85): docs/results/selection.md"
-        )
     s, ari, groups = _run(strategy=strategy, rounds=ONE_SHOT_ROUNDS[strategy], **_federation(federation, tabular))
     assert s.params.num_clusters == 0  # nobody told it K
     assert groups == int(federation[-1])
     assert ari == 1.0 and s.num_clusters == groups
 
 
-@pytest.mark.parametrize("vectors, clusters", [(1, 5), (3, 6)])
-def test_pacfl_with_one_vector_a_class_finds_five_tabular_groups_where_the_reference_codes_three_split_one(
-    vectors, clusters, tabular
+@pytest.mark.parametrize("measure, vectors, clusters", [("per-class", 3, 5), ("mean", 1, 5), ("mean", 3, 6)])
+def test_pacfls_default_measure_finds_five_tabular_groups_where_the_stacked_bases_of_three_split_one(
+    measure, vectors, clusters, tabular
 ):
     """15 tabular clients of about 70 samples, 5 label groups: the second and third singular vectors
-    of a class are mostly noise, and with them the automatic cut splits a group (p = 3, the reference
-    code's, the default); p = 1 (``--pacfl-vectors 1``) finds the 5. p = 1 was not made the default:
-    it scored 5 of 12 held-out cells against 6 for p = 3 (docs/results/selection.md)."""
+    of a class are mostly noise, and with them stacked (p = 3, the reference code's) the automatic cut
+    splits a group; p = 1 finds the 5, and so does the default, p = 3 compared class by class."""
     from client.signals.subspaces import class_bases
     from client.task import task_from_context
     from common.clustering.oneshot import pacfl_clusters
@@ -88,12 +83,12 @@ def test_pacfl_with_one_vector_a_class_finds_five_tabular_groups_where_the_refer
 
     rc = load_defaults(PROJECT_ROOT) | {"seed": 3, **_federation("tabular-5", tabular)}
     tasks = [task_from_context(rc, {"partition-id": p, "num-partitions": 15}) for p in range(15)]
-    bases = [class_bases(t.data.x_train, t.data.y_train, vectors, torch.device("cpu")).stacked() for t in tasks]
-    labels = pacfl_clusters(bases, Cut(0.0), PACFLParams().pacfl_measure, np.random.default_rng(3)).labels
+    bases = [class_bases(t.data.x_train, t.data.y_train, vectors, torch.device("cpu")).by_class() for t in tasks]
+    labels = pacfl_clusters(bases, Cut(0.0), measure, np.random.default_rng(3)).labels
     ari = adjusted_rand_score([int(t.data.group) for t in tasks], labels)
     assert labels.max() + 1 == clusters
-    assert ari == 1.0 if vectors == 1 else ari < 0.9
-    assert PACFLParams().pacfl_vectors == 3
+    assert ari == 1.0 if clusters == 5 else ari < 0.9
+    assert (PACFLParams().pacfl_measure, PACFLParams().pacfl_vectors) == ("per-class", 3)
 
 
 DURING_TRAINING = {  # strategy: rounds (the defaults' clustering falls inside them)

@@ -16,7 +16,7 @@ import numpy as np
 from .hierarchical import auto_cut, cut_tree, pairwise_distances
 from .sampled import sampled_cut, use_sample
 from .similarity import sketch_rows
-from .subspaces import SAMPLE_SIZE, pairwise_subspace_angles, sampled_clusters
+from .subspaces import SAMPLE_SIZE, ClientBases, client_distances, sampled_clusters
 
 
 @dataclass(frozen=True)
@@ -107,15 +107,15 @@ def _sampled(rows: Sequence[np.ndarray] | np.ndarray, cut: Cut, metric: str, see
     return OneShotClusters(labels, None, silhouettes[-1])
 
 
-def pacfl_clusters(bases: Sequence[np.ndarray], cut: Cut, measure: str, rng: np.random.Generator) -> OneShotClusters:
-    """PACFL (Vahidian et al. 2023): principal angles between the clients' stacked class bases, cut.
+def pacfl_clusters(bases: Sequence[ClientBases], cut: Cut, measure: str, rng: np.random.Generator) -> OneShotClusters:
+    """PACFL (Vahidian et al. 2023): principal angles between the clients' class bases (``client_distances``), cut.
 
     Above ``SAMPLE_SIZE`` clients, the tree of a sample drawn with ``rng`` is cut and every other
     client joins the sample cluster at the smallest mean angle (``sampled_clusters``); then there
     is no distance matrix, and an automatic cut's silhouette is the sample's.
     """
     if len(bases) <= SAMPLE_SIZE:
-        distances = pairwise_subspace_angles(bases, measure)
+        distances = client_distances(bases, measure)
         return OneShotClusters(*_labels(distances, cut))
     silhouettes: list[float | None] = []
 

@@ -6,15 +6,16 @@ sends a few left singular vectors of each of its classes' data; the server measu
 apart two clients' data subspaces are by the principal angles between them (the smallest angle,
 Eq. 3, or their sum, the trace variant), or as the reference code does (the smallest angle
 between any column of one basis and any column of the other), and clusters that matrix
-hierarchically. FLAG reuses
-:func:`pairwise_subspace_angles` class by class (one basis per client, ``None`` where a client
-lacks the class). numpy/scipy only.
+hierarchically. umbel's default takes the angles class by class instead (:func:`client_distances`
+with :data:`PER_CLASS`). FLAG reuses :func:`pairwise_subspace_angles` class by class (one basis
+per client, ``None`` where a client lacks the class). numpy/scipy only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import TypeAlias
 
 import numpy as np
 from scipy.linalg import subspace_angles
@@ -24,6 +25,16 @@ from common.clustering.similarity import over_rows, row_threads
 from common.validation import check_choice, check_float
 
 MEASURES: tuple[str, ...] = ("smallest", "sum", "mean", "reference", "reference-signed")
+"""Measures between two bases (a client's classes stacked side by side)."""
+PER_CLASS = "per-class"
+"""The client measure taken class by class (:func:`pairwise_class_angles`)."""
+CLIENT_MEASURES: tuple[str, ...] = (PER_CLASS, *MEASURES)
+"""Measures between two clients' class bases: :data:`PER_CLASS`, or one of :data:`MEASURES` on the stacked bases."""
+ONE_CLASS_MISSING = 90.0
+""":data:`PER_CLASS`: a class only one of the two clients holds counts as this angle, the largest principal angle."""
+
+ClientBases: TypeAlias = Mapping[int, np.ndarray] | np.ndarray
+"""One client's signal: its basis ``(d, p_c)`` of each class it holds, or those bases already stacked ``(d, P)``."""
 
 
 def _basis(x: np.ndarray, name: str, owner: str, dim: int | None = None) -> np.ndarray:
@@ -424,6 +435,115 @@ def _cross_rows(
         value[lo:hi] = angles.sum(axis=-1) if measure == "sum" else angles.mean(axis=-1)
 
 
+def _stacked(client: ClientBases) -> np.ndarray:
+    if isinstance(client, Mapping):
+        return stack_bases([client[c] for c in sorted(client)])
+    return np.asarray(client)
+
+
+def _by_class(clients: Sequence[ClientBases], owner: str) -> list[Mapping[int, np.ndarray]]:
+    out = []
+    for client in clients:
+        if not isinstance(client, Mapping):
+            raise ValueError(
+                f"The 'clients' parameter of {owner} must hold one mapping class -> basis per client for "
+                f"measure {PER_CLASS!r}. Got {type(client).__name__} instead."
+            )
+        out.append(client)
+    return out
+
+
+def pairwise_class_angles(
+    clients: Sequence[Mapping[int, np.ndarray]], within: str = "mean", one_missing: float = ONE_CLASS_MISSING
+) -> np.ndarray:
+    """Mean over the classes either of two clients holds of their angle in that class, for every pair.
+
+    The angle in class ``c`` is :func:`subspace_angle` (``within``) between the two clients' class-c
+    bases when both hold ``c``, and ``one_missing`` when one of them does not; classes neither holds
+    are left out. Clients that hold the same classes with data of the same shape come out near 0;
+    a class only one of them holds pulls them apart, whatever its data looks like.
+
+    Parameters
+    ----------
+    clients : sequence of length N of mappings class -> ndarray (d, p_c)
+        Each client's bases of the classes it holds (one ``d`` within a class).
+    within : {"smallest", "sum", "mean", "reference", "reference-signed"}, default="mean"
+    one_missing : float, default=ONE_CLASS_MISSING
+        >= 0.
+
+    Returns
+    -------
+    ndarray of shape (N, N), float64
+        Symmetric with a zero diagonal; 0 for two clients that hold no class (never both empty in practice).
+    """
+    owner = "pairwise_class_angles"
+    check_choice(within, "within", owner, MEASURES)
+    one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
+    n = len(clients)
+    total, union = np.zeros((n, n)), np.zeros((n, n))
+    for c in sorted({int(c) for client in clients for c in client}):
+        held = np.array([c in client for client in clients])
+        total += pairwise_subspace_angles(
+            [client.get(c) for client in clients], within, one_missing=one_missing, both_missing=0.0
+        )
+        union += held[:, None] | held[None, :]
+    out = total / np.maximum(union, 1.0)
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def class_angles_between(
+    first: Sequence[Mapping[int, np.ndarray]],
+    second: Sequence[Mapping[int, np.ndarray]],
+    within: str = "mean",
+    one_missing: float = ONE_CLASS_MISSING,
+) -> np.ndarray:
+    """:func:`pairwise_class_angles` of every client in ``first`` with every client in ``second``, shape (n, m)."""
+    owner = "class_angles_between"
+    check_choice(within, "within", owner, MEASURES)
+    one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
+    total, union = np.zeros((len(first), len(second))), np.zeros((len(first), len(second)))
+    for c in sorted({int(c) for client in (*first, *second) for c in client}):
+        left = np.array([c in client for client in first], dtype=bool)
+        right = np.array([c in client for client in second], dtype=bool)
+        block = np.where(left[:, None] | right[None, :], one_missing, 0.0)
+        if left.any() and right.any():
+            block[np.ix_(left, right)] = angles_between(
+                [client[c] for client, has in zip(first, left, strict=True) if has],
+                [client[c] for client, has in zip(second, right, strict=True) if has],
+                within,
+            )
+        total += block
+        union += left[:, None] | right[None, :]
+    return total / np.maximum(union, 1.0)
+
+
+def client_distances(clients: Sequence[ClientBases], measure: str) -> np.ndarray:
+    """PACFL's distance between every two clients, shape (N, N): :func:`pairwise_class_angles` for
+    :data:`PER_CLASS`, else :func:`pairwise_subspace_angles` of the stacked bases.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'measure'`` (not in :data:`CLIENT_MEASURES`) or ``'clients'`` (a stacked basis given
+        for :data:`PER_CLASS`, which needs the classes).
+    """
+    owner = "client_distances"
+    check_choice(measure, "measure", owner, CLIENT_MEASURES)
+    if measure == PER_CLASS:
+        return pairwise_class_angles(_by_class(clients, owner))
+    return pairwise_subspace_angles([_stacked(c) for c in clients], measure)
+
+
+def client_distances_between(first: Sequence[ClientBases], second: Sequence[ClientBases], measure: str) -> np.ndarray:
+    """:func:`client_distances` of every client in ``first`` with every client in ``second``, shape (n, m)."""
+    owner = "client_distances_between"
+    check_choice(measure, "measure", owner, CLIENT_MEASURES)
+    if measure == PER_CLASS:
+        return class_angles_between(_by_class(first, owner), _by_class(second, owner))
+    return angles_between([_stacked(c) for c in first], [_stacked(c) for c in second], measure)
+
+
 SAMPLE_SIZE = 2_000
 """Above this many clients, :func:`sampled_clusters` clusters a seeded sample of this size."""
 REFERENCES_PER_CLUSTER = 20
@@ -483,16 +603,16 @@ def place_by_references(
 
 
 def sampled_clusters(
-    bases: Sequence[np.ndarray], measure: str, cut: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator
+    bases: Sequence[ClientBases], measure: str, cut: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cluster a seeded sample exactly, then place every other client by its mean angle.
 
-    Up to ``SAMPLE_SIZE`` clients: ``cut(pairwise_subspace_angles(bases, measure))`` itself.
+    Up to ``SAMPLE_SIZE`` clients: ``cut(client_distances(bases, measure))`` itself.
     Above: the same on a uniform sample of ``SAMPLE_SIZE``; each other client joins the sample
     cluster with the smallest mean angle to up to ``REFERENCES_PER_CLUSTER`` of its members
     (PACFL's average-linkage rule for newcomers). ``O(S^2 + N K R)`` principal-angle problems
     instead of ``O(N^2)``; ``bases`` may be a lazy sequence (the strategy's float32 signals, each
-    stacked when read): ``PLACE_CHUNK`` of them are converted at a time.
+    read when indexed): ``PLACE_CHUNK`` of them are converted at a time.
 
     Returns
     -------
@@ -504,12 +624,12 @@ def sampled_clusters(
     """
     n = len(bases)
     sample = np.arange(n) if n <= SAMPLE_SIZE else np.sort(rng.choice(n, size=SAMPLE_SIZE, replace=False))
-    matrix = pairwise_subspace_angles([bases[i] for i in sample], measure)
+    matrix = client_distances([bases[i] for i in sample], measure)
     sample_labels = np.asarray(cut(matrix), dtype=np.int64)
 
     def against(refs: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         references = [bases[i] for i in refs]
-        return lambda at: angles_between([bases[i] for i in at], references, measure)
+        return lambda at: client_distances_between([bases[i] for i in at], references, measure)
 
     labels = place_by_references(n, sample, sample_labels, against, rng)
     return labels, sample, matrix

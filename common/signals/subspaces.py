@@ -110,6 +110,10 @@ class ClassSubspaces:
         hits = np.flatnonzero(self.classes == cls)
         return self.bases[int(hits[0])] if hits.size else None
 
+    def by_class(self) -> dict[int, np.ndarray]:
+        """Each class's basis, as held (PACFL's ``per-class`` measure)."""
+        return {int(c): b for c, b in zip(self.classes, self.bases, strict=True)}
+
     def stacked(self) -> np.ndarray:
         """All class bases side by side: shape (d, sum of p_c), float64 (PACFL's client basis)."""
         return np.concatenate([np.asarray(b, dtype=np.float64) for b in self.bases], axis=1)

@@ -169,18 +169,25 @@ def test_sampled_estimate_scores_the_sampled_steps_sample_and_finds_the_exact_k(
 class _Lazy:
     """Float32 bases stacked (float64) when read, counting reads: a sequence no step may hold whole."""
 
-    def __init__(self, bases: list[np.ndarray]) -> None:
-        self.bases, self.reads = [b.astype(np.float32) for b in bases], 0
+    def __init__(self, bases: list) -> None:
+        self.bases, self.reads = [_cast(b, np.float32) for b in bases], 0
 
     def __len__(self) -> int:
         return len(self.bases)
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i: int):
         self.reads += 1
-        return self.bases[i].astype(np.float64)
+        return _cast(self.bases[i], np.float64)
 
 
-@pytest.mark.parametrize("measure", ["mean", "smallest", "reference"])
+def _cast(basis, dtype):
+    """A stacked basis, or a client's bases by class, in ``dtype``."""
+    if isinstance(basis, dict):
+        return {c: b.astype(dtype) for c, b in basis.items()}
+    return basis.astype(dtype)
+
+
+@pytest.mark.parametrize("measure", ["mean", "smallest", "reference", "per-class"])
 def test_pacfl_sampled_placement_in_chunks_of_float32_bases_matches_the_exact_step(monkeypatch, measure):
     from common.clustering import oneshot
     from common.clustering.oneshot import Cut, pacfl_clusters
@@ -189,6 +196,8 @@ def test_pacfl_sampled_placement_in_chunks_of_float32_bases_matches_the_exact_st
     truth = rng.permutation(np.arange(90) % 3)
     dirs = np.linalg.qr(rng.standard_normal((30, 6)))[0]
     bases = [np.linalg.qr(dirs[:, 2 * g : 2 * g + 2] + 0.05 * rng.standard_normal((30, 2)))[0] for g in truth]
+    if measure == "per-class":  # group g holds classes g and g + 1 (mod 3), a column each
+        bases = [{int(g): b[:, :1], (int(g) + 1) % 3: b[:, 1:]} for b, g in zip(bases, truth, strict=True)]
     exact = pacfl_clusters(bases, Cut(0.0, 3), measure, np.random.default_rng(0))
     monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 30)
     monkeypatch.setattr(oneshot, "SAMPLE_SIZE", 30)

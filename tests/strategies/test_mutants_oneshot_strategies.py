@@ -12,7 +12,7 @@ from common.config import TrainingParams
 from common.signals.subspaces import ClassSubspaces
 from strategies import FLHC, PACFL
 from strategies.flhc import FLHCParams
-from strategies.pacfl import PACFLParams, StackedBases
+from strategies.pacfl import ClassBases, PACFLParams
 
 HEAD = ArrayRecord({"head.weight": Array(np.zeros((2, 3), np.float32)), "head.bias": Array(np.zeros(2, np.float32))})
 
@@ -63,7 +63,7 @@ def test_pacfl_above_the_sample_size_draws_its_sample_with_the_runs_generator(mo
     twin = np.random.default_rng()
     twin.bit_generator.state = s.rng.bit_generator.state
     found = s.cluster_signals(signals)
-    want = oneshot.pacfl_clusters(StackedBases(signals), s.hc_cut, "smallest", twin)
+    want = oneshot.pacfl_clusters(ClassBases(signals), s.hc_cut, "smallest", twin)
     assert found.distances is None
     np.testing.assert_array_equal(found.labels, want.labels)
     assert s.rng.bit_generator.state == twin.bit_generator.state

@@ -213,8 +213,9 @@ def test_flhc_passes_the_runs_seed_and_sample_above_to_its_step(monkeypatch):
     assert adjusted_rand_score(TRUTH, result.labels) == 1.0
 
 
-def test_pacfl_hands_its_step_the_signals_stacked_when_read(monkeypatch):
-    """No list of every client's float64 stacked basis (3.8 GB at 100,000 clients): a lazy sequence."""
+def test_pacfl_hands_its_step_the_signals_read_when_indexed(monkeypatch):
+    """No list of every client's float64 bases (3.8 GB at 100,000 clients): a lazy sequence of the
+    float32 class bases the clients sent."""
     import strategies.pacfl as pacfl_module
     from common.clustering.oneshot import OneShotClusters
 
@@ -233,6 +234,6 @@ def test_pacfl_hands_its_step_the_signals_stacked_when_read(monkeypatch):
     )
     PACFL(TrainingParams(), PACFLParams(num_clusters=2)).cluster_signals(signals)
     (bases,) = got
-    assert isinstance(bases, pacfl_module.StackedBases) and len(bases) == 5 and not isinstance(bases, list)
-    np.testing.assert_array_equal(bases[3], signals[3].stacked())
-    assert bases[3].dtype == np.float64 and [b.shape for b in bases[1:3]] == [(8, 4), (8, 4)]
+    assert isinstance(bases, pacfl_module.ClassBases) and len(bases) == 5 and not isinstance(bases, list)
+    assert sorted(bases[3]) == [0, 1] and all(bases[3][c] is signals[3].bases[c] for c in (0, 1))
+    assert bases[3][1].dtype == np.float32 and [sorted(b) for b in bases[1:3]] == [[0, 1], [0, 1]]

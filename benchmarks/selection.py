@@ -809,7 +809,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = json.loads(args.rows.read_text())
         _record(
             f"selection-{args.half}",
-            command=f"{args.measured_by} (tables: {current_command()})",
+            # the rebuild's own command without --measured-by and --load, whose texts are shown once
+            command=f"{args.measured_by} (tables: python -m benchmarks.selection --half {args.half} --rows "
+            f"{args.rows} --record)",
             tables=tables(saved, args.half),
             load=args.load,
         )

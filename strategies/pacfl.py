@@ -119,7 +119,7 @@ class PACFL(OneShotStrategy):
     queries = (ClassSubspaces,)
     placement_rule = (
         "PACFL: the client's class subspaces (query.subspaces), "
-        "the cluster at the smallest mean principal angle to its members"
+        "the cluster at the smallest mean distance (pacfl-measure) to its members"
     )
     params_type = PACFLParams
 

@@ -777,6 +777,14 @@ VARIANTS: dict[str, Variant] = {
             note=f"client_distances ({PACFLParams().pacfl_measure}) + cut_tree; above 2,000: sampled_clusters",
         ),
         Variant(
+            "pacfl-stacked-mean",
+            PACFL.name,
+            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
+            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
+            lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "mean"),
+            note="the stacked bases' mean principal angle (the former default); above 2,000: sampled_clusters",
+        ),
+        Variant(
             "pacfl-reference",
             PACFL.name,
             lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",

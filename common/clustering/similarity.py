@@ -112,10 +112,11 @@ FLOAT32_GRAM_ENTRIES = 1 << 26
 """Above this many input entries (256 MB of float32), float32 inputs are multiplied in float32."""
 
 
-def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Each row of ``x`` (m, d) over its norm; a zero row stays 0."""
+def unit_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Each row of ``x`` (m, d) over its norm; a zero row stays 0. ``out``: where to write them
+    (``x`` itself normalises in place, with no copy of a large batch)."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, np.where(norms > 0, norms, 1.0))
+    return np.divide(x, np.where(norms > 0, norms, 1.0), out=out)
 
 
 class GaussianSketch:
@@ -483,8 +484,7 @@ class UpdateSimilarity:
         self._grow(len(self.pids), vectors.shape[1])
         rows = np.array([self._row[p] for p in pids])
         unit = vectors.astype(np.float64)
-        norms = np.linalg.norm(unit, axis=1, keepdims=True)
-        np.divide(unit, np.where(norms > 0, norms, 1.0), out=unit)  # unit_rows' values, in place
+        unit_rows(unit, out=unit)
         if rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():
             self._vectors[rows[0] : rows[-1] + 1] = unit  # new clients in order: a slice, not a gather
         else:

@@ -334,3 +334,15 @@ def test_cosine_matrix_float32_path_gives_a_zero_row_cosine_0_whatever_fresh_mem
             cos = sim.cosine_matrix(a, b)
             assert np.isfinite(cos).all()
             assert (cos[1] == 0).all() and (cos[:, 2] == 0).all()
+
+
+def test_unit_rows_into_out_normalise_in_place_and_keep_a_zero_row():
+    from common.clustering.similarity import unit_rows
+
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [0.0, -2.0]])
+    got = unit_rows(x, out=x)
+    assert got is x
+    np.testing.assert_allclose(x, [[0.6, 0.8], [0.0, 0.0], [0.0, -1.0]])
+    fresh = np.array([[1.0, 1.0]])
+    np.testing.assert_allclose(unit_rows(fresh), [[2**-0.5, 2**-0.5]])
+    assert fresh.tolist() == [[1.0, 1.0]]  # without out, the input is left as it was

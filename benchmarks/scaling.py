@@ -905,9 +905,10 @@ class Budget:
 
 # ------------------------------------------------------------------ table
 def growth_exponent(sizes: list[float], values: list[float]) -> float | None:
-    """Least-squares slope ``b`` of ``log(value) = a + b log(N)``; None with fewer than 2 positive points."""
+    """Least-squares slope ``b`` of ``log(value) = a + b log(N)``; None with fewer than 2 positive points
+    or fewer than 2 distinct sizes among them (repeated runs of one size give no slope)."""
     pts = [(math.log(n), math.log(v)) for n, v in zip(sizes, values, strict=True) if v and v > 0]
-    if len(pts) < 2:
+    if len(pts) < 2 or len({x for x, _ in pts}) < 2:
         return None
     x, y = np.array(pts).T
     return float(np.polyfit(x, y, 1)[0])

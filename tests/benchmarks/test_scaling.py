@@ -41,6 +41,8 @@ def test_growth_exponent_recovers_a_known_power_law():
     assert scaling.growth_exponent(ns, [3e-6 * n**1.5 for n in ns]) == pytest.approx(1.5)
     assert scaling.growth_exponent(ns, [0.2 * n**2 for n in ns]) == pytest.approx(2.0)
     assert scaling.growth_exponent([100], [1.0]) is None
+    assert scaling.growth_exponent([100, 100], [1.0, 2.0]) is None  # two runs of one size: no slope
+    assert scaling.growth_exponent([100, 100, 1000], [1.0, 1.0, 10.0]) == pytest.approx(1.0)
     rows = scaling.summarise(
         [{"variant": "fedavg", "n": n, "status": "ok", "seconds": 1e-3 * n, "peak_mb": None, "rss_mb": 2.0} for n in ns]
         + [{"variant": "flic", "n": 10, "status": "timed out"}]

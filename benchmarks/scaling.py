@@ -364,6 +364,18 @@ def _pacfl(n, sizes, shapes, meter, rng, measure: str = PACFLParams().pacfl_meas
     return labels, truth
 
 
+def _pacfl_variant(name: str, measure: str, what: str) -> Variant:
+    """PACFL's step with ``measure`` (``client_distances``) on the class bases of ``class_bases``."""
+    return Variant(
+        name,
+        PACFL.name,
+        lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
+        lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
+        lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, measure),
+        note=f"client_distances ({measure}: {what}) + cut_tree; above 2,000: sampled_clusters",
+    )
+
+
 def _flhc(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
     from common.clustering.oneshot import Cut, flhc_clusters
 
@@ -768,30 +780,9 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s, sh, m, r: _cflgp(n, s, sh, m, r, COMPRESSION),
             note=f"compression-ratio {COMPRESSION:g}",
         ),
-        Variant(
-            PACFL.name,
-            PACFL.name,
-            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
-            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
-            _pacfl,
-            note=f"client_distances ({PACFLParams().pacfl_measure}) + cut_tree; above 2,000: sampled_clusters",
-        ),
-        Variant(
-            "pacfl-stacked-mean",
-            PACFL.name,
-            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
-            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
-            lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "mean"),
-            note="the stacked bases' mean principal angle (the former default); above 2,000: sampled_clusters",
-        ),
-        Variant(
-            "pacfl-reference",
-            PACFL.name,
-            lambda s: f"basis {FEATURES}x{SUBSPACE_VECTORS * CLASSES_PER_CLIENT} f32",
-            lambda n, s: n * FEATURES * SUBSPACE_VECTORS * CLASSES_PER_CLIENT * F32 + 4 * _pairs(n, 1) ** 2 * 8,
-            lambda n, s, sh, m, r: _pacfl(n, s, sh, m, r, "reference"),
-            note="reference measure (block-wise column cosines); above 2,000: sampled_clusters",
-        ),
+        _pacfl_variant(PACFL.name, PACFLParams().pacfl_measure, "the default"),
+        _pacfl_variant("pacfl-stacked-mean", "mean", "the stacked bases' mean principal angle, the former default"),
+        _pacfl_variant("pacfl-reference", "reference", "block-wise column cosines"),
     ]
 }
 

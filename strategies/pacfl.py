@@ -179,14 +179,24 @@ class PACFL(OneShotStrategy):
         return pacfl_clusters(ClassBases(signals), self.hc_cut, self.params.pacfl_measure, self.rng)
 
     def place(self, newcomers: list[int], server_round: int) -> dict[int, int]:
-        """Each newcomer joins the cluster with the smallest mean angle to its members."""
+        """Each newcomer joins the cluster with the smallest mean distance to its members.
+
+        The members are compared with every newcomer at once, ``subspaces.PLACE_CHUNK`` members at a
+        time (their float64 copies never all held: 100,000 stacked bases are 3.8 GB).
+        """
         bases = self.collect(newcomers, server_round)
-        placed: dict[int, int] = {}
+        if not bases:
+            return {}
+        pids = sorted(bases)
         with self.clustering_timer():
-            members = [self.signals[q].by_class() for q in self.distance_pids]
-            for pid in sorted(bases):
-                angles = client_distances_between([bases[pid].by_class()], members, self.params.pacfl_measure)[0]
-                labels = np.array([self.assignment[q] for q in self.distance_pids])
-                means = [angles[labels == k].mean() if np.any(labels == k) else np.inf for k in range(len(self.models))]
-                placed[pid] = int(np.argmin(means))
-        return placed
+            firsts = [bases[p].by_class() for p in pids]
+            labels = np.array([self.assignment[q] for q in self.distance_pids], dtype=np.int64)
+            sums = np.zeros((len(pids), len(self.models)))
+            for lo in range(0, len(labels), subspaces.PLACE_CHUNK):
+                chunk = self.distance_pids[lo : lo + subspaces.PLACE_CHUNK]
+                members = [self.signals[q].by_class() for q in chunk]
+                distances = client_distances_between(firsts, members, self.params.pacfl_measure)
+                np.add.at(sums.T, labels[lo : lo + len(chunk)], distances.T)
+            counts = np.bincount(labels, minlength=len(self.models))
+            means = np.where(counts > 0, sums / np.maximum(counts, 1), np.inf)
+            return {p: int(k) for p, k in zip(pids, np.argmin(means, axis=1), strict=True)}

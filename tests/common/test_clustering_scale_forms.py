@@ -180,6 +180,12 @@ class _Lazy:
         return _cast(self.bases[i], np.float64)
 
 
+def _noisy(direction, rng):
+    """A unit column near ``direction`` (about 3 degrees of noise in 30 dimensions)."""
+    v = direction + 0.01 * rng.standard_normal(direction.shape)
+    return (v / np.linalg.norm(v))[:, None]
+
+
 def _cast(basis, dtype):
     """A stacked basis, or a client's bases by class, in ``dtype``."""
     if isinstance(basis, dict):
@@ -196,8 +202,11 @@ def test_pacfl_sampled_placement_in_chunks_of_float32_bases_matches_the_exact_st
     truth = rng.permutation(np.arange(90) % 3)
     dirs = np.linalg.qr(rng.standard_normal((30, 6)))[0]
     bases = [np.linalg.qr(dirs[:, 2 * g : 2 * g + 2] + 0.05 * rng.standard_normal((30, 2)))[0] for g in truth]
-    if measure == "per-class":  # group g holds classes g and g + 1 (mod 3), a column each
-        bases = [{int(g): b[:, :1], (int(g) + 1) % 3: b[:, 1:]} for b, g in zip(bases, truth, strict=True)]
+    if measure == "per-class":  # group g holds class 0 and class g + 1; classes 1..3 look alike (0.3 degrees)
+        like = [np.cos(np.radians(0.3 * c)) * dirs[:, 1] + np.sin(np.radians(0.3 * c)) * dirs[:, 2] for c in range(3)]
+        bases = [
+            {0: _noisy(dirs[:, 0], rng), int(g) + 1: _noisy(like[int(g)], rng)} for g in truth
+        ]  # stacked, the groups mix (ARI < 0.5); class by class, 90 degrees for each class one lacks
     exact = pacfl_clusters(bases, Cut(0.0, 3), measure, np.random.default_rng(0))
     monkeypatch.setattr(subspaces, "SAMPLE_SIZE", 30)
     monkeypatch.setattr(oneshot, "SAMPLE_SIZE", 30)
@@ -206,5 +215,8 @@ def test_pacfl_sampled_placement_in_chunks_of_float32_bases_matches_the_exact_st
     lazy = _Lazy(bases)
     chunked = pacfl_clusters(lazy, Cut(0.0, 3), measure, np.random.default_rng(0))
     np.testing.assert_array_equal(chunked.labels, whole.labels)  # the chunks change nothing
+    if measure == "per-class":  # the sampled placement measures per class too, not on stacked bases
+        stacked = pacfl_clusters(bases, Cut(0.0, 3), "mean", np.random.default_rng(0))
+        assert adjusted_rand_score(truth, stacked.labels) < 0.5
     assert chunked.distances is None and lazy.reads <= 90 + 3 * subspaces.REFERENCES_PER_CLUSTER * 13
     assert adjusted_rand_score(truth, exact.labels) == adjusted_rand_score(truth, chunked.labels) == 1.0

@@ -118,6 +118,7 @@ def test_per_class_angles_average_over_the_classes_either_client_holds():
     assert np.all(np.diag(m) == 0.0)
     assert pairwise_class_angles([a, b], one_missing=0.0)[0, 1] == pytest.approx(15.0)
     np.testing.assert_allclose(class_angles_between([a, b], [b, c, a]), m[[0, 1]][:, [1, 2, 0]], atol=1e-9)
+    assert class_angles_between([a], [b], one_missing=0.0)[0, 0] == pytest.approx(15.0)
 
 
 def test_per_class_angles_take_the_within_measure_inside_a_class():

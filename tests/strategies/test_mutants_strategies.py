@@ -470,3 +470,33 @@ def test_sattler_records_each_attempts_gamma_max_as_the_papers_sqrt_of_half_one_
     split = SattlerSplit(([0], [1]), [1, 1], cross=-0.5, intra=0.9, kept=True, sums=np.zeros((2, 3)))
     assert strategy._kept(3, 0, split) is True
     assert strategy.attempts[0]["gamma-max"] == pytest.approx(np.sqrt(0.75))  # (1 - (-0.5)) / 2
+
+
+def test_pacfl_places_a_newcomer_class_by_class_by_default_over_members_in_any_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The newcomer holds classes 0 and 2. Cluster 0's members hold 0 and 1, class 1's basis the newcomer's
+    class-2 direction (stacked: the same span, 0 degrees); cluster 1's hold 0 and 2, class 2 at 30 degrees
+    (stacked mean 15). Class by class (the default): 60 against 15, so cluster 1; stacked mean: cluster 0.
+    The members come in an order other than their ids, three at a time."""
+    from common.clustering import subspaces
+    from common.signals.subspaces import ClassSubspaces
+    from strategies.pacfl import PACFL, PACFLParams
+
+    e = np.eye(4)
+    tilted = np.cos(np.radians(30)) * e[2] + np.sin(np.radians(30)) * e[3]
+
+    def signal(classes: tuple[int, ...], *columns: np.ndarray) -> ClassSubspaces:
+        return ClassSubspaces(np.array(classes), tuple(c[:, None].astype(np.float32) for c in columns))
+
+    like_a, like_b = signal((0, 1), e[0], e[2]), signal((0, 2), e[0], tilted)
+    monkeypatch.setattr(subspaces, "PLACE_CHUNK", 3)
+    for measure, want in (("per-class", 1), ("mean", 0)):
+        s = PACFL(TrainingParams(), PACFLParams(pacfl_measure=measure))
+        s.signals = {0: like_a, 1: like_b, 2: like_a, 3: like_b, 4: like_a}
+        s.distance_pids = [2, 3, 0, 4, 1]
+        s.assignment = {2: 0, 0: 0, 4: 0, 3: 1, 1: 1}
+        s.models = [ArrayRecord(), ArrayRecord(), ArrayRecord()]  # cluster 2 has no member: never chosen
+        s.collect = lambda pids, rnd: {9: signal((0, 2), e[0], e[2]), 8: like_a}  # type: ignore[method-assign]
+        assert s.place([9, 8], 4) == {8: 0, 9: want}, measure
+    assert PACFLParams().pacfl_measure == "per-class"

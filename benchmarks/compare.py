@@ -270,7 +270,7 @@ PAPER = Preset(
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
     strategy_args={
-        FLIC.name: ("--flic-cluster-round", "200"),
+        FLIC.name: ("--flic-cluster-round", "200", "--flic-graph", "last"),
         FLHC.name: ("--flhc-warmup-rounds", "10"),
         FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
     },

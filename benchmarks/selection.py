@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -231,7 +232,8 @@ def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str
     """FLIC's Louvain step by each rule of ``FLIC_VARIANTS`` on the same graph.
 
     Each federation of ``FLIC_FEDERATIONS`` and seed of ``FLIC_SEEDS[half]`` is an in-process FLIC
-    run of the real ClientApp (``FLIC_ROUNDS`` rounds, every default but the federation); the
+    run of the real ClientApp (``FLIC_ROUNDS`` rounds, every default but the federation, and the graph
+    of the last updates clustered on the loss plateau alone, the defaults of the session that measured it); the
     update-similarity graph it clustered (the clients sampled before the clustering round) is
     clustered again by each rule and scored against the planted groups of those clients.
     """
@@ -244,6 +246,7 @@ def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str
         for seed in seeds or FLIC_SEEDS[half]:
             cell = Cell(half, dataset, "label-groups", groups, clients, seed)
             rc = {**cell.run_config(), "strategy": FLIC.name, "rounds": FLIC_ROUNDS, "eval-every": 100}
+            rc.update({"flic-graph": "last", "flic-min-updates": 0.0})  # the defaults when session 13 measured it
             exp = Experiment.from_run_config(rc)
             strategy = exp.build_strategy()
             strategy.start(InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients)
@@ -329,8 +332,9 @@ def flic_rounds(
     ``FLIC._due``) gets the graph the strategy would cluster; it is clustered with the default Louvain
     step and scored against the planted groups of those clients. Also per value: the clients' mean
     number of updates, the mean cosine within and between planted groups, the ARI of the graph cut at the
-    true number of groups, and (``ari summed``) Louvain's on the graph of each client's summed updates, a
-    diagnostic of what the stored last update loses (FLIC keeps the last).
+    true number of groups, and (``ari summed``) Louvain's on the graph of each client's summed updates.
+    The runs store each client's last update (``flic-graph last``, the paper's graph), so that the summed
+    column, computed from the same updates, is ``flic-graph summed``'s graph (the default since session 21).
     """
     from client.app import app as client_app
     from common.clustering.flic import clustering_round, flic_clusters, rounds_for_updates
@@ -340,7 +344,7 @@ def flic_rounds(
     for dataset, groups, clients in federations:
         for seed in seeds or FLIC_SEEDS[half]:
             cell = Cell(half, dataset, "label-groups", groups, clients, seed)
-            rc = {**cell.run_config(), "strategy": FLIC.name, "eval-every": 10_000}
+            rc = {**cell.run_config(), "strategy": FLIC.name, "eval-every": 10_000, "flic-graph": "last"}
             rc["flic-cluster-round"] = rc["rounds"]
             exp = Experiment.from_run_config(rc)
             strategy = exp.build_strategy()
@@ -811,7 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"selection-{args.half}",
             # the rebuild's own command without --measured-by and --load, whose texts are shown once
             command=f"{args.measured_by} (tables: python -m benchmarks.selection --half {args.half} --rows "
-            f"{args.rows} --record)",
+            f"{shlex.quote(str(args.rows))} --record)".strip(),
             tables=tables(saved, args.half),
             load=args.load,
         )

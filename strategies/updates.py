@@ -22,24 +22,30 @@ class StoredUpdates:
     clients: dict
 
     def remember(
-        self, pids: list[int], deltas: np.ndarray | Sequence[np.ndarray], sketch_dim: int, seed: int
+        self,
+        pids: list[int],
+        deltas: np.ndarray | Sequence[np.ndarray],
+        sketch_dim: int,
+        seed: int,
+        summed: bool = False,
     ) -> np.ndarray:
         """Store this round's updates, shape (len(pids), d) or one array (d,) each (sketched a row at a
-        time, never stacked); the first call fixes the (seeded) sketch. Returns them as stored
+        time, never stacked); the first call fixes the (seeded) sketch and whether the store keeps each
+        client's latest update or (``summed``) the sum of its updates. Returns them as stored
         (``UpdateSimilarity.update``).
 
         ``sketch_dim`` 0 keeps full updates unless all clients' would pass 2 GiB (``auto_sketch_dim``).
         """
         if self.similarity is None:
-            self.store_for(int(np.shape(deltas[0])[-1]), sketch_dim, seed)
+            self.store_for(int(np.shape(deltas[0])[-1]), sketch_dim, seed, summed)
         assert self.similarity is not None
         return self.similarity.update(pids, deltas)
 
-    def store_for(self, dim: int, sketch_dim: int, seed: int) -> UpdateSimilarity:
-        """The store of latest updates, created on first use for updates of ``dim`` coordinates (the first
-        call fixes the seeded sketch; ``sketch_dim`` as :meth:`remember`'s)."""
+    def store_for(self, dim: int, sketch_dim: int, seed: int, summed: bool = False) -> UpdateSimilarity:
+        """The store of latest (``summed``: summed) updates, created on first use for updates of ``dim``
+        coordinates (the first call fixes the seeded sketch; ``sketch_dim`` as :meth:`remember`'s)."""
         if self.similarity is None:
-            self.similarity = update_similarity(len(self.clients), dim, sketch_dim, seed)
+            self.similarity = update_similarity(len(self.clients), dim, sketch_dim, seed, summed)
         return self.similarity
 
     @property

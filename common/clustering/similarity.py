@@ -331,8 +331,9 @@ def auto_sketch_dim(num_clients: int, dim: int, sketch_dim: int = 0) -> int:
     return AUTO_SKETCH_DIM if big else 0
 
 
-def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int) -> UpdateSimilarity:
-    """An empty store for the latest updates of ``num_clients`` clients, of ``dim`` coordinates each.
+def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int, summed: bool = False) -> UpdateSimilarity:
+    """An empty store for the latest updates (``summed``: the sums of the updates) of ``num_clients``
+    clients, of ``dim`` coordinates each.
 
     Updates are kept whole, or count-sketched (seeded) to ``auto_sketch_dim(num_clients, dim,
     sketch_dim)`` coordinates when that is not 0: FLIC's and Sattler's CFL's store. Above
@@ -341,7 +342,7 @@ def update_similarity(num_clients: int, dim: int, sketch_dim: int, seed: int) ->
     """
     sketch_dim = auto_sketch_dim(num_clients, dim, sketch_dim)
     dense = not use_sample(num_clients, SAMPLE_ABOVE)
-    return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None, dense)
+    return UpdateSimilarity(CountSketch(dim, sketch_dim, seed) if sketch_dim else None, dense, summed)
 
 
 def row_sketch(num_rows: int, dim: int, seed: int, sketch_dim: int = 0) -> CountSketch | None:
@@ -392,8 +393,14 @@ def sketch_rows(
     return sketch.project_rows(rows)
 
 
+SUM_RTOL = 1e-6
+"""A summed store's sum shorter than this times the lengths it was made of is 0 (float32 rows round at
+about 6e-8 of their length)."""
+
+
 class UpdateSimilarity:
-    """The latest update of every client seen and ``S = 1 + cos`` among them, refreshed incrementally.
+    """The latest update (or the sum of the updates) of every client seen and ``S = 1 + cos`` among them,
+    refreshed incrementally.
 
     Parameters
     ----------
@@ -402,6 +409,11 @@ class UpdateSimilarity:
     dense : bool, default=True
         Keep ``S`` (``N x N`` float32) and refresh it with each update; False: keep only the
         unit rows and compute ``matrix``'s block on demand (exact; for large federations).
+    summed : bool, default=False
+        Keep each client's sum of its updates so far instead of its latest (FLIC's ``flic-graph
+        summed``): a client's row is the direction of the sum, kept as that unit row and the sum's
+        norm (one number more a client, not a second copy of the rows). A sketch is linear, so the
+        sketch of the sum is the sum of the sketches.
 
     Attributes
     ----------
@@ -409,11 +421,14 @@ class UpdateSimilarity:
         Clients with a stored update, in the order first seen (row order of ``S``).
     """
 
-    def __init__(self, sketch: GaussianSketch | CountSketch | None = None, dense: bool = True) -> None:
-        self.sketch, self.dense = sketch, dense
+    def __init__(
+        self, sketch: GaussianSketch | CountSketch | None = None, dense: bool = True, summed: bool = False
+    ) -> None:
+        self.sketch, self.dense, self.summed = sketch, dense, summed
         self.pids: list[int] = []
         self._row: dict[int, int] = {}
         self._vectors = np.zeros((0, 0), dtype=np.float32)
+        self._norms = np.zeros(0)
         self._s = np.zeros((0, 0), dtype=np.float32)
 
     def __contains__(self, pid: object) -> bool:
@@ -484,6 +499,13 @@ class UpdateSimilarity:
         self._grow(len(self.pids), vectors.shape[1])
         rows = np.array([self._row[p] for p in pids])
         unit = vectors.astype(np.float64)
+        if self.summed:  # the sum so far (unit row times its norm; 0 for a new client) plus this update
+            scale = self._norms[rows] + np.linalg.norm(unit, axis=1)
+            unit += self._vectors[rows].astype(np.float64) * self._norms[rows, None]
+            norms = np.linalg.norm(unit, axis=1)
+            cancelled = norms <= SUM_RTOL * scale  # float32 rows: what is left of a cancelled sum is rounding
+            unit[cancelled] = 0.0
+            self._norms[rows] = np.where(cancelled, 0.0, norms)
         unit_rows(unit, out=unit)
         if rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():
             self._vectors[rows[0] : rows[-1] + 1] = unit  # new clients in order: a slice, not a gather
@@ -529,6 +551,7 @@ class UpdateSimilarity:
         if self._vectors.size:
             vectors[: self._vectors.shape[0]] = self._vectors
         self._vectors = vectors
+        self._norms = np.concatenate([self._norms, np.zeros(cap - self._norms.size)])
         if self.dense:
             s = np.zeros((cap, cap), dtype=np.float32)
             s[: self._s.shape[0], : self._s.shape[1]] = self._s

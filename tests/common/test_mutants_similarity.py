@@ -346,3 +346,37 @@ def test_unit_rows_into_out_normalise_in_place_and_keep_a_zero_row():
     fresh = np.array([[1.0, 1.0]])
     np.testing.assert_allclose(unit_rows(fresh), [[2**-0.5, 2**-0.5]])
     assert fresh.tolist() == [[1.0, 1.0]]  # without out, the input is left as it was
+
+
+def test_a_summed_store_keeps_each_clients_sum_of_its_updates_not_its_latest():
+    """Client 0 sends (1, 0) then (0, 1): its row is the direction of (1, 1), 45 degrees from client 1's
+    (1, 0); the store of latest updates has it at 90 degrees. A third update (-1, -1) brings the sum to 0."""
+    from common.clustering.similarity import UpdateSimilarity
+
+    for dense in (True, False):
+        summed, last = UpdateSimilarity(dense=dense, summed=True), UpdateSimilarity(dense=dense)
+        for store in (summed, last):
+            store.update([0, 1], np.array([[1.0, 0.0], [2.0, 0.0]]))
+            store.update([0], np.array([[0.0, 1.0]]))
+        assert summed.matrix([0, 1])[0, 1] == pytest.approx(1.0 + 2**-0.5)
+        assert last.matrix([0, 1])[0, 1] == pytest.approx(1.0)
+        np.testing.assert_allclose(summed.unit_rows([0]), [[2**-0.5, 2**-0.5]], atol=1e-7)
+        summed.update([1, 0], np.array([[5.0, 0.0], [-1.0, -1.0]]))  # client 1's sum (7, 0): still e0
+        np.testing.assert_allclose(summed.unit_rows([0, 1]), [[0.0, 0.0], [1.0, 0.0]], atol=1e-7)
+        summed.update([0], np.array([[0.0, -3.0]]))  # from a zero sum: the new update alone
+        np.testing.assert_allclose(summed.unit_rows([0]), [[0.0, -1.0]], atol=1e-7)
+
+
+def test_a_summed_sketched_store_holds_the_sketch_of_the_sum():
+    from common.clustering.similarity import UpdateSimilarity, update_similarity
+
+    rng = np.random.default_rng(3)
+    rounds = [rng.normal(size=(3, 500)) for _ in range(4)]
+    summed = update_similarity(3, 500, 64, seed=5, summed=True)
+    for r in rounds:
+        summed.update([0, 1, 2], r)
+    once = UpdateSimilarity(summed.sketch)
+    once.update([0, 1, 2], np.sum(rounds, axis=0))
+    np.testing.assert_allclose(summed.unit_rows([0, 1, 2]), once.unit_rows([0, 1, 2]), atol=1e-5)
+    np.testing.assert_allclose(summed.matrix(), once.matrix(), atol=1e-5)
+    assert summed.summed and not update_similarity(3, 500, 64, seed=5).summed

@@ -401,3 +401,18 @@ def test_flag_with_uniform_weights_asks_for_no_class_counts():
     asked = _sent(grid, keys.SUBSPACES_ACTION)
     assert len(asked) == 6 and all(m.content[keys.CONFIG][keys.WITH_COUNTS] is False for m in asked)
     assert strategy.data_matrix is not None and len(strategy.assignment) == 6
+
+
+def test_flic_graph_sums_each_clients_updates_by_default_and_keeps_the_latest_for_the_paper():
+    """Client 0 sends (1, 0) then (0, 1), client 1 (2, 0): summed, 45 degrees apart; the paper's latest, 90."""
+    from strategies.flic import FLIC, FLICParams
+
+    assert (FLICParams().graph, FLICParams().min_updates) == ("summed", 5.0)
+    for graph, s01 in (("summed", 1.0 + 2**-0.5), ("last", 1.0)):
+        s = FLIC(TrainingParams(), FLICParams(graph=graph))
+        s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in range(2)}
+        sent = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
+        s.after_train(1, {0: _train_update(sent, np.array([1.0, 0.0])), 1: _train_update(sent, np.array([2.0, 0.0]))})
+        s.after_train(2, {0: _train_update(sent, np.array([0.0, 1.0]))})
+        assert s.similarity is not None and s.similarity.summed == (graph == "summed")
+        assert s.similarity.matrix([0, 1])[0, 1] == pytest.approx(s01), graph

@@ -271,7 +271,7 @@ PAPER = Preset(
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
     strategy_args={
         FLIC.name: ("--flic-cluster-round", "200", "--flic-graph", "last"),
-        FLHC.name: ("--flhc-warmup-rounds", "10"),
+        FLHC.name: ("--flhc-warmup-rounds", "10", "--flhc-metric", "euclidean"),
         FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
     },
     # CFL-GP's paper is told K (its App. G estimate is umbel's default)

@@ -1,16 +1,18 @@
 """FL+HC (Briggs, Fan and Andras, "Federated learning with hierarchical clustering of local
 updates to improve training on non-IID data", IJCNN 2020).
 
-``flhc-warmup-rounds`` rounds of FedAvg; then, before the next round, every client trains the
-global model for ``cluster-steps`` mini-batches and sends its update (``query.update``:
-clustering traffic). With ``cluster-steps`` 0 it trains for ``local-epochs`` as Briggs et al.
-do; then a client with 20 samples takes one step per epoch and one with 2,000 a hundred, and
-clients almost without one of their labels join another group. Agglomerative clustering on
-the distances between the updates (``flhc-metric``, Euclidean by default; cosine ignores update
-size), into ``num-clusters`` clusters (or cut at ``flhc-threshold`` when ``num-clusters`` is 0),
-with ``linkage``; every cluster model starts from the global model; then clustered training.
-Newcomers after the clustering join the cluster whose model has the lowest loss on their train
-split.
+``flhc-warmup-rounds`` rounds of FedAvg (automatic by default: none, modified); then, before the
+next round, every client trains the global model for ``cluster-steps`` mini-batches and sends its
+update (``query.update``: clustering traffic). With ``cluster-steps`` 0 it trains for
+``local-epochs`` as Briggs et al. do; then a client with 20 samples takes one step per epoch and
+one with 2,000 a hundred, and clients almost without one of their labels join another group.
+Agglomerative clustering on the distances between the updates (``flhc-metric``: cosine by
+default, modified, the updates' directions; Euclidean also weighs their lengths, which follow how
+far the global model already fits a client), into ``num-clusters`` clusters (or cut at
+``flhc-threshold`` when ``num-clusters`` is 0), with ``linkage``; every cluster model starts from
+the global model; then clustered training. Newcomers after the clustering join the cluster whose
+model has the lowest loss on their train split. The paper's settings: ``--flhc-warmup-rounds N
+--flhc-metric euclidean --num-clusters K`` (``benchmarks.compare``'s ``paper`` preset: N = 10).
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from .flat import float_size
 from .oneshot import OneShotStrategy, check_cut
 
 
-AUTOMATIC_WARMUP_ROUNDS = 1
-"""FedAvg rounds before clustering when ``flhc-warmup-rounds`` is 0 (modified: the former automatic
-value, a tenth of ``rounds``, is ``--flhc-warmup-rounds 10`` at 100 rounds). After 10 rounds of 5
-local epochs the global model fits every group's labels, so the updates shrink unevenly (mean norm
-0.20, 0.37 and 0.88 in three Fashion-MNIST groups) and the nearest groups merge in the cut
-(benchmarks.selection, dev half); after one round they keep each group's direction."""
+AUTOMATIC_WARMUP_ROUNDS = 0
+"""FedAvg rounds before clustering when ``flhc-warmup-rounds`` is 0 (modified: none, the clustering
+runs in round 1 on updates of the initial model; the former automatic values, 1 round and before that
+a tenth of ``rounds``, are ``--flhc-warmup-rounds 1`` and ``10``). With the training defaults (lr
+0.01, 5 local epochs) one FedAvg round already fits the global model to some groups more than others,
+so the updates from it shrink unevenly and the Euclidean cut merged Fashion-MNIST groups (dev half:
+ARI 0.44 and 0.79; benchmarks.selection, docs/results/selection.md, session 21)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,8 @@ class FLHCParams:
     key_prefix: ClassVar[str] = "flhc"
     warmup_rounds: int = param(
         0,
-        f"FedAvg rounds before clustering; 0 = automatic: {AUTOMATIC_WARMUP_ROUNDS} (modified; the former "
-        "automatic value was a tenth of rounds)",
+        f"FedAvg rounds before clustering; 0 = automatic: {AUTOMATIC_WARMUP_ROUNDS}, the clustering in round 1 "
+        "(modified; the former automatic values were 1 and, before, a tenth of rounds)",
         low=0,
     )
     num_clusters: int = shared()
@@ -68,7 +71,13 @@ class FLHCParams:
         low=0.0,
         paper="a fixed cut height",
     )
-    flhc_metric: str = param("euclidean", "distance between client updates", choices=METRICS)
+    flhc_metric: str = param(
+        "cosine",
+        "distance between client updates (modified: cosine, the updates' directions; the former default "
+        "euclidean also weighs their lengths)",
+        choices=METRICS,
+        paper="euclidean, cityblock or cosine (compared)",
+    )
     linkage: str = shared()
     cluster_steps: int = shared(low=0, help="0: local-epochs epochs")
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)

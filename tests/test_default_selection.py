@@ -56,7 +56,7 @@ def _run(**overrides):
     return strategy, adjusted_rand_score(truth, [strategy.assignment[p] for p in pids]), len(set(truth))
 
 
-ONE_SHOT_ROUNDS = {"fedclust": 1, "pacfl": 1, "flhc": 2, "fesem": 1}  # FL+HC: 1 automatic warm-up round of 2
+ONE_SHOT_ROUNDS = {"fedclust": 1, "pacfl": 1, "flhc": 1, "fesem": 1}  # FL+HC: no automatic warm-up
 
 
 @pytest.mark.slow

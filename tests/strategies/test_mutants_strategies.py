@@ -23,16 +23,16 @@ from strategies.oneshot import OneShotStrategy
 from tests.strategies.test_oneshot import TRUTH, _layers, _offline
 
 
-@pytest.mark.parametrize(("rounds", "warmup"), [(1, 0), (2, 1), (3, 1), (50, 1)])
-def test_flhc_s_automatic_warmup_is_one_round_below_the_run_s_rounds(rounds: int, warmup: int) -> None:
-    assert automatic_warmup_rounds(rounds) == warmup
+@pytest.mark.parametrize("rounds", [1, 2, 3, 50])
+def test_flhc_s_automatic_warmup_is_none_whatever_the_run_s_rounds(rounds: int) -> None:
+    assert automatic_warmup_rounds(rounds) == 0
 
 
 def test_flhc_replaces_only_a_zero_warmup_by_the_automatic_one_and_logs_it(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("INFO"):
         auto = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=0))
-    assert auto.params.warmup_rounds == 1 and auto.clustering_round() == 2
-    assert "FLHC: flhc-warmup-rounds 0 (automatic): 1 of 5 rounds" in [r.getMessage() for r in caplog.records]
+    assert auto.params.warmup_rounds == 0 and auto.clustering_round() == 1 and auto.phase(1) == "cluster"
+    assert "FLHC: flhc-warmup-rounds 0 (automatic): 0 of 5 rounds" in [r.getMessage() for r in caplog.records]
     assert FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=3)).clustering_round() == 4
 
 

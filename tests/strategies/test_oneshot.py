@@ -111,7 +111,7 @@ def test_pacfl_clusters_by_class_subspaces_and_places_newcomers():
 def test_flhc_clusters_updates_from_the_warm_global_model():
     rng = np.random.default_rng(2)
     updates = {p: ModelUpdate(rng.normal(scale=0.01, size=5) + TRUTH[p]) for p in range(8)}
-    s = _offline(FLHC(TrainingParams(), FLHCParams(warmup_rounds=2, num_clusters=2)), updates)
+    s = _offline(FLHC(TrainingParams(), FLHCParams(warmup_rounds=2, num_clusters=2, flhc_metric="euclidean")), updates)
     warm = ArrayRecord({"head.weight": Array(np.ones((2, 3), np.float32))})
     s.models = [warm]
     assert s.clustering_round() == 3 and s.phase(2) == "warmup" and s.phase(3) == "cluster"

@@ -110,7 +110,11 @@ def flhc_updates(rc: dict) -> np.ndarray:
         model = ArrayRecord({name: Array((v / weight).astype(np.float32)) for name, v in total.items()})
     size = sum(int(np.prod(a.shape)) for a in model.values())
     cfg = ConfigRecord(
-        {**training.local_config(), keys.SERVER_ROUND: int(rc["flhc-warmup-rounds"]) + 1, keys.CLUSTER_STEPS: 100}
+        {
+            **training.local_config(),
+            keys.SERVER_ROUND: int(rc["flhc-warmup-rounds"]) + 1,
+            keys.CLUSTER_STEPS: int(rc["cluster-steps"]),
+        }
     )
     ups = [
         ModelUpdate.from_arrays(

@@ -132,7 +132,9 @@ class Deployment:
     def spawn(self, name: str, *args) -> subprocess.Popen:
         home = self.root / f"{name}-home"
         home.mkdir(parents=True, exist_ok=True)
-        env = deploy.deploy_env(home)
+        # one OpenMP thread a process, as each simulated client has (test_own_data_e2e's nodes too): 3 nodes'
+        # ClientApps and the ServerApp on 2 cores, each with a thread a core, wait on each other's threads
+        env = {**deploy.deploy_env(home), "OMP_NUM_THREADS": "1"}
         with self.log(name).open("a") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "server.cli", "deploy", *map(str, args)],

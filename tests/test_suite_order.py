@@ -32,6 +32,20 @@ def test_the_long_files_come_first_and_the_rest_keep_their_order():
     ]
 
 
+def test_a_long_file_in_a_folder_is_named_by_its_path_under_tests():
+    class Item:
+        def __init__(self, path: Path) -> None:
+            self.path = path
+
+    nested = next(name for name in LONG_FILES if "/" in name)
+    folder, name = nested.rsplit("/", 1)
+    other = "client" if folder != "client" else "server"
+    items = [Item(TESTS / other / name), Item(TESTS / "test_b.py"), Item(TESTS / nested)]
+    long_files_first(items)
+    # the long file first; a file of the same name in another folder keeps its place
+    assert [item.path.relative_to(TESTS).as_posix() for item in items] == [nested, f"{other}/{name}", "test_b.py"]
+
+
 def test_the_workers_take_whole_files_in_collection_order():
     with (TESTS.parent / "pyproject.toml").open("rb") as fh:
         addopts = tomllib.load(fh)["tool"]["pytest"]["ini_options"]["addopts"].split()

@@ -37,13 +37,13 @@ def test_the_main_job_round_values():
     assert defaults()["rounds"] == 100
     assert _strategy("cflgt").params.pretrain_rounds == 25  # the paper's, the former default
     assert _strategy("cflgt").clustering_round == 26
-    assert _strategy("flhc").params.warmup_rounds == 1  # modified: one FedAvg round (the former automatic 10)
-    assert _strategy("flhc").clustering_round() == 2
+    assert _strategy("flhc").params.warmup_rounds == 0  # modified: none (the former automatic 10, then 1)
+    assert _strategy("flhc").clustering_round() == 1
 
 
 @pytest.mark.parametrize(
     "rounds, pretrain, warmup",
-    [(1, 0, 0), (2, 1, 1), (3, 1, 1), (4, 1, 1), (8, 2, 1), (20, 5, 1), (30, 7, 1), (125, 31, 1)],
+    [(1, 0, 0), (2, 1, 0), (3, 1, 0), (4, 1, 0), (8, 2, 0), (20, 5, 0), (30, 7, 0), (125, 31, 0)],
 )
 def test_automatic_round_values_leave_rounds_after_them(rounds, pretrain, warmup):
     assert automatic_pretrain_rounds(rounds) == pretrain
@@ -69,7 +69,8 @@ def test_strategies_built_directly_resolve_too():
     from common.config import TrainingParams
 
     assert CFLGT(TrainingParams(rounds=40), CFLGTParams()).params.pretrain_rounds == 10
-    assert FLHC(TrainingParams(rounds=40), FLHCParams()).params.warmup_rounds == 1
+    assert FLHC(TrainingParams(rounds=40), FLHCParams()).params.warmup_rounds == 0
+    assert FLHC(TrainingParams(rounds=40), FLHCParams()).clustering_round() == 1
 
 
 @pytest.mark.parametrize("strategy", sorted(REGISTRY))

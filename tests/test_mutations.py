@@ -84,8 +84,8 @@ MUTATIONS = [
     (
         "pacfl measure ignored",
         "common/clustering/oneshot.py",
-        "distances = pairwise_subspace_angles(bases, measure)",
-        'distances = pairwise_subspace_angles(bases, "smallest")',
+        "distances = client_distances(bases, measure)",
+        'distances = client_distances(bases, "smallest")',
         [FIDELITY + "test_pacfl_measures_differ_on_subspaces_that_are_not_axis_aligned"],
     ),
     (

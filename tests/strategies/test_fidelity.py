@@ -180,7 +180,8 @@ def _bases(t_deg: float):
 
 
 @pytest.mark.parametrize(
-    ("measure", "expected"), [("smallest", 0.0), ("sum", 60.0), ("mean", 30.0), ("reference", 45.0)]
+    ("measure", "expected"),
+    [("smallest", 0.0), ("sum", 60.0), ("mean", 30.0), ("reference", 45.0), ("per-class", 30.0)],
 )
 def test_pacfl_measures_differ_on_subspaces_that_are_not_axis_aligned(measure, expected):
     a, b = _bases(60.0)

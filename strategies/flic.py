@@ -7,9 +7,9 @@ full update). ``flic-graph summed`` (the default, modified) keeps each client's 
 so far; ``last`` its latest update, the paper's. On small clients (about 100 samples) one update,
 made from one round's global model, holds its client's group weakly; the sum of five does
 (docs/results/selection.md, "What changed in the defaults"). At the clustering round, Louvain
-communities of the graph of ``S`` among the clients seen so far become clusters, each starting from the current global
-model; FedAvg then runs per cluster. The graph costs no extra communication: updates ride on
-train replies.
+communities of the graph of ``S`` among the clients seen so far become clusters, each starting
+from the current global model; FedAvg then runs per cluster. The graph costs no extra
+communication: updates ride on train replies.
 
 Clustering round (``flic-cluster-round``): a given round ``c`` clusters before round ``c``'s
 training, with the updates of rounds ``1..c-1``. ``0`` (default) means "when FedAvg has
@@ -18,9 +18,10 @@ stabilised": after the first round at which the mean training loss of the last
 ``flic-stable-tol`` times the fall between the first two such windows (``loss_plateau``), and at
 the latest before round ``rounds // 2 + 1``, and not before the clients have sent
 ``flic-min-updates`` updates each on average (``rounds_for_updates``: from ``fraction`` and the
-number of clients; umbel's modification, 5 by default, the paper's Fig. 5 point; 0 the plateau alone).
-The paper's settings are ``--flic-graph last --flic-min-updates 0`` (or ``--flic-cluster-round T``). The relative change
-of the global model is no such test: at a fixed learning rate it stays near its first value.
+number of clients; umbel's modification, 5 by default, the paper's Fig. 5 point; 0 the plateau
+alone). The paper's settings are ``--flic-graph last --flic-min-updates 0`` (or
+``--flic-cluster-round T``). The relative change of the global model is no such test: at a fixed
+learning rate it stays near its first value.
 
 ``flic-resolution`` 0 (default) picks Louvain's resolution per clustering: the partition with the
 best silhouette on ``1 - cos`` over resolutions 0.5..2.0 (``common.clustering.flic``: at a

@@ -59,7 +59,8 @@ def pairwise_distances(vectors: np.ndarray, metric: str = "euclidean") -> np.nda
     Returns
     -------
     ndarray of shape (N, N), float64
-        Symmetric, zero diagonal. ``N == 1`` gives ``[[0.0]]``.
+        Symmetric, zero diagonal. ``N == 1`` gives ``[[0.0]]``. Cosine: a zero row (a client whose
+        update did not move) is at 1 from every other row, as if orthogonal.
 
     Raises
     ------
@@ -73,7 +74,11 @@ def pairwise_distances(vectors: np.ndarray, metric: str = "euclidean") -> np.nda
     n, dim = arr.shape
     if metric != "cityblock" and (n > PDIST_MAX_ROWS or n * n * dim > PDIST_MAX_WORK):
         return _gram_distances(arr, metric)
-    return squareform(pdist(arr, metric=metric))
+    out = squareform(pdist(arr, metric=metric))
+    if metric == "cosine":  # a zero row has no direction: 1 from every other row, as _gram_distances gives
+        np.nan_to_num(out, copy=False, nan=1.0)
+        np.fill_diagonal(out, 0.0)
+    return out
 
 
 PDIST_MAX_ROWS = 2_000

@@ -321,3 +321,19 @@ def test_auto_cut_keeps_one_cluster_when_all_but_one_cluster_are_under_the_share
     assert labels.max() + 1 >= 2
     labels, score = auto_cut(d, min_share=0.014)  # 4: it is
     assert set(labels.tolist()) == {0} and score is None
+
+
+def test_cosine_puts_a_zero_row_at_1_from_every_other_row_on_both_paths(monkeypatch):
+    """A client whose update did not move has no direction: FL+HC's default cosine must not turn it into NaN
+    (which stops the whole clustering) and gives it the same distances through pdist and through BLAS."""
+    import common.clustering.hierarchical as hierarchical
+    from common.clustering.oneshot import Cut, flhc_clusters
+
+    rng = np.random.default_rng(0)
+    x = np.vstack([rng.normal(size=(6, 20)), np.zeros((1, 20))])
+    exact = hierarchical.pairwise_distances(x, "cosine")
+    assert np.isfinite(exact).all() and exact[6, :6].tolist() == [1.0] * 6 and exact[6, 6] == 0.0
+    monkeypatch.setattr(hierarchical, "PDIST_MAX_ROWS", 2)
+    np.testing.assert_allclose(hierarchical.pairwise_distances(x, "cosine"), exact, atol=1e-9)
+    found = flhc_clusters(list(x), Cut(0.0), "cosine", 0)
+    assert len(found.labels) == 7

@@ -6,22 +6,21 @@ from scikit-learn's bundled digits as 64 features) is split in two halves with t
 group counts: ``dev`` (groups 3 and 7, seeds 100 and 101), on which defaults may be chosen, and
 ``held-out`` (groups 2, 5 and 10, seeds 0 and 1), reported and never tuned on.
 
-What is run, per cell: the project's run-config defaults (``umbel run`` with nothing set but the
-federation), the real client code computing each one-shot algorithm's clustering signal in this
-process without Flower (as ``benchmarks/auto_cut.py``: FedClust's final layer after
-``cluster-steps`` mini-batches from the initial model, PACFL's class subspaces, FL+HC's update
-from the global model after its automatic warm-up of FedAvg rounds), then the strategy's own
-server-side step (``fedclust_clusters``, ``pacfl_clusters``, ``flhc_clusters``) with the
-default parameters. FeSEM (``--algorithms fesem``): every client's model after training the
-initial model as in its round 1 (``train_local``), and its automatic K (``automatic_labels``, on the
-updates' cosines by default, ``fesem-auto-metric``);
-the E-steps after it are not run (a client's trained model stays nearest the centre it started
-from, so the seeding is FeSEM's clustering). Only the clustering is scored (ARI against the planted groups), not the
-accuracy after it. Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's
-CFL) are not in this grid: their full runs are too slow for it on a shared 2-core machine.
-``--full-runs`` runs them (and the three above) as ordinary ``umbel run``s with their defaults
-on ``FULL_RUN_CELLS``, two small federations none of them was tuned on, for ``FULL_RUN_ROUNDS``
-rounds (the one value set besides the federation), and reports the final K and ARI.
+What is run, per cell: the project's run-config defaults (``umbel run`` with nothing set but the federation),
+the real client code computing each one-shot algorithm's clustering signal in this process without Flower (as
+``benchmarks/auto_cut.py``: FedClust's final layer after ``cluster-steps`` mini-batches from the initial
+model, PACFL's class subspaces, FL+HC's update from the global model after its automatic warm-up of FedAvg
+rounds), then the strategy's own server-side step (``fedclust_clusters``, ``pacfl_clusters``,
+``flhc_clusters``) with the default parameters. FeSEM (``--algorithms fesem``): every client's model after
+training the initial model as in its round 1 (``cluster-steps`` mini-batches by default), and its automatic K
+(``automatic_labels``, on the updates' cosines by default, ``fesem-auto-metric``); the E-steps after it are
+not run (a client's trained model stays nearest the centre it started from, so the seeding is FeSEM's
+clustering). Only the clustering is scored (ARI against the planted groups), not the accuracy after it.
+Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's CFL) are not in this grid: their
+full runs are too slow for it on a shared 2-core machine. ``--full-runs`` runs them (and the three above) as
+ordinary ``umbel run``s with their defaults on ``FULL_RUN_CELLS``, two small federations none of them was
+tuned on, for ``FULL_RUN_ROUNDS`` rounds (the one value set besides the federation), and reports the final K
+and ARI.
 
 Example::
 
@@ -52,7 +51,7 @@ from common.clustering.hierarchical import AUTO_TOLERANCE, cut_tree
 from common.clustering.oneshot import Cut, OneShotClusters, fedclust_clusters, flhc_clusters, pacfl_clusters
 from common.clustering.subspaces import client_distances
 from client.signals.subspaces import subspaces
-from client.task import train_local
+from client.task import train_as_configured
 from common import keys
 from common.config import TrainingParams, params_from_run_config
 from common.signals.subspaces import ClassSubspaces
@@ -492,14 +491,16 @@ def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]
 
 def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
-    initial model as in round 1 (``train_local``, the run's local config), floating entries flat (N, P),
-    and the initial model they started from (P,)."""
+    initial model as in round 1 (the client's train handler's ``train_as_configured`` on the run's
+    local config and FeSEM's ``client_config``), floating entries flat (N, P), and the initial model
+    they started from (P,)."""
     training = TrainingParams.from_run_config(rc)
+    fesem = FeSEM(training, params_from_run_config(FeSEMParams, rc))
     model = Experiment.from_run_config(rc).initial_model()
-    cfg = ConfigRecord({**training.local_config(), keys.SERVER_ROUND: 1})
     rows = []
     for pid in range(rc["num-clients"]):
-        trained, _ = train_local(_task(rc, pid), model, cfg)
+        cfg = ConfigRecord({**training.local_config(), keys.SERVER_ROUND: 1, **fesem.client_config(1, pid)})
+        trained, _ = train_as_configured(_task(rc, pid), model, cfg)
         rows.append(flat({name: t.detach().cpu().numpy() for name, t in trained.state_dict().items()}))
     return np.stack(rows), flat({name: a.numpy() for name, a in model.items()})
 

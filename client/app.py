@@ -27,7 +27,7 @@ from common.training import evaluate as evaluate_model
 from .faults import inject_faults, skip_expired
 from .model_out import write_model_out
 from .signals import QUERIES, Handler, models_in
-from .task import ClientTask, task_from_context, train_local
+from .task import ClientTask, task_from_context, train_as_configured
 
 app = ClientApp(mods=[skip_expired, inject_faults])
 
@@ -56,13 +56,15 @@ def train(msg: Message, context: Context) -> Message:
 
     A message that says ``num-models`` (IFCA) carries that many models: the client trains
     the one with the lowest loss on its TRAIN split and reports its index as ``cluster-id``.
+    One whose config holds ``cluster-steps`` > 0 (FeSEM's seeding round) trains that many
+    mini-batches instead of ``local-epochs`` epochs.
     """
     task = task_from_context(context.run_config, context.node_config)
     models = models_in(msg.content)
     cfg = msg.content.config_records[keys.CONFIG]
     choice = _lowest_train_loss(task, models) if keys.NUM_MODELS in cfg else None
     sent = models[choice or 0]
-    model, loss = train_local(task, sent, cfg)
+    model, loss = train_as_configured(task, sent, cfg)
     arrays = ArrayRecord(model.state_dict())
     if task.data.attacker:
         arrays = _minus_update(sent, arrays)

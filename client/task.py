@@ -101,6 +101,45 @@ def train_local(
     return model, float(loss)
 
 
+def train_steps(
+    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object], steps: int
+) -> tuple[torch.nn.Module, float]:
+    """Train the model holding ``arrays`` on exactly ``steps`` mini-batches of the train split.
+
+    The batches are drawn with replacement, seeded by the client's round seed, so that clients
+    of very different sizes train equally long. Returns the task's reused module and the mean loss.
+    """
+    seed = task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG))
+    batch = read_int(cfg, keys.BATCH_SIZE, SERVER_CONFIG)
+    rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
+    model = task.model(arrays)
+    loss = train_model(
+        model,
+        task.data.x_train[rows],
+        task.data.y_train[rows],
+        epochs=1,
+        batch_size=batch,
+        lr=read_float(cfg, keys.LR, SERVER_CONFIG),
+        momentum=read_float(cfg, keys.MOMENTUM, SERVER_CONFIG),
+        weight_decay=read_float(cfg, keys.WEIGHT_DECAY, SERVER_CONFIG),
+        proximal_mu=read_float(cfg, keys.PROXIMAL_MU, SERVER_CONFIG, default=0.0),
+        task=task.info.task,
+        seed=seed,
+        device=task.device,
+        deadline=current_deadline(),
+    )
+    return model, float(loss)
+
+
+def train_as_configured(
+    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object]
+) -> tuple[torch.nn.Module, float]:
+    """``cluster-steps`` mini-batches when ``cfg`` holds it > 0 (a clustering signal's training),
+    else ``local-epochs`` epochs (``train_local``)."""
+    steps = read_int(cfg, keys.CLUSTER_STEPS, SERVER_CONFIG, default=0)
+    return train_steps(task, arrays, cfg, steps) if steps > 0 else train_local(task, arrays, cfg)
+
+
 def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:
     """The cached task for this node (raises ``ValueError`` naming a bad key).
 

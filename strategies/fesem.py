@@ -2,22 +2,24 @@
 personalization", World Wide Web 2023), implemented from its published description.
 
 K centres in parameter space, one cluster model each. Every sampled client trains its cluster's
-model; the server then puts the client in the cluster of the centre nearest its trained model
-by L2 distance (E-step, ``reply_cluster``) and moves each centre to the mean of its members'
-trained models weighted by ``num-examples`` (M-step: the base's cluster aggregation). With
-``fesem-init`` "clients" (modified) every client trains the one initial model in round 1 (not
-the round's fraction: a seeding from 2 of 10 clients left the others in random clusters, which
-the L2 E-step keeps) and the centres are seeded from those trained models: with ``num-clusters``
-K by k-means++ with the run's generator, then refined (``common.clustering.fesem``); with
+model; the server then puts the client in the cluster of the centre nearest its trained model by L2
+distance (E-step, ``reply_cluster``) and moves each centre to the mean of its members' trained
+models weighted by ``num-examples`` (M-step: the base's cluster aggregation). With ``fesem-init``
+"clients" (modified) every client trains the one initial model in round 1 (not the round's fraction:
+a seeding from 2 of 10 clients left the others in random clusters, which the L2 E-step keeps), for
+``cluster-steps`` mini-batches (modified, FL+HC's clustering signal; 0 = ``local-epochs`` epochs,
+the former seeding), and the centres are seeded from those trained models: with ``num-clusters`` K
+by k-means++ with the run's generator, then refined (``common.clustering.fesem``); with
 ``num-clusters`` 0 (not given) K is chosen by the automatic cut of the HC tree of the cosine
 distances of their round-1 updates (trained minus initial model; ``fesem-auto-metric cosine``,
 modified: an update's length follows its client's sample count, so Euclidean distances of the
 trained models, ``euclidean``, split a group by size) (``automatic_labels``, the rule of FedClust,
 PACFL and FL+HC; at most ``fesem-auto-max-clusters``, by default half the clients, modified: the
-shared ``max-clusters`` 8 stopped a federation of 10 groups at 8), each centre its cluster's weighted
-mean. FeSEM itself does not estimate K: the paper's K is ``--num-clusters K``. With "random" (the paper's
-random initialisation) the K centres (``num-clusters``, or ``max-clusters`` when 0) are the
-initial model and K - 1 seeded redraws at its scale, with a seeded random assignment.
+shared ``max-clusters`` 8 stopped a federation of 10 groups at 8), each centre its cluster's
+weighted mean. FeSEM itself does not estimate K: the paper's K is ``--num-clusters K``. With
+"random" (the paper's random initialisation) the K centres (``num-clusters``, or ``max-clusters``
+when 0) are the initial model and K - 1 seeded redraws at its scale, with a seeded random
+assignment.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.common import log
 
+from common import keys
 from common.clustering import kmodels
 from common.clustering.fesem import fesem_clusters, nearest_centres, update_centres
 from common.clustering.hierarchical import AUTO_MAX_CLUSTERS, auto_cut, pairwise_distances, undecided_reason
@@ -70,6 +73,11 @@ class FeSEMParams:
         "an update's size follows its client's sample count, its direction its labels) or euclidean distances "
         "of their trained models",
         choices=AUTO_METRICS,
+    )
+    cluster_steps: int = shared(
+        low=0,
+        help="with fesem-init clients: mini-batches each client trains in the seeding round, whose models are the "
+        "clustering signal (modified); 0: local-epochs epochs (the former seeding)",
     )
     auto_max_clusters: int = param(
         0,
@@ -189,6 +197,13 @@ class FeSEM(ClusteredStrategy):
         if not self.seeded and self.params.init == "clients":
             return sorted(pid for pid in self.clients if pid in self.assignment)
         return super().sample(server_round)
+
+    def client_config(self, server_round: int, partition_id: int) -> dict[str, int]:
+        """The seeding round trains ``cluster-steps`` mini-batches (its models are the clustering
+        signal: clients of very different sizes train equally long); later rounds, ``local-epochs``."""
+        if not self.seeded and self.params.init == "clients" and self.params.cluster_steps > 0:
+            return {keys.CLUSTER_STEPS: self.params.cluster_steps}
+        return {}
 
     def reply_cluster(self, server_round: int, partition_id: int, content: RecordDict, update: TrainUpdate) -> int:
         """E-step: the centre nearest the client's trained model (L2), from its checked ``update``."""

@@ -120,6 +120,36 @@ def test_defaults_that_cluster_while_training_find_the_planted_groups(strategy, 
 
 
 @pytest.mark.slow
+def test_fesems_seeding_on_cluster_steps_finds_seven_groups_where_the_former_epochs_split_one():
+    """The development cell FeSEM's former seeding missed (digits, grouped label skew with Dirichlet
+    sample counts, 7 groups over 30 clients, seed 101): after 5 local epochs clients of very different
+    sizes have trained very different numbers of steps and the automatic cut splits a group (8 clusters,
+    ARI 0.953); after the default ``cluster-steps`` 100 mini-batches each, it finds the 7."""
+    from benchmarks.selection import fesem_models, find_cell
+    from strategies.fesem import FeSEMParams, automatic_labels
+
+    cell = find_cell("digits/label-skew-dirichlet/G7/N30/s101")
+    rc = cell.run_config()
+    truth = [int(t) for t in _truth(rc)]
+    found = {}
+    for steps in (FeSEMParams().cluster_steps, 0):
+        points, origin = fesem_models({**rc, "cluster-steps": steps})
+        labels = automatic_labels(points, FeSEMParams().auto_limit(30), cell.seed, origin=origin, metric="cosine")
+        found[steps] = (int(labels.max()) + 1, adjusted_rand_score(truth, labels))
+    assert found[100] == (7, 1.0)
+    assert found[0][0] == 8 and found[0][1] < 0.96
+
+
+def _truth(rc):
+    from client.task import task_from_context
+
+    return [
+        task_from_context(rc, {"partition-id": p, "num-partitions": rc["num-clients"]}).data.group
+        for p in range(rc["num-clients"])
+    ]
+
+
+@pytest.mark.slow
 def test_fesems_paper_init_keeps_its_random_clusters_where_the_default_finds_the_groups(tabular):
     """The paper's random centres and assignment, even told K = 2: the L2 E-step keeps each client where it began."""
     fed = _federation("digits-2", tabular)

@@ -7,47 +7,16 @@ sizes train equally long ("a few local iterations", FedClust Sec. 3.4).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import numpy as np
-import torch
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import RecordDict
 
 from common import keys
-from common.records import read_float, read_int
+from common.records import read_int
 from common.signals.final_layer import FinalLayer
-from common.training import train
 
-from ..deadline import current_deadline
-from ..task import SERVER_CONFIG, ClientTask, train_local
+from ..task import SERVER_CONFIG, ClientTask, train_local, train_steps
 from .messages import models_in
-
-
-def train_steps(task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object], steps: int) -> torch.nn.Module:
-    """Train the model holding ``arrays`` on exactly ``steps`` mini-batches of the train split.
-
-    The batches are drawn with replacement, seeded by the client's round seed, so that clients
-    of very different sizes train equally long. Returns the task's reused module.
-    """
-    seed = task.round_seed(read_int(cfg, keys.SERVER_ROUND, SERVER_CONFIG))
-    batch = read_int(cfg, keys.BATCH_SIZE, SERVER_CONFIG)
-    rows = np.random.default_rng(seed).integers(0, len(task.data.y_train), size=steps * batch)
-    model = task.model(arrays)
-    train(
-        model,
-        task.data.x_train[rows],
-        task.data.y_train[rows],
-        epochs=1,
-        batch_size=batch,
-        lr=read_float(cfg, keys.LR, SERVER_CONFIG),
-        momentum=read_float(cfg, keys.MOMENTUM, SERVER_CONFIG),
-        weight_decay=read_float(cfg, keys.WEIGHT_DECAY, SERVER_CONFIG),
-        task=task.info.task,
-        seed=seed,
-        device=task.device,
-        deadline=current_deadline(),
-    )
-    return model
 
 
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:

@@ -10,19 +10,16 @@ import numpy as np
 from flwr.app import RecordDict
 
 from common import keys
-from common.records import read_int
 from common.signals.update import ModelUpdate
 
-from ..task import SERVER_CONFIG, ClientTask, train_local
+from ..task import ClientTask, train_as_configured
 from .messages import models_in
-from .final_layer import train_steps
 
 
 def model_update(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """``trained - sent`` over the model's float arrays, in its record order, as float32."""
     sent, cfg = models_in(content)[0], content.config_records[keys.CONFIG]
-    steps = read_int(cfg, keys.CLUSTER_STEPS, SERVER_CONFIG, default=0)
-    model = train_steps(task, sent, cfg, steps) if steps > 0 else train_local(task, sent, cfg)[0]
+    model = train_as_configured(task, sent, cfg)[0]
     trained = {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
     parts = []
     for name, arr in sent.items():

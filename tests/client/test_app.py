@@ -75,3 +75,22 @@ def test_evaluate_reply_has_fixed_metrics():
     metrics = reply[keys.METRICS]
     assert set(metrics.keys()) == set(keys.EVAL_METRIC_KEYS)
     assert 0.0 <= metrics[keys.ACCURACY] <= 1.0 and metrics[keys.LOSS] > 0
+
+
+def test_a_train_message_with_cluster_steps_trains_that_many_mini_batches_not_the_epochs():
+    """FeSEM's seeding round: ``cluster-steps`` > 0 in a train config trains exactly that many
+    seeded mini-batches (``train_steps``, as the signal queries do), 0 or absent the local epochs."""
+    from client.task import task_from_context, train_local, train_steps
+
+    rc = small_run_config()
+    initial, content = _train_content(rc)
+    task = task_from_context(rc, {"partition-id": 0, "num-partitions": 6})
+    cfg = content[keys.CONFIG]
+    head = "head.weight"
+    by_epochs = train_local(task, initial, cfg)[0].state_dict()[head].numpy().copy()
+    by_steps = train_steps(task, initial, cfg, 3)[0].state_dict()[head].numpy().copy()
+    assert not np.allclose(by_epochs, by_steps)
+    cfg[keys.CLUSTER_STEPS] = 3
+    np.testing.assert_array_equal(_call("train", content, rc)[keys.ARRAYS][head].numpy(), by_steps)
+    cfg[keys.CLUSTER_STEPS] = 0
+    np.testing.assert_array_equal(_call("train", content, rc)[keys.ARRAYS][head].numpy(), by_epochs)

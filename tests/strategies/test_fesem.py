@@ -259,15 +259,19 @@ def test_automatic_k_on_cosines_joins_clients_above_the_sample_by_direction(monk
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_fesem_automatic_k_on_digits_label_skew_with_quantity_shift(metric):
-    """12 digits clients, grouped label skew (Dirichlet sample counts): the updates' cosines find the
-    2 groups after round 1; the trained models' Euclidean distances (the former rule) do not."""
+@pytest.mark.parametrize(
+    "metric, steps, found", [("cosine", 0, True), ("euclidean", 0, False), ("euclidean", 100, True)]
+)
+def test_fesem_automatic_k_on_digits_label_skew_with_quantity_shift(metric, steps, found):
+    """12 digits clients, grouped label skew (Dirichlet sample counts): seeded by a local epoch (``cluster-steps
+    0``, the former seeding) the updates' cosines find the 2 groups after round 1 and the trained models'
+    Euclidean distances (the former rule) do not: a larger client trains more steps and moves further. With
+    ``cluster-steps`` mini-batches (the default) every client trains equally long and both find them."""
     overrides = {"scenario": "label-skew-dirichlet", "num-clients": 12, "samples-per-label": 0, "seed": 1}
     overrides |= {"num-clusters": 0, "fesem-auto-metric": metric, "local-epochs": 1, "lr": 0.01, "eval-every": 1}
-    strategy, _, _ = _run(1, **overrides)
+    strategy, _, _ = _run(1, **overrides, **{"cluster-steps": steps})
     ari = strategy.history[0].ari
-    assert (len(strategy.models), ari) == (2, 1.0) if metric == "cosine" else ari < 0.5
+    assert (len(strategy.models), ari) == (2, 1.0) if found else ari < 0.5
 
 
 def test_automatic_k_on_cosines_keeps_one_cluster_when_no_client_moved(caplog):
@@ -297,3 +301,22 @@ def test_automatic_labels_above_the_sample_join_each_client_by_its_update_direct
     points = origin + rng.uniform(0.5, 3.0, size=(90, 1)) * directions[truth] + 0.02 * rng.standard_normal((90, 12))
     labels = fesem.automatic_labels(points, 6, seed=1, origin=origin, metric="cosine")
     assert adjusted_rand_score(truth, labels) == 1.0
+
+
+@pytest.mark.parametrize("init, steps, seeding", [("clients", 100, 100), ("clients", 0, None), ("random", 100, None)])
+def test_the_seeding_round_trains_cluster_steps_mini_batches_and_later_rounds_the_epochs(init, steps, seeding):
+    """With ``fesem-init clients`` round 1's trained models are the clustering signal: every client
+    trains ``cluster-steps`` mini-batches (clients of any size equally long), as FL+HC's signal does;
+    ``cluster-steps 0`` is the former seeding (local epochs), and the paper's random init has none."""
+    _, grid, _ = _run(2, **{"num-clusters": 2, "fesem-init": init, "cluster-steps": steps})
+    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
+    by_round = {
+        r: [
+            m.content[keys.CONFIG].get(keys.CLUSTER_STEPS)
+            for m in trains
+            if m.content[keys.CONFIG][keys.SERVER_ROUND] == r
+        ]
+        for r in (1, 2)
+    }
+    assert len(by_round[1]) == 6 and set(by_round[1]) == {seeding}
+    assert by_round[2] and set(by_round[2]) == {None}

@@ -1,7 +1,7 @@
 """FL+HC (Briggs, Fan and Andras, "Federated learning with hierarchical clustering of local
 updates to improve training on non-IID data", IJCNN 2020).
 
-``flhc-warmup-rounds`` rounds of FedAvg (automatic by default: none, modified); then, before the
+``flhc-warmup-rounds`` rounds of FedAvg (by default none, modified; the ``paper`` preset: 10); then, before the
 next round, every client trains the global model for ``cluster-steps`` mini-batches and sends its
 update (``query.update``: clustering traffic). With ``cluster-steps`` 0 it trains for
 ``local-epochs`` as Briggs et al. do; then a client with 20 samples takes one step per epoch and
@@ -18,12 +18,10 @@ model has the lowest loss on their train split. The paper's settings: ``--flhc-w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from logging import INFO
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 from flwr.app import ArrayRecord
-from flwr.common import log
 
 from common import keys
 from common.clustering.hierarchical import METRICS
@@ -37,31 +35,25 @@ from .flat import float_size
 from .oneshot import OneShotStrategy, check_cut
 
 
-AUTOMATIC_WARMUP_ROUNDS = 0
-"""FedAvg rounds before clustering when ``flhc-warmup-rounds`` is 0 (modified: none, the clustering
-runs in round 1 on updates of the initial model; the former automatic values, 1 round and before that
-a tenth of ``rounds``, are ``--flhc-warmup-rounds 1`` and ``10``). With the training defaults (lr
-0.01, 5 local epochs) one FedAvg round already fits the global model to some groups more than others,
-so the updates from it shrink unevenly and the Euclidean cut merged Fashion-MNIST groups (dev half:
-ARI 0.44 and 0.79; benchmarks.selection, docs/results/selection.md, session 21)."""
-
-
 @dataclass(frozen=True)
 class FLHCParams:
-    """``warmup_rounds`` >= 0 FedAvg rounds before clustering (0: automatic,
-    :func:`automatic_warmup_rounds`), ``num_clusters`` >= 0 (0 = cut at
-    ``flhc_threshold`` >= 0, a distance between updates), ``flhc_metric`` (Briggs et al. compare
-    euclidean, cityblock and cosine), ``linkage``, ``cluster_steps`` >= 0 mini-batches of training
-    for the clustered update (0: ``local-epochs`` epochs), ``sample_above`` >= 0 (more clients:
-    ``sampled.sampled_cut``; 0: exact); keys ``flhc-*`` but the shared
-    ``num-clusters``, ``linkage`` and ``cluster-steps``.
+    """``warmup_rounds`` >= 0 FedAvg rounds before clustering (0: none, the clustering in round 1),
+    ``num_clusters`` >= 0 (0 = cut at ``flhc_threshold`` >= 0, a distance between updates),
+    ``flhc_metric`` (Briggs et al. compare euclidean, cityblock and cosine), ``linkage``,
+    ``cluster_steps`` >= 0 mini-batches of training for the clustered update (0: ``local-epochs``
+    epochs), ``sample_above`` >= 0 (more clients: ``sampled.sampled_cut``; 0: exact); keys
+    ``flhc-*`` but the shared ``num-clusters``, ``linkage`` and ``cluster-steps``.
     """
 
     key_prefix: ClassVar[str] = "flhc"
+    # Default 0, modified: the clustering runs in round 1 on updates of the initial model. With the training
+    # defaults (lr 0.01, 5 local epochs) one FedAvg round already fits the global model to some groups more than
+    # others, so the updates from it shrink unevenly and the Euclidean cut merged Fashion-MNIST groups (dev half:
+    # ARI 0.44 and 0.79; benchmarks.selection, docs/results/selection.md, session 21).
     warmup_rounds: int = param(
         0,
-        f"FedAvg rounds before clustering; 0 = automatic: {AUTOMATIC_WARMUP_ROUNDS}, the clustering in round 1 "
-        "(modified; the former automatic values were 1 and, before, a tenth of rounds)",
+        "FedAvg rounds before clustering; 0: none, the clustering in round 1 (modified; the paper preset: 10; "
+        "the former defaults were 1 and, before, a tenth of rounds)",
         low=0,
     )
     num_clusters: int = shared()
@@ -87,11 +79,6 @@ class FLHCParams:
         check_cut(self, "FLHC")
 
 
-def automatic_warmup_rounds(rounds: int) -> int:
-    """``AUTOMATIC_WARMUP_ROUNDS``, below ``rounds`` (0 for 1 round)."""
-    return max(min(AUTOMATIC_WARMUP_ROUNDS, rounds - 1), 0)
-
-
 class FLHC(OneShotStrategy):
     """FedAvg warm-up, then one HC of all clients' updates from the global model."""
 
@@ -100,13 +87,6 @@ class FLHC(OneShotStrategy):
     keeps_signals = False  # newcomers join by train loss: the stored updates would be unused
     params_type = FLHCParams
     round_params: ClassVar[dict[str, int]] = {"warmup_rounds": 1}
-
-    def __init__(self, training: Any = None, params: Any = None) -> None:
-        super().__init__(training, params)
-        if self.params.warmup_rounds == 0:
-            auto = automatic_warmup_rounds(self.training.rounds)
-            log(INFO, "FLHC: flhc-warmup-rounds 0 (automatic): %d of %d rounds", auto, self.training.rounds)
-            self.params = replace(self.params, warmup_rounds=auto)
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""

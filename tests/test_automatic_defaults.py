@@ -17,7 +17,7 @@ from strategies.schema import defaults
 from server.experiment import Experiment
 from strategies import REGISTRY
 from strategies.cflgt import CFLGT, CFLGTParams, automatic_pretrain_rounds
-from strategies.flhc import FLHC, FLHCParams, automatic_warmup_rounds
+from strategies.flhc import FLHC, FLHCParams
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 DONE_MEANS = {"rounds": 2, "num-clients": 10, "dataset": "digits"}
@@ -47,7 +47,6 @@ def test_the_main_job_round_values():
 )
 def test_automatic_round_values_leave_rounds_after_them(rounds, pretrain, warmup):
     assert automatic_pretrain_rounds(rounds) == pretrain
-    assert automatic_warmup_rounds(rounds) == warmup
     assert _strategy("cflgt", rounds=rounds).params.pretrain_rounds == pretrain
     assert _strategy("flhc", rounds=rounds).params.warmup_rounds == warmup
 

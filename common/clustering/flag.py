@@ -32,6 +32,7 @@ from .subspaces import (
     REFERENCES_PER_CLUSTER,
     SAMPLE_SIZE,
     angles_between,
+    class_angle_matrices,
     pairwise_subspace_angles,
     place_by_references,
 )
@@ -39,7 +40,6 @@ from .subspaces import (
 ONE_MISSING = 180.0
 ELBOW_TOL = 0.01
 """Validation accuracies within this of the best count as reaching it (noise of a 30-client sample)."""
-BOTH_MISSING = 0.0
 
 
 def class_angles(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int) -> np.ndarray:
@@ -67,14 +67,8 @@ def class_angles(bases: Sequence[Mapping[int, np.ndarray]], num_classes: int) ->
     owner = "class_angles"
     num_classes = check_int(num_classes, "num_classes", owner, low=1)
     _check_bases(bases, num_classes, owner)
-    return np.stack(
-        [
-            pairwise_subspace_angles(
-                [b.get(c) for b in bases], "smallest", one_missing=ONE_MISSING, both_missing=BOTH_MISSING
-            )
-            for c in range(num_classes)
-        ]
-    )
+    matrices = class_angle_matrices(bases, None, "smallest", ONE_MISSING, classes=range(num_classes), owner=owner)
+    return np.stack([angles for angles, _, _ in matrices])
 
 
 def class_weights(

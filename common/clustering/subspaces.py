@@ -7,13 +7,13 @@ apart two clients' data subspaces are by the principal angles between them (the 
 Eq. 3, or their sum, the trace variant), or as the reference code does (the smallest angle
 between any column of one basis and any column of the other), and clusters that matrix
 hierarchically. umbel's default takes the angles class by class instead (:func:`client_distances`
-with :data:`PER_CLASS`). FLAG reuses :func:`pairwise_subspace_angles` class by class (one basis
-per client, ``None`` where a client lacks the class). numpy/scipy only.
+with :data:`PER_CLASS`); FLAG's Eq. 3 takes the same class-by-class matrices
+(:func:`class_angle_matrices`) with other values for a missing class. numpy/scipy only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TypeAlias
 
@@ -453,6 +453,59 @@ def _by_class(clients: Sequence[ClientBases], owner: str) -> list[Mapping[int, n
     return out
 
 
+def class_angle_matrices(
+    first: Sequence[Mapping[int, np.ndarray]],
+    second: Sequence[Mapping[int, np.ndarray]] | None = None,
+    within: str = "mean",
+    one_missing: float = ONE_CLASS_MISSING,
+    *,
+    classes: Iterable[int] | None = None,
+    owner: str = "class_angle_matrices",
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each class (``classes``; default: every class a client holds, ascending), ``(angles, left, right)``.
+
+    ``angles`` (n, m): :func:`subspace_angle` (``within``) between the class bases of a client of
+    ``first`` and one of ``second`` where both hold the class, ``one_missing`` where one does, 0
+    where neither does. ``left`` (n,) and ``right`` (m,), bool: the clients that hold it. With
+    ``second`` None, ``first`` against itself, each pair once (:func:`pairwise_subspace_angles`):
+    symmetric, zero diagonal, ``right`` is ``left``. Errors for ``within`` and ``one_missing`` name ``owner``.
+    """
+    check_choice(within, "within", owner, MEASURES)
+    one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
+    sides = first if second is None else (*first, *second)
+    for c in sorted({int(c) for client in sides for c in client}) if classes is None else classes:
+        left = np.array([c in client for client in first], dtype=bool)
+        if second is None:
+            bases = [client.get(c) for client in first]
+            yield pairwise_subspace_angles(bases, within, one_missing=one_missing, both_missing=0.0), left, left
+            continue
+        right = np.array([c in client for client in second], dtype=bool)
+        block = np.where(left[:, None] | right[None, :], one_missing, 0.0)
+        if left.any() and right.any():
+            block[np.ix_(left, right)] = angles_between(
+                [client[c] for client, has in zip(first, left, strict=True) if has],
+                [client[c] for client, has in zip(second, right, strict=True) if has],
+                within,
+            )
+        yield block, left, right
+
+
+def _mean_class_angles(
+    first: Sequence[Mapping[int, np.ndarray]],
+    second: Sequence[Mapping[int, np.ndarray]] | None,
+    within: str,
+    one_missing: float,
+    owner: str,
+) -> np.ndarray:
+    """The mean of :func:`class_angle_matrices` over the classes either client of a pair holds."""
+    shape = (len(first), len(first if second is None else second))
+    total, union = np.zeros(shape), np.zeros(shape)
+    for angles, left, right in class_angle_matrices(first, second, within, one_missing, owner=owner):
+        total += angles
+        union += left[:, None] | right[None, :]
+    return total / np.maximum(union, 1.0)
+
+
 def pairwise_class_angles(
     clients: Sequence[Mapping[int, np.ndarray]], within: str = "mean", one_missing: float = ONE_CLASS_MISSING
 ) -> np.ndarray:
@@ -476,18 +529,7 @@ def pairwise_class_angles(
     ndarray of shape (N, N), float64
         Symmetric with a zero diagonal; 0 for two clients that hold no class (never both empty in practice).
     """
-    owner = "pairwise_class_angles"
-    check_choice(within, "within", owner, MEASURES)
-    one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
-    n = len(clients)
-    total, union = np.zeros((n, n)), np.zeros((n, n))
-    for c in sorted({int(c) for client in clients for c in client}):
-        held = np.array([c in client for client in clients])
-        total += pairwise_subspace_angles(
-            [client.get(c) for client in clients], within, one_missing=one_missing, both_missing=0.0
-        )
-        union += held[:, None] | held[None, :]
-    out = total / np.maximum(union, 1.0)
+    out = _mean_class_angles(clients, None, within, one_missing, "pairwise_class_angles")
     np.fill_diagonal(out, 0.0)
     return out
 
@@ -499,23 +541,7 @@ def class_angles_between(
     one_missing: float = ONE_CLASS_MISSING,
 ) -> np.ndarray:
     """:func:`pairwise_class_angles` of every client in ``first`` with every client in ``second``, shape (n, m)."""
-    owner = "class_angles_between"
-    check_choice(within, "within", owner, MEASURES)
-    one_missing = check_float(one_missing, "one_missing", owner, low=0.0)
-    total, union = np.zeros((len(first), len(second))), np.zeros((len(first), len(second)))
-    for c in sorted({int(c) for client in (*first, *second) for c in client}):
-        left = np.array([c in client for client in first], dtype=bool)
-        right = np.array([c in client for client in second], dtype=bool)
-        block = np.where(left[:, None] | right[None, :], one_missing, 0.0)
-        if left.any() and right.any():
-            block[np.ix_(left, right)] = angles_between(
-                [client[c] for client, has in zip(first, left, strict=True) if has],
-                [client[c] for client, has in zip(second, right, strict=True) if has],
-                within,
-            )
-        total += block
-        union += left[:, None] | right[None, :]
-    return total / np.maximum(union, 1.0)
+    return _mean_class_angles(first, second, within, one_missing, "class_angles_between")
 
 
 def client_distances(clients: Sequence[ClientBases], measure: str) -> np.ndarray:

@@ -18,22 +18,24 @@ from strategies.cfl_gp import CFLGP, CFLGPParams
 from strategies.cflgt import CFLGT, CFLGTParams, automatic_pretrain_rounds
 from strategies.fedclust import FedClust, FedClustParams
 from strategies.federation import ClientInfo
-from strategies.flhc import FLHC, FLHCParams, automatic_warmup_rounds
+from strategies.flhc import FLHC, FLHCParams
 from strategies.oneshot import OneShotStrategy
 from tests.strategies.test_oneshot import TRUTH, _layers, _offline
 
 
 @pytest.mark.parametrize("rounds", [1, 2, 3, 50])
-def test_flhc_s_automatic_warmup_is_none_whatever_the_run_s_rounds(rounds: int) -> None:
-    assert automatic_warmup_rounds(rounds) == 0
+def test_flhc_s_default_warmup_is_none_whatever_the_run_s_rounds(rounds: int) -> None:
+    s = FLHC(TrainingParams(rounds=rounds), FLHCParams())
+    assert s.params.warmup_rounds == 0 and s.clustering_round() == 1 and s.phase(1) == "cluster"
 
 
-def test_flhc_replaces_only_a_zero_warmup_by_the_automatic_one_and_logs_it(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("INFO"):
-        auto = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=0))
-    assert auto.params.warmup_rounds == 0 and auto.clustering_round() == 1 and auto.phase(1) == "cluster"
-    assert "FLHC: flhc-warmup-rounds 0 (automatic): 0 of 5 rounds" in [r.getMessage() for r in caplog.records]
-    assert FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=3)).clustering_round() == 4
+def test_flhc_keeps_its_warmup_as_given() -> None:
+    none = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=0))
+    assert none.params.warmup_rounds == 0 and none.clustering_round() == 1 and none.phase(1) == "cluster"
+    assert [none.phase(r) for r in range(1, 6)] == ["cluster", "train", "train", "train", "train"]
+    three = FLHC(TrainingParams(rounds=5), FLHCParams(warmup_rounds=3))
+    assert three.params.warmup_rounds == 3 and three.clustering_round() == 4
+    assert [three.phase(r) for r in range(1, 6)] == ["warmup", "warmup", "warmup", "cluster", "train"]
 
 
 def test_flhc_s_phases_are_warmup_cluster_then_train() -> None:

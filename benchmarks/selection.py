@@ -9,8 +9,8 @@ group counts: ``dev`` (groups 3 and 7, seeds 100 and 101), on which defaults may
 What is run, per cell: the project's run-config defaults (``umbel run`` with nothing set but the federation),
 the real client code computing each one-shot algorithm's clustering signal in this process without Flower (as
 ``benchmarks/auto_cut.py``: FedClust's final layer after ``cluster-steps`` mini-batches from the initial
-model, PACFL's class subspaces, FL+HC's update from the global model after its automatic warm-up of FedAvg
-rounds), then the strategy's own server-side step (``fedclust_clusters``, ``pacfl_clusters``,
+model, PACFL's class subspaces, FL+HC's update from the global model after its warm-up of FedAvg
+rounds, none by default), then the strategy's own server-side step (``fedclust_clusters``, ``pacfl_clusters``,
 ``flhc_clusters``) with the default parameters. FeSEM (``--algorithms fesem``): every client's model after
 training the initial model as in its round 1 (``cluster-steps`` mini-batches by default), and its automatic K
 (``automatic_labels``, on the updates' cosines by default, ``fesem-auto-metric``); the E-steps after it are
@@ -60,7 +60,7 @@ from server.experiment import Experiment
 from strategies import CFLGP, CFLGT, FLAG, FLHC, FLIC, PACFL, CFLSattler, FedClust, FeSEM
 from strategies.fedclust import FedClustParams
 from strategies.fesem import FeSEMParams, automatic_labels, flat
-from strategies.flhc import FLHCParams, automatic_warmup_rounds
+from strategies.flhc import FLHCParams
 from strategies.pacfl import PACFLParams
 
 HALVES: dict[str, dict[str, tuple[int, ...]]] = {
@@ -625,8 +625,7 @@ def measure(cell: Cell, algorithms: Sequence[str] = ALGORITHMS) -> list[dict[str
         keep(PACFL.name, found, cut.linkage)
     if FLHC.name in algorithms:
         flhc = params_from_run_config(FLHCParams, rc)
-        warm = flhc.warmup_rounds or automatic_warmup_rounds(int(rc["rounds"]))
-        updates = flhc_updates({**rc, "flhc-warmup-rounds": warm})
+        updates = flhc_updates({**rc, "flhc-warmup-rounds": flhc.warmup_rounds})
         cut = Cut(flhc.flhc_threshold, flhc.num_clusters, flhc.linkage)
         found = flhc_clusters(list(updates), cut, flhc.flhc_metric, cell.seed, flhc.sample_above)
         keep(FLHC.name, found, cut.linkage)

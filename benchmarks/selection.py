@@ -35,6 +35,7 @@ import json
 import shlex
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -489,6 +490,92 @@ def flic_rounds_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]
     ]
 
 
+DURING_FEDERATIONS: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "dev": (
+        ("digits", 2, 10),
+        ("digits", 3, 12),
+        ("tabular", 3, 10),
+        ("tabular", 5, 15),
+        ("fashion-mnist", 2, 10),
+        ("fashion-mnist", 3, 12),
+    ),
+    "held-out": (("digits", 2, 10), ("digits", 5, 15), ("fashion-mnist", 2, 10), ("fashion-mnist", 5, 15)),
+}
+"""Label-group federations (dataset, groups, clients) of ``during_training``. The tabular set is
+scikit-learn's digits as 64 features with the ``dnn`` model, which is what ``digits`` trains too: a
+tabular federation of a digits federation's size would repeat its runs exactly, so the held-out half
+has none."""
+DURING_SEEDS: dict[str, tuple[int, ...]] = {"dev": (100, 101, 102), "held-out": (0, 1, 2)}
+DURING_COLUMNS = ("dataset", "groups", "clients", "seed", "algorithm", "setting", "k-found", "ari")
+
+
+def during_training(
+    half: str, strategies: Sequence[str], settings: Sequence[dict[str, Any]] = ({},)
+) -> list[dict[str, Any]]:
+    """K found and ARI of the algorithms that cluster while training, at the project's defaults.
+
+    Each federation of ``DURING_FEDERATIONS[half]``, seed of ``DURING_SEEDS[half]``, strategy and
+    setting (run-config values over the defaults; ``{}``: the defaults) is one in-process run of the real
+    ClientApp for the default ``rounds`` (evaluated once, at the end), scored against the planted groups
+    of every client.
+    """
+    from client.app import app as client_app
+    from server.inprocess import InProcessGrid
+
+    rows = []
+    for dataset, groups, clients in DURING_FEDERATIONS[half]:
+        for seed in DURING_SEEDS[half]:
+            cell = Cell(half, dataset, "label-groups", groups, clients, seed)
+            for name in strategies:
+                for setting in settings:
+                    rc = {**cell.run_config(), "strategy": name, **setting}
+                    rc["eval-every"] = rc["rounds"]
+                    started = time.perf_counter()
+                    exp = Experiment.from_run_config(rc)
+                    strategy = exp.build_strategy()
+                    strategy.start(
+                        InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients
+                    )
+                    pids = sorted(strategy.assignment)
+                    truth = np.array([strategy.true_group(p) for p in pids])
+                    labels = np.array([strategy.assignment[p] for p in pids])
+                    row = {
+                        **{k: getattr(cell, k) for k in ("half", "dataset", "groups", "clients", "seed")},
+                        "algorithm": name,
+                        "setting": " ".join(f"--{k} {v}" for k, v in setting.items()) or "defaults",
+                        "rounds": rc["rounds"],
+                        "k-found": strategy.num_clusters,
+                        "ari": _ari(truth, labels),
+                        "seconds": round(time.perf_counter() - started, 1),
+                    }
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    return rows
+
+
+def during_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
+    """A summary per algorithm and setting and every run's K found and ARI."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["algorithm"], r["setting"]), []).append(r["ari"])
+    summary = Table(
+        title=f"Clustering while training, {half} half: ARI per algorithm",
+        columns=("algorithm", "setting", "runs", "mean ARI", "min ARI", "runs ARI >= 0.95"),
+        rows=[
+            [a, s, len(v), round(float(np.mean(v)), 3), round(float(np.min(v)), 3), sum(x >= 0.95 for x in v)]
+            for (a, s), v in groups.items()
+        ],
+        notes="In-process runs of the real ClientApp (benchmarks/selection.py, during_training): label groups, "
+        "the project's defaults (100 rounds) but the federation and the setting shown.",
+    )
+    detail = Table(
+        title=f"Clustering while training, {half} half: K found, ARI",
+        columns=DURING_COLUMNS,
+        rows=[[r[k] for k in DURING_COLUMNS] for r in rows],
+    )
+    return [summary, detail]
+
+
 def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """FeSEM's seeding signal with ``fesem-init clients``: every client's model after training the
     initial model as in round 1 (the client's train handler's ``train_as_configured`` on the run's
@@ -724,6 +811,24 @@ def _record_if_asked(args: argparse.Namespace, name: str, tables: list[Table]) -
         _record(name, command=args.measured_by or current_command(), tables=tables, load=args.load or load_average())
 
 
+def _setting(text: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """``key=value,key=value`` as run-config values (each value parsed as TOML, else kept as text)."""
+    if text == "defaults":
+        return {}
+    setting: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(
+                f"The '--setting' parameter must be 'key=value[,key=value]' or 'defaults'. Got {text!r} instead."
+            )
+        try:
+            setting[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            setting[key] = value
+    return setting
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure one half; print the rows, write them (``--out``) and the record (``--record``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -761,7 +866,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--flic-federations", default="", help="with --flic-rounds: indices into FLIC_FEDERATIONS, comma-separated"
     )
+    parser.add_argument(
+        "--during-training",
+        default="",
+        help="comma-separated strategies that cluster while training: in-process runs on DURING_FEDERATIONS of --half",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        help="with --during-training: run-config values over the defaults, 'key=value,key=value' (repeatable; "
+        "'defaults' for none; default: the defaults only)",
+    )
     args = parser.parse_args(argv)
+    if args.during_training:
+        names = args.during_training.split(",")
+        unknown = sorted(set(names) - set(FULL_RUN_STRATEGIES))
+        if unknown:
+            parser.error(
+                f"The '--during-training' parameter must name strategies of {FULL_RUN_STRATEGIES}. "
+                f"Got {unknown} instead."
+            )
+        settings = [_setting(text, parser) for text in args.setting] or [{}]
+        during_rows = _measured(args, lambda: during_training(args.half, names, settings))
+        _record_if_asked(args, f"selection-during-{args.half}", during_tables(during_rows, args.half))
+        return 0
     if args.flic_rounds:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
         chosen = (

@@ -17,9 +17,13 @@ cluster model plus its members' mean update, as in the reference.
 
 eps1 is relative to the update norms by default (modified: the reference's absolute 0.4 / 1.6
 assume its model and learning rate: our DNN at lr 0.001 moves less than 0.55 per round and
-never splits); eps2 stays absolute, 0 (default) disables it. ``cfl-sattler-eps-absolute`` true is the
-paper's criterion: ``||mean update|| < eps1`` and ``max ||update_i|| > eps2``, both absolute
-(the reference code's values are eps1 0.4, eps2 1.6). Positions inside a sub-cluster are mapped
+never splits); eps2 stays absolute, 0 (default) disables it, and ``cfl-sattler-eps2-relative``
+(0.3, modified) asks the largest update to exceed that fraction of the first round's RMS update
+norm: once a cluster holds one group its members fit its model and their updates shrink, and
+without that floor their noise was split until clusters of 2 or 3 clients remained (100 rounds).
+``cfl-sattler-eps-absolute`` true is the paper's criterion: ``||mean update|| < eps1`` and
+``max ||update_i|| > eps2``, both absolute, no relative floor (the reference code's values are
+eps1 0.4, eps2 1.6). Positions inside a sub-cluster are mapped
 back to partition ids (the reference code's pitfall; tested).
 
 Above ``cfl-sattler-sample-above`` members (modified; 0 is the paper's split of all members) a
@@ -94,6 +98,14 @@ class CFLSattlerParams:
         0.5, "split a cluster when ||mean update|| < eps1 x RMS ||update||", low=0.0, closed=(False, True)
     )
     eps2: float = param(0.0, "and its largest update norm exceeds eps2; 0 = off", low=0.0)
+    eps2_relative: float = param(
+        0.3,
+        "with eps-absolute false: and its largest update norm exceeds this fraction of the RMS update norm of the "
+        "run's first round (modified: a cluster whose members all fit its model moves little, one that joins "
+        "groups does not); 0 = off",
+        low=0.0,
+        paper="off: eps2 is absolute",
+    )
     split_after: int = param(20, "no split before this round", low=0)
     sketch_dim: int = shared(low=0)
     eps_absolute: bool = param(
@@ -134,7 +146,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     name = "cfl-sattler"
     queries = (ModelUpdate,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
-        {"_candidates", "_retry", "_stored_clients", "attempts", "norms", "similarity", "splits"}
+        {"_candidates", "_retry", "_stored_clients", "attempts", "first_rms", "norms", "similarity", "splits"}
     )
     params_type = CFLSattlerParams
 
@@ -148,6 +160,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         self.norms: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []
         self.splits: list[dict[str, int]] = []
+        self.first_rms: float | None = None  # the RMS update norm of the first round with updates
         self._candidates: set[int] = set()
         self._retry: dict[int, int] = {}
         self._stored_clients: tuple[bool, frozenset[int] | None] = (False, None)  # (drawn, kept)
@@ -183,6 +196,13 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
             store = self.store_for(int(np.shape(deltas[0])[-1]), self.params.sketch_dim, self.training.seed)
             sketch = scan_sketch(store, self._kept_clients())
             sums = scan_round(pids, deltas, [self.assignment[p] for p in pids], self._store, sketch=sketch)
+            if self.first_rms is None:
+                counts = {k: sums[k].count for k in sums}
+                total = sum(counts.values())
+                self.first_rms = float(np.sqrt(sum(sums[k].norms()[1] ** 2 * counts[k] for k in sums) / total))
+            eps2 = self.params.eps2
+            if not self.params.eps_absolute:
+                eps2 = max(eps2, self.params.eps2_relative * self.first_rms)
             for k in sorted(sums):
                 mean_norm, rms, max_norm = sums[k].norms()
                 ratio = sums[k].ratio()
@@ -206,7 +226,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                     size,
                     server_round,
                     eps1=self.params.eps1,
-                    eps2=self.params.eps2,
+                    eps2=eps2,
                     split_after=self.params.split_after,
                 ) and server_round >= self._retry.get(k, 0):
                     self._candidates.add(k)

@@ -89,6 +89,7 @@ def test_a_strategy_reads_its_prefixed_keys_and_names_them_in_errors():
     assert run_config_keys(CFLSattlerParams) == {
         "eps1": "cfl-sattler-eps1",
         "eps2": "cfl-sattler-eps2",
+        "eps2_relative": "cfl-sattler-eps2-relative",
         "split_after": "cfl-sattler-split-after",
         "sketch_dim": "sketch-dim",
         "eps_absolute": "cfl-sattler-eps-absolute",

@@ -171,3 +171,47 @@ def test_flic_rounds_measured_rows_go_to_out_and_read_back_with_rows_give_the_sa
     assert len(calls) == 1 and [r[0] for r in records] == ["selection-flic-rounds-dev"] * 2
     assert records[1][1]["tables"] == records[0][1]["tables"]
     assert (records[1][1]["load"], records[1][1]["command"]) == ("2", "x")
+
+
+def test_during_training_runs_each_strategy_and_setting_and_scores_every_client(monkeypatch):
+    """One digits federation of 2 planted groups, CFL-GP at 6 rounds (its K after round 3) with and without
+    a setting; the summary counts each setting's runs apart."""
+    import benchmarks.selection as selection
+
+    monkeypatch.setitem(selection.DURING_FEDERATIONS, "dev", (("digits", 2, 10),))
+    monkeypatch.setitem(selection.DURING_SEEDS, "dev", (3,))
+    rows = selection.during_training("dev", ["cfl-gp"], [{"rounds": 6}, {"rounds": 6, "num-clusters": 1}])
+    assert [(r["setting"], r["rounds"], r["k-found"], r["ari"]) for r in rows] == [
+        ("--rounds 6", 6, 2, 1.0),
+        ("--rounds 6 --num-clusters 1", 6, 1, 0.0),
+    ]
+    summary, detail = selection.during_tables(rows, "dev")
+    assert [row[:3] + row[-1:] for row in summary.rows] == [
+        ["cfl-gp", "--rounds 6", 1, 1],
+        ["cfl-gp", "--rounds 6 --num-clusters 1", 1, 0],
+    ]
+    assert len(detail.rows) == 2
+
+
+@pytest.mark.parametrize(
+    "text, setting",
+    [
+        ("defaults", {}),
+        ("cfl-sattler-eps2-relative=0,flic-graph=last", {"cfl-sattler-eps2-relative": 0, "flic-graph": "last"}),
+    ],
+)
+def test_a_setting_reads_toml_values_and_keeps_other_text(text, setting):
+    import argparse
+
+    from benchmarks.selection import _setting
+
+    assert _setting(text, argparse.ArgumentParser()) == setting
+
+
+def test_a_malformed_setting_is_refused_naming_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["--during-training", "cfl-gp", "--setting", "rounds"])
+    assert (
+        "The '--setting' parameter must be 'key=value[,key=value]' or 'defaults'. Got 'rounds'"
+        in capsys.readouterr().err
+    )

@@ -89,6 +89,28 @@ def test_after_train_marks_a_cluster_by_its_relative_ratio_unless_eps_absolute()
     assert (relative._candidates, absolute._candidates) == ({0}, set())
 
 
+@pytest.mark.parametrize(
+    "scale, eps2_relative, eps_absolute, marked",
+    [(1.0, 0.3, False, True), (0.25, 0.3, False, False), (0.35, 0.3, False, True), (0.25, 0.0, False, True)]
+    + [(0.25, 0.3, True, True)],
+)
+def test_a_cluster_is_marked_only_while_its_largest_update_exceeds_eps2_relative_of_the_first_rounds_rms(
+    scale, eps2_relative, eps_absolute, marked
+):
+    """Round 1: two clusters, updates of norms 3, 4 and 12 (RMS over all 3 sampled: sqrt(169 / 3) = 7.5).
+    Round 2: cluster 0's updates cancel (ratio 0) with largest norm ``scale`` x 8; marked when that exceeds
+    eps2-relative x 7.5 (0.3 x 7.5 = 2.25: 8 x 0.25 = 2 is not, 8 x 0.35 = 2.8 is); eps-absolute (the paper's
+    criterion) and eps2-relative 0 have no floor."""
+    s = _sattler([0, 0, 0, 1], split_after=0, eps1=0.5, eps2_relative=eps2_relative, eps_absolute=eps_absolute)
+    s.after_train(1, _updates({0: [3, 0], 1: [0, 4], 3: [12, 0]}))
+    assert s.first_rms == pytest.approx(np.sqrt(169 / 3))
+    s._candidates.clear()
+    big = 8 * scale
+    s.after_train(2, _updates({0: [big, 0], 1: [-big, 0], 2: [0, 0]}))
+    assert s.first_rms == pytest.approx(np.sqrt(169 / 3))  # the first round's, kept
+    assert s._candidates == ({0} if marked else set())
+
+
 @pytest.mark.parametrize("server_round, marked", [(4, False), (5, True)])
 def test_after_train_marks_a_cluster_again_from_its_retry_round(server_round, marked):
     s = _sattler([0, 0, 0], split_after=0, eps1=0.5)

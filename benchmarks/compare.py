@@ -62,6 +62,7 @@ from strategies import (
     Local,
     PACFL,
 )
+from strategies.cfl_sattler import CFLSattlerParams
 from strategies.state import CHECKPOINT_FILE
 
 
@@ -147,8 +148,8 @@ MODIFIED: dict[str, str] = {
     FedClust.name: "automatic cut by silhouette (paper: a fixed lambda; see fedclust-paper)",
     PACFL.name: "mean principal angle, automatic cut (paper Eq. 3: the smallest angle at a fixed threshold; "
     "see pacfl-eq3, pacfl-reference)",
-    CFLSattler.name: "eps1 relative to the RMS update norm, eps2 relative to the first round's (0.3) "
-    "(paper: both absolute; see cfl-sattler-paper)",
+    CFLSattler.name: "eps1 relative to the RMS update norm, eps2 relative to the first round's "
+    f"({CFLSattlerParams().eps2_relative:g}) (paper: both absolute; see cfl-sattler-paper)",
     FLIC.name: "automatic clustering round at a training-loss plateau (paper: a round given by hand)",
     FLAG.name: "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
     "in the sweep (paper: a lightweight one)",

@@ -9,18 +9,19 @@ group counts: ``dev`` (groups 3 and 7, seeds 100 and 101), on which defaults may
 What is run, per cell: the project's run-config defaults (``umbel run`` with nothing set but the federation),
 the real client code computing each one-shot algorithm's clustering signal in this process without Flower (as
 ``benchmarks/auto_cut.py``: FedClust's final layer after ``cluster-steps`` mini-batches from the initial
-model, PACFL's class subspaces, FL+HC's update from the global model after its warm-up of FedAvg
-rounds, none by default), then the strategy's own server-side step (``fedclust_clusters``, ``pacfl_clusters``,
+model, PACFL's class subspaces, FL+HC's update from the global model after its warm-up of FedAvg rounds, none
+by default), then the strategy's own server-side step (``fedclust_clusters``, ``pacfl_clusters``,
 ``flhc_clusters``) with the default parameters. FeSEM (``--algorithms fesem``): every client's model after
 training the initial model as in its round 1 (``cluster-steps`` mini-batches by default), and its automatic K
 (``automatic_labels``, on the updates' cosines by default, ``fesem-auto-metric``); the E-steps after it are
 not run (a client's trained model stays nearest the centre it started from, so the seeding is FeSEM's
 clustering). Only the clustering is scored (ARI against the planted groups), not the accuracy after it.
 Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's CFL) are not in this grid: their
-full runs are too slow for it on a shared 2-core machine. ``--full-runs`` runs them (and the three above) as
-ordinary ``umbel run``s with their defaults on ``FULL_RUN_CELLS``, two small federations none of them was
-tuned on, for ``FULL_RUN_ROUNDS`` rounds (the one value set besides the federation), and reports the final K
-and ARI.
+full runs are too slow for it on a shared 2-core machine. ``--during-training`` runs them in process for the
+default rounds on label groups (``DURING_FEDERATIONS``, halves by seed); ``--full-runs`` runs them (and the
+three above) as ordinary ``umbel run``s with their defaults on ``FULL_RUN_CELLS``, two small federations none
+of them was tuned on, for ``FULL_RUN_ROUNDS`` rounds (the one value set besides the federation), and reports
+the final K and ARI.
 
 Example::
 
@@ -516,8 +517,8 @@ def during_training(
 
     Each federation of ``DURING_FEDERATIONS[half]``, seed of ``DURING_SEEDS[half]``, strategy and
     setting (run-config values over the defaults; ``{}``: the defaults) is one in-process run of the real
-    ClientApp for the default ``rounds`` (evaluated once, at the end), scored against the planted groups
-    of every client.
+    ClientApp for the default ``rounds`` (evaluated only in the final stretch), scored against the planted
+    groups of every client.
     """
     from client.app import app as client_app
     from server.inprocess import InProcessGrid
@@ -566,7 +567,7 @@ def during_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
             for (a, s), v in groups.items()
         ],
         notes="In-process runs of the real ClientApp (benchmarks/selection.py, during_training): label groups, "
-        "the project's defaults (100 rounds) but the federation and the setting shown.",
+        f"the project's defaults ({_rounds(rows)} rounds) but the federation and the setting shown.",
     )
     detail = Table(
         title=f"Clustering while training, {half} half: K found, ARI",
@@ -574,6 +575,11 @@ def during_tables(rows: Sequence[dict[str, Any]], half: str) -> list[Table]:
         rows=[[r[k] for k in DURING_COLUMNS] for r in rows],
     )
     return [summary, detail]
+
+
+def _rounds(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows' run lengths, as text ("100", or "6, 100")."""
+    return ", ".join(str(r) for r in sorted({r["rounds"] for r in rows}))
 
 
 def fesem_models(rc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -812,12 +818,17 @@ def _record_if_asked(args: argparse.Namespace, name: str, tables: list[Table]) -
 
 
 def _setting(text: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """``key=value,key=value`` as run-config values (each value parsed as TOML, else kept as text)."""
+    """``key=value,key=value`` as run-config values (each value parsed as TOML, else kept as text); every
+    key must be a run-config key (``strategies.schema.SCHEMA``), so that a typo is not run as the defaults."""
+    from strategies.schema import SCHEMA
+
     if text == "defaults":
         return {}
     setting: dict[str, Any] = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")
+        if sep and key and key not in SCHEMA:
+            parser.error(f"The '--setting' parameter must name run-config keys. Got {key!r} instead.")
         if not sep or not key:
             parser.error(
                 f"The '--setting' parameter must be 'key=value[,key=value]' or 'defaults'. Got {text!r} instead."
@@ -879,6 +890,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "'defaults' for none; default: the defaults only)",
     )
     args = parser.parse_args(argv)
+    if args.setting and not args.during_training:
+        parser.error("The '--setting' parameter needs --during-training. Got --setting alone instead.")
     if args.during_training:
         names = args.during_training.split(",")
         unknown = sorted(set(names) - set(FULL_RUN_STRATEGIES))

@@ -146,7 +146,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
     name = "cfl-sattler"
     queries = (ModelUpdate,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
-        {"_candidates", "_retry", "_stored_clients", "attempts", "first_rms", "norms", "similarity", "splits"}
+        {"_candidates", "_retry", "_stored_clients", "attempts", "norms", "similarity", "splits"}
     )
     params_type = CFLSattlerParams
 
@@ -160,7 +160,6 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         self.norms: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []
         self.splits: list[dict[str, int]] = []
-        self.first_rms: float | None = None  # the RMS update norm of the first round with updates
         self._candidates: set[int] = set()
         self._retry: dict[int, int] = {}
         self._stored_clients: tuple[bool, frozenset[int] | None] = (False, None)  # (drawn, kept)
@@ -196,13 +195,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
             store = self.store_for(int(np.shape(deltas[0])[-1]), self.params.sketch_dim, self.training.seed)
             sketch = scan_sketch(store, self._kept_clients())
             sums = scan_round(pids, deltas, [self.assignment[p] for p in pids], self._store, sketch=sketch)
-            if self.first_rms is None:
-                counts = {k: sums[k].count for k in sums}
-                total = sum(counts.values())
-                self.first_rms = float(np.sqrt(sum(sums[k].norms()[1] ** 2 * counts[k] for k in sums) / total))
-            eps2 = self.params.eps2
-            if not self.params.eps_absolute:
-                eps2 = max(eps2, self.params.eps2_relative * self.first_rms)
+            marked = []
             for k in sorted(sums):
                 mean_norm, rms, max_norm = sums[k].norms()
                 ratio = sums[k].ratio()
@@ -219,7 +212,9 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                         "ratio": ratio,
                     }
                 )
-                stationary = mean_norm if self.params.eps_absolute else ratio
+                marked.append((k, mean_norm if self.params.eps_absolute else ratio, max_norm, size))
+            eps2 = self.eps2_floor()
+            for k, stationary, max_norm, size in marked:
                 if should_split(
                     stationary,
                     max_norm,
@@ -230,6 +225,22 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
                     split_after=self.params.split_after,
                 ) and server_round >= self._retry.get(k, 0):
                     self._candidates.add(k)
+
+    def first_rms(self) -> float | None:
+        """The RMS update norm of the first round in ``norms``, pooled over its clusters (None before it)."""
+        if not self.norms:
+            return None
+        first = [r for r in self.norms if r["round"] == self.norms[0]["round"]]
+        sampled = sum(r["sampled"] for r in first)
+        return float(np.sqrt(sum(r["rms-norm"] ** 2 * r["sampled"] for r in first) / sampled))
+
+    def eps2_floor(self) -> float:
+        """The largest update norm a split candidate must exceed: ``eps2``, and with eps1 relative also
+        ``eps2-relative`` x ``first_rms``."""
+        first = self.first_rms()
+        if self.params.eps_absolute or first is None:
+            return self.params.eps2
+        return max(self.params.eps2, self.params.eps2_relative * first)
 
     def before_round(self, server_round: int) -> None:
         """Try to bi-partition every cluster marked after the last round."""

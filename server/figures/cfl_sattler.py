@@ -14,7 +14,8 @@ from ..plots import _save
 
 def cfl_sattler_norms(strategy: CFLSattler, folder: Path) -> list[Path]:
     """Write ``cfl-norms.png``: per cluster and round, ``mean_update_ratio`` of its sampled members
-    against eps1 (top) and ``max ||update_i||`` against eps2 (bottom); kept splits (red) and
+    against eps1 (top) and ``max ||update_i||`` against ``eps2_floor`` (bottom: eps2, or eps2-relative x the
+    first round's RMS update norm); kept splits (red) and
     rejected bi-partitions (grey, dotted) as vertical lines in both panels.
     """
     fig = Figure(figsize=(7.0, 6.0))
@@ -27,10 +28,9 @@ def cfl_sattler_norms(strategy: CFLSattler, folder: Path) -> list[Path]:
     top.axhline(
         strategy.params.eps1, color="black", linestyle="--", linewidth=0.8, label=f"eps1 = {strategy.params.eps1:g}"
     )
-    if strategy.params.eps2:
-        bottom.axhline(
-            strategy.params.eps2, color="black", linestyle="--", linewidth=0.8, label=f"eps2 = {strategy.params.eps2:g}"
-        )
+    floor = strategy.eps2_floor()
+    if floor:
+        bottom.axhline(floor, color="black", linestyle="--", linewidth=0.8, label=f"eps2 floor = {floor:.3g}")
     for ax in (top, bottom):
         for i, split in enumerate(strategy.splits):
             ax.axvline(split["round"], color="tab:red", alpha=0.5, label="split" if i == 0 and ax is top else None)
@@ -44,6 +44,6 @@ def cfl_sattler_norms(strategy: CFLSattler, folder: Path) -> list[Path]:
     bottom.set_xlabel("round")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     top.legend(fontsize="x-small", ncol=2, loc="best")
-    if strategy.params.eps2:
+    if floor:
         bottom.legend(fontsize="x-small", loc="upper right")
     return [_save(fig, Path(folder) / "cfl-norms.png", "Sattler's CFL: split criterion per cluster")]

@@ -208,10 +208,15 @@ def test_a_setting_reads_toml_values_and_keeps_other_text(text, setting):
     assert _setting(text, argparse.ArgumentParser()) == setting
 
 
-def test_a_malformed_setting_is_refused_naming_the_flag(capsys):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--during-training", "cfl-gp", "--setting", "rounds"], "must be 'key=value[,key=value]' or 'defaults'"),
+        (["--during-training", "cfl-gp", "--setting", "cfl-satler-eps2=0"], "must name run-config keys"),
+        (["--setting", "rounds=6"], "needs --during-training"),
+    ],
+)
+def test_a_malformed_setting_is_refused_naming_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit):
-        main(["--during-training", "cfl-gp", "--setting", "rounds"])
-    assert (
-        "The '--setting' parameter must be 'key=value[,key=value]' or 'defaults'. Got 'rounds'"
-        in capsys.readouterr().err
-    )
+        main(argv)
+    assert f"The '--setting' parameter {message}" in capsys.readouterr().err

@@ -87,10 +87,16 @@ def test_a_train_message_with_cluster_steps_trains_that_many_mini_batches_not_th
     task = task_from_context(rc, {"partition-id": 0, "num-partitions": 6})
     cfg = content[keys.CONFIG]
     head = "head.weight"
-    by_epochs = train_local(task, initial, cfg)[0].state_dict()[head].numpy().copy()
-    by_steps = train_steps(task, initial, cfg, 3)[0].state_dict()[head].numpy().copy()
-    assert not np.allclose(by_epochs, by_steps)
+    model, epochs_loss = train_local(task, initial, cfg)
+    by_epochs = model.state_dict()[head].numpy().copy()
+    model, steps_loss = train_steps(task, initial, cfg, 3)
+    by_steps = model.state_dict()[head].numpy().copy()
+    assert not np.allclose(by_epochs, by_steps) and steps_loss != epochs_loss
     cfg[keys.CLUSTER_STEPS] = 3
-    np.testing.assert_array_equal(_call("train", content, rc)[keys.ARRAYS][head].numpy(), by_steps)
+    reply = _call("train", content, rc)
+    np.testing.assert_array_equal(reply[keys.ARRAYS][head].numpy(), by_steps)
+    assert reply[keys.METRICS][keys.TRAIN_LOSS] == steps_loss  # the mean loss of the 3 mini-batches
     cfg[keys.CLUSTER_STEPS] = 0
-    np.testing.assert_array_equal(_call("train", content, rc)[keys.ARRAYS][head].numpy(), by_epochs)
+    reply = _call("train", content, rc)
+    np.testing.assert_array_equal(reply[keys.ARRAYS][head].numpy(), by_epochs)
+    assert reply[keys.METRICS][keys.TRAIN_LOSS] == epochs_loss

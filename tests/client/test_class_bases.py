@@ -61,7 +61,7 @@ def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
 def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
     from flwr.app import ConfigRecord, RecordDict
 
-    import client.signals.final_layer as final_layer_module
+    import client.task as task_module
     from client.signals.update import model_update
     from client.task import task_from_context
     from common import keys
@@ -72,13 +72,13 @@ def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
     task = task_from_context(rc, {"partition-id": 1})
     initial = Experiment.from_run_config(rc).initial_model()
     seen = []
-    real_train = final_layer_module.train
+    real_train = task_module.train_model
 
     def counting_train(model, x, y, **kwargs):
         seen.append((len(x), kwargs["batch_size"]))
         return real_train(model, x, y, **kwargs)
 
-    monkeypatch.setattr(final_layer_module, "train", counting_train)
+    monkeypatch.setattr(task_module, "train_model", counting_train)
 
     def update(steps):
         cfg = ConfigRecord(
@@ -94,9 +94,10 @@ def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):
         )
         return model_update(task, RecordDict({keys.ARRAYS: initial, keys.CONFIG: cfg}))["delta"]
 
-    by_steps = update(5)
-    assert seen == [(40, 8)]
+    by_steps = update(3)
+    assert seen == [(24, 8)]
     by_epochs = update(0)
-    assert seen == [(40, 8)]  # epochs go through train_local, not the step sampler
-    np.testing.assert_array_equal(by_steps, update(5))
+    assert len(task.data.y_train) == 40
+    assert seen == [(24, 8), (40, 8)]  # epochs: the train split once, not the step sampler
+    np.testing.assert_array_equal(by_steps, update(3))
     assert np.linalg.norm(by_steps) > 0 and not np.allclose(by_steps, by_epochs)

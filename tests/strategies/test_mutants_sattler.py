@@ -102,13 +102,41 @@ def test_a_cluster_is_marked_only_while_its_largest_update_exceeds_eps2_relative
     eps2-relative x 7.5 (0.3 x 7.5 = 2.25: 8 x 0.25 = 2 is not, 8 x 0.35 = 2.8 is); eps-absolute (the paper's
     criterion) and eps2-relative 0 have no floor."""
     s = _sattler([0, 0, 0, 1], split_after=0, eps1=0.5, eps2_relative=eps2_relative, eps_absolute=eps_absolute)
+    assert s.first_rms() is None and s.eps2_floor() == 0.0
     s.after_train(1, _updates({0: [3, 0], 1: [0, 4], 3: [12, 0]}))
-    assert s.first_rms == pytest.approx(np.sqrt(169 / 3))
+    assert s.first_rms() == pytest.approx(np.sqrt(169 / 3))
     s._candidates.clear()
     big = 8 * scale
     s.after_train(2, _updates({0: [big, 0], 1: [-big, 0], 2: [0, 0]}))
-    assert s.first_rms == pytest.approx(np.sqrt(169 / 3))  # the first round's, kept
+    assert s.first_rms() == pytest.approx(np.sqrt(169 / 3))  # the first round's
     assert s._candidates == ({0} if marked else set())
+
+
+@pytest.mark.parametrize("eps2, marked", [(2.5, False), (1.5, True)])
+def test_the_absolute_eps2_still_bounds_the_largest_update_above_the_relative_floor(eps2, marked):
+    """First round RMS 5 (eps2-relative 0.3: a floor of 1.5); a cluster whose updates cancel at norm 2 is
+    marked under eps2 1.5, not under eps2 2.5: the larger of the two bounds."""
+    s = _sattler([0, 0, 0], split_after=0, eps1=0.5, eps2=eps2, eps2_relative=0.3)
+    s.after_train(1, _updates({0: [3, 4], 1: [0, 5]}))
+    s._candidates.clear()
+    s.after_train(2, _updates({0: [2, 0], 1: [-2, 0], 2: [0, 0]}))
+    assert s.eps2_floor() == max(eps2, 1.5)
+    assert s._candidates == ({0} if marked else set())
+
+
+def test_the_relative_floor_is_read_from_the_saved_norms_so_a_resumed_run_keeps_it():
+    """The first round's RMS comes from ``norms`` (state): a strategy resumed from another's state after
+    round 1 marks exactly what the uninterrupted one marks in round 2."""
+    first = _updates({0: [3, 0], 1: [0, 4], 3: [12, 0]})
+    second = _updates({0: [2, 0], 1: [-2, 0], 2: [0, 0]})
+    straight = _sattler([0, 0, 0, 1], split_after=0, eps1=0.5)
+    straight.after_train(1, first)
+    resumed = _sattler([0, 0, 0, 1], split_after=0, eps1=0.5)
+    resumed.norms = [dict(r) for r in straight.norms]
+    straight._candidates.clear()
+    for s in (straight, resumed):
+        s.after_train(2, second)
+    assert straight._candidates == resumed._candidates == set()  # 2 < 0.3 x 7.5
 
 
 @pytest.mark.parametrize("server_round, marked", [(4, False), (5, True)])

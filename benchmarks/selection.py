@@ -817,6 +817,15 @@ def _record_if_asked(args: argparse.Namespace, name: str, tables: list[Table]) -
         _record(name, command=args.measured_by or current_command(), tables=tables, load=args.load or load_average())
 
 
+def _strategies(text: str, flag: str, parser: argparse.ArgumentParser) -> list[str]:
+    """The comma-separated strategies of ``flag``, each one of ``FULL_RUN_STRATEGIES``."""
+    names = text.split(",")
+    unknown = sorted(set(names) - set(FULL_RUN_STRATEGIES))
+    if unknown:
+        parser.error(f"The '{flag}' parameter must name strategies of {FULL_RUN_STRATEGIES}. Got {unknown} instead.")
+    return names
+
+
 def _setting(text: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     """``key=value,key=value`` as run-config values (each value parsed as TOML, else kept as text); every
     key must be a run-config key (``strategies.schema.SCHEMA``), so that a typo is not run as the defaults."""
@@ -893,13 +902,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.setting and not args.during_training:
         parser.error("The '--setting' parameter needs --during-training. Got --setting alone instead.")
     if args.during_training:
-        names = args.during_training.split(",")
-        unknown = sorted(set(names) - set(FULL_RUN_STRATEGIES))
-        if unknown:
-            parser.error(
-                f"The '--during-training' parameter must name strategies of {FULL_RUN_STRATEGIES}. "
-                f"Got {unknown} instead."
-            )
+        names = _strategies(args.during_training, "--during-training", parser)
         settings = [_setting(text, parser) for text in args.setting] or [{}]
         during_rows = _measured(args, lambda: during_training(args.half, names, settings))
         _record_if_asked(args, f"selection-during-{args.half}", during_tables(during_rows, args.half))
@@ -927,13 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = json.loads(args.rows.read_text())
         else:
             start, _, stop = args.full_cells.partition(":")
-            strategies = args.full_strategies.split(",")
-            unknown = sorted(set(strategies) - set(FULL_RUN_STRATEGIES))
-            if unknown:
-                parser.error(
-                    f"The '--full-strategies' parameter must name strategies of {FULL_RUN_STRATEGIES}. "
-                    f"Got {unknown} instead."
-                )
+            strategies = _strategies(args.full_strategies, "--full-strategies", parser)
             rows = full_runs(args.full_runs, slice(int(start or 0), int(stop) if stop else None), args.out, strategies)
         if args.record:
             columns = ("dataset", "groups", "clients", "seed", "algorithm", "k-found", "ari", "final-accuracy")

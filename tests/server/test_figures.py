@@ -36,6 +36,7 @@ def test_cfl_sattler_norms_draw_each_cluster_its_thresholds_and_splits(tmp_path,
         params=SimpleNamespace(eps1=0.4, eps2=1.5),
         splits=[{"round": 2}],
         attempts=[{"round": 3, "kept": False}, {"round": 2, "kept": True}],
+        eps2_floor=lambda: 1.6,  # above eps2: the relative floor, the bound the split criterion uses
     )
     (path,) = cfl_sattler_norms(strategy, tmp_path)
     assert path.name == "cfl-norms.png" and path.exists()
@@ -48,6 +49,8 @@ def test_cfl_sattler_norms_draw_each_cluster_its_thresholds_and_splits(tmp_path,
     assert list(lines["no separation"].get_xdata()) == [3, 3]
     max_norms = [list(line.get_ydata()) for line in bottom.get_lines()[:2]]
     assert max_norms == [[2.0, 3.0], [1.0]]
+    floor = {line.get_label(): line for line in bottom.get_lines()}["eps2 floor = 1.6"]
+    assert list(floor.get_ydata()) == [1.6, 1.6]
     assert bottom.get_xlabel() == "round" and bottom.get_ylabel() == "max ||update_i||"
 
 

@@ -63,6 +63,7 @@ from strategies import (
     PACFL,
 )
 from strategies.cfl_sattler import CFLSattlerParams
+from strategies.flic import LAST
 from strategies.state import CHECKPOINT_FILE
 
 
@@ -272,7 +273,7 @@ PAPER = Preset(
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
     strategy_args={
-        FLIC.name: ("--flic-cluster-round", "200", "--flic-graph", "last"),
+        FLIC.name: ("--flic-cluster-round", "200", "--flic-graph", LAST),
         FLHC.name: ("--flhc-warmup-rounds", "10", "--flhc-metric", "euclidean"),
         FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
     },

@@ -63,6 +63,7 @@ from strategies import CFLGP, CFLGT, FLAG, FLHC, FLIC, PACFL, CFLSattler, FedClu
 from strategies.fedclust import FedClustParams
 from strategies.fesem import FeSEMParams, automatic_labels, flat
 from strategies.flhc import FLHCParams
+from strategies.flic import LAST
 from strategies.pacfl import PACFLParams
 
 HALVES: dict[str, dict[str, tuple[int, ...]]] = {
@@ -247,7 +248,7 @@ def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str
         for seed in seeds or FLIC_SEEDS[half]:
             cell = Cell(half, dataset, "label-groups", groups, clients, seed)
             rc = {**cell.run_config(), "strategy": FLIC.name, "rounds": FLIC_ROUNDS, "eval-every": 100}
-            rc.update({"flic-graph": "last", "flic-min-updates": 0.0})  # the defaults when session 13 measured it
+            rc.update({"flic-graph": LAST, "flic-min-updates": 0.0})  # the defaults when session 13 measured it
             exp = Experiment.from_run_config(rc)
             strategy = exp.build_strategy()
             strategy.start(InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients)
@@ -345,7 +346,7 @@ def flic_rounds(
     for dataset, groups, clients in federations:
         for seed in seeds or FLIC_SEEDS[half]:
             cell = Cell(half, dataset, "label-groups", groups, clients, seed)
-            rc = {**cell.run_config(), "strategy": FLIC.name, "eval-every": 10_000, "flic-graph": "last"}
+            rc = {**cell.run_config(), "strategy": FLIC.name, "eval-every": 10_000, "flic-graph": LAST}
             rc["flic-cluster-round"] = rc["rounds"]
             exp = Experiment.from_run_config(rc)
             strategy = exp.build_strategy()

@@ -65,7 +65,8 @@ from .replies import TrainUpdate
 from .updates import StoredUpdates
 
 STABLE_PATIENCE = 3
-GRAPHS = ("summed", "last")
+SUMMED, LAST = "summed", "last"
+GRAPHS = (SUMMED, LAST)
 """``flic-graph``: each client's sum of its updates so far, or its latest update (the paper's)."""
 
 
@@ -94,11 +95,11 @@ class FLICParams:
         paper="0: once FedAvg has stabilised",
     )
     graph: str = param(
-        "summed",
+        SUMMED,
         "each client's update in the graph: summed (modified: the sum of its updates so far) or last (its "
         "latest update, the paper's Eq. 7)",
         choices=GRAPHS,
-        paper="last",
+        paper=LAST,
     )
     resolution: float = param(0.0, "Louvain's resolution; 0 = the best silhouette over 0.5..2.0", low=0.0)
     tolerance: float = param(
@@ -343,7 +344,7 @@ class FLIC(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, override]  #
                     [updates[p].delta() for p in part],
                     self.params.sketch_dim,
                     self.training.seed,
-                    summed=self.params.graph == "summed",
+                    summed=self.params.graph == SUMMED,
                 )
         self.train_loss.append(
             float(np.average([updates[p].loss for p in pids], weights=[max(updates[p].num_examples, 1) for p in pids]))

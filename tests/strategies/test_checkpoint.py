@@ -111,3 +111,20 @@ def test_resume_refuses_a_federation_missing_a_checkpointed_partition(tmp_path):
         strategy = REGISTRY["fedavg"](exp.training)
         strategy.resume(load_checkpoint(tmp_path / "checkpoint.npz", "fedavg"))
         strategy.start(InProcessGrid(client_app, rc, 5), exp.initial_model(), expected_clients=5)
+
+
+def test_flics_summed_store_resumes_with_each_clients_sum(tmp_path):
+    """FLIC's default graph sums each client's updates (unit rows and their lengths): after 3 rounds,
+    a checkpoint and 2 more, the store holds the same sums as 5 straight rounds (before any clustering,
+    so a lost length would show here, not only in a later partition)."""
+    from strategies.flic import SUMMED
+
+    settings = {"strategy": "flic", "flic-cluster-round": 6, "fraction": 0.5}
+    straight = _run(REGISTRY["flic"], 5, **settings)
+    _run(REGISTRY["flic"], 3, tmp_path, every=3, **settings)
+    resumed = _run(REGISTRY["flic"], 5, resume=tmp_path / "checkpoint.npz", **settings)
+    assert straight.params.graph == SUMMED and straight.num_clusters == 1
+    a, b = straight.similarity, resumed.similarity
+    assert a is not None and b is not None and a.pids == b.pids and len(a.pids) > 1
+    np.testing.assert_allclose(a.matrix(), b.matrix(), atol=1e-6)
+    np.testing.assert_allclose(a._norms, b._norms, rtol=1e-5)

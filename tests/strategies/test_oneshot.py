@@ -11,7 +11,7 @@ from client.app import app as client_app
 from common import keys
 from common.config import TrainingParams
 from common.signals.final_layer import FinalLayer
-from common.signals.subspaces import ClassSubspaces
+from common.signals.subspaces import ClassSubspaces, basis_name
 from common.signals.update import ModelUpdate
 from server.experiment import Experiment
 from strategies import FLHC, PACFL, FedClust
@@ -237,3 +237,52 @@ def test_pacfl_hands_its_step_the_signals_read_when_indexed(monkeypatch):
     assert isinstance(bases, pacfl_module.ClassBases) and len(bases) == 5 and not isinstance(bases, list)
     assert sorted(bases[3]) == [0, 1] and all(bases[3][c] is signals[3].bases[c] for c in (0, 1))
     assert bases[3][1].dtype == np.float32 and [sorted(b) for b in bases[1:3]] == [[0, 1], [0, 1]]
+
+
+def _pacfl_with_faults(faults=None):
+    rc = small_run_config(strategy="pacfl", rounds=3, **{"late-clients": 0.34, "late-round": 2})
+    exp = Experiment.from_run_config(rc)
+    strategy = exp.build_strategy()
+    grid = InProcessGrid(client_app, rc, rc["num-clients"], faults=faults or {})
+    strategy.start(grid, exp.initial_model(), expected_clients=rc["num-clients"])
+    return strategy
+
+
+@pytest.mark.parametrize("lie", ["every class", "not orthonormal"])
+def test_a_late_pacfl_client_lying_about_its_classes_moves_only_itself(lie, caplog):
+    """A newcomer's subspaces reply claims all 10 classes with random orthonormal bases (a valid
+    reply: it can only move its own distances), or sends bases that are not orthonormal (rejected
+    for that client, which waits in the largest cluster): every other client's cluster is the
+    honest run's, and every cluster model stays finite."""
+    honest = _pacfl_with_faults()
+    late = sorted(set(honest.assignment) - set(honest.distance_pids))
+    assert late and _ari(honest) == 1.0
+    liar = late[0]
+    action = keys.query_type(keys.SUBSPACES_ACTION)
+
+    lies = []
+
+    def lying(reply, server_round):
+        if reply.metadata.message_type == action and reply.has_content():
+            lies.append(server_round)
+            sent = reply.content[keys.SIGNAL]
+            dim = next(a.numpy().shape[0] for name, a in sent.items() if name != "classes")
+            rng = np.random.default_rng(server_round)
+            arrays = {"classes": Array(np.arange(10, dtype=np.int64))}
+            for c in range(10):
+                basis = np.linalg.qr(rng.standard_normal((dim, 2)))[0]
+                arrays[basis_name(c)] = Array((basis if lie == "every class" else 2.0 * basis).astype(np.float32))
+            reply.content[keys.SIGNAL] = ArrayRecord(arrays)
+        return reply
+
+    with caplog.at_level("WARNING"):
+        lied = _pacfl_with_faults({liar: lying})
+    assert lies  # the newcomer's query came and was answered with the lie
+    others = sorted(set(honest.assignment) - {liar})
+    assert {p: lied.assignment[p] for p in others} == {p: honest.assignment[p] for p in others}
+    assert liar in lied.assignment
+    assert all(np.isfinite(a.numpy()).all() for m in lied.models for a in m.values())
+    said = [r.getMessage() for r in caplog.records if f"client {liar}" in r.getMessage()]
+    rejected = any("reply rejected" in m and "not orthonormal" in m for m in said)
+    waits = any("trains with the largest cluster" in m for m in said)
+    assert rejected == waits == (lie == "not orthonormal")

@@ -320,3 +320,33 @@ def test_the_seeding_round_trains_cluster_steps_mini_batches_and_later_rounds_th
     }
     assert len(by_round[1]) == 6 and set(by_round[1]) == {seeding}
     assert by_round[2] and set(by_round[2]) == {None}
+
+
+def test_a_seeding_round_without_replies_is_repeated_with_cluster_steps():
+    """Every round-1 train reply is malformed (rejected): FeSEM is not seeded, so round 2 asks every
+    client again with ``cluster-steps`` and seeds from its replies; round 3 trains the local epochs."""
+    from flwr.app import Array
+
+    def broken_in_round_1(reply: Message, server_round: int) -> Message:
+        if reply.metadata.message_type == "train" and server_round == 1:
+            arrays = reply.content[keys.ARRAYS]
+            name = next(iter(arrays))
+            bad = arrays[name].numpy().copy()
+            bad.flat[0] = np.nan
+            arrays[name] = Array(bad)
+        return reply
+
+    strategy, grid, _ = _run(
+        3, grid_kwargs={"faults": dict.fromkeys(range(6), broken_in_round_1)}, **{"num-clusters": 2}
+    )
+    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
+    steps = {
+        r: {
+            m.content[keys.CONFIG].get(keys.CLUSTER_STEPS)
+            for m in trains
+            if m.content[keys.CONFIG][keys.SERVER_ROUND] == r
+        }
+        for r in (1, 2, 3)
+    }
+    assert steps == {1: {100}, 2: {100}, 3: {None}}
+    assert strategy.history[0].rejected == 6 and strategy.seeded and len(strategy.models) == 2

@@ -84,22 +84,36 @@ def test_from_flat_round_trips_a_model_in_its_dtypes():
         from_flat(model, vector[:-1])
 
 
-def _corrupt(reply: Message, server_round: int) -> Message:
-    if reply.metadata.message_type == "train" and server_round == 2:
-        arrays = reply.content[keys.ARRAYS]
-        name = next(iter(arrays))
-        bad = arrays[name].numpy().copy()
-        bad.flat[0] = np.nan
-        from flwr.app import Array
+def _nan_in_round(bad_round: int):
+    """A fault: the train reply of ``bad_round`` carries a NaN (the reply checks reject it)."""
 
-        arrays[name] = Array(bad)
-    return reply
+    def fault(reply: Message, server_round: int) -> Message:
+        if reply.metadata.message_type == "train" and server_round == bad_round:
+            from flwr.app import Array
+
+            arrays = reply.content[keys.ARRAYS]
+            name = next(iter(arrays))
+            bad = arrays[name].numpy().copy()
+            bad.flat[0] = np.nan
+            arrays[name] = Array(bad)
+        return reply
+
+    return fault
+
+
+def _cluster_steps(grid, server_round: int) -> list:
+    """``cluster-steps`` of each train message of ``server_round`` the grid sent (None where absent)."""
+    return [
+        m.content[keys.CONFIG].get(keys.CLUSTER_STEPS)
+        for m in grid.sent
+        if m.metadata.message_type == "train" and m.content[keys.CONFIG][keys.SERVER_ROUND] == server_round
+    ]
 
 
 @pytest.mark.slow
 def test_a_malformed_reply_is_rejected_for_that_client_only_and_moves_no_centre(caplog):
     with caplog.at_level(logging.WARNING):
-        strategy, _, _ = _run(2, grid_kwargs={"faults": {0: _corrupt}}, **{"num-clusters": 2})
+        strategy, _, _ = _run(2, grid_kwargs={"faults": {0: _nan_in_round(2)}}, **{"num-clusters": 2})
     assert "client 0 reply rejected" in caplog.text
     assert strategy.history[1].rejected == 1
     assert np.isfinite(_models(strategy)).all()
@@ -309,15 +323,7 @@ def test_the_seeding_round_trains_cluster_steps_mini_batches_and_later_rounds_th
     trains ``cluster-steps`` mini-batches (clients of any size equally long), as FL+HC's signal does;
     ``cluster-steps 0`` is the former seeding (local epochs), and the paper's random init has none."""
     _, grid, _ = _run(2, **{"num-clusters": 2, "fesem-init": init, "cluster-steps": steps})
-    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
-    by_round = {
-        r: [
-            m.content[keys.CONFIG].get(keys.CLUSTER_STEPS)
-            for m in trains
-            if m.content[keys.CONFIG][keys.SERVER_ROUND] == r
-        ]
-        for r in (1, 2)
-    }
+    by_round = {r: _cluster_steps(grid, r) for r in (1, 2)}
     assert len(by_round[1]) == 6 and set(by_round[1]) == {seeding}
     assert by_round[2] and set(by_round[2]) == {None}
 
@@ -325,28 +331,8 @@ def test_the_seeding_round_trains_cluster_steps_mini_batches_and_later_rounds_th
 def test_a_seeding_round_without_replies_is_repeated_with_cluster_steps():
     """Every round-1 train reply is malformed (rejected): FeSEM is not seeded, so round 2 asks every
     client again with ``cluster-steps`` and seeds from its replies; round 3 trains the local epochs."""
-    from flwr.app import Array
-
-    def broken_in_round_1(reply: Message, server_round: int) -> Message:
-        if reply.metadata.message_type == "train" and server_round == 1:
-            arrays = reply.content[keys.ARRAYS]
-            name = next(iter(arrays))
-            bad = arrays[name].numpy().copy()
-            bad.flat[0] = np.nan
-            arrays[name] = Array(bad)
-        return reply
-
-    strategy, grid, _ = _run(
-        3, grid_kwargs={"faults": dict.fromkeys(range(6), broken_in_round_1)}, **{"num-clusters": 2}
-    )
-    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
-    steps = {
-        r: {
-            m.content[keys.CONFIG].get(keys.CLUSTER_STEPS)
-            for m in trains
-            if m.content[keys.CONFIG][keys.SERVER_ROUND] == r
-        }
-        for r in (1, 2, 3)
-    }
+    faults = dict.fromkeys(range(6), _nan_in_round(1))
+    strategy, grid, _ = _run(3, grid_kwargs={"faults": faults}, **{"num-clusters": 2})
+    steps = {r: set(_cluster_steps(grid, r)) for r in (1, 2, 3)}
     assert steps == {1: {100}, 2: {100}, 3: {None}}
     assert strategy.history[0].rejected == 6 and strategy.seeded and len(strategy.models) == 2

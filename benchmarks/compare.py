@@ -147,11 +147,14 @@ cut at a fixed threshold but publish no value for these data: 1.0 and 30 degrees
 
 MODIFIED: dict[str, str] = {
     FedClust.name: "automatic cut by silhouette (paper: a fixed lambda; see fedclust-paper)",
-    PACFL.name: "mean principal angle, automatic cut (paper Eq. 3: the smallest angle at a fixed threshold; "
-    "see pacfl-eq3, pacfl-reference)",
+    PACFL.name: "principal angles class by class (90 for a class one client lacks), automatic cut (paper Eq. 3: "
+    "the smallest angle of the stacked bases at a fixed threshold; see pacfl-eq3, pacfl-reference)",
+    FLHC.name: "cosine of the updates in round 1, automatic cut (paper: Euclidean after a FedAvg warm-up, "
+    "K given; see the paper preset)",
     CFLSattler.name: "eps1 relative to the RMS update norm, eps2 relative to the first round's "
     f"({CFLSattlerParams().eps2_relative:g}) (paper: both absolute; see cfl-sattler-paper)",
-    FLIC.name: "automatic clustering round at a training-loss plateau (paper: a round given by hand)",
+    FLIC.name: "automatic clustering round at a training-loss plateau after 5 updates a client, on each "
+    "client's summed updates (paper: a round given by hand, the latest update)",
     FLAG.name: "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
     "in the sweep (paper: a lightweight one)",
 }

@@ -179,7 +179,7 @@ def test_markdown_labels_modified_defaults():
     }
     text = compare.markdown([{**row, "strategy": "pacfl"}, {**row, "strategy": "pacfl-eq3"}], compare.PAPER)
     assert "| pacfl (modified) |" in text and "| pacfl-eq3 |" in text
-    assert "(modified) pacfl: mean principal angle" in text
+    assert "(modified) pacfl: principal angles class by class" in text
 
 
 def test_paper_preset_gives_cflgt_its_own_schedule_only_in_its_own_papers_scenarios():

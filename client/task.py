@@ -132,12 +132,14 @@ def train_steps(
 
 
 def train_as_configured(
-    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object]
+    task: ClientTask, arrays: ArrayRecord, cfg: Mapping[str, object], epochs_key: str = keys.LOCAL_EPOCHS
 ) -> tuple[torch.nn.Module, float]:
     """``cluster-steps`` mini-batches when ``cfg`` holds it > 0 (a clustering signal's training),
-    else ``local-epochs`` epochs (``train_local``)."""
+    else as many epochs as ``cfg[epochs_key]`` says (``train_local``)."""
     steps = read_int(cfg, keys.CLUSTER_STEPS, SERVER_CONFIG, default=0)
-    return train_steps(task, arrays, cfg, steps) if steps > 0 else train_local(task, arrays, cfg)
+    if steps > 0:
+        return train_steps(task, arrays, cfg, steps)
+    return train_local(task, arrays, cfg, epochs=read_int(cfg, epochs_key, SERVER_CONFIG))
 
 
 def task_from_context(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> ClientTask:

@@ -7,26 +7,20 @@ sizes train equally long ("a few local iterations", FedClust Sec. 3.4).
 
 from __future__ import annotations
 
-
 import numpy as np
 from flwr.app import RecordDict
 
 from common import keys
-from common.records import read_int
 from common.signals.final_layer import FinalLayer
 
-from ..task import SERVER_CONFIG, ClientTask, train_local, train_steps
+from ..task import ClientTask, train_as_configured
 from .messages import models_in
 
 
 def final_layer(task: ClientTask, content: RecordDict) -> dict[str, np.ndarray]:
     """FedClust's signal: the weight and bias of the model's head after local training."""
     cfg = content.config_records[keys.CONFIG]
-    steps = read_int(cfg, keys.CLUSTER_STEPS, SERVER_CONFIG, default=0)
-    if steps > 0:
-        train_steps(task, models_in(content)[0], cfg, steps)
-    else:
-        train_local(task, models_in(content)[0], cfg, epochs=read_int(cfg, keys.CLUSTER_EPOCHS, SERVER_CONFIG))
+    train_as_configured(task, models_in(content)[0], cfg, epochs_key=keys.CLUSTER_EPOCHS)
     # The task's one reused module was trained: its head is the one found once.
     head = task.head(f"{keys.query_type(keys.FINAL_LAYER_ACTION)} (final-layer weights)").module
     # Copies: the module is reused by the next message, and numpy views would follow it.

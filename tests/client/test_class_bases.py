@@ -56,6 +56,14 @@ def test_final_layer_query_trains_by_steps_or_epochs_reproducibly():
     np.testing.assert_array_equal(by_steps["weight"], head(3)["weight"])
     assert not np.allclose(by_steps["weight"], by_epoch["weight"])
     assert not np.allclose(by_steps["weight"], initial["head.weight"].numpy())
+    # epochs: cluster-epochs (1), not the local epochs (2) the same config holds
+    from client.task import train_local
+
+    cfg = ConfigRecord({keys.SERVER_ROUND: 1, keys.BATCH_SIZE: 8, keys.LR: 0.05, keys.MOMENTUM: 0.0})
+    cfg[keys.WEIGHT_DECAY] = 0.0
+    one, two = (train_local(task, initial, cfg, epochs=e)[0].state_dict()["head.weight"].numpy().copy() for e in (1, 2))
+    assert not np.allclose(one, two)
+    np.testing.assert_array_equal(by_epoch["weight"], one)
 
 
 def test_update_query_trains_exactly_cluster_steps_minibatches(monkeypatch):

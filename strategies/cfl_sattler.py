@@ -20,7 +20,7 @@ assume its model and learning rate: our DNN at lr 0.001 moves less than 0.55 per
 never splits); eps2 stays absolute, 0 (default) disables it, and ``cfl-sattler-eps2-relative``
 (0.3, modified) asks the largest update to exceed that fraction of the first round's RMS update
 norm: once a cluster holds one group its members fit its model and their updates shrink, and
-without that floor their noise was split until clusters of 2 or 3 clients remained (100 rounds).
+without that floor their noise was split until clusters of a few clients remained (100 rounds).
 ``cfl-sattler-eps-absolute`` true is the paper's criterion: ``||mean update|| < eps1`` and
 ``max ||update_i|| > eps2``, both absolute, no relative floor (the reference code's values are
 eps1 0.4, eps2 1.6). Positions inside a sub-cluster are mapped
@@ -45,6 +45,7 @@ kept): sketching all of them was most of the server's work at 100,000 clients.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import takewhile
 from logging import INFO, WARNING
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -230,7 +231,7 @@ class CFLSattler(StoredUpdates, ClusteredStrategy):  # type: ignore[misc, overri
         """The RMS update norm of the first round in ``norms``, pooled over its clusters (None before it)."""
         if not self.norms:
             return None
-        first = [r for r in self.norms if r["round"] == self.norms[0]["round"]]
+        first = list(takewhile(lambda r: r["round"] == self.norms[0]["round"], self.norms))  # rows in round order
         sampled = sum(r["sampled"] for r in first)
         return float(np.sqrt(sum(r["rms-norm"] ** 2 * r["sampled"] for r in first) / sampled))
 

@@ -52,15 +52,11 @@ def federation(name: str) -> dict[str, Any]:
 
 def run(strategy: str, settings: dict[str, Any], fed: dict[str, Any], seed: int) -> dict[str, Any]:
     """One in-process run; its final accuracy, judged losses and warning."""
-    from client.app import app as client_app
-    from server.experiment import Experiment
-    from server.inprocess import InProcessGrid
+    from server.inprocess import run_in_process
 
     rc = load_defaults(PROJECT_ROOT)
     rc.update({"strategy": strategy, "seed": seed, **SETTINGS, **settings, **fed})
-    exp = Experiment.from_run_config(rc)
-    s = exp.build_strategy()
-    s.start(InProcessGrid(client_app, rc, rc["num-clients"]), exp.initial_model(), expected_clients=rc["num-clients"])
+    s = run_in_process(rc)
     evaluated = [r for r in s.history if r.accuracy is not None]
     check = s.learning
     return {

@@ -239,9 +239,8 @@ def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str
     update-similarity graph it clustered (the clients sampled before the clustering round) is
     clustered again by each rule and scored against the planted groups of those clients.
     """
-    from client.app import app as client_app
     from common.clustering.flic import flic_clusters
-    from server.inprocess import InProcessGrid
+    from server.inprocess import run_in_process
 
     rows = []
     for dataset, groups, clients in FLIC_FEDERATIONS:
@@ -249,9 +248,7 @@ def flic_louvain(half: str, seeds: Sequence[int] | None = None) -> list[dict[str
             cell = Cell(half, dataset, "label-groups", groups, clients, seed)
             rc = {**cell.run_config(), "strategy": FLIC.name, "rounds": FLIC_ROUNDS, "eval-every": 100}
             rc.update({"flic-graph": LAST, "flic-min-updates": 0.0})  # the defaults when session 13 measured it
-            exp = Experiment.from_run_config(rc)
-            strategy = exp.build_strategy()
-            strategy.start(InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients)
+            strategy = run_in_process(rc)
             assert isinstance(strategy, FLIC) and strategy.clustering_similarity is not None
             pids, graph = strategy.clustering_similarity
             truth = np.array([strategy.true_group(p) for p in pids])
@@ -521,8 +518,7 @@ def during_training(
     ClientApp for the default ``rounds`` (evaluated only in the final stretch), scored against the planted
     groups of every client.
     """
-    from client.app import app as client_app
-    from server.inprocess import InProcessGrid
+    from server.inprocess import run_in_process
 
     rows = []
     for dataset, groups, clients in DURING_FEDERATIONS[half]:
@@ -533,11 +529,7 @@ def during_training(
                     rc = {**cell.run_config(), "strategy": name, **setting}
                     rc["eval-every"] = rc["rounds"]
                     started = time.perf_counter()
-                    exp = Experiment.from_run_config(rc)
-                    strategy = exp.build_strategy()
-                    strategy.start(
-                        InProcessGrid(client_app, rc, clients), exp.initial_model(), expected_clients=clients
-                    )
+                    strategy = run_in_process(rc)
                     pids = sorted(strategy.assignment)
                     truth = np.array([strategy.true_group(p) for p in pids])
                     labels = np.array([strategy.assignment[p] for p in pids])

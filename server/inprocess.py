@@ -117,3 +117,20 @@ class InProcessGrid:
         pulled = [r for r in self._waiting if r.metadata.reply_to_message_id in wanted]
         self._waiting = [r for r in self._waiting if r.metadata.reply_to_message_id not in wanted]
         return pulled
+
+
+def run_in_process(run_config: Mapping[str, Any], prepare: Callable[[Any], None] | None = None) -> Any:
+    """A whole run of ``run_config`` on an :class:`InProcessGrid` of the real ClientApp: its strategy
+    built as ``umbel run`` builds it (``prepare(strategy)``, when given, before the start), run for its
+    rounds and returned."""
+    from client.app import app as client_app
+
+    from .experiment import Experiment
+
+    exp = Experiment.from_run_config(dict(run_config))
+    strategy = exp.build_strategy()
+    if prepare is not None:
+        prepare(strategy)
+    clients = int(run_config["num-clients"])
+    strategy.start(InProcessGrid(client_app, run_config, clients), exp.initial_model(), expected_clients=clients)
+    return strategy

@@ -17,7 +17,6 @@ import torch
 from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score
 
-from client.app import app as client_app
 from common.clustering.flag import choose_threshold
 from common.clustering.flic import flic_clusters
 from common.clustering.oneshot import Cut, fedclust_clusters
@@ -25,8 +24,7 @@ from common.clustering.spectral import estimate_num_clusters, spectral_clusterin
 from common.clustering.trajectories import cluster_trajectories
 from benchmarks.selection import FULL_RUN_ROUNDS
 from server.cli import PROJECT_ROOT, load_defaults
-from server.experiment import Experiment
-from server.inprocess import InProcessGrid
+from server.inprocess import run_in_process
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +45,7 @@ def _federation(name, tabular):
 def _run(**overrides):
     rc = load_defaults(PROJECT_ROOT)
     rc.update({"seed": 3, "eval-every": 100, **overrides})
-    exp = Experiment.from_run_config(rc)
-    strategy = exp.build_strategy()
-    strategy.start(
-        InProcessGrid(client_app, rc, rc["num-clients"]), exp.initial_model(), expected_clients=rc["num-clients"]
-    )
+    strategy = run_in_process(rc)
     pids = sorted(strategy.assignment)
     truth = [strategy.true_group(p) for p in pids]
     return strategy, adjusted_rand_score(truth, [strategy.assignment[p] for p in pids]), len(set(truth))

@@ -41,14 +41,11 @@ def test_the_main_job_round_values():
     assert _strategy("flhc").clustering_round() == 1
 
 
-@pytest.mark.parametrize(
-    "rounds, pretrain, warmup",
-    [(1, 0, 0), (2, 1, 0), (3, 1, 0), (4, 1, 0), (8, 2, 0), (20, 5, 0), (30, 7, 0), (125, 31, 0)],
-)
-def test_automatic_round_values_leave_rounds_after_them(rounds, pretrain, warmup):
+@pytest.mark.parametrize("rounds, pretrain", [(1, 0), (2, 1), (3, 1), (4, 1), (8, 2), (20, 5), (30, 7), (125, 31)])
+def test_automatic_round_values_leave_rounds_after_them(rounds, pretrain):
     assert automatic_pretrain_rounds(rounds) == pretrain
     assert _strategy("cflgt", rounds=rounds).params.pretrain_rounds == pretrain
-    assert _strategy("flhc", rounds=rounds).params.warmup_rounds == warmup
+    assert _strategy("flhc", rounds=rounds).params.warmup_rounds == 0  # no warm-up, whatever the run's length
 
 
 def test_explicit_round_values_are_kept_and_still_checked():

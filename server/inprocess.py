@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 SERVER_NODE_ID = 1
@@ -132,5 +133,6 @@ def run_in_process(run_config: Mapping[str, Any], prepare: Callable[[Any], None]
     if prepare is not None:
         prepare(strategy)
     clients = int(run_config["num-clients"])
-    strategy.start(InProcessGrid(client_app, run_config, clients), exp.initial_model(), expected_clients=clients)
+    grid = cast(Grid, InProcessGrid(client_app, run_config, clients))  # a Grid in all but its base class
+    strategy.start(grid, exp.initial_model(), expected_clients=clients)
     return strategy

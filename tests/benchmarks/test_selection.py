@@ -173,6 +173,22 @@ def test_flic_rounds_measured_rows_go_to_out_and_read_back_with_rows_give_the_sa
     assert (records[1][1]["load"], records[1][1]["command"]) == ("2", "x")
 
 
+def test_halves_share_no_seed_and_no_group_count():
+    """Defaults are chosen on the dev half and reported on the held-out half: the two may share no seed and
+    no group count, in the one-shot grid and in the runs that cluster while training alike; and no tabular
+    federation repeats a digits one (the same features and model: the same runs)."""
+    import benchmarks.selection as selection
+
+    dev, held = selection.HALVES["dev"], selection.HALVES["held-out"]
+    assert not set(dev["groups"]) & set(held["groups"]) and not set(dev["seeds"]) & set(held["seeds"])
+    assert not set(selection.DURING_SEEDS["dev"]) & set(selection.DURING_SEEDS["held-out"])
+    for half in ("dev", "held-out"):
+        federations = selection.DURING_FEDERATIONS[half]
+        assert {g for _, g, _ in federations} == set(selection.HALVES[half]["groups"]), half
+        digits = {(g, n) for d, g, n in federations if d == "digits"}
+        assert not digits & {(g, n) for d, g, n in federations if d == "tabular"}, half
+
+
 def test_during_training_runs_each_strategy_and_setting_and_scores_every_client(monkeypatch):
     """One digits federation of 2 planted groups, CFL-GP at 6 rounds (its K after round 3) with and without
     a setting; the summary counts each setting's runs apart."""

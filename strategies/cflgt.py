@@ -26,11 +26,14 @@ from common import keys
 from common.clustering.trajectories import (
     MEDIAN,
     AP_MAX_POINTS,
+    POINTS,
+    SHARES,
     cluster_trajectories,
     coefficient_of_variation,
     hopkins_statistic,
     nearest_exemplar,
     trajectories_from_forces,
+    trajectory_points,
 )
 from common.params import check_params, param
 from common.config import TrainingParams
@@ -47,7 +50,9 @@ class CFLGTParams:
     """``pretrain_rounds`` >= 0 FedAvg rounds (0: automatic, :func:`automatic_pretrain_rounds`;
     paper: 25 of 100); AP ``damping`` in [0.5, 1); ``ap_sample`` >= 0 trajectories AP runs on
     (a seeded sample when more clients answer, the others joining their nearest exemplar; 0: every
-    client, the paper's rule; default 200, modified); keys ``cflgt-*``.
+    client, the paper's rule; default 200, modified); ``points`` what AP and the nearest-exemplar rule
+    compare (``"shares"``: :func:`~common.clustering.trajectories.share_points`, modified; ``"raw"``: the
+    forces as sent, the paper's); keys ``cflgt-*``.
 
     ``preference`` is AP's self-similarity: a float, or ``"median"`` (the default, the median
     of the similarities, as scikit-learn's default). A string holding a number (what the
@@ -74,6 +79,14 @@ class CFLGTParams:
         "nearest exemplar; 0 = every client (the paper's rule; more clusters as clients grow)",
         low=0,
         paper="every client (200 is modified)",
+    )
+    points: str = param(
+        SHARES,
+        "what affinity propagation compares: 'shares' = square roots of each client's pull and push shares over "
+        "the classes (modified: the forces' size, how well the pre-trained model fits the client, no longer "
+        "drowns which classes carry them); 'raw' = the forces as sent (the paper's)",
+        choices=POINTS,
+        paper="raw (shares is modified)",
     )
 
     def __post_init__(self) -> None:
@@ -131,7 +144,8 @@ class CFLGT(ClusteredStrategy):
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
-        return "trajectory distance (mean point-wise L2)"
+        what = "square roots of the force shares" if self.params.points == SHARES else "forces"
+        return f"trajectory distance (mean point-wise L2 of the {what})"
 
     def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
         super().__init__(training, params)
@@ -204,7 +218,7 @@ class CFLGT(ClusteredStrategy):
         with self.clustering_timer():
             points = np.stack([self.trajectories[p] for p in pids])
             found = cluster_trajectories(
-                points,
+                trajectory_points(points, self.params.points),
                 damping=self.params.damping,
                 preference=self.params.preference,
                 seed=self.training.seed,
@@ -260,7 +274,10 @@ class CFLGT(ClusteredStrategy):
         self.trajectories.update(got)
         if got:
             found = sorted(got)
-            labels = nearest_exemplar(np.stack([got[p] for p in found]), self.exemplars)
+            labels = nearest_exemplar(
+                trajectory_points(np.stack([got[p] for p in found]), self.params.points),
+                trajectory_points(self.exemplars, self.params.points),
+            )
             self.assignment.update({pid: int(k) for pid, k in zip(found, labels, strict=True)})
             self.pending -= set(found)
             log(

@@ -22,9 +22,14 @@ from scipy.spatial.distance import cdist
 from sklearn.cluster import AffinityPropagation
 from sklearn.exceptions import ConvergenceWarning
 
-from common.validation import check_float, check_int
+from common.validation import check_choice, check_float, check_int
 
 MEDIAN = "median"
+SHARES = "shares"
+RAW = "raw"
+POINTS = (SHARES, RAW)
+"""What AP compares: ``"shares"``, :func:`share_points` of the forces (umbel's default, modified), or
+``"raw"``, the forces as the clients sent them (the paper's)."""
 
 
 def trajectories_from_forces(pull: np.ndarray, push: np.ndarray) -> np.ndarray:
@@ -64,6 +69,52 @@ def _check_trajectories(trajectories: Any, name: str, owner: str) -> np.ndarray:
             f"with C >= 1. Got shape {arr.shape} instead."
         )
     return arr
+
+
+def share_points(trajectories: np.ndarray) -> np.ndarray:
+    """Square roots of each client's pull and push shares over its classes (scale-free trajectories).
+
+    A force is a sum over the client's samples of ``(1 - P) v`` or ``P v``: on a pre-trained model that
+    already fits most samples it is carried by the few it does not, and its size (how well the shared
+    model happens to fit this client) drowns which classes carry it (the label distribution the
+    trajectory is meant to show, CFLGT Sec. III-C). Dividing each client's pull by its total pull (and
+    push by its total push) removes the size; the square root is the Hellinger embedding of the shares,
+    under which a class a client lacks stays far from one it holds however small the share.
+
+    Parameters
+    ----------
+    trajectories : np.ndarray of shape (N, C, 2)
+        Forces: non-negative behind a ReLU or sigmoid (Sec. III-B); a head fed unbounded features
+        (``linear``) gives signed ones, whose signs are kept.
+
+    Returns
+    -------
+    np.ndarray of shape (N, C, 2), float64
+        ``sign(x) sqrt(|x| / sum_c |pull[n, c]|)`` for ``x = pull[n, c]``, and the same of push; a
+        client whose pull (or push) is all zero keeps zeros there.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'trajectories'`` for a wrong shape or non-finite values.
+    """
+    points = _check_trajectories(trajectories, "trajectories", "share_points")
+    totals = np.abs(points).sum(axis=1, keepdims=True)
+    return np.sign(points) * np.sqrt(np.abs(points) / np.where(totals > 0, totals, 1.0))
+
+
+def trajectory_points(trajectories: np.ndarray, points: str) -> np.ndarray:
+    """The points AP and the nearest-exemplar rule compare, shape (N, C, 2): see ``POINTS``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'points'`` unless it is one of ``POINTS``, or ``'trajectories'``.
+    """
+    check_choice(points, "points", "trajectory_points", POINTS)
+    if points == SHARES:
+        return share_points(trajectories)
+    return _check_trajectories(trajectories, "trajectories", "trajectory_points")
 
 
 def trajectory_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:

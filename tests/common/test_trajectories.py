@@ -12,8 +12,10 @@ from common.clustering.trajectories import (
     coefficient_of_variation,
     hopkins_statistic,
     nearest_exemplar,
+    share_points,
     trajectories_from_forces,
     trajectory_distances,
+    trajectory_points,
 )
 
 
@@ -110,6 +112,47 @@ def test_affinity_propagation_retries_with_heavier_damping_when_it_does_not_conv
     truth = np.repeat(np.arange(4), 2)
     assert adjusted_rand_score(truth, result.labels) > 0.5
     assert affinity_propagation(d, damping=0.7, seed=9).damping == 0.7
+
+
+def _fitted_groups(seed=0, per_group=6):
+    """Two label groups' forces on a model that fits them unevenly: group 0 holds classes 0 and 2, group 1
+    classes 1 and 2 (pull only on held classes, push mostly on them); each client's forces are scaled by how
+    much of its data the model still gets wrong, drawn from 0.1 to 4 (the spread within one group of
+    Fashion-MNIST clients after 25 FedAvg rounds), which dwarfs the gap between the groups."""
+    rng = np.random.default_rng(seed)
+    held = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
+    truth = np.repeat([0, 1], per_group)
+    pull = held[truth] * rng.uniform(0.5, 1.5, size=(len(truth), 4))
+    push = (0.8 * held[truth] + 0.02) * rng.uniform(0.5, 1.5, size=(len(truth), 4))
+    scale = rng.permutation(np.geomspace(0.1, 4.0, len(truth)))[:, None]
+    return trajectories_from_forces(pull * scale, push * scale), truth
+
+
+def test_share_points_on_hand_computed_forces():
+    forces = np.array([[[3.0, 0.0], [1.0, 0.0], [0.0, 0.0]], [[-1.0, 2.0], [3.0, 2.0], [0.0, 0.0]]])
+    np.testing.assert_allclose(
+        share_points(forces),
+        [[[np.sqrt(0.75), 0.0], [0.5, 0.0], [0.0, 0.0]], [[-0.5, 0.5**0.5], [np.sqrt(0.75), 0.5**0.5], [0.0, 0.0]]],
+    )
+
+
+def test_share_points_ignore_the_forces_size_but_not_the_classes_that_carry_them():
+    forces, truth = _fitted_groups()
+    assert adjusted_rand_score(truth, affinity_propagation(trajectory_distances(forces)).labels) < 0.5
+    shares = trajectory_points(forces, "shares")
+    assert adjusted_rand_score(truth, affinity_propagation(trajectory_distances(shares)).labels) == 1.0
+    np.testing.assert_allclose(share_points(forces * 7.0), share_points(forces))
+    np.testing.assert_array_equal(trajectory_points(forces, "raw"), forces)
+
+
+def test_trajectory_points_rejects_an_unknown_choice_and_bad_forces():
+    forces, _ = _fitted_groups()
+    with pytest.raises(
+        ValueError, match=r"The 'points' parameter of trajectory_points must be one of .*'raw'.*Got 'l2'"
+    ):
+        trajectory_points(forces, "l2")
+    with pytest.raises(ValueError, match=r"The 'trajectories' parameter of share_points must be a finite array"):
+        share_points(np.array([[[np.nan, 0.0]]]))
 
 
 def test_nearest_exemplar():

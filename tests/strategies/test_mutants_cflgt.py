@@ -6,6 +6,8 @@ Written for the mutation run's survivors in strategies/cflgt.py (docs/mutation-v
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
@@ -16,24 +18,48 @@ from common.signals.forces import ClassForces
 from strategies.cflgt import CFLGT, CFLGTParams
 from strategies.federation import ClientInfo
 
-# Two planted groups of trajectories (C = 2 classes): clients 0, 1 (and 7) push 1, clients 2 to 6 push 3, each point
-# moved by noise of 0.01 (AP splits identical points on their tied similarities); a preference of -1 keeps
-# the groups, 2 apart, whole.
+# Two planted groups of trajectories (C = 2 classes): clients 0, 1 (and 7) pull and push on class 0, clients 2 to 6
+# on class 1, each point moved by noise of 0.01 (AP splits identical points on their tied similarities); the
+# groups are about 1.4 apart in forces and in their shares' square roots alike, so a preference of -1 keeps
+# them whole.
 GROUP = [0, 0, 1, 1, 1, 1, 1, 0]
 NOISE = np.random.default_rng(0).normal(scale=0.01, size=(len(GROUP), 2, 2))
 
 
 def _trajectory(pid: int) -> np.ndarray:
-    push = 1.0 + 2.0 * GROUP[pid]
-    return np.array([[1.0, push], [1.0, push]]) + NOISE[pid]
+    return np.array([[1.0, 1.0], [0.0, 0.0]])[:: 1 - 2 * GROUP[pid]] + NOISE[pid]
 
 
-def _cflgt(pids: range, silent: set[int] | tuple[int, ...] = ()) -> CFLGT:
-    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(pretrain_rounds=1, preference=-1.0))
+def _cflgt(
+    pids: range,
+    silent: set[int] | tuple[int, ...] = (),
+    trajectory: Callable[[int], np.ndarray] = _trajectory,
+    **params,
+) -> CFLGT:
+    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(pretrain_rounds=1, preference=-1.0, **params))
     s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in pids}
     s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(2, np.float32))}))
-    s._forces = lambda asked, rnd: {p: _trajectory(p) for p in asked if p not in silent}  # type: ignore[method-assign]
+    s._forces = lambda asked, rnd: {p: trajectory(p) for p in asked if p not in silent}  # type: ignore[method-assign]
     return s
+
+
+@pytest.mark.parametrize("points, joins", [("shares", 1), ("raw", 0)])
+def test_a_newcomer_joins_the_exemplar_nearest_in_the_points_ap_compared(points: str, joins: int) -> None:
+    """Group 1's forces are three times group 0's; a newcomer with group 1's classes and a tenth of its forces
+    is group 1 by its shares, and nearer group 0's exemplar in raw forces (the paper's rule)."""
+    newcomer = 9
+
+    def trajectory(pid: int) -> np.ndarray:
+        if pid == newcomer:
+            return np.array([[0.0, 0.0], [0.1, 0.1]])
+        return _trajectory(pid) * (3.0 if GROUP[pid] else 1.0)
+
+    s = _cflgt(range(8), trajectory=trajectory, points=points)
+    s._cluster(2)
+    assert [s.assignment[p] for p in range(8)] == GROUP
+    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
+    s.admit(3, [newcomer])
+    assert s.assignment[newcomer] == joins
 
 
 def test_cflgt_logs_the_automatic_pretraining_it_chose(caplog: pytest.LogCaptureFixture) -> None:

@@ -73,6 +73,14 @@ class CFLGPParams:
         paper="App. E",
     )
     estimate_after: int = param(2, "profile updates before K is estimated (num-clusters 0)", low=1)
+    estimate_projection: str = param(
+        spectral.MAX_CLUSTERS,
+        "the directions k-means and the silhouette score each k on when K is estimated: max-clusters = the "
+        "max-clusters leading ones of the centred profile (modified); largest-gap = those before its largest "
+        "gap (App. G's s)",
+        choices=spectral.PROJECTIONS,
+        paper="largest-gap (max-clusters is modified)",
+    )
     sample_above: int = param(SAMPLE_ABOVE, SAMPLE_ABOVE_HELP, low=0, paper=SAMPLE_ABOVE_PAPER)
 
     def __post_init__(self) -> None:
@@ -250,16 +258,22 @@ class CFLGP(ClusteredStrategy):
         pids, blocks, counts, clusters = self._profiles()
         matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed, overwrite_blocks=True)
         self.estimate = sampled_estimate(
-            matrix, self.params.max_clusters, self._seed(server_round), self.params.sample_above
+            matrix,
+            self.params.max_clusters,
+            self._seed(server_round),
+            self.params.sample_above,
+            self.params.estimate_projection,
         )
         labels, old = self.estimate.labels, np.array([self.assignment[p] for p in pids])
         source = [int(np.bincount(old[labels == k], minlength=self.k).argmax()) for k in range(labels.max() + 1)]
         log(
             INFO,
-            "round %d: CFL-GP estimates K = %d (largest gap of the centred spectrum after %d; silhouettes %s)",
+            "round %d: CFL-GP estimates K = %d (largest gap of the centred spectrum after %d; silhouettes on "
+            "%d directions %s)",
             server_round,
             len(source),
             self.estimate.gap_dims,
+            self.estimate.dims,
             {k: round(v, 3) for k, v in self.estimate.silhouettes.items()},
         )
         self.k = len(source)

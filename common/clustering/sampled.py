@@ -644,7 +644,7 @@ def sampled_cflgp(
 
 
 def sampled_estimate(
-    matrix: np.ndarray, max_clusters: int, seed: int, sample_above: int = 0
+    matrix: np.ndarray, max_clusters: int, seed: int, sample_above: int = 0, projection: str = spectral.MAX_CLUSTERS
 ) -> spectral.NumClustersEstimate:
     """CFL-GP's K estimate (``spectral.estimate_num_clusters``), above ``sample_above`` > 0 clients with
     the silhouettes of a seeded sample.
@@ -655,4 +655,4 @@ def sampled_estimate(
     """
     n = np.shape(matrix)[1]
     scored = sample_rows(n, np.random.default_rng(seed)) if use_sample(n, sample_above) else None
-    return spectral.estimate_num_clusters(matrix, max_clusters, seed, scored)
+    return spectral.estimate_num_clusters(matrix, max_clusters, seed, scored, projection)

@@ -25,7 +25,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 from sklearn.utils.extmath import randomized_svd
 
-from common.validation import check_int
+from common.validation import check_choice, check_int
 
 GRAM_MAX_COLUMNS = 4_000
 """Up to this many clients, the SVD goes through the exact N x N Gram matrix (tall ``G``)."""
@@ -324,12 +324,12 @@ def keep_previous(previous: np.ndarray, found: int, k: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class NumClustersEstimate:
-    """App. G's estimate: the gap dimension ``s``, the silhouettes and the chosen K.
+    """App. G's estimate: the gap dimension ``s``, the projection's dimension, the silhouettes and the chosen K.
 
     Attributes
     ----------
     num_clusters : int
-        The k in ``2..K_max`` with the best silhouette on the ``s``-dimensional projection, among the
+        The k in ``2..K_max`` with the best silhouette on the ``dims``-dimensional projection, among the
         k for which k-means found k distinct clusters; 1 (all in one cluster) when there is none.
     gap_dims : int
         ``s``: the number of singular values of the centred profile before the largest gap.
@@ -345,6 +345,16 @@ class NumClustersEstimate:
     singular_values: np.ndarray
     silhouettes: dict[int, float]
     labels: np.ndarray
+    dims: int = 0
+    """The leading directions the clients were projected on (``s`` under ``LARGEST_GAP``; under
+    ``MAX_CLUSTERS`` ``K_max``, or the profile's length when it is shorter)."""
+
+
+MAX_CLUSTERS = "max-clusters"
+LARGEST_GAP = "largest-gap"
+PROJECTIONS = (MAX_CLUSTERS, LARGEST_GAP)
+"""The directions :func:`estimate_num_clusters` scores k on: the ``K_max`` leading ones (umbel's default,
+modified), or the ``s`` before the largest gap (App. G's)."""
 
 
 def largest_gap(values: np.ndarray, max_dims: int) -> int:
@@ -365,17 +375,27 @@ def largest_gap(values: np.ndarray, max_dims: int) -> int:
 
 
 def estimate_num_clusters(
-    matrix: np.ndarray, max_clusters: int, seed: int = 0, scored: np.ndarray | None = None
+    matrix: np.ndarray,
+    max_clusters: int,
+    seed: int = 0,
+    scored: np.ndarray | None = None,
+    projection: str = MAX_CLUSTERS,
 ) -> NumClustersEstimate:
     """App. G: number of clusters from the profile's spectrum, confirmed by the silhouette.
 
     The columns are centred first (the mean client profile subtracted): real profiles share
     a direction, all clients' gradients on one model pointing much the same way, and that
-    direction alone gives the largest gap after the first singular value. ``s`` is then the
-    position of the largest gap among the first ``max_clusters + 1`` singular values of the
-    centred profile (``K`` groups span ``K - 1`` centred directions); the centred columns are
-    projected on its top-``s`` left singular vectors, and k-means with k in
-    ``2..min(max_clusters, N - 1)`` is scored by silhouette; the best k is returned.
+    direction alone gives the largest gap after the first singular value. ``s`` is the position of
+    the largest gap among the first ``max_clusters + 1`` singular values of the centred profile
+    (``K`` groups span ``K - 1`` centred directions). The centred columns are projected on the
+    leading left singular vectors (``projection``: ``MAX_CLUSTERS``, the ``K_max`` leading ones;
+    ``LARGEST_GAP``, App. G's ``s``), and k-means with k in ``2..K_max`` (``K_max =
+    min(max_clusters, N - 1)``) is scored by silhouette; the best k is returned.
+
+    ``MAX_CLUSTERS`` keeps every direction ``K_max`` groups can span: when one group lies far from
+    the others (early profiles), the largest gap comes after its one direction, and the others,
+    merged on that one dimension, are lost to App. G's ``s``. App. G itself finds that more
+    directions than the gap's (its s = 8 against 4) separate groups that the gap's merge.
 
     ``scored``: the client positions whose silhouettes score each k (None: all N). The
     silhouette is quadratic in the clients scored (100,000 clients: 10^10 distances per k);
@@ -384,11 +404,13 @@ def estimate_num_clusters(
     Raises
     ------
     ValueError
-        Naming ``'max_clusters'`` if below 2, or ``'matrix'`` if it has fewer than 3 columns.
+        Naming ``'max_clusters'`` if below 2, ``'matrix'`` if it has fewer than 3 columns, or
+        ``'projection'`` unless it is one of ``PROJECTIONS``.
     """
     g = np.asarray(matrix)
     g = g if g.dtype == np.float32 else g.astype(np.float64)
     k_max = check_int(max_clusters, "max_clusters", "estimate_num_clusters", low=2)
+    check_choice(projection, "projection", "estimate_num_clusters", PROJECTIONS)
     if g.ndim != 2 or g.shape[1] < 3:
         raise ValueError(
             f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
@@ -398,7 +420,8 @@ def estimate_num_clusters(
     g = g - g.mean(axis=1, keepdims=True, dtype=np.float64).astype(g.dtype)  # float32 stays float32
     values = singular_values(g, seed)
     s = largest_gap(values, k_max)
-    features = project(g, s, seed)
+    dims = min(k_max, *g.shape) if projection == MAX_CLUSTERS else s
+    features = project(g, dims, seed)
     silhouettes, labels = {}, {}
     for k in range(2, k_max + 1):
         found = kmeans_labels(features, k, seed)
@@ -412,9 +435,9 @@ def estimate_num_clusters(
             "CFL-GP cannot estimate K: k-means finds no 2 distinct clusters in the profile (clients alike); "
             "all clients stay in one cluster"
         )
-        return NumClustersEstimate(1, s, values, {}, np.zeros(g.shape[1], dtype=np.int64))
+        return NumClustersEstimate(1, s, values, {}, np.zeros(g.shape[1], dtype=np.int64), dims)
     best = max(silhouettes, key=lambda k: (silhouettes[k], -k))
-    return NumClustersEstimate(best, s, values, silhouettes, labels[best])
+    return NumClustersEstimate(best, s, values, silhouettes, labels[best], dims)
 
 
 def impute_blocks(

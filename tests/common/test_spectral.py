@@ -108,6 +108,7 @@ def test_estimate_num_clusters_finds_the_groups(num_groups):
     estimate = spectral.estimate_num_clusters(_profiles(groups, dim=80), 8, seed=0)
     assert estimate.num_clusters == num_groups
     assert estimate.gap_dims == num_groups - 1  # K groups span K - 1 directions around their mean
+    assert estimate.dims == 8
     assert set(estimate.silhouettes) == set(range(2, 9))
     assert adjusted_rand_score(groups, estimate.labels) == 1.0
 
@@ -123,6 +124,36 @@ def test_estimate_num_clusters_sees_past_a_direction_every_client_shares(num_gro
     estimate = spectral.estimate_num_clusters(g, 8, seed=0)
     assert estimate.num_clusters == num_groups
     assert adjusted_rand_score(groups, estimate.labels) == 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_estimate_num_clusters_keeps_the_groups_a_far_group_hides_from_the_largest_gap(seed):
+    """Five groups, one eight times further out than the others (an early profile's shape): the largest gap
+    of the centred spectrum comes after its one direction, and App. G's s = 1 merges the other four; the
+    max-clusters leading directions keep all five."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(5), 5)
+    centres = rng.normal(size=(5, 80))
+    centres[0] *= 8.0
+    g = (centres[groups] + 0.05 * rng.normal(size=(len(groups), 80))).T
+    paper = spectral.estimate_num_clusters(g, 8, seed=0, projection=spectral.LARGEST_GAP)
+    assert (paper.gap_dims, paper.dims, paper.num_clusters) == (1, 1, 2)
+    default = spectral.estimate_num_clusters(g, 8, seed=0)
+    assert (default.gap_dims, default.dims, default.num_clusters) == (1, 8, 5)
+    assert adjusted_rand_score(groups, default.labels) == 1.0
+
+
+def test_estimate_num_clusters_projects_on_no_more_directions_than_the_profile_has():
+    g = _profiles([0, 0, 1, 1, 2, 2, 3, 3, 4, 4], dim=3)
+    assert spectral.estimate_num_clusters(g, 8, seed=0).dims == 3
+    assert spectral.estimate_num_clusters(_profiles([0, 0, 1, 1, 2, 2], dim=40), 8, seed=0).dims == 5
+
+
+def test_estimate_num_clusters_refuses_an_unknown_projection():
+    with pytest.raises(
+        ValueError, match=r"The 'projection' parameter of estimate_num_clusters must be one of .*Got 'gap'"
+    ):
+        spectral.estimate_num_clusters(_profiles([0, 0, 1, 1]), 3, projection="gap")
 
 
 def _masked(seed: int, fraction: float):

@@ -132,10 +132,16 @@ def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
     assert [r.phase for r in strategy.history] == ["cluster"] * 3 + ["train"]
 
 
-def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path):
+@pytest.mark.parametrize("projection, dims", [(None, 4), ("largest-gap", 1)])
+def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path, projection, dims):
+    setting = {"num-clusters": 0, "max-clusters": 4}
+    if projection:
+        setting["cfl-gp-estimate-projection"] = projection
     with caplog.at_level(logging.INFO):
-        strategy, _, _ = _run("cfl-gp", rounds=3, **{"num-clusters": 0, "max-clusters": 4})
+        strategy, _, _ = _run("cfl-gp", rounds=3, **setting)
     assert strategy.estimate is not None and strategy.k == 2 == len(strategy.models)
+    assert (strategy.estimate.gap_dims, strategy.estimate.dims) == (1, dims)
+    assert f"silhouettes on {dims} directions" in caplog.text
     # App. G: max-clusters models until the estimate, then K clusters from the centred profile
     assert strategy.history[0].num_clusters == 4 and strategy.history[-1].ari == 1.0
     assert "CFL-GP estimates K = 2" in caplog.text

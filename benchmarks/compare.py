@@ -62,7 +62,7 @@ from strategies import (
     Local,
     PACFL,
 )
-from common.clustering.trajectories import RAW
+from common.clustering.trajectories import MEDIAN, RAW
 from strategies.cfl_sattler import CFLSattlerParams
 from strategies.flic import LAST
 from strategies.state import CHECKPOINT_FILE
@@ -160,8 +160,8 @@ MODIFIED: dict[str, str] = {
     "in the sweep (paper: a lightweight one)",
     CFLGP.name: "with K not given, K scored on the max-clusters leading directions of the profile (paper "
     "App. G: those before the largest gap)",
-    CFLGT.name: "affinity propagation on the square roots of each client's force shares over the classes "
-    "(paper: the forces as sent; see the paper preset)",
+    CFLGT.name: "affinity propagation on the square roots of each client's force shares over the classes, "
+    "midrange preference (paper: the forces as sent, no preference named; see the paper preset)",
 }
 """Defaults that are not the paper's, labelled "(modified)" in the tables."""
 
@@ -278,14 +278,14 @@ PAPER = Preset(
     # and a reply that misses it is skipped (FLAG's first round lost 31 of its 100 gradient signals so)
     common=("--eval-every", "5", "--round-timeout", "7200"),
     # FL+HC warms up 10 rounds (the former default, whatever the scenario's rounds)
-    # CFLGT's AP compares the forces as the clients send them
+    # CFLGT's AP compares the forces as the clients send them, at scikit-learn's median preference
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
     strategy_args={
         FLIC.name: ("--flic-cluster-round", "200", "--flic-graph", LAST),
         FLHC.name: ("--flhc-warmup-rounds", "10", "--flhc-metric", "euclidean"),
         FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
-        CFLGT.name: ("--cflgt-points", RAW),
+        CFLGT.name: ("--cflgt-points", RAW, "--cflgt-preference", MEDIAN),
     },
     # CFL-GP's paper is told K (its App. G estimate is umbel's default)
     given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters", CFLGP.name: "--num-clusters"},

@@ -24,7 +24,8 @@ from flwr.common import log
 
 from common import keys
 from common.clustering.trajectories import (
-    MEDIAN,
+    MIDRANGE,
+    PREFERENCES,
     AP_MAX_POINTS,
     POINTS,
     SHARES,
@@ -54,9 +55,10 @@ class CFLGTParams:
     compare (``"shares"``: :func:`~common.clustering.trajectories.share_points`, modified; ``"raw"``: the
     forces as sent, the paper's); keys ``cflgt-*``.
 
-    ``preference`` is AP's self-similarity: a float, or ``"median"`` (the default, the median
-    of the similarities, as scikit-learn's default). A string holding a number (what the
-    command line passes) is read as that float.
+    ``preference`` is AP's self-similarity: a float, or a rule of ``PREFERENCES``: ``"midrange"`` (the
+    default, modified: halfway between the least and the most similar pair) or ``"median"`` (the median
+    of the similarities, scikit-learn's default; the paper names none). A string holding a number (what
+    the command line passes) is read as that float.
     """
 
     key_prefix: ClassVar[str] = "cflgt"
@@ -69,9 +71,12 @@ class CFLGTParams:
     )
     damping: float = param(0.5, "affinity propagation's damping, in [0.5, 1)", low=0.5, high=1.0, closed=(True, False))
     preference: float | str = param(
-        MEDIAN,
-        "affinity propagation's preference: median of the similarities, or a number (larger: more clusters)",
+        MIDRANGE,
+        "affinity propagation's preference: midrange = halfway between the least and the most similar pair "
+        "(modified), median = the median of the similarities (scikit-learn's default), or a number (larger: "
+        "more clusters)",
         checked=False,
+        paper="none named; scikit-learn's median (midrange is modified)",
     )
     ap_sample: int = param(
         AP_MAX_POINTS,
@@ -93,14 +98,15 @@ class CFLGTParams:
         owner, key = "CFLGT", partial(run_config_key, CFLGTParams)
         check_params(self, owner)
         pref = self.preference
-        if isinstance(pref, str) and pref != MEDIAN:
+        if isinstance(pref, str) and pref not in PREFERENCES:
             try:
                 pref = float(pref)
             except ValueError:
                 raise ValueError(
-                    f"The '{key('preference')}' parameter of {owner} must be 'median' or a float. Got {pref!r} instead."
+                    f"The '{key('preference')}' parameter of {owner} must be one of {PREFERENCES} or a float. "
+                    f"Got {pref!r} instead."
                 ) from None
-        if pref != MEDIAN:
+        if pref not in PREFERENCES:
             pref = check_float(pref, key("preference"), owner)
         object.__setattr__(self, "preference", pref)
 

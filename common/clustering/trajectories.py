@@ -25,6 +25,10 @@ from sklearn.exceptions import ConvergenceWarning
 from common.validation import check_choice, check_float, check_int
 
 MEDIAN = "median"
+MIDRANGE = "midrange"
+PREFERENCES = (MEDIAN, MIDRANGE)
+"""AP's preference by rule: ``"median"`` of the similarities, diagonal included (scikit-learn's default),
+or ``"midrange"``, halfway between the least and the most similar pair (umbel's CFLGT default, modified)."""
 SHARES = "shares"
 RAW = "raw"
 POINTS = (SHARES, RAW)
@@ -199,9 +203,14 @@ def affinity_propagation(
     damping : float, default=0.5
         In ``[0.5, 1.0)``. When AP does not converge it is run again at the dampings and
         iteration counts of ``retries`` (oscillations die out under heavier damping).
-    preference : float or "median", default="median"
+    preference : float, "median" or "midrange", default="median"
         Self-similarity of every point (larger = more clusters). ``"median"`` is the median
-        of the similarity matrix, diagonal included (scikit-learn's own default).
+        of the similarity matrix, diagonal included (scikit-learn's own default); ``"midrange"``
+        the mean of the smallest and the largest similarity of two different points. The median
+        depends on how many pairs lie within groups: it falls among the within-group similarities
+        whenever those pairs (with the diagonal) are half of all, as they are for two groups of
+        unequal size, and AP then splits tight groups; for many groups it falls among the
+        between-group ones and AP merges groups. The midrange depends on the extremes only.
     max_iter, convergence_iter : int
         As scikit-learn's.
     seed : int, default=0
@@ -239,8 +248,19 @@ def affinity_propagation(
     max_iter = check_int(max_iter, "max_iter", owner, low=1)
     convergence_iter = check_int(convergence_iter, "convergence_iter", owner, low=1)
     similarities = -d
-    pref = float(np.median(similarities)) if preference == MEDIAN else check_float(preference, "preference", owner)
     n = d.shape[0]
+    if preference == MEDIAN:
+        pref = float(np.median(similarities))
+    elif preference == MIDRANGE:
+        off = similarities[~np.eye(n, dtype=bool)]
+        pref = float((off.min() + off.max()) / 2) if off.size else 0.0
+    elif isinstance(preference, str):
+        raise ValueError(
+            f"The 'preference' parameter of {owner} must be one of {PREFERENCES} or a float. "
+            f"Got {preference!r} instead."
+        )
+    else:
+        pref = check_float(preference, "preference", owner)
     one = APResult(np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64), pref, True, damping)
     if n == 1 or not np.any(d):
         return one

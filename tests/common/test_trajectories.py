@@ -76,6 +76,26 @@ def test_preference_controls_the_number_of_clusters_and_median_is_sklearns():
     assert len(affinity_propagation(d, preference=0.0).exemplars) == len(points)
 
 
+def test_midrange_preference_is_halfway_between_the_least_and_the_most_similar_pair():
+    d = np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]])
+    assert affinity_propagation(d, preference="midrange").preference == -2.5
+    assert affinity_propagation(np.zeros((1, 1)), preference="midrange").preference == 0.0
+
+
+def test_midrange_keeps_two_tight_groups_of_unequal_size_that_the_median_splits():
+    """Six and four clients, tight groups 1 apart: within-group pairs and the diagonal are 52 of the 100
+    similarities, so their median lies among the within-group ones and AP splits the tighter groups; the
+    midrange lies halfway to the other group."""
+    rng = np.random.default_rng(0)
+    truth = np.repeat([0, 1], [6, 4])
+    points = np.where(truth[:, None, None] == 0, 0.0, 1.0) + rng.uniform(0, 0.03, size=(10, 1, 2))
+    d = trajectory_distances(points)
+    median = affinity_propagation(d, preference="median")
+    assert len(median.exemplars) > 2
+    midrange = affinity_propagation(d, preference="midrange")
+    assert len(midrange.exemplars) == 2 and adjusted_rand_score(truth, midrange.labels) == 1.0
+
+
 def test_affinity_propagation_degenerate_and_bad_input():
     assert affinity_propagation(np.zeros((1, 1))).labels.tolist() == [0]
     assert affinity_propagation(np.zeros((4, 4))).labels.tolist() == [0, 0, 0, 0]

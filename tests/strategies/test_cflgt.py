@@ -50,8 +50,12 @@ def test_params_validation_and_run_config():
     assert get_strategy("cflgt") is CFLGT
     assert CFLGTParams(preference="-3.5").preference == -3.5
     assert CFLGTParams(preference=-2).preference == -2.0
-    assert CFLGTParams().preference == "median"
-    with pytest.raises(ValueError, match="The 'cflgt-preference' parameter of CFLGT must be 'median' or a float"):
+    assert CFLGTParams().preference == "midrange" and CFLGTParams(preference="median").preference == "median"
+    with pytest.raises(
+        ValueError,
+        match=r"The 'cflgt-preference' parameter of CFLGT must be one of \('median', 'midrange'\) or a float. "
+        r"Got 'mean'",
+    ):
         CFLGTParams(preference="mean")
     with pytest.raises(ValueError, match="The 'cflgt-damping' parameter of CFLGT"):
         CFLGTParams(damping=1.0)

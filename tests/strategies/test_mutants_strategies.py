@@ -148,8 +148,14 @@ def test_fedclust_reports_and_logs_the_newcomers_accuracy_apart_from_the_residen
     ]
 
 
-# Two planted groups of trajectories (C = 2 classes): pull 1 everywhere, push 1 in group 0 and 3 in group 1.
-PLANTED = {p: np.array([[1.0, 1.0 + 2 * TRUTH[p]], [1.0, 1.0 + 2 * TRUTH[p]]]) for p in range(8)}
+# Two planted groups of trajectories (C = 2 classes): pull 1 everywhere, push 3 on class 0 and 1 on class 1 in
+# group 0, the other way round in group 1 (groups apart in their forces and in their shares alike); each point
+# moved by 0.001 (AP's choice among identical points is a tie its seed breaks).
+PLANTED = {
+    p: np.array([[1.0, 3.0 - 2 * TRUTH[p]], [1.0, 1.0 + 2 * TRUTH[p]]])
+    + 0.001 * np.random.default_rng(p).random((2, 2))
+    for p in range(8)
+}
 
 
 def _cflgt(pids: range, silent: tuple[int, ...] = (), **params: object) -> CFLGT:
@@ -169,7 +175,7 @@ def test_cflgt_clusters_planted_trajectories_and_records_its_diagnostics(caplog:
     assert s.exemplars.shape == (2, 2, 2) and s.pending == set()
     d = s.diagnostics
     # pull is 1 everywhere (CV 0); push is 1 or 3, four of each: mean 2, std 1, CV 0.5.
-    assert d["cv-pull"] == 0.0 and d["cv-push"] == pytest.approx(0.5)
+    assert d["cv-pull"] == pytest.approx(0.0, abs=1e-3) and d["cv-push"] == pytest.approx(0.5, abs=1e-3)
     assert 0.0 <= d["hopkins"] <= 1.0 and d["converged"] is True and d["damping"] == 0.6 and d["preference"] < 0
     assert set(s.run_details()) == {
         "ap-" + k for k in ("hopkins", "cv-pull", "cv-push", "preference", "converged", "damping")
@@ -177,7 +183,7 @@ def test_cflgt_clusters_planted_trajectories_and_records_its_diagnostics(caplog:
     assert any(
         re.fullmatch(
             r"round 2: CFLGT found 2 clusters of sizes \[4, 4\] in 8 trajectories; Hopkins \d\.\d{3}, "
-            r"CV of Z1' 0\.000 and Z2' 0\.500, AP preference -\d.*",
+            r"CV of Z1' 0\.000 and Z2' 0\.50\d, AP preference -\d.*",
             r.getMessage(),
         )
         for r in caplog.records

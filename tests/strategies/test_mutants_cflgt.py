@@ -11,8 +11,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
+from sklearn.metrics import adjusted_rand_score
 
 from common import keys
+from common.clustering.trajectories import share_points, trajectories_from_forces, trajectory_distances
 from common.config import TrainingParams
 from common.signals.forces import ClassForces
 from strategies.cflgt import CFLGT, CFLGTParams
@@ -36,7 +38,7 @@ def _cflgt(
     trajectory: Callable[[int], np.ndarray] = _trajectory,
     **params,
 ) -> CFLGT:
-    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(pretrain_rounds=1, preference=-1.0, **params))
+    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(**{"pretrain_rounds": 1, "preference": -1.0, **params}))
     s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in pids}
     s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(2, np.float32))}))
     s._forces = lambda asked, rnd: {p: trajectory(p) for p in asked if p not in silent}  # type: ignore[method-assign]
@@ -60,6 +62,55 @@ def test_a_newcomer_joins_the_exemplar_nearest_in_the_points_ap_compared(points:
     s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
     s.admit(3, [newcomer])
     assert s.assignment[newcomer] == joins
+
+
+def _one_class_or_two(pid: int) -> np.ndarray:
+    """Group 0 pulls and pushes on class 0 alone; group 1 on both classes evenly, with three times the force."""
+    held = np.array([[1.0, 1.0], [0.0, 0.0]]) if GROUP[pid] == 0 else 3.0 * np.ones((2, 2))
+    return held + NOISE[pid]
+
+
+@pytest.mark.parametrize("points, joins", [("shares", 1), ("raw", 0)])
+def test_a_weak_newcomer_is_compared_in_the_same_points_as_the_exemplars(points: str, joins: int) -> None:
+    """A newcomer with group 1's even classes and a hundredth of group 0's forces: group 1 by its shares, group 0
+    in raw forces; its raw forces against the exemplars' shares (or its shares against their raw forces) lie
+    nearer group 0's one-class exemplar. The exemplars are kept as the clients sent them."""
+    newcomer = 9
+
+    def trajectory(pid: int) -> np.ndarray:
+        return np.full((2, 2), 0.01) if pid == newcomer else _one_class_or_two(pid)
+
+    s = _cflgt(range(8), trajectory=trajectory, points=points, preference=-0.3)
+    s._cluster(2)
+    assert [s.assignment[p] for p in range(8)] == GROUP
+    for k, exemplar in enumerate(s.exemplars):
+        assert any(np.array_equal(exemplar, trajectory(p)) for p in range(8) if GROUP[p] == k)
+    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
+    s.admit(3, [newcomer])
+    assert s.assignment[newcomer] == joins
+
+
+@pytest.mark.parametrize("points", [None, "raw"])
+def test_ap_runs_on_the_points_the_params_name_shares_by_default(points: str | None) -> None:
+    """Two label groups whose forces' sizes spread more than the groups lie apart: CFLGT's defaults (shares,
+    midrange) find them; AP runs on the distances of the points named, the raw forces only when asked."""
+    rng = np.random.default_rng(0)
+    truth = np.repeat([0, 1], 6)
+    held = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])[truth]
+    scale = rng.permutation(np.geomspace(0.1, 4.0, len(truth)))[:, None]
+    forces = trajectories_from_forces(
+        held * rng.uniform(0.5, 1.5, size=held.shape) * scale,
+        (0.8 * held + 0.02) * rng.uniform(0.5, 1.5, size=held.shape) * scale,
+    )
+    s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=1, **({"points": points} if points else {})))
+    s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in range(len(truth))}
+    s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(4, np.float32))}))
+    s._forces = lambda asked, rnd: {p: forces[p] for p in asked}  # type: ignore[method-assign]
+    s._cluster(2)
+    compared = forces if points == "raw" else share_points(forces)
+    np.testing.assert_allclose(s.distance_matrix, trajectory_distances(compared))
+    found = [s.assignment[p] for p in range(len(truth))]
+    assert (adjusted_rand_score(truth, found) == 1.0) is (points is None)
 
 
 def test_cflgt_logs_the_automatic_pretraining_it_chose(caplog: pytest.LogCaptureFixture) -> None:

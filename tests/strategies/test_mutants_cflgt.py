@@ -7,6 +7,7 @@ Written for the mutation run's survivors in strategies/cflgt.py (docs/mutation-v
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from common.config import TrainingParams
 from common.signals.forces import ClassForces
 from strategies.cflgt import CFLGT, CFLGTParams
 from strategies.federation import ClientInfo
+from strategies.state import load_checkpoint, restore, save_state
 
 # Two planted groups of trajectories (C = 2 classes): clients 0, 1 (and 7) pull and push on class 0, clients 2 to 6
 # on class 1, each point moved by noise of 0.01 (AP splits identical points on their tied similarities); the
@@ -85,6 +87,31 @@ def test_a_weak_newcomer_is_compared_in_the_same_points_as_the_exemplars(points:
     assert [s.assignment[p] for p in range(8)] == GROUP
     for k, exemplar in enumerate(s.exemplars):
         assert any(np.array_equal(exemplar, trajectory(p)) for p in range(8) if GROUP[p] == k)
+    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
+    s.admit(3, [newcomer])
+    assert s.assignment[newcomer] == joins
+
+
+@pytest.mark.parametrize("saved, resumed, joins", [("shares", "raw", 1), ("raw", "shares", 0), (None, "shares", 0)])
+def test_a_resumed_run_compares_newcomers_in_the_points_its_clusters_were_found_on(
+    saved: str | None, resumed: str, joins: int, tmp_path: Path
+) -> None:
+    """The weak newcomer above joins by the checkpoint's points, not the resumed run's cflgt-points; a checkpoint
+    written before cflgt-points (no ``compared``) was clustered on the raw forces."""
+    newcomer = 9
+
+    def trajectory(pid: int) -> np.ndarray:
+        return np.full((2, 2), 0.01) if pid == newcomer else _one_class_or_two(pid)
+
+    first = _cflgt(range(8), trajectory=trajectory, points=saved or "raw", preference=-0.3)
+    first._cluster(2)
+    path = save_state(first, 2, tmp_path / "checkpoint.npz")
+    checkpoint = load_checkpoint(path, CFLGT.name)
+    if saved is None:
+        del checkpoint["state"]["compared"]
+    s = _cflgt(range(8), trajectory=trajectory, points=resumed, preference=-0.3)
+    restore(s, checkpoint)
+    assert s.describe_distances().endswith("shares)" if saved == "shares" else "forces)")
     s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
     s.admit(3, [newcomer])
     assert s.assignment[newcomer] == joins

@@ -28,6 +28,7 @@ from common.clustering.trajectories import (
     PREFERENCES,
     AP_MAX_POINTS,
     POINTS,
+    RAW,
     SHARES,
     cluster_trajectories,
     coefficient_of_variation,
@@ -129,6 +130,10 @@ class CFLGT(ClusteredStrategy):
         Cluster ``k``'s exemplar trajectory.
     pending : set of int
         Clients whose trajectory has not arrived (kept in the largest cluster meanwhile).
+    compared : str
+        The ``cflgt-points`` the clusters were found on, in which later clients are compared to the
+        exemplars whatever a resumed run's ``cflgt-points`` says (``"raw"`` from a checkpoint written
+        before ``cflgt-points`` existed).
     distance_matrix : np.ndarray of shape (N, N)
         Trajectory distances of the clients AP ran on (``distance_pids``: all of them up to
         ``cflgt-ap-sample``, a seeded sample above, the others joining their nearest exemplar).
@@ -140,7 +145,7 @@ class CFLGT(ClusteredStrategy):
     name = "cflgt"
     queries = (ClassForces,)
     state_fields: ClassVar[frozenset[str]] = frozenset(
-        {"diagnostics", "exemplars", "pending", "reference", "trajectories"}
+        {"compared", "diagnostics", "exemplars", "pending", "reference", "trajectories"}
     )
     placement_rule = (
         "CFLGT: the client's class-force trajectory on the pre-training model (query.forces), "
@@ -150,7 +155,7 @@ class CFLGT(ClusteredStrategy):
 
     def describe_distances(self) -> str:
         """What ``distance_matrix`` measures."""
-        what = "square roots of the force shares" if self.params.points == SHARES else "forces"
+        what = "square roots of the force shares" if self.compared == SHARES else "forces"
         return f"trajectory distance (mean point-wise L2 of the {what})"
 
     def __init__(self, training: TrainingParams | None = None, params: CFLGTParams | None = None) -> None:
@@ -170,6 +175,7 @@ class CFLGT(ClusteredStrategy):
         self.trajectories: dict[int, np.ndarray] = {}
         self.exemplars = np.zeros((0, 0, 2))
         self.pending: set[int] = set()
+        self.compared = RAW  # a checkpoint without it was clustered on the raw forces; _cluster sets it
         self.distance_matrix: np.ndarray | None = None
         self.distance_pids: list[int] = []
         self.diagnostics: dict[str, float | bool] = {}
@@ -231,6 +237,7 @@ class CFLGT(ClusteredStrategy):
                 max_points=self.params.ap_sample or None,
             )
             result, self.distance_matrix = found.result, found.distances
+            self.compared = self.params.points
             self.distance_pids = [pids[i] for i in found.sample]
             self.exemplars = points[result.exemplars]
             assignment = {pid: int(k) for pid, k in zip(pids, result.labels, strict=True)}
@@ -281,8 +288,8 @@ class CFLGT(ClusteredStrategy):
         if got:
             found = sorted(got)
             labels = nearest_exemplar(
-                trajectory_points(np.stack([got[p] for p in found]), self.params.points),
-                trajectory_points(self.exemplars, self.params.points),
+                trajectory_points(np.stack([got[p] for p in found]), self.compared),
+                trajectory_points(self.exemplars, self.compared),
             )
             self.assignment.update({pid: int(k) for pid, k in zip(found, labels, strict=True)})
             self.pending -= set(found)

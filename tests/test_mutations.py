@@ -190,6 +190,40 @@ MUTATIONS = [
             "tests/common/test_trajectories.py::test_affinity_propagation_retries_with_heavier_damping_when_it_does_not_converge"
         ],
     ),
+    (
+        "cflgt shares without the square root",
+        "common/clustering/trajectories.py",
+        "np.sign(points) * np.sqrt(np.abs(points) / np.where(totals > 0, totals, 1.0))",
+        "np.sign(points) * (np.abs(points) / np.where(totals > 0, totals, 1.0))",
+        ["tests/common/test_trajectories.py::test_share_points_on_hand_computed_forces"],
+    ),
+    (
+        "cflgt midrange as the median of the pairs",
+        "common/clustering/trajectories.py",
+        "pref = float((off.min() + off.max()) / 2) if off.size else 0.0",
+        "pref = float(np.median(off)) if off.size else 0.0",
+        [
+            "tests/common/test_trajectories.py::test_midrange_preference_is_halfway_between_the_least_and_the_most_similar_pair"
+        ],
+    ),
+    (
+        "cflgt newcomer's raw forces against the exemplars' shares",
+        "strategies/cflgt.py",
+        "trajectory_points(np.stack([got[p] for p in found]), self.compared),",
+        "np.stack([got[p] for p in found]),",
+        [
+            "tests/strategies/test_mutants_cflgt.py::test_a_weak_newcomer_is_compared_in_the_same_points_as_the_exemplars"
+        ],
+    ),
+    (
+        "cfl-gp max-clusters projection on s",
+        "common/clustering/spectral.py",
+        "dims = min(k_max, *g.shape) if projection == MAX_CLUSTERS else s",
+        "dims = s",
+        [
+            "tests/common/test_spectral.py::test_estimate_num_clusters_keeps_the_groups_a_far_group_hides_from_the_largest_gap"
+        ],
+    ),
     # survivors of the mutmut run (docs/mutation.md)
     (
         "fl+hc sketches cityblock distances",

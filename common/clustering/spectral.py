@@ -338,6 +338,10 @@ class NumClustersEstimate:
     silhouettes : dict of int to float
     labels : ndarray of shape (N,), int64
         The k-means clusters of the chosen K on that projection.
+    dims : int
+        The leading directions the clients were projected on: ``s`` under ``LARGEST_GAP``; under
+        ``MAX_CLUSTERS`` ``K_max``, or the profile's length when it is shorter. 0 in a state saved
+        before the field existed (its estimate projected on ``s``).
     """
 
     num_clusters: int
@@ -346,8 +350,6 @@ class NumClustersEstimate:
     silhouettes: dict[int, float]
     labels: np.ndarray
     dims: int = 0
-    """The leading directions the clients were projected on (``s`` under ``LARGEST_GAP``; under
-    ``MAX_CLUSTERS`` ``K_max``, or the profile's length when it is shorter)."""
 
 
 MAX_CLUSTERS = "max-clusters"

@@ -210,7 +210,8 @@ def affinity_propagation(
         depends on how many pairs lie within groups: it falls among the within-group similarities
         whenever those pairs (with the diagonal) are half of all, as they are for two groups of
         unequal size, and AP then splits tight groups; for many groups it falls among the
-        between-group ones and AP merges groups. The midrange depends on the extremes only.
+        between-group ones and AP merges groups. The midrange depends on the extremes only; with
+        two points, or all pairs equally similar, it is their similarity and AP keeps one cluster.
     max_iter, convergence_iter : int
         As scikit-learn's.
     seed : int, default=0

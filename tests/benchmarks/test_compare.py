@@ -219,3 +219,8 @@ def test_paper_preset_holds_flic_flag_and_cfl_gp_papers_settings():
     assert _flag(gp, "--num-clusters") == "8" and _flag(gp, "--fraction") == "1.0"
     flag = compare.PAPER.args("flag", by_label["label-skew-dirichlet-20"], 0)
     assert _flag(flag, "--flag-vectors") == "0" and _flag(flag, "--flag-sweep-model") == "linear"
+    # CFLGT: AP on the forces as sent, at scikit-learn's median (the paper names no preference), in every scenario
+    for label in ("label-groups-3", "label-swap-5"):
+        cflgt = compare.PAPER.args("cflgt", by_label[label], 0)
+        assert (_flag(cflgt, "--cflgt-points"), _flag(cflgt, "--cflgt-preference")) == ("raw", "median"), label
+    assert "--cflgt-points" not in compare.QUICK.args("cflgt", compare.QUICK.scenarios[0], 0)

@@ -121,9 +121,10 @@ def test_estimate_num_clusters_sees_past_a_direction_every_client_shares(num_gro
     shared = 8.0 * rng.normal(size=(80, 1))
     g = _profiles(groups, dim=80) + shared
     assert spectral.largest_gap(spectral.singular_values(g), 8) == 1  # uncentred, the shared one stands out
-    estimate = spectral.estimate_num_clusters(g, 8, seed=0)
-    assert estimate.num_clusters == num_groups
-    assert adjusted_rand_score(groups, estimate.labels) == 1.0
+    for projection in spectral.PROJECTIONS:  # App. G's s is the one the shared direction would take
+        estimate = spectral.estimate_num_clusters(g, 8, seed=0, projection=projection)
+        assert (estimate.num_clusters, estimate.gap_dims) == (num_groups, num_groups - 1), projection
+        assert adjusted_rand_score(groups, estimate.labels) == 1.0, projection
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

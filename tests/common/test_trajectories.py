@@ -80,6 +80,9 @@ def test_midrange_preference_is_halfway_between_the_least_and_the_most_similar_p
     d = np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]])
     assert affinity_propagation(d, preference="midrange").preference == -2.5
     assert affinity_propagation(np.zeros((1, 1)), preference="midrange").preference == 0.0
+    two = np.array([[0.0, 2.0], [2.0, 0.0]])  # the midrange is the one pair's similarity: a tie, one cluster
+    assert affinity_propagation(two, preference="midrange").labels.tolist() == [0, 0]
+    assert affinity_propagation(two, preference="median").labels.tolist() == [0, 1]
 
 
 def test_midrange_keeps_two_tight_groups_of_unequal_size_that_the_median_splits():

@@ -7,16 +7,20 @@ Written for the mutation run's survivors in strategies/cflgt.py (docs/mutation-v
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
+from sklearn.metrics import adjusted_rand_score
 
 from common import keys
+from common.clustering.trajectories import share_points, trajectories_from_forces, trajectory_distances
 from common.config import TrainingParams
 from common.signals.forces import ClassForces
 from strategies.cflgt import CFLGT, CFLGTParams
 from strategies.federation import ClientInfo
+from strategies.state import load_checkpoint, restore, save_state
 
 # Two planted groups of trajectories (C = 2 classes): clients 0, 1 (and 7) pull and push on class 0, clients 2 to 6
 # on class 1, each point moved by noise of 0.01 (AP splits identical points on their tied similarities); the
@@ -36,7 +40,7 @@ def _cflgt(
     trajectory: Callable[[int], np.ndarray] = _trajectory,
     **params,
 ) -> CFLGT:
-    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(pretrain_rounds=1, preference=-1.0, **params))
+    s = CFLGT(TrainingParams(rounds=5, seed=3), CFLGTParams(**{"pretrain_rounds": 1, "preference": -1.0, **params}))
     s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in pids}
     s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(2, np.float32))}))
     s._forces = lambda asked, rnd: {p: trajectory(p) for p in asked if p not in silent}  # type: ignore[method-assign]
@@ -60,6 +64,80 @@ def test_a_newcomer_joins_the_exemplar_nearest_in_the_points_ap_compared(points:
     s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
     s.admit(3, [newcomer])
     assert s.assignment[newcomer] == joins
+
+
+def _one_class_or_two(pid: int) -> np.ndarray:
+    """Group 0 pulls and pushes on class 0 alone; group 1 on both classes evenly, with three times the force."""
+    held = np.array([[1.0, 1.0], [0.0, 0.0]]) if GROUP[pid] == 0 else 3.0 * np.ones((2, 2))
+    return held + NOISE[pid]
+
+
+@pytest.mark.parametrize("points, joins", [("shares", 1), ("raw", 0)])
+def test_a_weak_newcomer_is_compared_in_the_same_points_as_the_exemplars(points: str, joins: int) -> None:
+    """A newcomer with group 1's even classes and a hundredth of group 0's forces: group 1 by its shares, group 0
+    in raw forces; its raw forces against the exemplars' shares (or its shares against their raw forces) lie
+    nearer group 0's one-class exemplar. The exemplars are kept as the clients sent them."""
+    newcomer = 9
+
+    def trajectory(pid: int) -> np.ndarray:
+        return np.full((2, 2), 0.01) if pid == newcomer else _one_class_or_two(pid)
+
+    s = _cflgt(range(8), trajectory=trajectory, points=points, preference=-0.3)
+    s._cluster(2)
+    assert [s.assignment[p] for p in range(8)] == GROUP
+    for k, exemplar in enumerate(s.exemplars):
+        assert any(np.array_equal(exemplar, trajectory(p)) for p in range(8) if GROUP[p] == k)
+    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
+    s.admit(3, [newcomer])
+    assert s.assignment[newcomer] == joins
+
+
+@pytest.mark.parametrize("saved, resumed, joins", [("shares", "raw", 1), ("raw", "shares", 0), (None, "shares", 0)])
+def test_a_resumed_run_compares_newcomers_in_the_points_its_clusters_were_found_on(
+    saved: str | None, resumed: str, joins: int, tmp_path: Path
+) -> None:
+    """The weak newcomer above joins by the checkpoint's points, not the resumed run's cflgt-points; a checkpoint
+    written before cflgt-points (no ``compared``) was clustered on the raw forces."""
+    newcomer = 9
+
+    def trajectory(pid: int) -> np.ndarray:
+        return np.full((2, 2), 0.01) if pid == newcomer else _one_class_or_two(pid)
+
+    first = _cflgt(range(8), trajectory=trajectory, points=saved or "raw", preference=-0.3)
+    first._cluster(2)
+    path = save_state(first, 2, tmp_path / "checkpoint.npz")
+    checkpoint = load_checkpoint(path, CFLGT.name)
+    if saved is None:
+        del checkpoint["state"]["compared"]
+    s = _cflgt(range(8), trajectory=trajectory, points=resumed, preference=-0.3)
+    restore(s, checkpoint)
+    assert s.describe_distances().endswith("shares)" if saved == "shares" else "forces)")
+    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
+    s.admit(3, [newcomer])
+    assert s.assignment[newcomer] == joins
+
+
+@pytest.mark.parametrize("points", [None, "raw"])
+def test_ap_runs_on_the_points_the_params_name_shares_by_default(points: str | None) -> None:
+    """Two label groups whose forces' sizes spread more than the groups lie apart: CFLGT's defaults (shares,
+    midrange) find them; AP runs on the distances of the points named, the raw forces only when asked."""
+    rng = np.random.default_rng(0)
+    truth = np.repeat([0, 1], 6)
+    held = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])[truth]
+    scale = rng.permutation(np.geomspace(0.1, 4.0, len(truth)))[:, None]
+    forces = trajectories_from_forces(
+        held * rng.uniform(0.5, 1.5, size=held.shape) * scale,
+        (0.8 * held + 0.02) * rng.uniform(0.5, 1.5, size=held.shape) * scale,
+    )
+    s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=1, **({"points": points} if points else {})))
+    s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in range(len(truth))}
+    s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(4, np.float32))}))
+    s._forces = lambda asked, rnd: {p: forces[p] for p in asked}  # type: ignore[method-assign]
+    s._cluster(2)
+    compared = forces if points == "raw" else share_points(forces)
+    np.testing.assert_allclose(s.distance_matrix, trajectory_distances(compared))
+    found = [s.assignment[p] for p in range(len(truth))]
+    assert (adjusted_rand_score(truth, found) == 1.0) is (points is None)
 
 
 def test_cflgt_logs_the_automatic_pretraining_it_chose(caplog: pytest.LogCaptureFixture) -> None:

@@ -54,7 +54,7 @@ def singular_values(strategy: CFLGP, folder: Path) -> list[Path]:
             label="one-model profile at the K estimate",
         )
         s = estimate.gap_dims
-        title += f" from the silhouette on {estimate.dims} directions"
+        title += f" from the silhouette on {estimate.dims or estimate.gap_dims} directions"
     else:
         s = largest_gap(spectra[-1][1], strategy.params.max_clusters)
     ax.axvline(s + 0.5, color="gray", linestyle="--", label=f"largest gap: after {s}")

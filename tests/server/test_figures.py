@@ -84,3 +84,17 @@ def test_cfl_gp_spectrum_marks_the_largest_gap(tmp_path, drawn):
     assert list(gap.get_xdata()) == [3.5, 3.5] and gap.get_label() == "largest gap: after 3"
     assert ax.get_ylabel() == "singular value of G"
     assert singular_values(SimpleNamespace(spectra=[]), tmp_path / "none") == []
+
+
+@pytest.mark.parametrize("dims, shown", [(8, 8), (0, 2)])
+def test_cfl_gp_spectrum_titles_the_directions_k_was_scored_on(tmp_path, drawn, dims, shown):
+    """An estimate saved before ``dims`` existed (0) projected on App. G's s, and the title says so."""
+    from common.clustering.spectral import NumClustersEstimate
+
+    estimate = NumClustersEstimate(3, 2, np.array([9.0, 8.0, 1.0]), {3: 0.9}, np.zeros(4, dtype=np.int64), dims)
+    strategy = SimpleNamespace(
+        spectra=[(2, np.array([9.0, 8.0, 1.0]))], params=SimpleNamespace(max_clusters=8), estimate=estimate, k=3
+    )
+    singular_values(strategy, tmp_path)
+    (ax,) = drawn[0].axes
+    assert ax.get_title() == f"CFL-GP profile spectrum (K = 3 from the silhouette on {shown} directions)"

@@ -154,16 +154,20 @@ def test_sampled_estimate_scores_the_sampled_steps_sample_and_finds_the_exact_k(
     scored.clear()
     got = sampled.sampled_estimate(g, 4, seed=3, sample_above=n - 1)
     assert {len(x) for x in scored} == {subspaces.SAMPLE_SIZE}
-    features = spectral.project(g - g.mean(axis=1, keepdims=True), got.gap_dims, 3)
+    assert got.dims == 4  # max-clusters' leading directions, the default projection
+    features = spectral.project(g - g.mean(axis=1, keepdims=True), got.dims, 3)
     sample = sampled.sample_rows(n, np.random.default_rng(3))  # sampled_cflgp's for this seed
     np.testing.assert_allclose(np.abs(scored[0]), np.abs(features[sample]), rtol=1e-4, atol=1e-4)
     assert got.num_clusters == exact.num_clusters == groups
     assert adjusted_rand_score(truth, got.labels) == adjusted_rand_score(truth, exact.labels) == 1.0
     calls = []
-    monkeypatch.setattr(spectral, "estimate_num_clusters", lambda m, k, seed, at: calls.append(at))
+    monkeypatch.setattr(
+        spectral, "estimate_num_clusters", lambda m, k, seed, at, projection: calls.append((at, projection))
+    )
     sampled.sampled_estimate(g, 4, seed=3, sample_above=n)  # n clients, not above n: exact
-    sampled.sampled_estimate(g, 4, seed=3, sample_above=n - 1)
-    assert calls[0] is None and np.array_equal(calls[1], sample)
+    sampled.sampled_estimate(g, 4, seed=3, sample_above=n - 1, projection=spectral.LARGEST_GAP)
+    assert calls[0] == (None, spectral.MAX_CLUSTERS)
+    assert np.array_equal(calls[1][0], sample) and calls[1][1] == spectral.LARGEST_GAP
 
 
 class _Lazy:

@@ -88,6 +88,11 @@ def test_class_forces_signal_round_trip_and_rejections():
     with pytest.raises(SignalError, match="negative"):
         ClassForces.from_arrays({"pull": -np.ones(3), "push": np.ones(3)}, num_classes=3, non_negative=True)
     ClassForces.from_arrays({"pull": -np.ones(3), "push": np.ones(3)}, num_classes=3)
+    limit = float(np.finfo(np.float32).max)
+    ClassForces.from_arrays({"pull": np.full(3, -limit), "push": np.full(3, limit)}, num_classes=3)
+    for huge in (np.array([0.0, 1e200, 0.0]), np.array([0.0, -1e39, 0.0])):
+        with pytest.raises(SignalError, match="beyond float32's range"):
+            ClassForces.from_arrays({"pull": np.ones(3), "push": huge}, num_classes=3)
     with pytest.raises(SignalError, match="missing"):
         ClassForces.from_arrays({"pull": np.ones(3)}, num_classes=3)
 

@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 import pytest
-from flwr.app import Message
+from flwr.app import Array, ArrayRecord, Message
 
 from client.app import app as client_app
 from common import keys
@@ -133,3 +133,30 @@ def test_newcomers_join_the_nearest_exemplar_computed_on_the_pretrained_model(tm
     paths = trajectory_figures(strategy, tmp_path)
     assert sorted(p.name for p in paths) == ["trajectories.json", "trajectories.png", "trajectory-clusters.png"]
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+@pytest.mark.parametrize("points", ["raw", "shares"])
+def test_a_client_sending_forces_beyond_float32_is_rejected_alone(points, caplog):
+    """Client 0 answers the trajectory query with float64 forces of 1e200: with raw forces its distances to
+    every client would overflow to infinity and affinity propagation would refuse the whole round. Its reply
+    is rejected for it alone, as a reply missing an array is: the others are clustered exactly as then, and
+    the diagnostics stay finite."""
+
+    def replace_forces(make):
+        def fault(reply, server_round):
+            if reply.metadata.message_type == FORCES and reply.has_content():
+                sent = reply.content[keys.SIGNAL]
+                reply.content[keys.SIGNAL] = ArrayRecord(make({name: a.numpy() for name, a in sent.items()}))
+            return reply
+
+        return fault
+
+    huge = replace_forces(lambda sent: {name: Array(np.full(a.shape, 1e200)) for name, a in sent.items()})
+    missing = replace_forces(lambda sent: {"pull": Array(sent["pull"])})
+    malformed, _ = _run(grid_kwargs={"faults": {0: missing}}, **{"cflgt-points": points})
+    with caplog.at_level("WARNING"):
+        lied, _ = _run(grid_kwargs={"faults": {0: huge}}, **{"cflgt-points": points})
+    assert any("client 0" in r.getMessage() and "beyond float32's range" in r.getMessage() for r in caplog.records)
+    assert 0 in lied.pending and 0 not in lied.trajectories
+    assert lied.assignment == malformed.assignment and len(set(lied.assignment.values())) > 1
+    assert all(np.isfinite(v) for v in lied.diagnostics.values() if isinstance(v, float))

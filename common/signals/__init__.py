@@ -28,6 +28,12 @@ class Queried(Protocol):
     handler: ClassVar[str]  # "client.signals.<module>:<function>"
 
 
+FLOAT_LIMIT = float(np.finfo(np.float32).max)
+"""The largest magnitude a float signal may hold: every signal travels as float32. A larger value (a
+float64 reply) could overflow what the server computes from every client's signal (distances, norms)
+to infinity, and with it the clustering of the whole round."""
+
+
 class SignalError(ValueError):
     """A client signal with a missing, extra, misshapen or non-finite array."""
 
@@ -50,13 +56,14 @@ def require_array(
 ) -> np.ndarray:
     """``arrays[name]`` if it has ``shape`` (``None`` = any size) and a float (or integer) dtype.
 
-    Float arrays must be finite. Returns the array itself (no copy).
+    Float arrays must be finite and within float32's range (``FLOAT_LIMIT``). Returns the array itself
+    (no copy).
 
     Raises
     ------
     SignalError
         If the array is missing, has another number of dimensions or sizes, the wrong kind
-        of dtype, or holds NaN or Inf.
+        of dtype, holds NaN or Inf, or a value beyond float32's range.
     """
     if name not in arrays:
         raise SignalError(f"{what}: array {name!r} is missing")
@@ -69,4 +76,6 @@ def require_array(
         raise SignalError(f"{what}: array {name!r} has dtype {arr.dtype}, expected {kind.__name__}")
     if not integer and not np.all(np.isfinite(arr)):
         raise SignalError(f"{what}: array {name!r} holds NaN or Inf")
+    if not integer and arr.dtype.itemsize > 4 and arr.size and np.abs(arr).max() > FLOAT_LIMIT:
+        raise SignalError(f"{what}: array {name!r} holds a value beyond float32's range, {FLOAT_LIMIT:.3g}")
     return arr

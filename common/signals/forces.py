@@ -18,11 +18,6 @@ from common import keys
 from . import SignalError, check_names, require_array
 
 
-FORCE_LIMIT = float(np.finfo(np.float32).max)
-"""The largest force a reply may hold: clients send float32. A larger one (a float64 reply) could overflow the
-trajectory distances of every client to infinity, and with them the clustering of the whole round."""
-
-
 @dataclass(frozen=True, eq=False)
 class ClassForces:
     """A client's ``Z1'`` (pull) and ``Z2'`` (push): its trajectory's C points.
@@ -48,7 +43,7 @@ class ClassForces:
     def from_arrays(
         cls, arrays: Mapping[str, np.ndarray], *, num_classes: int, non_negative: bool = False
     ) -> ClassForces:
-        """Check and wrap a reply holding two finite ``(num_classes,)`` arrays within ``FORCE_LIMIT``.
+        """Check and wrap a reply holding two finite ``(num_classes,)`` arrays.
 
         ``non_negative`` also refuses negative forces: ask for it when the features ``v``
         come out of a ReLU or sigmoid (CFLGT Sec. III-B), where they are impossible; a model
@@ -58,8 +53,6 @@ class ClassForces:
         check_names(arrays, ["pull", "push"], what)
         pull = require_array(arrays, "pull", (num_classes,), what)
         push = require_array(arrays, "push", (num_classes,), what)
-        if np.any(np.abs(pull) > FORCE_LIMIT) or np.any(np.abs(push) > FORCE_LIMIT):
-            raise SignalError(f"{what}: a force is beyond float32's range (the wire format), {FORCE_LIMIT:.3g}")
         if non_negative and (np.any(pull < 0) or np.any(push < 0)):
             raise SignalError(f"{what}: a force is negative")
         return cls(pull, push)

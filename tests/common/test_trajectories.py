@@ -17,6 +17,7 @@ from common.clustering.trajectories import (
     trajectory_distances,
     trajectory_points,
 )
+from tests.helpers.forces import fitted_groups
 
 
 def _groups(seed=0, per_group=8, noise=0.01):
@@ -137,20 +138,6 @@ def test_affinity_propagation_retries_with_heavier_damping_when_it_does_not_conv
     assert affinity_propagation(d, damping=0.7, seed=9).damping == 0.7
 
 
-def _fitted_groups(seed=0, per_group=6):
-    """Two label groups' forces on a model that fits them unevenly: group 0 holds classes 0 and 2, group 1
-    classes 1 and 2 (pull only on held classes, push mostly on them); each client's forces are scaled by how
-    much of its data the model still gets wrong, drawn from 0.1 to 4 (the spread within one group of
-    Fashion-MNIST clients after 25 FedAvg rounds), which dwarfs the gap between the groups."""
-    rng = np.random.default_rng(seed)
-    held = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
-    truth = np.repeat([0, 1], per_group)
-    pull = held[truth] * rng.uniform(0.5, 1.5, size=(len(truth), 4))
-    push = (0.8 * held[truth] + 0.02) * rng.uniform(0.5, 1.5, size=(len(truth), 4))
-    scale = rng.permutation(np.geomspace(0.1, 4.0, len(truth)))[:, None]
-    return trajectories_from_forces(pull * scale, push * scale), truth
-
-
 def test_share_points_on_hand_computed_forces():
     forces = np.array([[[3.0, 0.0], [1.0, 0.0], [0.0, 0.0]], [[-1.0, 2.0], [3.0, 2.0], [0.0, 0.0]]])
     np.testing.assert_allclose(
@@ -160,7 +147,7 @@ def test_share_points_on_hand_computed_forces():
 
 
 def test_share_points_ignore_the_forces_size_but_not_the_classes_that_carry_them():
-    forces, truth = _fitted_groups()
+    forces, truth = fitted_groups()
     assert adjusted_rand_score(truth, affinity_propagation(trajectory_distances(forces)).labels) < 0.5
     shares = trajectory_points(forces, "shares")
     assert adjusted_rand_score(truth, affinity_propagation(trajectory_distances(shares)).labels) == 1.0
@@ -169,7 +156,7 @@ def test_share_points_ignore_the_forces_size_but_not_the_classes_that_carry_them
 
 
 def test_trajectory_points_rejects_an_unknown_choice_and_bad_forces():
-    forces, _ = _fitted_groups()
+    forces, _ = fitted_groups()
     with pytest.raises(
         ValueError, match=r"The 'points' parameter of trajectory_points must be one of .*'raw'.*Got 'l2'"
     ):

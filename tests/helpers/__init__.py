@@ -2,8 +2,8 @@
 
 ``small_run_config`` is here (``server.inprocess`` holds the Grid that runs ClientApps in this process);
 ``hostile`` (a ClientApp that corrupts replies), ``minimal_client`` (a ClientApp written without
-umbel) and ``user_models`` (models defined outside umbel, named ``tests.helpers.user_models:<factory>``)
-are its modules.
+umbel), ``user_models`` (models defined outside umbel, named ``tests.helpers.user_models:<factory>``)
+and ``forces`` (planted CFLGT trajectories) are its modules.
 """
 
 from __future__ import annotations

@@ -15,12 +15,13 @@ from flwr.app import Array, ArrayRecord
 from sklearn.metrics import adjusted_rand_score
 
 from common import keys
-from common.clustering.trajectories import share_points, trajectories_from_forces, trajectory_distances
+from common.clustering.trajectories import share_points, trajectory_distances
 from common.config import TrainingParams
 from common.signals.forces import ClassForces
 from strategies.cflgt import CFLGT, CFLGTParams
 from strategies.federation import ClientInfo
 from strategies.state import load_checkpoint, restore, save_state
+from tests.helpers.forces import fitted_groups
 
 # Two planted groups of trajectories (C = 2 classes): clients 0, 1 (and 7) pull and push on class 0, clients 2 to 6
 # on class 1, each point moved by noise of 0.01 (AP splits identical points on their tied similarities); the
@@ -47,27 +48,37 @@ def _cflgt(
     return s
 
 
+NEWCOMER = 9
+
+
+def _admitted(s: CFLGT, pid: int = NEWCOMER) -> int:
+    """The cluster ``pid`` joins as a newcomer in round 3."""
+    s.clients[pid] = ClientInfo(pid, 1000 + pid, 10, 5, 0)
+    s.admit(3, [pid])
+    return s.assignment[pid]
+
+
 @pytest.mark.parametrize("points, joins", [("shares", 1), ("raw", 0)])
 def test_a_newcomer_joins_the_exemplar_nearest_in_the_points_ap_compared(points: str, joins: int) -> None:
     """Group 1's forces are three times group 0's; a newcomer with group 1's classes and a tenth of its forces
     is group 1 by its shares, and nearer group 0's exemplar in raw forces (the paper's rule)."""
-    newcomer = 9
 
     def trajectory(pid: int) -> np.ndarray:
-        if pid == newcomer:
+        if pid == NEWCOMER:
             return np.array([[0.0, 0.0], [0.1, 0.1]])
         return _trajectory(pid) * (3.0 if GROUP[pid] else 1.0)
 
     s = _cflgt(range(8), trajectory=trajectory, points=points)
     s._cluster(2)
     assert [s.assignment[p] for p in range(8)] == GROUP
-    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
-    s.admit(3, [newcomer])
-    assert s.assignment[newcomer] == joins
+    assert _admitted(s) == joins
 
 
 def _one_class_or_two(pid: int) -> np.ndarray:
-    """Group 0 pulls and pushes on class 0 alone; group 1 on both classes evenly, with three times the force."""
+    """Group 0 pulls and pushes on class 0 alone; group 1 on both classes evenly, with three times the force;
+    the newcomer on both classes evenly, with a hundredth of group 0's force."""
+    if pid == NEWCOMER:
+        return np.full((2, 2), 0.01)
     held = np.array([[1.0, 1.0], [0.0, 0.0]]) if GROUP[pid] == 0 else 3.0 * np.ones((2, 2))
     return held + NOISE[pid]
 
@@ -77,19 +88,12 @@ def test_a_weak_newcomer_is_compared_in_the_same_points_as_the_exemplars(points:
     """A newcomer with group 1's even classes and a hundredth of group 0's forces: group 1 by its shares, group 0
     in raw forces; its raw forces against the exemplars' shares (or its shares against their raw forces) lie
     nearer group 0's one-class exemplar. The exemplars are kept as the clients sent them."""
-    newcomer = 9
-
-    def trajectory(pid: int) -> np.ndarray:
-        return np.full((2, 2), 0.01) if pid == newcomer else _one_class_or_two(pid)
-
-    s = _cflgt(range(8), trajectory=trajectory, points=points, preference=-0.3)
+    s = _cflgt(range(8), trajectory=_one_class_or_two, points=points, preference=-0.3)
     s._cluster(2)
     assert [s.assignment[p] for p in range(8)] == GROUP
     for k, exemplar in enumerate(s.exemplars):
-        assert any(np.array_equal(exemplar, trajectory(p)) for p in range(8) if GROUP[p] == k)
-    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
-    s.admit(3, [newcomer])
-    assert s.assignment[newcomer] == joins
+        assert any(np.array_equal(exemplar, _one_class_or_two(p)) for p in range(8) if GROUP[p] == k)
+    assert _admitted(s) == joins
 
 
 @pytest.mark.parametrize("saved, resumed, joins", [("shares", "raw", 1), ("raw", "shares", 0), (None, "shares", 0)])
@@ -98,37 +102,23 @@ def test_a_resumed_run_compares_newcomers_in_the_points_its_clusters_were_found_
 ) -> None:
     """The weak newcomer above joins by the checkpoint's points, not the resumed run's cflgt-points; a checkpoint
     written before cflgt-points (no ``compared``) was clustered on the raw forces."""
-    newcomer = 9
-
-    def trajectory(pid: int) -> np.ndarray:
-        return np.full((2, 2), 0.01) if pid == newcomer else _one_class_or_two(pid)
-
-    first = _cflgt(range(8), trajectory=trajectory, points=saved or "raw", preference=-0.3)
+    first = _cflgt(range(8), trajectory=_one_class_or_two, points=saved or "raw", preference=-0.3)
     first._cluster(2)
     path = save_state(first, 2, tmp_path / "checkpoint.npz")
     checkpoint = load_checkpoint(path, CFLGT.name)
     if saved is None:
         del checkpoint["state"]["compared"]
-    s = _cflgt(range(8), trajectory=trajectory, points=resumed, preference=-0.3)
+    s = _cflgt(range(8), trajectory=_one_class_or_two, points=resumed, preference=-0.3)
     restore(s, checkpoint)
     assert s.describe_distances().endswith("shares)" if saved == "shares" else "forces)")
-    s.clients[newcomer] = ClientInfo(newcomer, 1000 + newcomer, 10, 5, 0)
-    s.admit(3, [newcomer])
-    assert s.assignment[newcomer] == joins
+    assert _admitted(s) == joins
 
 
 @pytest.mark.parametrize("points", [None, "raw"])
 def test_ap_runs_on_the_points_the_params_name_shares_by_default(points: str | None) -> None:
     """Two label groups whose forces' sizes spread more than the groups lie apart: CFLGT's defaults (shares,
     midrange) find them; AP runs on the distances of the points named, the raw forces only when asked."""
-    rng = np.random.default_rng(0)
-    truth = np.repeat([0, 1], 6)
-    held = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])[truth]
-    scale = rng.permutation(np.geomspace(0.1, 4.0, len(truth)))[:, None]
-    forces = trajectories_from_forces(
-        held * rng.uniform(0.5, 1.5, size=held.shape) * scale,
-        (0.8 * held + 0.02) * rng.uniform(0.5, 1.5, size=held.shape) * scale,
-    )
+    forces, truth = fitted_groups()
     s = CFLGT(TrainingParams(rounds=5), CFLGTParams(pretrain_rounds=1, **({"points": points} if points else {})))
     s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, 0) for p in range(len(truth))}
     s.init_clusters(ArrayRecord({"head.bias": Array(np.zeros(4, np.float32))}))
@@ -161,11 +151,9 @@ def test_clients_without_a_trajectory_wait_in_cluster_zero_when_nobody_else_is_p
 
 
 def test_a_silent_newcomer_joins_the_clients_still_waiting_for_their_trajectory() -> None:
-    s = _cflgt(range(8), silent=(7, 9))
+    s = _cflgt(range(8), silent=(7, NEWCOMER))
     s._cluster(2)
-    s.clients[9] = ClientInfo(9, 1009, 10, 5, 0)
-    s.admit(3, [9])
-    assert s.pending == {7, 9} and s.assignment[9] == 1
+    assert _admitted(s) == 1 and s.pending == {7, NEWCOMER}
 
 
 def test_cflgt_clusters_at_its_clustering_round_then_asks_the_waiting_clients_again(

@@ -18,10 +18,10 @@ not run (a client's trained model stays nearest the centre it started from, so t
 clustering). Only the clustering is scored (ARI against the planted groups), not the accuracy after it.
 Algorithms that cluster during training (CFLGT, FLIC, FLAG, CFL-GP, Sattler's CFL) are not in this grid: their
 full runs are too slow for it on a shared 2-core machine. ``--during-training`` runs them in process for the
-default rounds on label groups (``DURING_FEDERATIONS``, halves by seed); ``--full-runs`` runs them (and the
-three above) as ordinary ``umbel run``s with their defaults on ``FULL_RUN_CELLS``, two small federations none
-of them was tuned on, for ``FULL_RUN_ROUNDS`` rounds (the one value set besides the federation), and reports
-the final K and ARI.
+default rounds on label groups (``DURING_FEDERATIONS``: each half its own seeds and group counts);
+``--full-runs`` runs them (and the three above) as ordinary ``umbel run``s with their defaults on
+``FULL_RUN_CELLS``, two small federations none of them was tuned on, for ``FULL_RUN_ROUNDS`` rounds (the one
+value set besides the federation), and reports the final K and ARI.
 
 Example::
 

@@ -174,7 +174,7 @@ def test_cflgt_clusters_planted_trajectories_and_records_its_diagnostics(caplog:
     assert s.distance_pids == list(range(8)) and s.distance_matrix.shape == (8, 8)
     assert s.exemplars.shape == (2, 2, 2) and s.pending == set()
     d = s.diagnostics
-    # pull is 1 everywhere (CV 0); push is 1 or 3, four of each: mean 2, std 1, CV 0.5.
+    # pull is 1 everywhere (CV 0); push is 1 or 3, eight of each: mean 2, std 1, CV 0.5 (the 0.001 moves aside).
     assert d["cv-pull"] == pytest.approx(0.0, abs=1e-3) and d["cv-push"] == pytest.approx(0.5, abs=1e-3)
     assert 0.0 <= d["hopkins"] <= 1.0 and d["converged"] is True and d["damping"] == 0.6 and d["preference"] < 0
     assert set(s.run_details()) == {

@@ -158,8 +158,8 @@ MODIFIED: dict[str, str] = {
     "client's summed updates (paper: a round given by hand, the latest update)",
     FLAG.name: "elbow at the fewest clusters within 1 point of the best sweep accuracy; the run's own model "
     "in the sweep (paper: a lightweight one)",
-    CFLGP.name: "with K not given, K scored on the max-clusters leading directions of the profile (paper "
-    "App. G: those before the largest gap)",
+    CFLGP.name: "with K not given, k up to half the clients scored on as many leading directions of the profile "
+    "(paper App. G: those before the largest gap, no range given)",
     CFLGT.name: "affinity propagation on the square roots of each client's force shares over the classes, "
     "midrange preference (paper: the forces as sent, no preference named; see the paper preset)",
 }

@@ -54,6 +54,7 @@ from benchmarks.records import (
     write_record,
 )
 from benchmarks.report import SCALING, add_record_flag, save_tables, tables_from_markdown
+from common.clustering.hierarchical import AUTO_MAX_CLUSTERS
 from common.clustering.sampled import SAMPLE_ABOVE
 from common.clustering.trajectories import AP_MAX_POINTS
 from strategies import CFLGP, CFLGT, CFLSattler, FLAG, FLHC, FLIC, FeSEM, FedAvg, FedClust, FedMedian, IFCA, PACFL
@@ -524,12 +525,14 @@ def _cflgp(n, sizes, shapes, meter, rng, ratio: float = 0.0, sample_above: int =
 
 
 def _cflgp_estimate(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABOVE):
-    """App. G's K estimate on the profile of ``max-clusters`` models (the strategy's ``_estimate_k``)."""
+    """App. G's K estimate on the profile of ``max-clusters`` models, k up to ``cfl-gp-auto-max-clusters``
+    (the strategy's ``_estimate_k``)."""
     from common.clustering import compression, spectral
     from common.clustering.sampled import sampled_estimate
     from strategies.cfl_gp import CFLGPParams
 
-    k = CFLGPParams().max_clusters
+    params = CFLGPParams()
+    k = params.max_clusters
     size = compression.compressed_size(sizes.params, compression.automatic_ratio(n, k, sizes.params))
     truth = planted(n, GROUPS, rng)
     centers = rng.standard_normal((GROUPS, k, size), dtype=np.float32)
@@ -540,7 +543,7 @@ def _cflgp_estimate(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABO
         g = spectral.completed_profile(
             blocks, np.ones((n, k)), np.zeros(n, dtype=np.int64), SEED, overwrite_blocks=True
         )
-        estimate = sampled_estimate(g, k, SEED, sample_above)
+        estimate = sampled_estimate(g, params.estimate_limit(n), SEED, sample_above)
     return estimate.labels, truth
 
 
@@ -753,8 +756,8 @@ VARIANTS: dict[str, Variant] = {
             lambda s: "profile 8 blocks / automatic ratio",
             lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
             _cflgp_estimate,
-            note=f"estimate_num_clusters (App. G, max-clusters 8); above {SAMPLE_ABOVE:,}: silhouettes on the sample "
-            "(sampled_estimate)",
+            note=f"estimate_num_clusters (App. G on max-clusters 8 models, k up to half the clients, at most "
+            f"{AUTO_MAX_CLUSTERS}); above {SAMPLE_ABOVE:,}: k-means and silhouettes on the sample (sampled_estimate)",
         ),
         Variant(
             "cfl-gp-estimate-sampled",
@@ -762,7 +765,7 @@ VARIANTS: dict[str, Variant] = {
             lambda s: "profile 8 blocks / automatic ratio",
             lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
             lambda n, s, sh, m, r: _cflgp_estimate(n, s, sh, m, r, sample_above=1),
-            note="silhouettes on the sample at every N (cfl-gp-sample-above 1)",
+            note="k-means and silhouettes on the sample at every N (cfl-gp-sample-above 1)",
         ),
         Variant(
             "cfl-gp-c1",

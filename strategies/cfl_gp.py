@@ -10,8 +10,9 @@ picks: 128 at 10,000 clients of the 159,010-parameter DNN, within the paper's 10
 into that model's block of the client's profile and re-clusters: top-K left singular vectors,
 k-means, relabelling by linear assignment (Alg. 3). Re-clustering stops once the assignment has not changed for
 ``cfl-gp-stable-updates`` updates. With ``num-clusters`` 0, App. G: ``max-clusters`` models run
-CFL-GP until ``cfl-gp-estimate-after`` updates, then K comes from the spectrum of the centred
-profile, and the K clusters continue from the model most of their members trained. The K
+CFL-GP until ``cfl-gp-estimate-after`` updates, then K (up to ``cfl-gp-auto-max-clusters``, by default
+half the clients) comes from the spectrum of the centred profile, and the K clusters continue from
+the model most of their members trained. The K
 models start as copies of the initial model: random clusters and the profiles make them
 differ. With ``cfl-gp-profile-fraction`` < 1, the blocks a client has not answered are imputed
 (its cluster's mean, refined by a rank-K completion of ``G``), never left at zero.
@@ -31,6 +32,7 @@ from scipy.spatial.distance import cdist
 
 from common import keys
 from common.clustering import compression, kmodels, spectral
+from common.clustering.hierarchical import AUTO_LIMIT_HELP, automatic_max_clusters, check_auto_max_clusters
 from common.clustering.sampled import (
     SAMPLE_ABOVE,
     SAMPLE_ABOVE_HELP,
@@ -52,11 +54,11 @@ OWNER = "CFLGP"
 
 @dataclass(frozen=True)
 class CFLGPParams:
-    """CFL-GP's run-config keys, ``cfl-gp-*`` (``num-clusters`` 0: estimate K up to ``max-clusters``)."""
+    """CFL-GP's run-config keys, ``cfl-gp-*`` (``num-clusters`` 0: estimate K up to ``cfl-gp-auto-max-clusters``)."""
 
     key_prefix: ClassVar[str] = "cfl-gp"
     num_clusters: int = shared(low=0)
-    max_clusters: int = shared(low=2, help="upper end of the K search")
+    max_clusters: int = shared(low=2, help="with num-clusters 0: the models run before App. G's estimate")
     cluster_period: int = param(2, "a profile update every P rounds", low=1, paper="2")
     cluster_until: int = param(0, "no profile update from this round on; 0 = no limit", low=0)
     stable_updates: int = param(5, "stop re-clustering after this many unchanged updates; 0 = never", low=0)
@@ -73,11 +75,18 @@ class CFLGPParams:
         paper="App. E",
     )
     estimate_after: int = param(2, "profile updates before K is estimated (num-clusters 0)", low=1)
+    auto_max_clusters: int = param(
+        0,
+        "with num-clusters 0: the most clusters App. G's estimate scores (k = 2 .. this); "
+        f"{AUTO_LIMIT_HELP} (modified; former: max-clusters, the models run before the estimate)",
+        low=0,
+        paper="not given (App. G: an elbow or gap statistic on the reduced features)",
+    )
     estimate_projection: str = param(
         spectral.MAX_CLUSTERS,
-        "the directions k-means and the silhouette score each k on when K is estimated: max-clusters = the "
-        "max-clusters leading ones of the centred profile (modified); largest-gap = those before its largest "
-        "gap (App. G's s)",
+        "the directions k-means and the silhouette score each k on when K is estimated: max-clusters = as "
+        "many leading ones of the centred profile as the most clusters scored (cfl-gp-auto-max-clusters; "
+        "modified); largest-gap = those before its largest gap (App. G's s)",
         choices=spectral.PROJECTIONS,
         paper="largest-gap (max-clusters is modified)",
     )
@@ -86,10 +95,15 @@ class CFLGPParams:
     def __post_init__(self) -> None:
         key = partial(run_config_key, CFLGPParams)
         check_params(self, OWNER)
+        check_auto_max_clusters(self.auto_max_clusters, key("auto_max_clusters"), OWNER)
         if self.compression_ratio != 0:  # 0: automatic (compression.automatic_ratio)
             object.__setattr__(
                 self, "compression_ratio", check_float(self.compression_ratio, key("compression_ratio"), OWNER, low=1.0)
             )
+
+    def estimate_limit(self, num_clients: int) -> int:
+        """The most clusters App. G's estimate scores among ``num_clients`` (``automatic_max_clusters``)."""
+        return automatic_max_clusters(num_clients, self.auto_max_clusters)
 
 
 class CFLGP(ClusteredStrategy):
@@ -259,7 +273,7 @@ class CFLGP(ClusteredStrategy):
         matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed, overwrite_blocks=True)
         self.estimate = sampled_estimate(
             matrix,
-            self.params.max_clusters,
+            self.params.estimate_limit(len(pids)),
             self._seed(server_round),
             self.params.sample_above,
             self.params.estimate_projection,

@@ -35,7 +35,14 @@ from flwr.common import log
 from common import keys
 from common.clustering import kmodels
 from common.clustering.fesem import fesem_clusters, nearest_centres, update_centres
-from common.clustering.hierarchical import AUTO_MAX_CLUSTERS, auto_cut, pairwise_distances, undecided_reason
+from common.clustering.hierarchical import (
+    AUTO_LIMIT_HELP,
+    auto_cut,
+    automatic_max_clusters,
+    check_auto_max_clusters,
+    pairwise_distances,
+    undecided_reason,
+)
 from common.clustering.similarity import sketch_rows, unit_rows
 from common.clustering.subspaces import SAMPLE_SIZE
 from common.params import check_params, param, run_config_key, shared
@@ -81,19 +88,14 @@ class FeSEMParams:
     )
     auto_max_clusters: int = param(
         0,
-        "with num-clusters 0 and fesem-init clients: the most clusters the automatic K keeps; 0 = half the "
-        f"clients, at most {AUTO_MAX_CLUSTERS} (modified: every cluster two clients on average; former cap: "
-        "max-clusters, 8)",
+        "with num-clusters 0 and fesem-init clients: the most clusters the automatic K keeps; "
+        f"{AUTO_LIMIT_HELP} (modified: every cluster two clients on average; former cap: max-clusters, 8)",
         low=0,
     )
 
     def __post_init__(self) -> None:
         check_params(self, OWNER)
-        if self.auto_max_clusters == 1:
-            key = run_config_key(type(self), "auto_max_clusters")
-            raise ValueError(
-                f"The '{key}' parameter of {OWNER} must be 0 (half the clients) or an int >= 2. Got 1 instead."
-            )
+        check_auto_max_clusters(self.auto_max_clusters, run_config_key(type(self), "auto_max_clusters"), OWNER)
 
     @property
     def k(self) -> int:
@@ -108,13 +110,6 @@ class FeSEMParams:
     def automatic(self) -> bool:
         """Whether K is chosen from the first round's trained models (``num-clusters`` 0, init clients)."""
         return self.num_clusters == 0 and self.init == "clients"
-
-
-def automatic_max_clusters(num_clients: int, given: int = 0) -> int:
-    """The most clusters FeSEM's automatic K keeps among ``num_clients``: ``given`` when > 0, else half
-    the clients (a cluster of one client is local training), at least 2 and at most ``AUTO_MAX_CLUSTERS``
-    (the range of the other automatic cuts)."""
-    return given if given > 0 else max(2, min(AUTO_MAX_CLUSTERS, num_clients // 2))
 
 
 def automatic_labels(

@@ -24,6 +24,8 @@ reference code calls "average" (the mean of the two merged rows)."""
 METRICS: tuple[str, ...] = ("euclidean", "cosine", "cityblock", "sqeuclidean")
 AUTO_MAX_CLUSTERS = 100
 """:func:`auto_cut` scores the cuts into 2 .. this many clusters."""
+AUTO_LIMIT_HELP = f"0 = half the clients, at most {AUTO_MAX_CLUSTERS}"
+"""What a strategy's ``*-auto-max-clusters`` key means at 0 (:func:`automatic_max_clusters`)."""
 AUTO_TOLERANCE = 0.02
 """:func:`auto_cut` keeps the finest cut within this much silhouette of the best one."""
 AUTO_MIN_SILHOUETTE = 0.1
@@ -426,6 +428,27 @@ def undecided_reason(distances: np.ndarray | None) -> str:
     joins = int(AUTO_MIN_SHARE * distances.shape[0]) >= 2
     also = f", or every cluster but one holds under {AUTO_MIN_SHARE:.0%} of the clients" if joins else ""
     return f"no cut scores a silhouette above {AUTO_MIN_SILHOUETTE}{also}: no group structure"
+
+
+def automatic_max_clusters(num_clients: int, given: int = 0) -> int:
+    """The most clusters an automatic K keeps among ``num_clients``: ``given`` when > 0, else half the
+    clients (a cluster of one client is local training), at least 2 and at most ``AUTO_MAX_CLUSTERS``
+    (:func:`auto_cut`'s range)."""
+    return given if given > 0 else max(2, min(AUTO_MAX_CLUSTERS, num_clients // 2))
+
+
+def check_auto_max_clusters(value: int, key: str, owner: str) -> None:
+    """Refuse 1 for a ``*-auto-max-clusters`` key (0: :func:`automatic_max_clusters`; else a K of at least 2).
+
+    Raises
+    ------
+    ValueError
+        Naming ``key`` when ``value`` is 1.
+    """
+    if value == 1:
+        raise ValueError(
+            f"The '{key}' parameter of {owner} must be 0 (half the clients) or an int >= 2. Got 1 instead."
+        )
 
 
 def auto_cut(

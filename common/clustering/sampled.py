@@ -634,12 +634,9 @@ def sampled_cflgp(
     features = np.asarray(g.T @ u.astype(g.dtype, copy=False), dtype=np.float64)  # (N, K): U^T G, in G's float
     if k == 1:
         return np.zeros(n, dtype=np.int64), features, values, sample
-    sample_labels = spectral.kmeans_labels(features[sample], k, seed)
-    if len(np.unique(sample_labels)) < k:
-        return spectral.keep_previous(previous, len(np.unique(sample_labels)), k), features, values, sample
-    centres = np.stack([features[sample][sample_labels == c].mean(axis=0) for c in range(k)])
-    labels = nearest_means(features, centres)
-    labels[sample] = sample_labels
+    labels = spectral.kmeans_labels(features, k, seed, rows=sample)
+    if (found := len(np.unique(labels[sample]))) < k:
+        return spectral.keep_previous(previous, found, k), features, values, sample
     return spectral.align_labels(labels, previous, k), features, values, sample
 
 
@@ -650,8 +647,9 @@ def sampled_estimate(
     the silhouettes of a seeded sample.
 
     The sample is :func:`sampled_cflgp`'s for the same ``seed`` and client count
-    (``sample_rows(N, default_rng(seed))``); the spectrum, projection and k-means stay on all N
-    (linear), only the quadratic silhouettes are the sample's. Up to ``sample_above``: exact.
+    (``sample_rows(N, default_rng(seed))``); the spectrum and projection stay on all N (linear),
+    k-means fits the sample, the other clients join the nearest of its clusters (as in
+    :func:`sampled_cflgp`), and the silhouettes are the sample's. Up to ``sample_above``: exact.
     """
     n = np.shape(matrix)[1]
     scored = sample_rows(n, np.random.default_rng(seed)) if use_sample(n, sample_above) else None

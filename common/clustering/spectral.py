@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 from sklearn.utils.extmath import randomized_svd
@@ -216,15 +217,27 @@ def project(matrix: np.ndarray, dims: int, seed: int = 0) -> np.ndarray:
     return (u.T @ g.astype(np.float64)).T
 
 
-def kmeans_labels(features: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
-    """Seeded k-means (k-means++, 10 restarts) labels of ``features`` ``(N, f)``: ``(N,)`` int64."""
+def kmeans_labels(features: np.ndarray, k: int, seed: int = 0, rows: np.ndarray | None = None) -> np.ndarray:
+    """Seeded k-means (k-means++, 10 restarts) labels of ``features`` ``(N, f)``: ``(N,)`` int64.
+
+    ``rows`` (the sampled forms): k-means runs on those rows only, which keep its labels; every other
+    row joins the cluster whose mean over them is nearest.
+    """
+    x = np.asarray(features, dtype=np.float64)
+    fit = x if rows is None else x[rows]
     km = KMeans(n_clusters=k, n_init=10, random_state=seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        labels = km.fit_predict(np.asarray(features, dtype=np.float64)).astype(np.int64)
+        labels = km.fit_predict(fit).astype(np.int64)
     for w in caught:  # scikit-learn's (duplicate points, ...): the log's debug level, not the console
         _LOG.debug("k-means with k = %d: %s", k, w.message)
-    return labels
+    if rows is None:
+        return labels
+    present = np.unique(labels)
+    means = np.stack([fit[labels == c].mean(axis=0) for c in present])
+    placed = present[np.argmin(cdist(x, means), axis=1)]
+    placed[rows] = labels
+    return placed
 
 
 def align_labels(new: np.ndarray, old: np.ndarray, num_clusters: int) -> np.ndarray:
@@ -392,16 +405,17 @@ def estimate_num_clusters(
     (``K`` groups span ``K - 1`` centred directions). The centred columns are projected on the
     leading left singular vectors (``projection``: ``MAX_CLUSTERS``, the ``K_max`` leading ones;
     ``LARGEST_GAP``, App. G's ``s``), and k-means with k in ``2..K_max`` (``K_max =
-    min(max_clusters, N - 1)``) is scored by silhouette; the best k is returned.
+    min(max_clusters, N - 1)``, N the clients ``scored``) is scored by silhouette; the best k is returned.
 
     ``MAX_CLUSTERS`` keeps every direction ``K_max`` groups can span: when one group lies far from
     the others (early profiles), the largest gap comes after its one direction, and the others,
     merged on that one dimension, are lost to App. G's ``s``. App. G itself finds that more
     directions than the gap's (its s = 8 against 4) separate groups that the gap's merge.
 
-    ``scored``: the client positions whose silhouettes score each k (None: all N). The
-    silhouette is quadratic in the clients scored (100,000 clients: 10^10 distances per k);
-    the sampled form (``sampled.sampled_estimate``) scores its seeded sample only.
+    ``scored``: the client positions k-means fits and whose silhouettes score each k (None: all N);
+    the others join the nearest of those clusters. The silhouette is quadratic in the clients
+    scored (100,000 clients: 10^10 distances per k), and a ``max_clusters`` of 100 runs 99 k-means:
+    the sampled form (``sampled.sampled_estimate``) fits and scores its seeded sample only.
 
     Raises
     ------
@@ -418,7 +432,7 @@ def estimate_num_clusters(
             f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
             f"(clients). Got shape {g.shape} instead."
         )
-    k_max = min(k_max, g.shape[1] - 1)
+    k_max = min(k_max, (g.shape[1] if scored is None else len(scored)) - 1)  # a silhouette needs k < points
     g = g - g.mean(axis=1, keepdims=True, dtype=np.float64).astype(g.dtype)  # float32 stays float32
     values = singular_values(g, seed)
     s = largest_gap(values, k_max)
@@ -426,7 +440,7 @@ def estimate_num_clusters(
     features = project(g, dims, seed)
     silhouettes, labels = {}, {}
     for k in range(2, k_max + 1):
-        found = kmeans_labels(features, k, seed)
+        found = kmeans_labels(features, k, seed, rows=scored)
         at = slice(None) if scored is None else scored
         # fewer distinct clusters than k: k is not a candidate; the silhouette needs 2 among the scored
         if len(np.unique(found)) == k and len(np.unique(found[at])) >= 2:

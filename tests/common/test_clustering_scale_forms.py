@@ -152,8 +152,12 @@ def test_sampled_estimate_scores_the_sampled_steps_sample_and_finds_the_exact_k(
     exact = sampled.sampled_estimate(g, 4, seed=3, sample_above=0)  # 0: exact at every size
     assert {len(x) for x in scored} == {n}
     scored.clear()
+    fits: list[object] = []
+    kmeans = spectral.kmeans_labels
+    monkeypatch.setattr(spectral, "kmeans_labels", lambda f, k, s, rows: fits.append(rows) or kmeans(f, k, s, rows))
     got = sampled.sampled_estimate(g, 4, seed=3, sample_above=n - 1)
     assert {len(x) for x in scored} == {subspaces.SAMPLE_SIZE}
+    assert len(fits) == 3 and all(np.array_equal(r, sampled.sample_rows(n, np.random.default_rng(3))) for r in fits)
     assert got.dims == 4  # max-clusters' leading directions, the default projection
     features = spectral.project(g - g.mean(axis=1, keepdims=True), got.dims, 3)
     sample = sampled.sample_rows(n, np.random.default_rng(3))  # sampled_cflgp's for this seed

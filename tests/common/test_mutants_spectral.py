@@ -298,12 +298,20 @@ SQUARE = np.array([[-1, -1, 1, 1, -1, -1, 1, 1], [-1, -1, 1, 1, 1, 1, -1, -1], [
 """Two clients at each corner of a square, A A B B C C D D (A and B opposite)."""
 
 
-def test_estimate_num_clusters_scores_only_the_clients_given_and_breaks_ties_towards_fewer():
+def test_estimate_num_clusters_fits_and_scores_only_the_clients_given():
     estimate = spectral.estimate_num_clusters(SQUARE, 7, scored=np.arange(4))
-    assert estimate.silhouettes == {2: 1.0, 3: 1.0, 4: 1.0}, "A and B apart, each with its twin: 1 for every k"
+    # A A B B: k = 3 finds two distinct clusters, and k = 4 would leave no point a neighbour of its own cluster
+    assert estimate.silhouettes == {2: 1.0}
     assert (estimate.num_clusters, estimate.gap_dims) == (2, 2)
     np.testing.assert_allclose(estimate.singular_values, [np.sqrt(8), np.sqrt(8), 0], atol=1e-12)
     assert estimate.labels[0] == estimate.labels[1] != estimate.labels[2] == estimate.labels[3]
+
+
+def test_estimate_num_clusters_breaks_ties_towards_fewer(monkeypatch):
+    monkeypatch.setattr(spectral, "silhouette_score", lambda features, labels: 0.5)
+    estimate = spectral.estimate_num_clusters(SQUARE, 7)
+    assert sorted(estimate.silhouettes) == [2, 3, 4]  # four distinct corners: k > 4 finds fewer clusters
+    assert estimate.num_clusters == 2
 
 
 def test_estimate_num_clusters_of_integers_is_that_of_the_same_floats():

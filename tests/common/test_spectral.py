@@ -318,6 +318,21 @@ def test_estimate_num_clusters_scores_k_up_to_one_below_the_number_of_clients():
     assert set(spectral.estimate_num_clusters(g[:, 1:], 8).silhouettes) == {2}  # 3 clients are enough
 
 
+def test_kmeans_on_rows_fits_those_rows_and_places_every_other_by_the_nearest_fitted_mean(monkeypatch):
+    """Rows 0-3 fit (two pairs, means 0.1 and 10.0); row 4 (4.9) joins the nearer, {0, 1}; row 5 (30.0),
+    which k-means on all six rows would keep alone, joins {2, 3}."""
+    x = np.array([[0.0], [0.2], [9.9], [10.1], [4.9], [30.0]])
+    fitted: list[int] = []
+    real = spectral.KMeans.fit_predict
+    monkeypatch.setattr(spectral.KMeans, "fit_predict", lambda self, f: fitted.append(len(f)) or real(self, f))
+    labels = spectral.kmeans_labels(x, 2, seed=0, rows=np.arange(4))
+    assert fitted == [4]
+    assert labels[0] == labels[1] == labels[4] != labels[2] == labels[3] == labels[5]
+    assert labels.dtype == np.int64 and labels.shape == (6,)
+    everything = spectral.kmeans_labels(x, 2, seed=0)
+    assert everything[5] != everything[2]
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [

@@ -49,6 +49,8 @@ def _sent(grid, message_type):
         ("cfl-gp-profile-fraction", 0.0),
         ("cfl-gp-compression-ratio", 0.5),
         ("cfl-gp-estimate-after", 0),
+        ("cfl-gp-auto-max-clusters", -1),
+        ("cfl-gp-auto-max-clusters", 1),
     ],
 )
 def test_cflgp_rejects_bad_parameters_naming_them(key, value):
@@ -132,7 +134,7 @@ def test_cflgp_gradient_protocol_and_stable_updates_stop_clustering():
     assert [r.phase for r in strategy.history] == ["cluster"] * 3 + ["train"]
 
 
-@pytest.mark.parametrize("projection, dims", [(None, 4), ("largest-gap", 1)])
+@pytest.mark.parametrize("projection, dims", [(None, 3), ("largest-gap", 1)])  # None: half the 6 clients
 def test_cflgp_estimates_k_when_num_clusters_is_not_given(caplog, tmp_path, projection, dims):
     setting = {"num-clusters": 0, "max-clusters": 4}
     if projection:

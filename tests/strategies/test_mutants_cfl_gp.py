@@ -31,18 +31,18 @@ def _direction(pid: int) -> np.ndarray:
     return v
 
 
-def _offline(n: int = 6, seed: int = 1, **params) -> CFLGP:
+def _offline(n: int = 6, seed: int = 1, dim: int = DIM, reply=_direction, **params) -> CFLGP:
     """A CFL-GP over ``n`` clients whose profile queries the stub answers; ``asked`` lists each query's clients."""
     s = CFLGP(TrainingParams(seed=seed), CFLGPParams(**{"max_clusters": 4, **params}))
     s.clients = {p: ClientInfo(p, 1000 + p, 10, 5, p % 2) for p in range(n)}
-    s.asked, s.reply = [], _direction
+    s.asked, s.reply = [], reply
 
     def answer(action, pids, server_round, from_arrays, *, models=(), config=None, **expected):
         s.asked.append(list(pids))
         return {p: from_arrays({"vector": s.reply(p)}, **expected) for p in pids}
 
     s.query_signal = answer
-    s.init_clusters(ArrayRecord({"w": Array(np.zeros(DIM, np.float32))}))
+    s.init_clusters(ArrayRecord({"w": Array(np.zeros(dim, np.float32))}))
     return s
 
 
@@ -189,6 +189,34 @@ def test_k_is_estimated_after_estimate_after_updates_when_num_clusters_is_zero()
     s.before_round(2)
     assert s.estimate is not None and s.k == 2 == len(s.models)
     assert {s.assignment[p] for p in range(0, 6, 2)} != {s.assignment[p] for p in range(1, 6, 2)}
+
+
+def _ten_groups(pid: int) -> np.ndarray:
+    """Client ``pid`` in group ``pid % 10``, along its own axis of 16, a little client noise."""
+    v = np.random.default_rng(pid).normal(scale=0.01, size=16).astype(np.float32)
+    v[pid % 10] += 1.0
+    return v
+
+
+@pytest.mark.parametrize(("given", "found"), [(0, 10), (6, 6)])
+def test_the_estimate_scores_k_past_the_models_up_to_half_the_clients_unless_given(given: int, found: int) -> None:
+    """10 groups of 3, 4 models before the estimate: half the clients (15) lets k reach 10; a given cap holds."""
+    s = _offline(
+        30, dim=16, reply=_ten_groups, num_clusters=0, cluster_period=1, stable_updates=0, auto_max_clusters=given
+    )
+    _rounds(s, 2)
+    assert s.estimate is not None and s.k == found == len(s.models)
+    assert max(s.estimate.silhouettes) == (given or 15) and s.estimate.dims == (given or 15)
+    if found == 10:
+        assert len({(s.assignment[p], p % 10) for p in range(30)}) == 10  # each group one cluster
+
+
+def test_cflgp_params_estimate_limit_is_half_the_clients_within_2_and_100_or_the_given_cap() -> None:
+    assert [CFLGPParams().estimate_limit(n) for n in (3, 12, 30, 1000)] == [2, 6, 15, 100]
+    assert CFLGPParams(max_clusters=3).estimate_limit(30) == 15
+    assert CFLGPParams(auto_max_clusters=8).estimate_limit(30) == 8
+    with pytest.raises(ValueError, match=r"'cfl-gp-auto-max-clusters' parameter of CFLGP must be 0 .* Got 1 instead"):
+        CFLGPParams(auto_max_clusters=1)
 
 
 def test_a_profile_reply_of_another_length_is_refused_not_broadcast_into_the_block() -> None:

@@ -8,8 +8,8 @@ import pytest
 from sklearn.metrics.pairwise import cosine_distances
 
 import strategies.fesem as fesem
-from common.clustering.hierarchical import AUTO_MAX_CLUSTERS, auto_cut, pairwise_distances
-from strategies.fesem import automatic_labels, automatic_max_clusters
+from common.clustering.hierarchical import AUTO_MAX_CLUSTERS, auto_cut, automatic_max_clusters, pairwise_distances
+from strategies.fesem import automatic_labels
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,8 @@ class Preset:
     ``given_k`` lists the strategies that are told the scenario's true number of groups
     through the flag named there (IFCA's K, FL+HC's number of clusters): the scenario's ``k``.
     ``checkpoint_every``: each cell saves its state every that many rounds (0: never), so that an
-    unfinished cell continues from its last checkpoint (:func:`run_cell`).
+    unfinished cell continues from its last checkpoint (:func:`run_cell`). ``papers_own``: strategies
+    whose flags here select their paper's rule, so their tables do not label them "(modified)".
     """
 
     name: str
@@ -102,6 +103,7 @@ class Preset:
     strategy_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     given_k: dict[str, str] = field(default_factory=dict)
     checkpoint_every: int = 0
+    papers_own: tuple[str, ...] = ()
 
     def args(self, strategy: str, scenario: Scenario, seed: int) -> list[str]:
         """The ``umbel run`` flags of one cell (a ``VARIANTS`` name runs its strategy with its flags)."""
@@ -291,6 +293,7 @@ PAPER = Preset(
     given_k={IFCA.name: "--max-clusters", FLHC.name: "--num-clusters", CFLGP.name: "--num-clusters"},
     # a round of the papers' settings takes minutes here: lose at most two on a kill
     checkpoint_every=2,
+    papers_own=(FLIC.name, FLHC.name, CFLGT.name, CFLGP.name),
 )
 
 PRESETS = {p.name: p for p in (QUICK, PAPER)}
@@ -501,6 +504,7 @@ def summarise(results: Sequence[CellResult]) -> list[dict[str, Any]]:
 def markdown(rows: Sequence[dict[str, Any]], preset: Preset) -> str:
     """The table, one block per scenario, strategies in the preset's order."""
     order = {s: i for i, s in enumerate(preset.strategies)}
+    modified = {s: why for s, why in MODIFIED.items() if s not in preset.papers_own}
     lines = []
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
         lines += [
@@ -516,7 +520,7 @@ def markdown(rows: Sequence[dict[str, Any]], preset: Preset) -> str:
             acc = _fmt(None if r["final-accuracy-mean"] is None else 100 * r["final-accuracy-mean"], 2)
             if r["final-accuracy-std"] is not None:
                 acc += f" ± {100 * r['final-accuracy-std']:.2f}"
-            name = f"{r['strategy']} (modified)" if r["strategy"] in MODIFIED else r["strategy"]
+            name = f"{r['strategy']} (modified)" if r["strategy"] in modified else r["strategy"]
             lines.append(
                 f"| {name} | {acc} | {_fmt(r['final-ari'], 3)} | {r['ari-1.0-round']} | "
                 f"{r['final-clusters']} | {_fmt(r['signal-bytes-up-per-client'], 0)} | "
@@ -524,8 +528,8 @@ def markdown(rows: Sequence[dict[str, Any]], preset: Preset) -> str:
                 f"{_fmt(r['wall-seconds'], 0)} |"
             )
         lines.append("")
-    shown = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s in MODIFIED]
-    lines += [f"(modified) {s}: {MODIFIED[s]}." for s in shown] + ([""] if shown else [])
+    shown = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s in modified]
+    lines += [f"(modified) {s}: {modified[s]}." for s in shown] + ([""] if shown else [])
     return "\n".join(lines)
 
 

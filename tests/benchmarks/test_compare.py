@@ -180,6 +180,11 @@ def test_markdown_labels_modified_defaults():
     text = compare.markdown([{**row, "strategy": "pacfl"}, {**row, "strategy": "pacfl-eq3"}], compare.PAPER)
     assert "| pacfl (modified) |" in text and "| pacfl-eq3 |" in text
     assert "(modified) pacfl: principal angles class by class" in text
+    # the paper preset runs these with their papers' flags (CFLGT raw forces at the median, CFL-GP told K, ...)
+    own = compare.markdown([{**row, "strategy": s} for s in ("cflgt", "cfl-gp", "flic", "flhc", "flag")], compare.PAPER)
+    assert "| cflgt |" in own and "| cfl-gp |" in own and "| flic |" in own and "| flhc |" in own
+    assert "| flag (modified) |" in own and "(modified) cflgt" not in own and "(modified) flag: elbow" in own
+    assert "| cflgt (modified) |" in compare.markdown([{**row, "strategy": "cflgt"}], compare.QUICK)
 
 
 def test_paper_preset_gives_cflgt_its_own_schedule_only_in_its_own_papers_scenarios():

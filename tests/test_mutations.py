@@ -224,6 +224,52 @@ MUTATIONS = [
             "tests/common/test_spectral.py::test_estimate_num_clusters_keeps_the_groups_a_far_group_hides_from_the_largest_gap"
         ],
     ),
+    (
+        "cfl-gp searches k only up to its models",
+        "strategies/cfl_gp.py",
+        "self.params.estimate_limit(len(pids)),",
+        "self.params.max_clusters,",
+        [
+            (
+                "tests/strategies/test_mutants_cfl_gp.py::"
+                "test_the_estimate_scores_k_past_the_models_up_to_half_the_clients_unless_given"
+            )
+        ],
+    ),
+    (
+        "sampled estimate fits k-means on every client",
+        "common/clustering/spectral.py",
+        "found = kmeans_labels(features, k, seed, rows=scored)",
+        "found = kmeans_labels(features, k, seed)",
+        [
+            "tests/common/test_mutants_spectral.py::test_estimate_num_clusters_fits_and_scores_only_the_clients_given",
+            (
+                "tests/common/test_clustering_scale_forms.py::"
+                "test_sampled_estimate_scores_the_sampled_steps_sample_and_finds_the_exact_k"
+            ),
+        ],
+    ),
+    (
+        "cfl-gp estimate searches one k past its patience",
+        "common/clustering/spectral.py",
+        "if misses >= ESTIMATE_PATIENCE:",
+        "if misses > ESTIMATE_PATIENCE:",
+        [
+            "tests/common/test_mutants_spectral.py::test_estimate_num_clusters_stops_after_patience_ks_without_a_better_silhouette"
+        ],
+    ),
+    (
+        "k-means on rows refits the placed rows",
+        "common/clustering/spectral.py",
+        "fit = x if rows is None else x[rows]",
+        "fit = x",
+        [
+            (
+                "tests/common/test_spectral.py::"
+                "test_kmeans_on_rows_fits_those_rows_and_places_every_other_by_the_nearest_fitted_mean"
+            )
+        ],
+    ),
     # survivors of the mutmut run (docs/mutation.md)
     (
         "fl+hc sketches cityblock distances",

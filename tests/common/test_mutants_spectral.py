@@ -307,6 +307,18 @@ def test_estimate_num_clusters_fits_and_scores_only_the_clients_given():
     assert estimate.labels[0] == estimate.labels[1] != estimate.labels[2] == estimate.labels[3]
 
 
+@pytest.mark.parametrize(("peak", "found", "searched"), [(3, 3, 13), (12, 12, 22), (13, 2, 12)])
+def test_estimate_num_clusters_stops_after_patience_ks_without_a_better_silhouette(monkeypatch, peak, found, searched):
+    """Silhouette 0.5 at k = 2, 0.1 after it, 0.9 at ``peak``: a peak 10 k after the last best is not reached."""
+    assert spectral.ESTIMATE_PATIENCE == 10
+    g = np.random.default_rng(0).normal(size=(50, 60))
+    scores = {2: 0.5, peak: 0.9}
+    monkeypatch.setattr(spectral, "silhouette_score", lambda f, labels: scores.get(len(np.unique(labels)), 0.1))
+    estimate = spectral.estimate_num_clusters(g, 40)
+    assert estimate.num_clusters == found and len(np.unique(estimate.labels)) == found
+    assert max(estimate.silhouettes) == searched
+
+
 def test_estimate_num_clusters_breaks_ties_towards_fewer(monkeypatch):
     monkeypatch.setattr(spectral, "silhouette_score", lambda features, labels: 0.5)
     estimate = spectral.estimate_num_clusters(SQUARE, 7)

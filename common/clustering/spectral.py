@@ -419,8 +419,8 @@ def estimate_num_clusters(
 
     ``scored``: the client positions k-means fits and whose silhouettes score each k (None: all N);
     the others join the nearest of those clusters. The silhouette is quadratic in the clients
-    scored (100,000 clients: 10^10 distances per k), and a ``max_clusters`` of 100 runs 99 k-means:
-    the sampled form (``sampled.sampled_estimate``) fits and scores its seeded sample only.
+    scored (100,000 clients: 10^10 distances per k): the sampled form (``sampled.sampled_estimate``)
+    fits and scores its seeded sample only.
 
     Raises
     ------

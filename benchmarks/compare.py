@@ -163,7 +163,7 @@ MODIFIED: dict[str, str] = {
     CFLGP.name: "with K not given, k up to half the clients scored on as many leading directions of the profile "
     "(paper App. G: those before the largest gap, no range given)",
     CFLGT.name: "affinity propagation on the square roots of each client's force shares over the classes, "
-    "midrange preference (paper: the forces as sent, no preference named; see the paper preset)",
+    "the preference of best silhouette (paper: the forces as sent, no preference named; see the paper preset)",
 }
 """Defaults that are not the paper's, labelled "(modified)" in the tables."""
 

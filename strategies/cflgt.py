@@ -24,8 +24,9 @@ from flwr.common import log
 
 from common import keys
 from common.clustering.trajectories import (
-    MIDRANGE,
     PREFERENCES,
+    SILHOUETTE,
+    SILHOUETTE_GRID,
     AP_MAX_POINTS,
     POINTS,
     RAW,
@@ -56,10 +57,11 @@ class CFLGTParams:
     compare (``"shares"``: :func:`~common.clustering.trajectories.share_points`, modified; ``"raw"``: the
     forces as sent, the paper's); keys ``cflgt-*``.
 
-    ``preference`` is AP's self-similarity: a float, or a rule of ``PREFERENCES``: ``"midrange"`` (the
-    default, modified: halfway between the least and the most similar pair) or ``"median"`` (the median
-    of the similarities, scikit-learn's default; the paper names none). A string holding a number (what
-    the command line passes) is read as that float.
+    ``preference`` is AP's self-similarity: a float, or a rule of ``PREFERENCES``: ``"silhouette"`` (the
+    default, modified: of AP's runs at preferences evenly spaced between the least and the most similar
+    pair, the one whose clusters score the best silhouette), ``"midrange"`` (halfway between the least
+    and the most similar pair) or ``"median"`` (the median of the similarities, scikit-learn's default;
+    the paper names none). A string holding a number (what the command line passes) is read as that float.
     """
 
     key_prefix: ClassVar[str] = "cflgt"
@@ -72,12 +74,13 @@ class CFLGTParams:
     )
     damping: float = param(0.5, "affinity propagation's damping, in [0.5, 1)", low=0.5, high=1.0, closed=(True, False))
     preference: float | str = param(
-        MIDRANGE,
-        "affinity propagation's preference: midrange = halfway between the least and the most similar pair "
-        "(modified), median = the median of the similarities (scikit-learn's default), or a number (larger: "
-        "more clusters)",
+        SILHOUETTE,
+        f"affinity propagation's preference: silhouette = of {SILHOUETTE_GRID} runs at preferences evenly spaced "
+        "from the least to the most similar pair, the one whose clusters score the best silhouette (modified); "
+        "midrange = halfway between the least and the most similar pair; median = the median of the "
+        "similarities (scikit-learn's default); or a number (larger: more clusters)",
         checked=False,
-        paper="none named; scikit-learn's median (midrange is modified)",
+        paper="none named; scikit-learn's median (silhouette is modified)",
     )
     ap_sample: int = param(
         AP_MAX_POINTS,

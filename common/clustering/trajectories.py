@@ -21,14 +21,21 @@ import numpy as np
 from scipy.spatial.distance import cdist
 from sklearn.cluster import AffinityPropagation
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import silhouette_score
 
+from common.clustering.hierarchical import AUTO_MIN_SILHOUETTE
 from common.validation import check_choice, check_float, check_int
 
 MEDIAN = "median"
 MIDRANGE = "midrange"
-PREFERENCES = (MEDIAN, MIDRANGE)
-"""AP's preference by rule: ``"median"`` of the similarities, diagonal included (scikit-learn's default),
-or ``"midrange"``, halfway between the least and the most similar pair (umbel's CFLGT default, modified)."""
+SILHOUETTE = "silhouette"
+PREFERENCES = (MEDIAN, MIDRANGE, SILHOUETTE)
+"""AP's preference by rule: ``"median"`` of the similarities, diagonal included (scikit-learn's default);
+``"midrange"``, halfway between the least and the most similar pair; ``"silhouette"``, the one of
+``SILHOUETTE_GRID`` evenly spaced from the least to the most similar pair whose clustering scores the
+best silhouette (umbel's CFLGT default, modified)."""
+SILHOUETTE_GRID = 20
+""":func:`affinity_propagation`'s ``"silhouette"`` rule runs AP at this many preferences."""
 SHARES = "shares"
 RAW = "raw"
 POINTS = (SHARES, RAW)
@@ -203,7 +210,7 @@ def affinity_propagation(
     damping : float, default=0.5
         In ``[0.5, 1.0)``. When AP does not converge it is run again at the dampings and
         iteration counts of ``retries`` (oscillations die out under heavier damping).
-    preference : float, "median" or "midrange", default="median"
+    preference : float, "silhouette", "midrange" or "median", default="median"
         Self-similarity of every point (larger = more clusters). ``"median"`` is the median
         of the similarity matrix, diagonal included (scikit-learn's own default); ``"midrange"``
         the mean of the smallest and the largest similarity of two different points. The median
@@ -212,6 +219,13 @@ def affinity_propagation(
         unequal size, and AP then splits tight groups; for many groups it falls among the
         between-group ones and AP merges groups. The midrange depends on the extremes only; with
         two points, or all pairs equally similar, it is their similarity and AP keeps one cluster.
+        One client far from all others (a lying one) drags the least similarity, and with it the
+        midrange, down: AP then merges groups. ``"silhouette"`` runs AP at ``SILHOUETTE_GRID``
+        preferences evenly spaced from the least to the most similar pair and keeps the run of 2 to
+        N - 1 clusters with the best silhouette on ``distances`` (a tie: the lower preference); one
+        cluster (exemplar: the medoid) when none scores above ``AUTO_MIN_SILHOUETTE`` or none
+        converges. A far client is a cluster of its own there, and the others' silhouettes are
+        those without it.
     max_iter, convergence_iter : int
         As scikit-learn's.
     seed : int, default=0
@@ -250,6 +264,8 @@ def affinity_propagation(
     convergence_iter = check_int(convergence_iter, "convergence_iter", owner, low=1)
     similarities = -d
     n = d.shape[0]
+    if preference == SILHOUETTE:
+        return _best_silhouette(d, damping, max_iter, convergence_iter, seed, retries)
     if preference == MEDIAN:
         pref = float(np.median(similarities))
     elif preference == MIDRANGE:
@@ -287,6 +303,39 @@ def affinity_propagation(
             labels.astype(np.int64), np.asarray(ap.cluster_centers_indices_, dtype=np.int64), pref, True, run_damping
         )
     return APResult(one.labels, one.exemplars, pref, False, schedule[-1][0])
+
+
+def _best_silhouette(
+    d: np.ndarray,
+    damping: float,
+    max_iter: int,
+    convergence_iter: int,
+    seed: int,
+    retries: tuple[tuple[float, int], ...],
+) -> APResult:
+    """The ``"silhouette"`` preference of :func:`affinity_propagation` on checked ``distances`` ``d``."""
+    n = d.shape[0]
+    medoid = int(np.argmin(d.sum(axis=1)))
+    off = -d[~np.eye(n, dtype=bool)]
+    one = APResult(np.zeros(n, dtype=np.int64), np.array([medoid], dtype=np.int64), 0.0, True, damping)
+    if n < 3 or not np.any(d):
+        return one
+    best, score = one, AUTO_MIN_SILHOUETTE
+    for pref in np.linspace(off.min(), off.max(), SILHOUETTE_GRID):
+        run = affinity_propagation(
+            d,
+            damping=damping,
+            preference=float(pref),
+            max_iter=max_iter,
+            convergence_iter=convergence_iter,
+            seed=seed,
+            retries=retries,
+        )
+        if run.converged and 2 <= len(run.exemplars) <= n - 1:
+            run_score = float(silhouette_score(d, run.labels, metric="precomputed"))
+            if run_score > score:
+                best, score = run, run_score
+    return best if best is not one else APResult(one.labels, one.exemplars, float(off.min()), True, damping)
 
 
 AP_MAX_POINTS = 200

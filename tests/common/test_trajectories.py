@@ -100,6 +100,48 @@ def test_midrange_keeps_two_tight_groups_of_unequal_size_that_the_median_splits(
     assert len(midrange.exemplars) == 2 and adjusted_rand_score(truth, midrange.labels) == 1.0
 
 
+def test_silhouette_preference_keeps_the_groups_a_far_client_makes_the_midrange_merge():
+    """Three groups 5-10 apart and one client about 100 away: the midrange falls to half the liar's distance
+    and AP merges the groups; the preference of best silhouette keeps them, the liar a cluster of its own."""
+    points, truth = _groups()
+    liar = np.full((1, 4, 2), 100.0)
+    d = trajectory_distances(np.concatenate([points, liar]))
+    midrange = affinity_propagation(d, preference="midrange")
+    assert adjusted_rand_score(truth, midrange.labels[:-1]) < 0.5
+    best = affinity_propagation(d, preference="silhouette")
+    assert adjusted_rand_score(truth, best.labels[:-1]) == 1.0 and len(best.exemplars) == 4
+    assert best.labels[-1] not in best.labels[:-1]
+    assert affinity_propagation(trajectory_distances(points), preference="silhouette").labels.tolist() == (
+        affinity_propagation(trajectory_distances(points), preference=best.preference).labels.tolist()
+    )
+
+
+def test_silhouette_preference_is_the_grids_best_the_lower_on_a_tie_and_one_cluster_below_the_floor(monkeypatch):
+    import common.clustering.trajectories as tr
+
+    points, truth = _groups()
+    d = trajectory_distances(points)
+    off = -d[~np.eye(len(d), dtype=bool)]
+    grid = np.linspace(off.min(), off.max(), tr.SILHOUETTE_GRID)
+    scores = {3: 0.6, 4: 0.6}  # every 3- and 4-cluster run ties: the lowest preference among them wins
+    monkeypatch.setattr(tr, "silhouette_score", lambda dist, labels, metric: scores.get(len(np.unique(labels)), 0.05))
+    best = affinity_propagation(d, preference="silhouette")
+    runs = [affinity_propagation(d, preference=float(p)) for p in grid]
+    first = next(r for r in runs if len(r.exemplars) in scores)
+    assert best.preference == first.preference and best.labels.tolist() == first.labels.tolist()
+    scores.clear()  # nothing above AUTO_MIN_SILHOUETTE (0.1): one cluster around the medoid
+    flat = affinity_propagation(d, preference="silhouette")
+    assert flat.labels.tolist() == [0] * len(d) and flat.exemplars.tolist() == [int(np.argmin(d.sum(axis=1)))]
+    assert flat.preference == off.min()
+
+
+def test_silhouette_preference_keeps_one_cluster_for_fewer_than_three_or_identical_points():
+    two = np.array([[0.0, 2.0], [2.0, 0.0]])
+    assert affinity_propagation(two, preference="silhouette").labels.tolist() == [0, 0]
+    assert affinity_propagation(np.zeros((5, 5)), preference="silhouette").labels.tolist() == [0] * 5
+    assert affinity_propagation(np.zeros((1, 1)), preference="silhouette").exemplars.tolist() == [0]
+
+
 def test_affinity_propagation_degenerate_and_bad_input():
     assert affinity_propagation(np.zeros((1, 1))).labels.tolist() == [0]
     assert affinity_propagation(np.zeros((4, 4))).labels.tolist() == [0, 0, 0, 0]

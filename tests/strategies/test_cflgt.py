@@ -50,10 +50,12 @@ def test_params_validation_and_run_config():
     assert get_strategy("cflgt") is CFLGT
     assert CFLGTParams(preference="-3.5").preference == -3.5
     assert CFLGTParams(preference=-2).preference == -2.0
-    assert CFLGTParams().preference == "midrange" and CFLGTParams(preference="median").preference == "median"
+    assert CFLGTParams().preference == "silhouette" and CFLGTParams(preference="median").preference == "median"
+    assert CFLGTParams(preference="midrange").preference == "midrange"
     with pytest.raises(
         ValueError,
-        match=r"The 'cflgt-preference' parameter of CFLGT must be one of \('median', 'midrange'\) or a float. "
+        match=r"The 'cflgt-preference' parameter of CFLGT must be one of \('median', 'midrange', 'silhouette'\) or "
+        r"a float. "
         r"Got 'mean'",
     ):
         CFLGTParams(preference="mean")

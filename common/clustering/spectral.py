@@ -118,7 +118,8 @@ IMPUTE_ITERS = 10
 """Hard-impute iterations of :func:`impute_blocks` for blocks a client has not answered."""
 
 SPECTRUM_VALUES = 16
-"""Singular values kept for large ``G`` (App. G's gap search needs ``max-clusters + 1``)."""
+"""Singular values kept for large ``G`` by default (App. G's gap search asks for ``K_max + 1``:
+:func:`estimate_num_clusters`)."""
 
 
 def _large(g: np.ndarray) -> bool:
@@ -133,17 +134,17 @@ def _top_svd(g: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarr
     )
 
 
-def singular_values(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
+def singular_values(matrix: np.ndarray, seed: int = 0, count: int = SPECTRUM_VALUES) -> np.ndarray:
     """The singular values of ``G`` ``(rows, N)``, descending.
 
     All ``min(rows, N)`` of them from the smaller Gram matrix (exact up to rounding) while that
     has at most ``GRAM_MAX_COLUMNS`` columns; for a larger ``G`` (thousands of clients and
-    coordinates: an ``N x N`` eigendecomposition would take minutes) the top
-    ``SPECTRUM_VALUES`` by seeded randomised SVD.
+    coordinates: an ``N x N`` eigendecomposition would take minutes) the top ``count`` by seeded
+    randomised SVD.
     """
     g = np.asarray(matrix)
     if _large(g):
-        return _top_svd(g, SPECTRUM_VALUES, seed)[1].astype(np.float64)
+        return _top_svd(g, count, seed)[1].astype(np.float64)
     return _gram_spectrum(g if g.shape[0] >= g.shape[1] else g.T)[0]
 
 
@@ -439,7 +440,7 @@ def estimate_num_clusters(
         )
     k_max = min(k_max, (g.shape[1] if scored is None else len(scored)) - 1)  # a silhouette needs k < points
     g = g - g.mean(axis=1, keepdims=True, dtype=np.float64).astype(g.dtype)  # float32 stays float32
-    values = singular_values(g, seed)
+    values = singular_values(g, seed, max(SPECTRUM_VALUES, k_max + 1))
     s = largest_gap(values, k_max)
     dims = min(k_max, *g.shape) if projection == MAX_CLUSTERS else s
     features = project(g, dims, seed)

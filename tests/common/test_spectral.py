@@ -318,6 +318,19 @@ def test_estimate_num_clusters_scores_k_up_to_one_below_the_number_of_clients():
     assert set(spectral.estimate_num_clusters(g[:, 1:], 8).silhouettes) == {2}  # 3 clients are enough
 
 
+def test_the_estimates_gap_searches_k_max_plus_one_values_of_a_profile_too_large_for_its_gram_matrix(monkeypatch):
+    """20 groups of 4 clients span 19 centred directions: the largest gap comes after 19, beyond the
+    ``SPECTRUM_VALUES`` (16) a large profile's spectrum keeps by default."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(rng.normal(scale=10.0, size=(60, 20)), 4, axis=1) + rng.normal(scale=0.01, size=(60, 80))
+    exact = spectral.estimate_num_clusters(g, 20, projection=spectral.LARGEST_GAP)
+    monkeypatch.setattr(spectral, "GRAM_MAX_COLUMNS", 10)
+    monkeypatch.setattr(spectral, "RANDOMIZED_MIN_SIZE", 100)
+    large = spectral.estimate_num_clusters(g, 20, projection=spectral.LARGEST_GAP)
+    assert exact.gap_dims == large.gap_dims == large.dims == 19
+    assert len(large.singular_values) == 21 and large.num_clusters == 20
+
+
 def test_kmeans_on_rows_fits_those_rows_and_places_every_other_by_the_nearest_fitted_mean(monkeypatch):
     """Rows 0-3 fit (two pairs, means 0.1 and 10.0); row 4 (4.9) joins the nearer, {0, 1}; row 5 (30.0),
     which k-means on all six rows would keep alone, joins {2, 3}."""

@@ -31,7 +31,10 @@ def singular_values(strategy: CFLGP, folder: Path) -> list[Path]:
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     cmap = colormaps["Reds"]
-    shown = min(len(spectra[-1][1]), 2 * strategy.params.max_clusters + 2)
+    estimate = strategy.estimate
+    # the estimate's K and gap may pass the max-clusters models (cfl-gp-auto-max-clusters)
+    reach = max(strategy.params.max_clusters, strategy.k, estimate.gap_dims if estimate is not None else 0)
+    shown = min(len(spectra[-1][1]), 2 * reach + 2)
     for i, (rnd, values) in enumerate(spectra):
         x = np.arange(1, min(len(values), shown) + 1)
         ax.plot(
@@ -41,7 +44,6 @@ def singular_values(strategy: CFLGP, folder: Path) -> list[Path]:
             color=cmap(0.3 + 0.7 * (i + 1) / len(spectra)),
             label=f"round {rnd}" if i in (0, len(spectra) - 1) else None,
         )
-    estimate = strategy.estimate
     title = f"CFL-GP profile spectrum (K = {strategy.k}"
     if estimate is not None:
         values = estimate.singular_values[:shown]

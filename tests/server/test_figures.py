@@ -86,6 +86,22 @@ def test_cfl_gp_spectrum_marks_the_largest_gap(tmp_path, drawn):
     assert singular_values(SimpleNamespace(spectra=[]), tmp_path / "none") == []
 
 
+def test_cfl_gp_spectrum_shows_an_estimated_k_and_gap_beyond_the_max_clusters_models(tmp_path, drawn):
+    """4 models before the estimate, K = 12 after it, the gap after 11: the curves reach 2 * 12 + 2 values."""
+    from common.clustering.spectral import NumClustersEstimate
+
+    values = np.linspace(30.0, 1.0, 30)
+    estimate = NumClustersEstimate(12, 11, values, {12: 0.9}, np.zeros(24, dtype=np.int64), 12)
+    strategy = SimpleNamespace(
+        spectra=[(2, values), (4, values)], params=SimpleNamespace(max_clusters=4), estimate=estimate, k=12
+    )
+    singular_values(strategy, tmp_path)
+    (ax,) = drawn[0].axes
+    first, last, at_estimate, gap = ax.get_lines()
+    assert len(first.get_xdata()) == len(last.get_xdata()) == len(at_estimate.get_xdata()) == 26
+    assert list(gap.get_xdata()) == [11.5, 11.5]
+
+
 @pytest.mark.parametrize("dims, shown", [(8, 8), (0, 2)])
 def test_cfl_gp_spectrum_titles_the_directions_k_was_scored_on(tmp_path, drawn, dims, shown):
     """An estimate saved before ``dims`` existed (0) projected on App. G's s, and the title says so."""

@@ -426,8 +426,8 @@ def estimate_num_clusters(
     Raises
     ------
     ValueError
-        Naming ``'max_clusters'`` if below 2, ``'matrix'`` if it has fewer than 3 columns, or
-        ``'projection'`` unless it is one of ``PROJECTIONS``.
+        Naming ``'max_clusters'`` if below 2, ``'matrix'`` if it has fewer than 3 columns, ``'scored'``
+        if it holds fewer than 3 positions, or ``'projection'`` unless it is one of ``PROJECTIONS``.
     """
     g = np.asarray(matrix)
     g = g if g.dtype == np.float32 else g.astype(np.float64)
@@ -437,6 +437,11 @@ def estimate_num_clusters(
         raise ValueError(
             f"The 'matrix' parameter of estimate_num_clusters must have at least 3 columns "
             f"(clients). Got shape {g.shape} instead."
+        )
+    if scored is not None and len(scored) < 3:
+        raise ValueError(
+            f"The 'scored' parameter of estimate_num_clusters must hold at least 3 client positions. "
+            f"Got {len(scored)} instead."
         )
     k_max = min(k_max, (g.shape[1] if scored is None else len(scored)) - 1)  # a silhouette needs k < points
     g = g - g.mean(axis=1, keepdims=True, dtype=np.float64).astype(g.dtype)  # float32 stays float32

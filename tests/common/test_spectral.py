@@ -157,6 +157,16 @@ def test_estimate_num_clusters_refuses_an_unknown_projection():
         spectral.estimate_num_clusters(_profiles([0, 0, 1, 1]), 3, projection="gap")
 
 
+@pytest.mark.parametrize("count", [0, 1, 2])
+def test_estimate_num_clusters_refuses_fewer_than_3_clients_scored(count):
+    """k-means fits the scored clients and a silhouette needs k < their number: 2 leave no k to score."""
+    with pytest.raises(
+        ValueError,
+        match=rf"The 'scored' parameter of estimate_num_clusters must hold at least 3 client positions\. Got {count}",
+    ):
+        spectral.estimate_num_clusters(_profiles([0, 0, 1, 1, 2]), 3, scored=np.arange(count))
+
+
 def _masked(seed: int, fraction: float):
     """Blocks (N, K, D) of 4 groups on 4 models around a shared block each; ``fraction`` of them answered."""
     rng = np.random.default_rng(0)

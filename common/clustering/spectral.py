@@ -343,13 +343,15 @@ class NumClustersEstimate:
     Attributes
     ----------
     num_clusters : int
-        The k in ``2..K_max`` with the best silhouette on the ``dims``-dimensional projection, among the
-        k for which k-means found k distinct clusters; 1 (all in one cluster) when there is none.
+        The k of ``silhouettes`` with the best one (the fewer clusters on a tie); 1 (all in one cluster)
+        when there is none.
     gap_dims : int
         ``s``: the number of singular values of the centred profile before the largest gap.
     singular_values : ndarray
         Those singular values, descending.
     silhouettes : dict of int to float
+        The silhouette on the ``dims``-dimensional projection of each k searched (``2..K_max``, stopped
+        ``ESTIMATE_PATIENCE`` k after the best) for which k-means found k distinct clusters.
     labels : ndarray of shape (N,), int64
         The k-means clusters of the chosen K on that projection.
     dims : int
@@ -410,8 +412,8 @@ def estimate_num_clusters(
     ``LARGEST_GAP``, App. G's ``s``), and k-means with k in ``2..K_max`` (``K_max =
     min(max_clusters, N - 1)``, N the clients ``scored``) is scored by silhouette; the best k is returned.
     The search stops once ``ESTIMATE_PATIENCE`` successive k have not raised the best silhouette: past
-    the groups' number it falls (in the selection benchmark's 39 CFL-GP runs a best never came more
-    than one k after a lower one), and a search to ``max_clusters`` 100 would run 99 k-means.
+    the groups' number it falls, and a search to ``max_clusters`` 100 would run 99 k-means (the
+    measurements: docs/strategies/cfl-gp-ifca.md).
 
     ``MAX_CLUSTERS`` keeps every direction ``K_max`` groups can span: when one group lies far from
     the others (early profiles), the largest gap comes after its one direction, and the others,

@@ -543,7 +543,7 @@ def _cflgp_estimate(n, sizes, shapes, meter, rng, sample_above: int = SAMPLE_ABO
         g = spectral.completed_profile(
             blocks, np.ones((n, k)), np.zeros(n, dtype=np.int64), SEED, overwrite_blocks=True
         )
-        estimate = sampled_estimate(g, params.estimate_limit(n), SEED, sample_above)
+        estimate = sampled_estimate(g, params.estimate_limit(n, size), SEED, sample_above)
     return estimate.labels, truth
 
 
@@ -757,7 +757,8 @@ VARIANTS: dict[str, Variant] = {
             lambda n, s: 3 * n * 8 * _auto_size(n, s) * F32,
             _cflgp_estimate,
             note=f"estimate_num_clusters (App. G on max-clusters 8 models, k up to half the clients, at most "
-            f"{AUTO_MAX_CLUSTERS}); above {SAMPLE_ABOVE:,}: k-means and silhouettes on the sample (sampled_estimate)",
+            f"{AUTO_MAX_CLUSTERS} and the blocks the profile budget holds); above {SAMPLE_ABOVE:,}: k-means and "
+            "silhouettes on the sample (sampled_estimate)",
         ),
         Variant(
             "cfl-gp-estimate-sampled",

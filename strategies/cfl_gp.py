@@ -78,7 +78,8 @@ class CFLGPParams:
     auto_max_clusters: int = param(
         0,
         "with num-clusters 0: the most clusters App. G's estimate scores (k = 2 .. this); "
-        f"{AUTO_LIMIT_HELP} (modified; former: max-clusters, the models run before the estimate)",
+        f"{AUTO_LIMIT_HELP} (modified; former: max-clusters, the models run before the estimate); with "
+        "automatic compression, at most as many blocks as the profile budget holds",
         low=0,
         paper="not given (App. G: an elbow or gap statistic on the reduced features)",
     )
@@ -101,9 +102,15 @@ class CFLGPParams:
                 self, "compression_ratio", check_float(self.compression_ratio, key("compression_ratio"), OWNER, low=1.0)
             )
 
-    def estimate_limit(self, num_clients: int) -> int:
-        """The most clusters App. G's estimate scores among ``num_clients`` (``automatic_max_clusters``)."""
-        return automatic_max_clusters(num_clients, self.auto_max_clusters)
+    def estimate_limit(self, num_clients: int, size: int | None = None) -> int:
+        """The most clusters App. G's estimate scores among ``num_clients`` (``automatic_max_clusters``); with
+        automatic compression and blocks of ``size`` coordinates, no more than the profile budget holds
+        (``compression.blocks_within``), and never fewer than the models run before it."""
+        limit = automatic_max_clusters(num_clients, self.auto_max_clusters)
+        if size is None or self.compression_ratio != 0:
+            return limit
+        models = min(self.max_clusters, num_clients)
+        return min(limit, max(models, compression.blocks_within(num_clients, size)))
 
 
 class CFLGP(ClusteredStrategy):
@@ -273,7 +280,7 @@ class CFLGP(ClusteredStrategy):
         matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed, overwrite_blocks=True)
         self.estimate = sampled_estimate(
             matrix,
-            self.params.estimate_limit(len(pids)),
+            self.params.estimate_limit(len(pids), self.size),
             self._seed(server_round),
             self.params.sample_above,
             self.params.estimate_projection,

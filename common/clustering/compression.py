@@ -65,6 +65,22 @@ PROFILE_BUDGET_BYTES = 512 * 2**20
 """Largest float32 profile of all clients (N x K x d_hat) kept without automatic compression."""
 
 
+def blocks_within(num_clients: int, size: int, budget: int | None = None) -> int:
+    """How many float32 blocks of ``size`` coordinates per client ``budget`` bytes hold (default
+    ``PROFILE_BUDGET_BYTES``), at least 1.
+
+    Raises
+    ------
+    ValueError
+        Naming ``'num_clients'``, ``'size'`` (ints >= 1) or ``'budget'`` (>= 1).
+    """
+    owner = "blocks_within"
+    n = check_int(num_clients, "num_clients", owner, low=1)
+    size = check_int(size, "size", owner, low=1)
+    budget = check_int(PROFILE_BUDGET_BYTES if budget is None else budget, "budget", owner, low=1)
+    return max(1, budget // (n * size * 4))
+
+
 def automatic_ratio(num_clients: int, num_blocks: int, dim: int, budget: int | None = None) -> float:
     """The compression ratio for ``cfl-gp-compression-ratio`` 0: 1 while the profile fits ``budget``.
 

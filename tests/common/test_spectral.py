@@ -356,9 +356,17 @@ def test_kmeans_on_rows_fits_those_rows_and_places_every_other_by_the_nearest_fi
     assert everything[5] != everything[2]
 
 
+def test_blocks_within_is_the_budget_over_one_blocks_bytes_for_every_client_at_least_one():
+    assert compression.blocks_within(10, 100, budget=10 * 100 * 4 * 3 + 399) == 3
+    assert compression.blocks_within(10, 100, budget=1) == 1
+    assert compression.blocks_within(1000, 9939) == compression.PROFILE_BUDGET_BYTES // (1000 * 9939 * 4) == 13
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
+        (lambda: compression.blocks_within(0, 5), r"'num_clients' parameter of blocks_within must be an int >= 1"),
+        (lambda: compression.blocks_within(5, 0), r"'size' parameter of blocks_within must be an int >= 1"),
         (lambda: compression.compressed_size(0, 2.0), r"'dim' parameter of compressed_size must be an int >= 1\."),
         (lambda: compression.compressed_size(10, 0.5), r"'ratio' parameter of compressed_size must be a float >= 1\.0"),
         (lambda: compression.coordinate_subset(0, 1, 0), r"'dim' parameter of coordinate_subset must be an int >= 1\."),

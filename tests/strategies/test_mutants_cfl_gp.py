@@ -211,8 +211,29 @@ def test_the_estimate_scores_k_past_the_models_up_to_half_the_clients_unless_giv
         assert len({(s.assignment[p], p % 10) for p in range(30)}) == 10  # each group one cluster
 
 
+def test_the_estimate_searches_no_more_blocks_than_the_automatic_compressions_budget_holds(monkeypatch) -> None:
+    """A budget of 6 blocks of the 30 clients' 16 coordinates: k stops at 6 of the 15 half the clients allow."""
+    monkeypatch.setattr(compression, "PROFILE_BUDGET_BYTES", 30 * 16 * 4 * 6)
+    s = _offline(30, dim=16, reply=_ten_groups, num_clusters=0, cluster_period=1, stable_updates=0)
+    assert s.size == 16
+    _rounds(s, 2)
+    assert s.k == 6 and max(s.estimate.silhouettes) == 6
+    given = _offline(
+        30, dim=16, reply=_ten_groups, num_clusters=0, cluster_period=1, stable_updates=0, compression_ratio=1.0
+    )
+    _rounds(given, 2)
+    assert given.k == 10  # a ratio the user gives makes no budget promise
+
+
 def test_cflgp_params_estimate_limit_is_half_the_clients_within_2_and_100_or_the_given_cap() -> None:
     assert [CFLGPParams().estimate_limit(n) for n in (3, 12, 30, 1000)] == [2, 6, 15, 100]
+    # the DNN's 159,010 parameters at the automatic ratio for 8 blocks: 30 clients keep all, 1,000 get 9,939
+    assert [CFLGPParams().estimate_limit(n, size) for n, size in ((30, 159010), (1000, 9939), (100000, 156))] == [
+        15,
+        13,
+        8,
+    ]
+    assert CFLGPParams(compression_ratio=16.0).estimate_limit(1000, 9939) == 100
     assert CFLGPParams(max_clusters=3).estimate_limit(30) == 15
     assert CFLGPParams(auto_max_clusters=8).estimate_limit(30) == 8
     with pytest.raises(ValueError, match=r"'cfl-gp-auto-max-clusters' parameter of CFLGP must be 0 .* Got 1 instead"):

@@ -15,7 +15,9 @@ messages and the final models (:data:`QUICK`) too, unless the run delays clients
 (``slow-fraction`` and ``slow-delay``, fault drills), since the messages queued behind a sleeping
 client in its call would miss their deadlines with it. Train messages and signal queries, which
 take a client long, go one to a call, as in Flower. An actor that dies fails every message of its
-call, as Flower's engine fails the one message it was running.
+call, as Flower's engine fails the one message it was running. A call whose actor could not read a
+model array sent by reference (``raytransport.ArrayFetchError``, before any of its messages ran) is
+sent once more with its arrays inline.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from logging import ERROR
+from logging import ERROR, WARNING
 from queue import Empty, Queue
 from typing import Any
 from uuid import uuid4
@@ -35,6 +37,7 @@ from flwr.supercore import log
 
 from common import keys
 from common.config import FaultParams
+from server import raytransport
 
 BATCH = 32
 """The most messages sent to an actor in one call."""
@@ -161,6 +164,19 @@ def call_batch(backend: Any, batch: list[Message], contexts: list[Context]) -> l
     return list(outcomes)
 
 
+def run_messages(backend: Any, messages: list[Message], contexts: list[Context]) -> list[Outcome]:
+    """One message through Flower's ``process_message``, more in one call (:func:`call_batch`)."""
+    if len(messages) == 1:
+        reply, context = backend.process_message(messages[0], contexts[0])
+        return [(reply, context, None)]
+    if not messages:
+        return []
+    outcomes = call_batch(backend, messages, contexts)
+    if len(outcomes) != len(messages):
+        raise RuntimeError(f"{len(outcomes)} outcomes came back for a batch of {len(messages)} messages")
+    return outcomes
+
+
 def handle(batch: list[Message], stores: dict[int, Any], backend: Any, metrics: Any) -> list[Message]:
     """Flower's worker for one message or many: run ``batch`` and store each node's Context back.
 
@@ -195,15 +211,18 @@ def handle(batch: list[Message], stores: dict[int, Any], backend: Any, metrics: 
     messages = [batch[i] for i in sent]
     started = time.perf_counter()
     try:
-        if len(messages) == 1:
-            reply, context = backend.process_message(messages[0], contexts[0])
-            outcomes: list[Outcome] = [(reply, context, None)]
-        elif messages:
-            outcomes = call_batch(backend, messages, contexts)
-            if len(outcomes) != len(messages):
-                raise RuntimeError(f"{len(outcomes)} outcomes came back for a batch of {len(messages)} messages")
-        else:
-            outcomes = []
+        try:
+            outcomes = run_messages(backend, messages, contexts)
+        except Exception as ex:  # noqa: BLE001 - only an actor's failed read of a referenced array is retried
+            if not raytransport.fetch_failed(ex):
+                raise
+            log(
+                WARNING,
+                "an actor could not read a model array sent by reference; sending its %d message(s) again inline",
+                len(messages),
+            )
+            with raytransport.inline_arrays():
+                outcomes = run_messages(backend, messages, contexts)
     except Exception as ex:  # noqa: BLE001
         log(ERROR, traceback.format_exc())
         outcomes = []

@@ -11,13 +11,20 @@ exchange with 10,000 clients, copied in the simulation process and read again in
 rebuilds the same ``Array`` (:func:`receive_array`), reading each content once (the last
 :data:`RECEIVED_BYTES` kept). Smaller arrays, and everything an actor sends back, are pickled as
 before. The message, its content and its values are unchanged.
+
+An actor whose read of a referenced array fails or passes :data:`FETCH_TIMEOUT_S` raises
+:class:`ArrayFetchError` while it deserialises its call, before any message of it runs; the sender
+(``server.raybatch``) then sends the call again with every array inline (:func:`inline_arrays`).
+Twice in 2026-11 a run stalled so: Ray's pull found no location for one model array an actor needed,
+and its round waited out the round timeout.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 SHARE_ABOVE = 128 * 1024
@@ -29,6 +36,34 @@ SENT_BYTES = 512 * 2**20
 """Bytes of sent contents whose object-store copy the simulation process keeps (oldest dropped first)."""
 RECEIVED_BYTES = 256 * 2**20
 """Bytes of received contents an actor keeps (oldest dropped first)."""
+FETCH_TIMEOUT_S = 60.0
+"""Seconds an actor waits for a referenced array (a local read takes milliseconds)."""
+FETCH_FAILED = "umbel: an array sent by reference could not be fetched"
+"""The start of :class:`ArrayFetchError`'s text, which the sender finds in Ray's error of the failed call."""
+
+
+class ArrayFetchError(RuntimeError):
+    """An actor could not read an array sent by reference."""
+
+
+def fetch_failed(error: BaseException) -> bool:
+    """Whether ``error`` (Ray's, of a call) comes from an actor's failed read of an array sent by reference."""
+    return FETCH_FAILED in str(error)
+
+
+_LOCAL = threading.local()
+
+
+@contextmanager
+def inline_arrays() -> Iterator[None]:
+    """In this thread, :func:`send_array` sends every array inline (the retry after :class:`ArrayFetchError`)."""
+    before = getattr(_LOCAL, "inline", False)
+    _LOCAL.inline = True
+    try:
+        yield
+    finally:
+        _LOCAL.inline = before
+
 
 Sent = tuple[str, tuple[int, ...], str, "bytes | None", Any]
 """What goes in the pickle: ``(dtype, shape, stype, data or None, object reference or None)``."""
@@ -43,15 +78,16 @@ class _Kept:
         self.lock = threading.Lock()
 
     def get(self, key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
+        """The value kept for ``key``, made (once, whichever thread asks first) and kept if there is none."""
         with self.lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
                 return self.entries[key][0]
-        value, size = make()
-        with self.lock:
-            if key not in self.entries:
-                self.entries[key] = (value, size)
-                self.size += size
+            # made under the lock, so that one content is put once and every reference sent stays here
+            # while kept (two threads sending one new content would otherwise each put it)
+            value, size = make()
+            self.entries[key] = (value, size)
+            self.size += size
             while self.size > self.limit and len(self.entries) > 1:
                 _, (_, dropped) = self.entries.popitem(last=False)
                 self.size -= dropped
@@ -69,7 +105,7 @@ def send_array(array: Any, put: Callable[[bytes], Any] | None = None) -> Sent:
     entry holds ``data`` itself, so its ``id`` is not reused by another object meanwhile.
     """
     data = array.data
-    if len(data) < SHARE_ABOVE:
+    if len(data) < SHARE_ABOVE or getattr(_LOCAL, "inline", False):
         return (array.dtype, tuple(array.shape), array.stype, data, None)
     if put is None:
         import ray
@@ -96,11 +132,16 @@ def receive_array(sent: Sent, get: Callable[[Any], bytes] | None = None) -> Any:
         if get is None:
             import ray
 
-            get = ray.get
+            def get(ref: Any) -> bytes:
+                return ray.get(ref, timeout=FETCH_TIMEOUT_S)
+
         fetch = get
 
         def make() -> tuple[Any, int]:
-            content = fetch(ref)
+            try:
+                content = fetch(ref)
+            except Exception as ex:  # noqa: BLE001 - Ray's timeout, lost-object and fetch errors alike
+                raise ArrayFetchError(f"{FETCH_FAILED} ({type(ex).__name__}: {ex})") from ex
             return content, len(content)
 
         data = _RECEIVED.get(ref.binary(), make)

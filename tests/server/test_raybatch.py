@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from queue import Queue
 
+import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.server.superlink.fleet.vce import vce_api
 from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
@@ -16,10 +17,12 @@ from flwr.supercore.task_identity import TaskIdentity
 from ray import cloudpickle
 
 from common import keys
-from server import raybatch
+from server import raybatch, raytransport
 from tests.helpers import small_run_config
 
 RUN = 1
+_LARGE = Array(np.zeros(raytransport.SHARE_ABOVE // 4, dtype=np.float32))
+"""An array past ``SHARE_ABOVE``: sent inline only inside ``raytransport.inline_arrays``."""
 FLOWERS_WORKER = getattr(vce_api.worker, "flowers", vce_api.worker)
 """Flower's own engine worker, even where :func:`server.raybatch.install` has replaced it."""
 
@@ -81,14 +84,17 @@ class _Actor:
 class _Pool:
     """Flower's ``BasicActorPool``: an idle actor popped per call and put back when its result is read."""
 
-    def __init__(self, size, broken=False):
+    def __init__(self, size, broken=False, lost_reads=0):
         self.calls = []
         self.pool = [_Actor(self.calls) for _ in range(size)]
         self.num_actors = size
         self.busy = {}
         self.broken = broken
+        self.lost_reads = lost_reads  # calls whose actor fails to read an array sent by reference
+        self.inline = []  # whether each call's arrays were sent inline
 
     def submit(self, actor_fn, job):
+        self.inline.append(raytransport.send_array(_LARGE, lambda data: object())[4] is None)
         actor = self.pool.pop()
         future = actor_fn(actor, *job)
         self.busy[id(future)] = actor
@@ -97,6 +103,9 @@ class _Pool:
     def fetch_result_and_return_actor_to_pool(self, future):
         if self.broken:
             raise RuntimeError("the actor died")
+        if self.lost_reads:
+            self.lost_reads -= 1
+            raise RuntimeError(f"ray.exceptions.RaySystemError: System error: {raytransport.FETCH_FAILED} (lost)")
         if isinstance(future.value, Exception):
             raise future.value
         _, out, context = future.value
@@ -296,6 +305,20 @@ def test_a_batch_whose_call_fails_gets_an_error_reply_for_every_message_and_its_
     for [reply] in ours.values():
         assert reply.error.code == ErrorCode.UNKNOWN and "the actor died" in reply.error.reason
     assert len(pool.pool) == 2 and not pool.busy
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_a_call_whose_actor_could_not_read_a_referenced_array_is_sent_again_inline(nodes, caplog):
+    rc = small_run_config()
+    partitions = list(range(nodes))
+    pool = _Pool(2, lost_reads=1)
+    ours = _drain(raybatch.worker, [_message(100 + p) for p in partitions], _stores(partitions, rc), _backend(pool))
+    assert all(not reply.has_error() for [reply] in ours.values()) and len(ours) == nodes
+    # the failed call, its inline retry, then (3 nodes) the rest of the queue by reference again
+    assert pool.inline[:2] == [False, True] and not any(pool.inline[2:]) and len(pool.pool) == 2 and not pool.busy
+    other = _Pool(2, broken=True)  # any other failure is not retried
+    _drain(raybatch.worker, [_message(100 + p) for p in partitions], _stores(partitions, rc), _backend(other))
+    assert other.inline and not any(other.inline)
 
 
 def test_the_worker_sends_at_most_batch_messages_a_call(monkeypatch):

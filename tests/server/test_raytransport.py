@@ -94,6 +94,64 @@ def test_the_caches_drop_their_oldest_content_past_their_size_and_stay_right(mon
     assert len(store.objects) == 4 and store.gets == 4
 
 
+def test_two_threads_sending_one_new_content_put_it_once_and_send_the_kept_reference():
+    import threading
+    import time
+
+    store, started = _Store(), threading.Barrier(2)
+    large = _array(200 * 784, seed=3)
+
+    def slow_put(data: bytes) -> _Ref:
+        time.sleep(0.2)  # both threads are past their lookup before the first put ends
+        return store.put(data)
+
+    refs: list[object] = []
+
+    def send() -> None:
+        started.wait()
+        refs.append(raytransport.send_array(large, slow_put)[4])
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.objects) == 1 and refs[0] is refs[1]
+    assert raytransport._SENT.entries[id(large.data)][0][1] is refs[0]
+
+
+def test_a_failed_read_of_a_referenced_array_raises_the_error_the_sender_retries_on():
+    store = _Store()
+    large = _array(200 * 784, seed=4)
+    sent = raytransport.send_array(large, store.put)
+
+    def lost(ref: _Ref) -> bytes:
+        raise TimeoutError("no locations were found for the object")
+
+    with pytest.raises(raytransport.ArrayFetchError, match="could not be fetched .*no locations") as caught:
+        raytransport.receive_array(sent, lost)
+    wrapped = RuntimeError(f"ray.exceptions.RaySystemError: System error: {caught.value}")  # as Ray reports it
+    assert raytransport.fetch_failed(wrapped) and not raytransport.fetch_failed(RuntimeError("the actor died"))
+    assert _same(raytransport.receive_array(sent, store.get), large), "nothing kept from the failed read"
+
+
+def test_inside_inline_arrays_every_array_travels_inline_in_that_thread_only():
+    import threading
+
+    store = _Store()
+    large = _array(200 * 784, seed=5)
+    other: list[object] = []
+    with raytransport.inline_arrays():
+        sent = raytransport.send_array(large, store.put)
+        thread = threading.Thread(target=lambda: other.append(raytransport.send_array(large, store.put)[4]))
+        thread.start()
+        thread.join()
+    assert sent[3] == large.data and sent[4] is None
+    assert other[0] is not None and len(store.objects) == 1  # another thread still sends a reference
+    assert raytransport.send_array(large, store.put)[4] is other[0]  # and so does this one after the block
+    assert _same(raytransport.receive_array(sent, store.get), large)
+
+
 @pytest.mark.slow
 def test_through_ray_an_actor_gets_each_message_whole_and_reads_a_shared_model_once():
     ray = pytest.importorskip("ray")

@@ -174,8 +174,8 @@ class APResult:
     preference : float
         The preference actually used.
     converged : bool
-        False when AP did not converge at any damping tried; every input is then in one
-        cluster with exemplar 0.
+        False when AP did not converge at any damping tried (``"silhouette"``: at any preference);
+        every input is then in one cluster with exemplar 0 (``"silhouette"``: the medoid).
     damping : float
         The damping of the run that gave the labels (the last one tried if none converged).
     """
@@ -223,9 +223,9 @@ def affinity_propagation(
         midrange, down: AP then merges groups. ``"silhouette"`` runs AP at ``SILHOUETTE_GRID``
         preferences evenly spaced from the least to the most similar pair and keeps the run of 2 to
         N - 1 clusters with the best silhouette on ``distances`` (a tie: the lower preference); one
-        cluster (exemplar: the medoid) when none scores above ``AUTO_MIN_SILHOUETTE`` or none
-        converges. A far client is a cluster of its own there, and the others' silhouettes are
-        those without it.
+        cluster (exemplar: the medoid, preference: the least similarity) when none scores above
+        ``AUTO_MIN_SILHOUETTE`` or none converges (``converged`` False then). A far client is a
+        cluster of its own there, and the others' silhouettes are those without it.
     max_iter, convergence_iter : int
         As scikit-learn's.
     seed : int, default=0
@@ -317,11 +317,12 @@ def _best_silhouette(
     n = d.shape[0]
     medoid = int(np.argmin(d.sum(axis=1)))
     off = -d[~np.eye(n, dtype=bool)]
-    one = APResult(np.zeros(n, dtype=np.int64), np.array([medoid], dtype=np.int64), 0.0, True, damping)
+    least = float(off.min()) if off.size else 0.0
+    one = APResult(np.zeros(n, dtype=np.int64), np.array([medoid], dtype=np.int64), least, True, damping)
     if n < 3 or not np.any(d):
         return one
-    best, score = one, AUTO_MIN_SILHOUETTE
-    for pref in np.linspace(off.min(), off.max(), SILHOUETTE_GRID):
+    best, score, converged = one, AUTO_MIN_SILHOUETTE, False
+    for pref in np.linspace(least, off.max(), SILHOUETTE_GRID):
         run = affinity_propagation(
             d,
             damping=damping,
@@ -331,11 +332,12 @@ def _best_silhouette(
             seed=seed,
             retries=retries,
         )
+        converged = converged or run.converged
         if run.converged and 2 <= len(run.exemplars) <= n - 1:
             run_score = float(silhouette_score(d, run.labels, metric="precomputed"))
             if run_score > score:
                 best, score = run, run_score
-    return best if best is not one else APResult(one.labels, one.exemplars, float(off.min()), True, damping)
+    return best if converged else APResult(one.labels, one.exemplars, least, False, run.damping)
 
 
 AP_MAX_POINTS = 200

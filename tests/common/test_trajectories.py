@@ -142,6 +142,23 @@ def test_silhouette_preference_keeps_one_cluster_for_fewer_than_three_or_identic
     assert affinity_propagation(np.zeros((1, 1)), preference="silhouette").exemplars.tolist() == [0]
 
 
+def test_silhouette_preference_reports_an_ap_that_converged_at_no_preference_as_not_converged():
+    """As the other rules do: CFLGT's warning and its ``ap-converged`` diagnostic read ``converged``."""
+    d = np.array([[0.0, 1.0, 5.0], [1.0, 0.0, 5.0], [5.0, 5.0, 0.0]])
+    stuck = affinity_propagation(d, preference="silhouette", max_iter=1, retries=())
+    assert not stuck.converged and stuck.labels.tolist() == [0, 0, 0] and stuck.exemplars.tolist() == [0]
+    assert not affinity_propagation(d, preference="midrange", max_iter=1, retries=()).converged
+    assert affinity_propagation(d, preference="silhouette").converged
+
+
+def test_silhouette_preference_records_the_least_similarity_for_every_one_cluster_outcome():
+    """Two points: the preference AP keeps them together at, as the midrange records, not 0 (two clusters)."""
+    two = np.array([[0.0, 2.0], [2.0, 0.0]])
+    kept = affinity_propagation(two, preference="silhouette")
+    assert kept.preference == affinity_propagation(two, preference="midrange").preference == -2.0
+    assert affinity_propagation(two, preference=kept.preference).labels.tolist() == [0, 0]
+
+
 def test_affinity_propagation_degenerate_and_bad_input():
     assert affinity_propagation(np.zeros((1, 1))).labels.tolist() == [0]
     assert affinity_propagation(np.zeros((4, 4))).labels.tolist() == [0, 0, 0, 0]

@@ -102,15 +102,17 @@ class CFLGPParams:
                 self, "compression_ratio", check_float(self.compression_ratio, key("compression_ratio"), OWNER, low=1.0)
             )
 
-    def estimate_limit(self, num_clients: int, size: int | None = None) -> int:
+    def estimate_limit(self, num_clients: int, size: int | None = None, profiled: int | None = None) -> int:
         """The most clusters App. G's estimate scores among ``num_clients`` (``automatic_max_clusters``); with
-        automatic compression and blocks of ``size`` coordinates, no more than the profile budget holds
-        (``compression.blocks_within``), and never fewer than the models run before it."""
+        automatic compression and blocks of ``size`` coordinates, no more than the profile budget holds for
+        ``profiled`` clients (default ``num_clients``; ``compression.blocks_within``), and never fewer than
+        the models run before it."""
         limit = automatic_max_clusters(num_clients, self.auto_max_clusters)
         if size is None or self.compression_ratio != 0:
             return limit
-        models = min(self.max_clusters, num_clients)
-        return min(limit, max(models, compression.blocks_within(num_clients, size)))
+        profiled = num_clients if profiled is None else profiled
+        models = min(self.max_clusters, profiled)
+        return min(limit, max(models, compression.blocks_within(profiled, size)))
 
 
 class CFLGP(ClusteredStrategy):
@@ -280,7 +282,7 @@ class CFLGP(ClusteredStrategy):
         matrix = spectral.completed_profile(blocks, counts, clusters, self.training.seed, overwrite_blocks=True)
         self.estimate = sampled_estimate(
             matrix,
-            self.params.estimate_limit(len(pids), self.size),
+            self.params.estimate_limit(len(pids), self.size, len(self.clients)),
             self._seed(server_round),
             self.params.sample_above,
             self.params.estimate_projection,

@@ -225,6 +225,19 @@ def test_the_estimate_searches_no_more_blocks_than_the_automatic_compressions_bu
     assert given.k == 10  # a ratio the user gives makes no budget promise
 
 
+def test_the_estimates_budget_counts_every_client_not_only_those_profiled_so_far(monkeypatch) -> None:
+    """Half the 30 clients asked per update, 22 profiled at the estimate: 6 blocks for all 30, not 8 for the 22,
+    since every client keeps K blocks once asked (the budget the automatic ratio was chosen for)."""
+    monkeypatch.setattr(compression, "PROFILE_BUDGET_BYTES", 30 * 16 * 4 * 6)
+    s = _offline(
+        30, dim=16, reply=_ten_groups, num_clusters=0, cluster_period=1, stable_updates=0, profile_fraction=0.5
+    )
+    _rounds(s, 2)
+    assert len(s.blocks) < 30 and s.k <= 6 and max(s.estimate.silhouettes) <= 6
+    params = CFLGPParams(max_clusters=4)
+    assert params.estimate_limit(22, 16, 30) == 6 and params.estimate_limit(22, 16) == 8
+
+
 def test_cflgp_params_estimate_limit_is_half_the_clients_within_2_and_100_or_the_given_cap() -> None:
     assert [CFLGPParams().estimate_limit(n) for n in (3, 12, 30, 1000)] == [2, 6, 15, 100]
     # the DNN's 159,010 parameters at the automatic ratio for 8 blocks: 30 clients keep all, 1,000 get 9,939

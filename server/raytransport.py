@@ -14,9 +14,8 @@ before. The message, its content and its values are unchanged.
 
 An actor whose read of a referenced array fails or passes :data:`FETCH_TIMEOUT_S` raises
 :class:`ArrayFetchError` while it deserialises its call, before any message of it runs; the sender
-(``server.raybatch``) then sends the call again with every array inline (:func:`inline_arrays`).
-Twice in 2026-11 a run stalled so: Ray's pull found no location for one model array an actor needed,
-and its round waited out the round timeout.
+(``server.raybatch``) then sends the call again with every array inline (:func:`inline_arrays`;
+why: docs/running.md).
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ MUTATIONS = [
     (
         "cfl-gp searches k only up to its models",
         "strategies/cfl_gp.py",
-        "self.params.estimate_limit(len(pids)),",
+        "self.params.estimate_limit(len(pids), self.size, len(self.clients)),",
         "self.params.max_clusters,",
         [
             (

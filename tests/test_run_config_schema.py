@@ -202,7 +202,10 @@ def test_a_new_strategy_adds_its_group_keys_and_readers_from_its_declaration_alo
     assert found["num-clusters"].read_by[-1] == "new" and found["strategy"].default == "new"
     assert "new" in found["strategy"].choices
     assert found["num-clusters"].help == SCHEMA["num-clusters"].help + "; new: its K"
-    meanings = "; cfl-gp: upper end of the K search; ifca: K when num-clusters is 0; fesem: with num-clusters 0"
+    meanings = (
+        "; cfl-gp: with num-clusters 0: the models run before App. G's estimate; ifca: K when num-clusters is 0; "
+        "fesem: with num-clusters 0"
+    )
     assert meanings in SCHEMA["max-clusters"].help
     with pytest.raises(ValueError, match=r"The 'new-rate' parameter of New must be a float in the range \(0.0, 1.0\]"):
         params_from_run_config(NewParams, {"new-rate": 0.0})

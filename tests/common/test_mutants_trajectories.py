@@ -116,7 +116,8 @@ BAD_INPUT: list[Any] = [
     ),
     pytest.param(
         lambda: affinity_propagation(SQUARE, preference="high"),
-        "The 'preference' parameter of affinity_propagation must be one of ('median', 'midrange') or a float. "
+        "The 'preference' parameter of affinity_propagation must be one of ('median', 'midrange', 'silhouette') "
+        "or a float. "
         "Got 'high' instead.",
         id="preference-str",
     ),

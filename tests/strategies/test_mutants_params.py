@@ -123,13 +123,13 @@ def test_cfl_gp_s_compression_ratio_is_automatic_at_zero_else_a_float_of_at_leas
 
 
 def test_cflgt_s_preference_is_a_rule_or_a_finite_float_read_from_text() -> None:
-    assert CFLGTParams().preference == "midrange" and CFLGTParams(preference="median").preference == "median"
+    assert CFLGTParams().preference == "silhouette" and CFLGTParams(preference="median").preference == "median"
     for given, read in (("-2.5", -2.5), (3, 3.0)):
         pref = CFLGTParams(preference=given).preference
         assert pref == read and type(pref) is float
     sentence = (
-        f"The 'cflgt-preference' parameter of {OWNERS[CFLGTParams]} must be one of ('median', 'midrange') or a float. "
-        "Got 'high' instead."
+        f"The 'cflgt-preference' parameter of {OWNERS[CFLGTParams]} must be one of "
+        "('median', 'midrange', 'silhouette') or a float. Got 'high' instead."
     )
     with pytest.raises(ValueError, match=f"^{re.escape(sentence)}$"):
         CFLGTParams(preference="high")

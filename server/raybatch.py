@@ -221,6 +221,7 @@ def handle(batch: list[Message], stores: dict[int, Any], backend: Any, metrics: 
                 "an actor could not read a model array sent by reference; sending its %d message(s) again inline",
                 len(messages),
             )
+            raytransport.forget_lost(ex)  # later messages with that content put it again
             with raytransport.inline_arrays():
                 outcomes = run_messages(backend, messages, contexts)
     except Exception as ex:  # noqa: BLE001

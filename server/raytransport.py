@@ -20,6 +20,7 @@ why: docs/running.md).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -50,6 +51,13 @@ def fetch_failed(error: BaseException) -> bool:
     return FETCH_FAILED in str(error)
 
 
+def forget_lost(error: BaseException) -> int:
+    """Drop from the sent contents those whose reference ``error`` names as unreadable, so that the next
+    message with that content puts it again; the number dropped."""
+    lost = set(re.findall(rf"{re.escape(FETCH_FAILED)} \(object ([0-9a-f]+)", str(error)))
+    return _SENT.drop(lambda value: value[1].binary().hex() in lost) if lost else 0
+
+
 _LOCAL = threading.local()
 
 
@@ -75,6 +83,14 @@ class _Kept:
         self.limit, self.size = limit, 0
         self.entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
         self.lock = threading.Lock()
+
+    def drop(self, matches: Callable[[Any], bool]) -> int:
+        """Drop every entry whose value ``matches``; the number dropped."""
+        with self.lock:
+            gone = [key for key, (value, _) in self.entries.items() if matches(value)]
+            for key in gone:
+                self.size -= self.entries.pop(key)[1]
+            return len(gone)
 
     def get(self, key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
         """The value kept for ``key``, made (once, whichever thread asks first) and kept if there is none."""
@@ -140,7 +156,9 @@ def receive_array(sent: Sent, get: Callable[[Any], bytes] | None = None) -> Any:
             try:
                 content = fetch(ref)
             except Exception as ex:  # noqa: BLE001 - Ray's timeout, lost-object and fetch errors alike
-                raise ArrayFetchError(f"{FETCH_FAILED} ({type(ex).__name__}: {ex})") from ex
+                raise ArrayFetchError(
+                    f"{FETCH_FAILED} (object {ref.binary().hex()}; {type(ex).__name__}: {ex})"
+                ) from ex
             return content, len(content)
 
         data = _RECEIVED.get(ref.binary(), make)

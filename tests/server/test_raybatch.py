@@ -23,6 +23,16 @@ from tests.helpers import small_run_config
 RUN = 1
 _LARGE = Array(np.zeros(raytransport.SHARE_ABOVE // 4, dtype=np.float32))
 """An array past ``SHARE_ABOVE``: sent inline only inside ``raytransport.inline_arrays``."""
+
+
+class _Ref:
+    """What ``ray.put`` returns, as far as ``raytransport`` reads it."""
+
+    def binary(self):
+        return b"\x01" * 28
+
+
+_REF = _Ref()
 FLOWERS_WORKER = getattr(vce_api.worker, "flowers", vce_api.worker)
 """Flower's own engine worker, even where :func:`server.raybatch.install` has replaced it."""
 
@@ -94,7 +104,7 @@ class _Pool:
         self.inline = []  # whether each call's arrays were sent inline
 
     def submit(self, actor_fn, job):
-        self.inline.append(raytransport.send_array(_LARGE, lambda data: object())[4] is None)
+        self.inline.append(raytransport.send_array(_LARGE, lambda data: _REF)[4] is None)
         actor = self.pool.pop()
         future = actor_fn(actor, *job)
         self.busy[id(future)] = actor
@@ -105,7 +115,9 @@ class _Pool:
             raise RuntimeError("the actor died")
         if self.lost_reads:
             self.lost_reads -= 1
-            raise RuntimeError(f"ray.exceptions.RaySystemError: System error: {raytransport.FETCH_FAILED} (lost)")
+            raise RuntimeError(
+                f"ray.exceptions.RaySystemError: System error: {raytransport.FETCH_FAILED} (object {'01' * 28}; lost)"
+            )
         if isinstance(future.value, Exception):
             raise future.value
         _, out, context = future.value
@@ -308,7 +320,10 @@ def test_a_batch_whose_call_fails_gets_an_error_reply_for_every_message_and_its_
 
 
 @pytest.mark.parametrize("nodes", [1, 3])
-def test_a_call_whose_actor_could_not_read_a_referenced_array_is_sent_again_inline(nodes, caplog):
+def test_a_call_whose_actor_could_not_read_a_referenced_array_is_sent_again_inline(nodes, monkeypatch):
+    forgotten = []
+    forget = raytransport.forget_lost
+    monkeypatch.setattr(raytransport, "forget_lost", lambda error: forgotten.append(forget(error)))
     rc = small_run_config()
     partitions = list(range(nodes))
     pool = _Pool(2, lost_reads=1)
@@ -316,6 +331,7 @@ def test_a_call_whose_actor_could_not_read_a_referenced_array_is_sent_again_inli
     assert all(not reply.has_error() for [reply] in ours.values()) and len(ours) == nodes
     # the failed call, its inline retry, then (3 nodes) the rest of the queue by reference again
     assert pool.inline[:2] == [False, True] and not any(pool.inline[2:]) and len(pool.pool) == 2 and not pool.busy
+    assert forgotten == [1], "the lost content is dropped, so that later messages put it again"
     other = _Pool(2, broken=True)  # any other failure is not retried
     _drain(raybatch.worker, [_message(100 + p) for p in partitions], _stores(partitions, rc), _backend(other))
     assert other.inline and not any(other.inline)

@@ -133,6 +133,14 @@ def test_a_failed_read_of_a_referenced_array_raises_the_error_the_sender_retries
     wrapped = RuntimeError(f"ray.exceptions.RaySystemError: System error: {caught.value}")  # as Ray reports it
     assert raytransport.fetch_failed(wrapped) and not raytransport.fetch_failed(RuntimeError("the actor died"))
     assert _same(raytransport.receive_array(sent, store.get), large), "nothing kept from the failed read"
+    kept = _array(200 * 784, seed=6)
+    other = raytransport.send_array(kept, store.put)
+    assert raytransport.forget_lost(RuntimeError("the actor died")) == 0
+    assert raytransport.forget_lost(wrapped) == 1  # the lost content only: the next send puts it again
+    again = raytransport.send_array(large, store.put)
+    assert again[4] is not sent[4] and len(store.objects) == 3
+    assert raytransport.send_array(kept, store.put)[4] is other[4] and len(store.objects) == 3
+    assert raytransport._SENT.size == 2 * len(large.data)
 
 
 def test_inside_inline_arrays_every_array_travels_inline_in_that_thread_only():

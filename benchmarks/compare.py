@@ -93,6 +93,8 @@ class Preset:
     ``checkpoint_every``: each cell saves its state every that many rounds (0: never), so that an
     unfinished cell continues from its last checkpoint (:func:`run_cell`). ``papers_own``: strategies
     whose flags here select their paper's rule, so their tables do not label them "(modified)".
+    ``before_end``: a strategy's round flag set to the cell's ``--rounds`` minus the number given
+    (FLIC clusters by hand 5 rounds before the end, as its paper's T = 200 of 205).
     """
 
     name: str
@@ -104,6 +106,7 @@ class Preset:
     given_k: dict[str, str] = field(default_factory=dict)
     checkpoint_every: int = 0
     papers_own: tuple[str, ...] = ()
+    before_end: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def args(self, strategy: str, scenario: Scenario, seed: int) -> list[str]:
         """The ``umbel run`` flags of one cell (a ``VARIANTS`` name runs its strategy with its flags)."""
@@ -121,6 +124,10 @@ class Preset:
         ]
         if base in self.given_k:
             out += [self.given_k[base], str(scenario.k)]
+        if base in self.before_end:
+            flag, rounds_left = self.before_end[base]
+            rounds = int(out[len(out) - 1 - out[::-1].index("--rounds") + 1])
+            out += [flag, str(rounds - rounds_left)]
         return out
 
 
@@ -284,7 +291,7 @@ PAPER = Preset(
     # FLAG sends about 1% of each class's samples as principal vectors and scores its alpha sweep
     # with a lightweight model (Sec. 4-5): `linear`, docs/strategies/flag.md's stand-in
     strategy_args={
-        FLIC.name: ("--flic-cluster-round", "200", "--flic-graph", LAST),
+        FLIC.name: ("--flic-graph", LAST),
         FLHC.name: ("--flhc-warmup-rounds", "10", "--flhc-metric", "euclidean"),
         FLAG.name: ("--flag-vectors", "0", "--flag-sweep-model", "linear"),
         CFLGT.name: ("--cflgt-points", RAW, "--cflgt-preference", MEDIAN),
@@ -294,6 +301,7 @@ PAPER = Preset(
     # a round of the papers' settings takes minutes here: lose at most two on a kill
     checkpoint_every=2,
     papers_own=(FLIC.name, FLHC.name, CFLGT.name, CFLGP.name),
+    before_end={FLIC.name: ("--flic-cluster-round", 5)},
 )
 
 PRESETS = {p.name: p for p in (QUICK, PAPER)}

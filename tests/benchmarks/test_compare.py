@@ -212,6 +212,11 @@ def test_paper_preset_holds_flic_flag_and_cfl_gp_papers_settings():
         "205",
         "lenet5",
     )
+    # the other papers' scenarios: FLIC clusters by hand 5 rounds before their end, a round their rounds allow
+    for scenario in compare.PAPER.scenarios:
+        cell = compare.PAPER.args("flic", scenario, 0)
+        assert int(_flag(cell, "--flic-cluster-round")) == int(_flag(cell, "--rounds")) - 5, scenario.label
+    assert _flag(compare.PAPER.args("flic", by_label["label-groups-1"], 0), "--flic-cluster-round") == "95"
     # CFL-GP App. F.5: C = 32, b = 64, lr 0.1, T = 200, the dense model, told K = 8
     gp = compare.PAPER.args("cfl-gp", by_label["rotation-8"], 0)
     assert [_flag(gp, k) for k in ("--num-clients", "--batch-size", "--lr", "--rounds", "--model")] == [

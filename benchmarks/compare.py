@@ -68,6 +68,11 @@ from strategies.flic import LAST
 from strategies.state import CHECKPOINT_FILE
 
 
+def last_value(args: Sequence[str], flag: str) -> str:
+    """The value ``args`` give ``flag``: its last one, as ``umbel run``'s parser takes it."""
+    return args[len(args) - 1 - list(args)[::-1].index(flag) + 1]
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A scenario of a preset: its run-config flags and the K told to strategies that need one.
@@ -126,8 +131,7 @@ class Preset:
             out += [self.given_k[base], str(scenario.k)]
         if base in self.before_end:
             flag, rounds_left = self.before_end[base]
-            rounds = int(out[len(out) - 1 - out[::-1].index("--rounds") + 1])
-            out += [flag, str(rounds - rounds_left)]
+            out += [flag, str(int(last_value(out, "--rounds")) - rounds_left)]
         return out
 
 

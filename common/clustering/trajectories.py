@@ -269,8 +269,8 @@ def affinity_propagation(
     if preference == MEDIAN:
         pref = float(np.median(similarities))
     elif preference == MIDRANGE:
-        off = similarities[~np.eye(n, dtype=bool)]
-        pref = float((off.min() + off.max()) / 2) if off.size else 0.0
+        least, most = _pair_range(d)
+        pref = (least + most) / 2
     elif isinstance(preference, str):
         raise ValueError(
             f"The 'preference' parameter of {owner} must be one of {PREFERENCES} or a float. "
@@ -305,6 +305,12 @@ def affinity_propagation(
     return APResult(one.labels, one.exemplars, pref, False, schedule[-1][0])
 
 
+def _pair_range(d: np.ndarray) -> tuple[float, float]:
+    """The least and the most similarity (``-distance``) of two different points of ``d``; 0, 0 for one point."""
+    off = -d[~np.eye(d.shape[0], dtype=bool)]
+    return (float(off.min()), float(off.max())) if off.size else (0.0, 0.0)
+
+
 def _best_silhouette(
     d: np.ndarray,
     damping: float,
@@ -316,13 +322,12 @@ def _best_silhouette(
     """The ``"silhouette"`` preference of :func:`affinity_propagation` on checked ``distances`` ``d``."""
     n = d.shape[0]
     medoid = int(np.argmin(d.sum(axis=1)))
-    off = -d[~np.eye(n, dtype=bool)]
-    least = float(off.min()) if off.size else 0.0
+    least, most = _pair_range(d)
     one = APResult(np.zeros(n, dtype=np.int64), np.array([medoid], dtype=np.int64), least, True, damping)
     if n < 3 or not np.any(d):
         return one
     best, score, converged = one, AUTO_MIN_SILHOUETTE, False
-    for pref in np.linspace(least, off.max(), SILHOUETTE_GRID):
+    for pref in np.linspace(least, most, SILHOUETTE_GRID):
         run = affinity_propagation(
             d,
             damping=damping,

@@ -160,7 +160,7 @@ def test_paper_preset_runs_the_papers_settings_beside_the_modified_defaults(caps
     assert "--pacfl-threshold" not in lines[0]  # the default: the automatic cut (modified)
     assert "--cfl-sattler-eps-absolute true --cfl-sattler-eps1 0.4 --cfl-sattler-eps2 1.6" in lines[2]
     cflgt = lines[3].split()
-    assert cflgt[len(cflgt) - 1 - cflgt[::-1].index("--rounds") + 1] == "125"  # 100 rounds after 25 pre-training
+    assert _flag(cflgt, "--rounds") == "125"  # 100 rounds after 25 pre-training
     assert cflgt[cflgt.index("--cflgt-pretrain-rounds") + 1] == "25"  # not the automatic quarter of 125
 
 
@@ -190,9 +190,9 @@ def test_markdown_labels_modified_defaults():
 def test_paper_preset_gives_cflgt_its_own_schedule_only_in_its_own_papers_scenarios():
     by_label = {s.label: s for s in compare.PAPER.scenarios}
     own = compare.PAPER.args("cflgt", by_label["label-groups-3"], 0)
-    assert own[len(own) - 1 - own[::-1].index("--rounds") + 1] == "125" and "--cflgt-pretrain-rounds" in own
+    assert _flag(own, "--rounds") == "125" and "--cflgt-pretrain-rounds" in own
     other = compare.PAPER.args("cflgt", by_label["label-swap-5"], 0)
-    assert other[len(other) - 1 - other[::-1].index("--rounds") + 1] == "205"  # FLIC's scenario, its rounds
+    assert _flag(other, "--rounds") == "205"  # FLIC's scenario, its rounds
     assert "--cflgt-pretrain-rounds" not in other  # the automatic quarter
     assert "--cflgt-pretrain-rounds" not in compare.PAPER.args("fedavg", by_label["label-groups-1"], 0)
 

@@ -240,12 +240,11 @@ def test_the_estimates_budget_counts_every_client_not_only_those_profiled_so_far
 
 def test_cflgp_params_estimate_limit_is_half_the_clients_within_2_and_100_or_the_given_cap() -> None:
     assert [CFLGPParams().estimate_limit(n) for n in (3, 12, 30, 1000)] == [2, 6, 15, 100]
-    # the DNN's 159,010 parameters at the automatic ratio for 8 blocks: 30 clients keep all, 1,000 get 9,939
-    assert [CFLGPParams().estimate_limit(n, size) for n, size in ((30, 159010), (1000, 9939), (100000, 156))] == [
-        15,
-        13,
-        8,
-    ]
+    # the DNN's 159,010 parameters at the automatic ratio for the 8 models: 30 clients keep all, 1,000 get 9,939
+    clients = (30, 1000, 10**5)
+    sizes = {n: compression.compressed_size(159010, compression.automatic_ratio(n, 8, 159010)) for n in clients}
+    assert (sizes[30], sizes[1000]) == (159010, 9939)
+    assert [CFLGPParams().estimate_limit(n, sizes[n]) for n in clients] == [15, 13, 8]
     assert CFLGPParams(compression_ratio=16.0).estimate_limit(1000, 9939) == 100
     assert CFLGPParams(max_clusters=3).estimate_limit(30) == 15
     assert CFLGPParams(auto_max_clusters=8).estimate_limit(30) == 8

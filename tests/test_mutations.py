@@ -198,10 +198,10 @@ MUTATIONS = [
         ["tests/common/test_trajectories.py::test_share_points_on_hand_computed_forces"],
     ),
     (
-        "cflgt midrange as the median of the pairs",
+        "cflgt midrange as the least pair similarity",
         "common/clustering/trajectories.py",
-        "pref = float((off.min() + off.max()) / 2) if off.size else 0.0",
-        "pref = float(np.median(off)) if off.size else 0.0",
+        "pref = (least + most) / 2",
+        "pref = least",
         [
             "tests/common/test_trajectories.py::test_midrange_preference_is_halfway_between_the_least_and_the_most_similar_pair"
         ],

@@ -342,9 +342,10 @@ def test_the_estimates_gap_searches_k_max_plus_one_values_of_a_profile_too_large
 
 
 def test_kmeans_on_rows_fits_those_rows_and_places_every_other_by_the_nearest_fitted_mean(monkeypatch):
-    """Rows 0-3 fit (two pairs, means 0.1 and 10.0); row 4 (4.9) joins the nearer, {0, 1}; row 5 (30.0),
-    which k-means on all six rows would keep alone, joins {2, 3}."""
-    x = np.array([[0.0], [0.2], [9.9], [10.1], [4.9], [30.0]])
+    """Rows 0-3 fit (two pairs, means 0.1 and 10.0); row 4 (4.5) joins the nearer mean, {0, 1}, though its
+    nearest fitted row is row 2 (8.0); row 5 (30.0), which k-means on all six rows would keep alone, joins
+    {2, 3}."""
+    x = np.array([[0.0], [0.2], [8.0], [12.0], [4.5], [30.0]])
     fitted: list[int] = []
     real = spectral.KMeans.fit_predict
     monkeypatch.setattr(spectral.KMeans, "fit_predict", lambda self, f: fitted.append(len(f)) or real(self, f))
